@@ -1,0 +1,114 @@
+"""Allocator benchmarks (issue: foundation). Run: ``make bench`` or
+
+    .venv/bin/python benchmarks/allocator.py --write docs/BENCHMARKS.md
+
+1. Bookkeeping per step at paper scale (b_t 128, b_g 384, n 128; PC as 32+96): wall time of ``run_step`` minus
+   the time spent inside the engine callback (a Bernoulli reward draw), so the number is the allocator alone.
+   Target: under 2 ms per step.
+2. A 1000-step simulated run over 85K prompts per method (allocator + simulator, everything included).
+   Target: under 30 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import machine, write_section  # noqa: E402
+
+from pc_pipelines.allocation import Allocator, AllocatorConfig  # noqa: E402
+from pc_pipelines.simulate import SimConfig, Simulation  # noqa: E402
+
+
+def bookkeeping(method: str, steps: int, warmup: int = 20) -> dict:
+    cfg = AllocatorConfig(method=method, train_batch=128, n=128, n_pilot=32 if method == "pc" else None, seed=0)
+    alloc = Allocator(cfg, 85_000)
+    rng = np.random.default_rng(0)
+    p = rng.beta(0.6, 0.6, 85_000)
+    engine_time = 0.0
+
+    def engine(call):
+        nonlocal engine_time
+        t0 = time.perf_counter()
+        out = (rng.random(call.total_rollouts) < np.repeat(p[call.prompt_ids], call.n)).astype(np.float64)
+        engine_time += time.perf_counter() - t0
+        return out
+
+    per_step = []
+    for i in range(warmup + steps):
+        engine_time = 0.0
+        t0 = time.perf_counter()
+        alloc.run_step(engine)
+        if i >= warmup:
+            per_step.append(time.perf_counter() - t0 - engine_time)
+    a = np.asarray(per_step) * 1e3
+    return {"method": method, "median_ms": float(np.median(a)), "p95_ms": float(np.percentile(a, 95))}
+
+
+def simulated_run(method: str, steps: int) -> dict:
+    cfg = AllocatorConfig(method=method, train_batch=128, n=128, n_pilot=32 if method == "pc" else None, seed=0)
+    t0 = time.perf_counter()
+    sim = Simulation(cfg, SimConfig(num_prompts=85_000, seed=0))
+    for st in sim.run(steps):
+        pass
+    return {
+        "method": method,
+        "seconds": time.perf_counter() - t0,
+        "sampled": st.cumulative_sampled,
+        "accuracy": st.accuracy,
+        "evicted": sim.allocator.stream.evicted_count,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=200, help="timed steps for the bookkeeping benchmark")
+    ap.add_argument("--sim-steps", type=int, default=1000)
+    ap.add_argument("--write", type=Path, default=None, help="update this BENCHMARKS.md section")
+    args = ap.parse_args()
+
+    book = [bookkeeping(m, args.steps) for m in ("grpo", "dapo", "pc")]
+    sims = [simulated_run(m, args.sim_steps) for m in ("grpo", "dapo", "pc", "oracle")]
+    lines = [
+        "## Allocator",
+        "",
+        f"Command: `.venv/bin/python benchmarks/allocator.py --steps {args.steps} --sim-steps {args.sim_steps} "
+        "--write docs/BENCHMARKS.md` (or `make bench`)",
+        f"Machine: {machine()}",
+        f"Measured: {time.strftime('%Y-%m-%d')}",
+        "",
+        f"Bookkeeping per step at paper scale (b_t 128, b_g 384, n 128, PC 32+96, 85K prompts; engine time "
+        f"excluded; {args.steps} steps after 20 warm-up). Target: < 2 ms.",
+        "",
+        "| method | median ms/step | p95 ms/step | target met |",
+        "|---|---|---|---|",
+    ]
+    for b in book:
+        lines.append(f"| {b['method']} | {b['median_ms']:.3f} | {b['p95_ms']:.3f} | {'yes' if b['median_ms'] < 2 else 'NO'} |")
+    lines += [
+        "",
+        f"{args.sim_steps}-step simulated run over 85K prompts (allocator + simulator, wall time). Target: < 30 s.",
+        "",
+        "| method | seconds | sampled rollouts | final sim accuracy | evicted | target met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in sims:
+        lines.append(
+            f"| {s['method']} | {s['seconds']:.2f} | {s['sampled']:,} | {s['accuracy']:.3f} | {s['evicted']:,} | "
+            f"{'yes' if s['seconds'] < 30 else 'NO'} |"
+        )
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        write_section(args.write, "allocator", text)
+        print(f"\nwritten to {args.write}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

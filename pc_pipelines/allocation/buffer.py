@@ -1,0 +1,158 @@
+"""The replay buffer R of pilot survivors, its age limit, and its pluggable selection strategies.
+
+An entry is a prompt whose pilot landed in the keep band, with the ids and rewards of its pilot rollouts (never
+their payloads) and ``born``, the step whose pilot admitted it. Invariant: an entry is only ever trained at a
+step ``t`` with ``t - born <= d``. ``expire(t)`` runs after step ``t``'s update and drops every entry with
+``t + 1 - born > d``, so whatever survives is still trainable at step ``t + 1``.
+
+Selection is a *total* order: with binary rewards and a handful of pilot rollouts, pilot stds tie constantly
+(every 4-of-16 prompt has the same std), so each strategy ends its key with a seeded random tie-break drawn when
+the entry was admitted. Worked example for ``max_variance`` with entries
+``A (std 0.50, born 3, tb 0.7)``, ``B (std 0.50, born 4, tb 0.9)``, ``C (std 0.43, born 4, tb 0.1)``,
+``D (std 0.50, born 4, tb 0.2)``: the order is D, B (std 0.5, newest, smaller tie-break first), A, C.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class BufferEntry:
+    entry_id: int  # unique per allocator; stable key for the store's buffer_state
+    prompt_id: int
+    born: int
+    rollout_start: int  # pilot rollout ids are [rollout_start, rollout_start + n)
+    rewards: np.ndarray  # pilot rewards, float64
+    std: float  # population std of the pilot rewards (rounded so equal pass rates tie exactly)
+    tiebreak: float  # seeded uniform draw at admission
+    reward_sum: float  # sum and sum of squares of ``rewards``: cached so a paper-scale step stays under 2 ms
+    reward_sq: float
+
+    @property
+    def n(self) -> int:
+        return int(self.rewards.shape[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entry_id": self.entry_id,
+            "prompt_id": self.prompt_id,
+            "born": self.born,
+            "rollout_start": self.rollout_start,
+            "rewards": self.rewards.tolist(),
+            "std": self.std,
+            "tiebreak": self.tiebreak,
+        }  # reward_sum / reward_sq are recomputed from rewards on load
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "BufferEntry":
+        rewards = np.asarray(d["rewards"], dtype=np.float64)
+        return BufferEntry(
+            entry_id=int(d["entry_id"]),
+            prompt_id=int(d["prompt_id"]),
+            born=int(d["born"]),
+            rollout_start=int(d["rollout_start"]),
+            rewards=rewards,
+            std=float(d["std"]),
+            tiebreak=float(d["tiebreak"]),
+            reward_sum=float(rewards.sum()),
+            reward_sq=float(np.dot(rewards, rewards)),
+        )
+
+
+# ---- selection strategies ---------------------------------------------------------------------------------------
+class SelectionStrategy(ABC):
+    """Orders buffer entries for commit selection: index 0 is taken first."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def order(self, std: np.ndarray, born: np.ndarray, tiebreak: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Return a permutation of ``range(len(std))``."""
+
+
+SELECTION_STRATEGIES: dict[str, type[SelectionStrategy]] = {}
+
+
+def register_selection(name: str) -> Callable[[type[SelectionStrategy]], type[SelectionStrategy]]:
+    def deco(cls: type[SelectionStrategy]) -> type[SelectionStrategy]:
+        if name in SELECTION_STRATEGIES:
+            raise ValueError(f"selection strategy {name!r} is already registered")
+        cls.name = name
+        SELECTION_STRATEGIES[name] = cls
+        return cls
+
+    return deco
+
+
+@register_selection("max_variance")
+class MaxVariance(SelectionStrategy):
+    """Pilot reward std descending, then born descending (freshest pilot), then the seeded tie-break."""
+
+    def order(self, std, born, tiebreak, rng):
+        return np.lexsort((tiebreak, -born, -std))  # lexsort: the LAST key is the primary one
+
+
+@register_selection("most_recent")
+class MostRecent(SelectionStrategy):
+    """Born descending (smallest lag first), then the seeded tie-break."""
+
+    def order(self, std, born, tiebreak, rng):
+        return np.lexsort((tiebreak, -born))
+
+
+@register_selection("random")
+class RandomSelection(SelectionStrategy):
+    """Uniformly random among entries, drawn from the allocator's seeded generator at selection time."""
+
+    def order(self, std, born, tiebreak, rng):
+        return rng.permutation(std.shape[0])
+
+
+# ---- the buffer -----------------------------------------------------------------------------------------------
+class ReplayBuffer:
+    def __init__(self, max_age: int) -> None:
+        self.max_age = int(max_age)
+        self.entries: list[BufferEntry] = []
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def add(self, entries: list[BufferEntry]) -> None:
+        self.entries.extend(entries)
+
+    def pop(self, k: int, strategy: SelectionStrategy, rng: np.random.Generator, step: int) -> list[BufferEntry]:
+        """Remove and return the first ``k`` entries in the strategy's order.
+
+        Every entry is trainable at ``step`` because ``expire`` ran after the previous step; the caller
+        (``StepContext.train_commits``) re-checks the lag bound, so a broken invariant fails loudly there.
+        """
+        if k <= 0 or not self.entries:
+            return []
+        std = np.fromiter((e.std for e in self.entries), np.float64, len(self.entries))
+        born = np.fromiter((e.born for e in self.entries), np.int64, len(self.entries))
+        tb = np.fromiter((e.tiebreak for e in self.entries), np.float64, len(self.entries))
+        order = strategy.order(std, born, tb, rng)
+        chosen = order[:k]
+        taken = [self.entries[i] for i in chosen.tolist()]
+        keep = np.ones(len(self.entries), bool)
+        keep[chosen] = False
+        self.entries = [e for e, k_ in zip(self.entries, keep.tolist()) if k_]
+        return taken
+
+    def expire(self, step: int) -> list[BufferEntry]:
+        """After step ``step``'s update: drop entries that would exceed the max age at ``step + 1``."""
+        expired = [e for e in self.entries if step + 1 - e.born > self.max_age]
+        if expired:
+            self.entries = [e for e in self.entries if step + 1 - e.born <= self.max_age]
+        return expired
+
+    def state_dict(self) -> list[dict[str, Any]]:
+        return [e.to_dict() for e in self.entries]
+
+    def load_state_dict(self, state: list[dict[str, Any]]) -> None:
+        self.entries = [BufferEntry.from_dict(d) for d in state]

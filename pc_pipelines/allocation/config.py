@@ -1,0 +1,147 @@
+"""Typed, self-validating allocator configuration.
+
+A plain frozen dataclass rather than pydantic: ``allocation/`` imports nothing heavier than numpy (DESIGN.md
+section 2). Each field is documented where it is declared; invalid values fail at construction with a
+:class:`ConfigError` that names the field and says how to fix it. Derived numbers (the sampling batch ``b_g``,
+``n_commit``) are properties, never stored, so a config cannot contradict itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot work. The message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class AllocatorConfig:
+    method: str = "pc"
+    """Allocation method: ``grpo``, ``dapo`` or ``pc`` (Pilot-Commit), or any registered method."""
+    train_batch: int = 128
+    """b_t: prompts (groups) per training step."""
+    n: int = 64
+    """Rollouts per trained group. GRPO and DAPO sample n per prompt; PC trains n_pilot + n_commit = n."""
+    n_pilot: int | None = None
+    """PC: pilot rollouts per screened prompt. None means n // 4 (the paper's 16+48 and 32+96 splits)."""
+    oversample: float = 3.0
+    """s: the sampling batch b_g = ceil(s * b_t) fresh prompts per round (DAPO and PC pilots)."""
+    p_lower: float = 0.125
+    """PC keep band, lower edge (inclusive): pilots with p_hat below it are deferred as too hard."""
+    p_upper: float = 0.75
+    """PC keep band, upper edge (inclusive): pilots with p_hat above it are skipped as too easy."""
+    p_solve: float = 1.0
+    """PC eviction threshold: a pilot with p_hat >= p_solve leaves the prompt pool from the next epoch."""
+    evict: bool = True
+    """PC: evict solved prompts (set False for the eviction-off ablation)."""
+    max_age: int = 4
+    """d: a buffered pilot is trained with lag (steps since its pilot) at most d, then expires."""
+    max_rounds: int = 10
+    """Generation rounds per step before the step trains on what it has (shortfall). PC needs >= 2."""
+    binding: bool = True
+    """PC: one engine call per round holding the commits of buffered prompts and the next pilots (paper's
+    binding). False runs the pilot call, the filter, then a separate commit call (two calls per round)."""
+    selection: str = "max_variance"
+    """PC replay-buffer selection strategy: ``max_variance`` (default), ``most_recent``, ``random``."""
+    seed: int = 0
+    """Seeds the prompt stream (shared by every method: common random numbers) and the buffer tie-breaks."""
+
+    # ---- derived numbers -------------------------------------------------------------------------------
+    @property
+    def sampling_batch(self) -> int:
+        """b_g = ceil(s * b_t); the tiny epsilon keeps 3 * 128 at 384, not 385, under float error."""
+        return int(math.ceil(self.oversample * self.train_batch - 1e-9))
+
+    @property
+    def pilot_n(self) -> int:
+        return self.n_pilot if self.n_pilot is not None else max(1, self.n // 4)
+
+    @property
+    def commit_n(self) -> int:
+        return self.n - self.pilot_n
+
+    @property
+    def is_pc(self) -> bool:
+        from .methods import get_method
+
+        return get_method(self.method).uses_pilots
+
+    # ---- validation ------------------------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        from .buffer import SELECTION_STRATEGIES
+        from .methods import METHODS
+
+        def fail(name: str, why: str, fix: str) -> None:
+            raise ConfigError(f"AllocatorConfig.{name}={getattr(self, name)!r}: {why}. Fix: {fix}.")
+
+        if self.method not in METHODS:
+            fail("method", "unknown method", f"use one of {sorted(METHODS)}")
+        for name in ("train_batch", "n", "max_rounds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                fail(name, "must be an integer", f"pass a whole number like {name}=8")
+            if value < 1:
+                fail(name, "must be at least 1 (counts cannot be zero or negative)", f"set {name} >= 1")
+        if isinstance(self.max_age, bool) or not isinstance(self.max_age, int) or self.max_age < 0:
+            fail("max_age", "must be an integer >= 0", "set max_age (the paper's d) to 4, or 0 for no lag")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            fail("seed", "must be an integer >= 0", "pass a non-negative seed")
+        if not isinstance(self.oversample, (int, float)) or not math.isfinite(self.oversample) or self.oversample < 1:
+            fail("oversample", "must be a number >= 1 (b_g = s * b_t must cover b_t)", "set oversample=3 as the paper")
+        for name in ("p_lower", "p_upper", "p_solve"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not (0.0 <= float(value) <= 1.0):
+                fail(name, "thresholds are pass rates and must lie in [0, 1]", f"set {name} inside [0, 1]")
+        if self.p_lower > self.p_upper:
+            fail(
+                "p_lower",
+                f"is above p_upper={self.p_upper}, so the keep band is empty",
+                "choose p_lower <= p_upper (paper: 0.125 <= 0.75)",
+            )
+        if self.selection not in SELECTION_STRATEGIES:
+            fail("selection", "unknown buffer selection strategy", f"use one of {sorted(SELECTION_STRATEGIES)}")
+        if METHODS[self.method].uses_pilots:
+            if self.n_pilot is not None and (isinstance(self.n_pilot, bool) or not isinstance(self.n_pilot, int)):
+                fail("n_pilot", "must be an integer", "pass a whole number of pilot rollouts")
+            if self.pilot_n < 1:
+                fail("n_pilot", "PC needs at least one pilot rollout per prompt to estimate p_hat", "set n_pilot >= 1")
+            if self.commit_n < 1:
+                fail(
+                    "n_pilot",
+                    f"leaves n_commit = n - n_pilot = {self.commit_n}; PC needs at least one commit rollout",
+                    f"set n_pilot < n={self.n} (paper: n=64 as 16+48)",
+                )
+            if self.max_rounds < 2:
+                fail(
+                    "max_rounds",
+                    "PC needs at least 2 rounds: with an empty buffer the first round can only pilot",
+                    "set max_rounds >= 2 (default 10)",
+                )
+
+    def check_pool(self, num_prompts: int) -> None:
+        """Fail early when the prompt pool cannot feed a batch."""
+        if num_prompts < 1:
+            raise ConfigError("The prompt pool is empty. Fix: give the allocator at least train_batch prompts.")
+        if self.train_batch > num_prompts:
+            raise ConfigError(
+                f"AllocatorConfig.train_batch={self.train_batch} is larger than the prompt pool ({num_prompts} "
+                f"prompts). Fix: lower train_batch to at most {num_prompts} or use a larger dataset."
+            )
+
+    # ---- plain-dict round trip (checkpoints, the store, presets) -------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "AllocatorConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"Unknown allocator setting(s) {unknown}. Fix: use only {sorted(known)}.")
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> "AllocatorConfig":
+        return AllocatorConfig.from_dict({**self.to_dict(), **changes})

@@ -1,0 +1,46 @@
+"""DESIGN.md section 2: allocation/ imports nothing heavier than numpy; only definitions.py imports Dagster."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[2] / "pc_pipelines"
+
+
+def test_allocation_imports_only_numpy_at_runtime():
+    code = (
+        "import sys, pc_pipelines.allocation as a; "
+        "heavy = sorted(m for m in ('torch','dagster','verl','pandas','transformers','duckdb','pyarrow','pydantic') "
+        "if m in sys.modules); print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "", f"allocation pulled in heavy modules: {out}"
+
+
+def test_allocation_sources_import_only_stdlib_and_numpy():
+    allowed = {"numpy", "__future__", "abc", "dataclasses", "enum", "math", "typing", "json"}
+    for path in (PKG / "allocation").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module.split(".")[0]]
+            else:
+                continue
+            assert set(names) <= allowed, f"{path.name} imports {names}"
+
+
+def test_only_definitions_imports_dagster():
+    for path in PKG.rglob("*.py"):
+        if path.name == "definitions.py":
+            continue
+        text = path.read_text()
+        assert "import dagster" not in text and "from dagster" not in text, path
+        assert "from assets" not in text and "from resources" not in text, path
+
+
+def test_definitions_load():
+    from pc_pipelines.definitions import defs
+
+    assert defs is not None
