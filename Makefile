@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test test-fast bench ui clean
+.PHONY: install demo test test-fast bench bench-allocator bench-store clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +28,13 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
-bench: $(STAMP)
+bench: bench-allocator bench-store
+
+bench-allocator: $(STAMP)
 	$(BIN)/python benchmarks/allocator.py --write docs/BENCHMARKS.md
+
+bench-store: $(STAMP)
+	$(BIN)/python benchmarks/store.py --write docs/BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

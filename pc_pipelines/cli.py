@@ -5,6 +5,7 @@ Subcommands so far:
 * ``simulate``: drive the real allocator against the scale simulator; one JSON object per step with ``--json``,
   otherwise a progress bar and a readable table.
 * ``demo``: GRPO, DAPO, PC (and the oracle bound) side by side in the simulator, as ``make demo`` runs it.
+* ``sql`` / ``runs`` / ``report``: read a store (read-only; works while runs write), ``presets``: list or show.
 
 Output a user asked for goes to stdout; progress bars and logs go to stderr, so ``--json`` output pipes cleanly.
 """
@@ -20,8 +21,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .allocation import SELECTION_STRATEGIES, AllocatorConfig, ConfigError
-from .simulate import SimConfig, Simulation, SimStep
+from .allocation import SELECTION_STRATEGIES, ConfigError
+from .config import RunConfig, available_presets, load_preset, parse_overrides, resolve
+from .simulate import Simulation, SimStep
+from .store import Store, StoreError
 
 log = logging.getLogger("pc_pipelines.cli")
 
@@ -51,89 +54,108 @@ def _progress(total: int, desc: str, enabled: bool):
 
 
 # ---- config from arguments --------------------------------------------------------------------------------------
-def _add_allocator_args(p: argparse.ArgumentParser, with_method: bool = True) -> None:
+# Flags that override one config field: (flag dest, dotted config key). They default to None so a flag the user
+# did not type leaves the preset's value alone.
+FLAG_KEYS = (
+    ("train_batch", "allocator.train_batch"),
+    ("n", "allocator.n"),
+    ("n_pilot", "allocator.n_pilot"),
+    ("oversample", "allocator.oversample"),
+    ("p_lower", "allocator.p_lower"),
+    ("p_upper", "allocator.p_upper"),
+    ("p_solve", "allocator.p_solve"),
+    ("max_age", "allocator.max_age"),
+    ("max_rounds", "allocator.max_rounds"),
+    ("selection", "allocator.selection"),
+    ("prompts", "sim.num_prompts"),
+    ("spread", "sim.difficulty_spread"),
+)
+
+
+def _add_config_args(p: argparse.ArgumentParser, with_method: bool = True, preset: str = "simulator") -> None:
+    g = p.add_argument_group("run config (a preset, then --set, then these flags)")
+    g.add_argument("--preset", default=preset, help=f"preset name (default {preset}; `pilot-commit presets` lists them)")
+    g.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. allocator.p_upper=0.9375")
+    g.add_argument("--family", default=None, help="run family (default: the preset's)")
     if with_method:
-        p.add_argument("--method", default="pc", choices=["grpo", "dapo", "pc", "oracle"], help="allocation method")
-    p.add_argument("--train-batch", type=int, default=128, help="b_t: prompts per training step (default 128)")
-    p.add_argument("--n", type=int, default=None, help="rollouts per trained group (default n_pilot+n_commit, or 64)")
-    p.add_argument("--n-pilot", type=int, default=None, help="PC pilot rollouts per prompt (default n//4)")
-    p.add_argument("--n-commit", type=int, default=None, help="PC commit rollouts per kept prompt (default n-n_pilot)")
-    p.add_argument("--oversample", type=float, default=3.0, help="s: sampling batch b_g = s*b_t (default 3)")
-    p.add_argument("--p-lower", type=float, default=0.125, help="keep band lower edge, inclusive (default 0.125)")
-    p.add_argument("--p-upper", type=float, default=0.75, help="keep band upper edge, inclusive (default 0.75)")
-    p.add_argument("--p-solve", type=float, default=1.0, help="evict at pilot p_hat >= this (default 1.0)")
-    p.add_argument("--no-evict", action="store_true", help="PC: never evict solved prompts")
-    p.add_argument("--max-age", type=int, default=4, help="d: max policy lag of a buffered pilot (default 4)")
-    p.add_argument("--max-rounds", type=int, default=10, help="generation rounds per step before shortfall")
-    p.add_argument("--no-binding", action="store_true", help="PC: separate pilot and commit engine calls")
-    p.add_argument("--selection", default="max_variance", choices=sorted(SELECTION_STRATEGIES))
-    p.add_argument("--seed", type=int, default=0, help="seeds the prompt stream, tie-breaks and the simulator")
+        g.add_argument("--method", default="pc", choices=["grpo", "dapo", "pc", "oracle"], help="allocation method")
+    g.add_argument("--seed", type=int, default=0, help="seeds the prompt stream, tie-breaks and the simulator")
+    g.add_argument("--train-batch", type=int, help="b_t: prompts per training step")
+    g.add_argument("--n", type=int, help="rollouts per trained group (matched across methods)")
+    g.add_argument("--n-pilot", type=int, help="PC pilot rollouts per prompt")
+    g.add_argument("--n-commit", type=int, help="PC commit rollouts per kept prompt (n = n_pilot + n_commit)")
+    g.add_argument("--oversample", type=float, help="s: sampling batch b_g = s*b_t")
+    g.add_argument("--p-lower", type=float, help="keep band lower edge, inclusive (paper 0.125)")
+    g.add_argument("--p-upper", type=float, help="keep band upper edge, inclusive (paper 0.75)")
+    g.add_argument("--p-solve", type=float, help="evict at pilot p_hat >= this (paper 1.0)")
+    g.add_argument("--no-evict", action="store_true", help="PC: never evict solved prompts")
+    g.add_argument("--max-age", type=int, help="d: max policy lag of a buffered pilot (paper 4)")
+    g.add_argument("--max-rounds", type=int, help="generation rounds per step before shortfall (default 10)")
+    g.add_argument("--no-binding", action="store_true", help="PC: separate pilot and commit engine calls")
+    g.add_argument("--selection", choices=sorted(SELECTION_STRATEGIES), help="PC buffer selection strategy")
+    g.add_argument("--prompts", type=int, help="simulated prompt pool size")
+    g.add_argument("--spread", type=float, help="simulated difficulty spread")
 
 
-def _resolve_n(args: argparse.Namespace) -> tuple[int, int | None]:
-    """(n, n_pilot) from --n / --n-pilot / --n-commit; inconsistent values are an error naming the flags."""
-    n, p, c = args.n, args.n_pilot, args.n_commit
-    if p is not None and c is not None:
-        if n is not None and n != p + c:
-            raise ConfigError(
-                f"--n {n} differs from --n-pilot {p} + --n-commit {c} = {p + c}. Fix: drop --n or make it {p + c} "
-                "(training rollouts per prompt are matched across methods: n = n_pilot + n_commit)."
-            )
-        return p + c, p
-    if n is None:
-        n = 64
-    if c is not None:
-        return n, n - c
-    return n, p
-
-
-def allocator_config(args: argparse.Namespace, method: str | None = None) -> AllocatorConfig:
-    n, n_pilot = _resolve_n(args)
+def run_config(args: argparse.Namespace, method: str | None = None) -> RunConfig:
+    """Resolve preset + --set + flags into a validated RunConfig; inconsistent n flags fail naming the flags."""
     method = method or args.method
-    return AllocatorConfig(
-        method=method,
-        train_batch=args.train_batch,
-        n=n,
-        n_pilot=n_pilot if method == "pc" else None,
-        oversample=args.oversample,
-        p_lower=args.p_lower,
-        p_upper=args.p_upper,
-        p_solve=args.p_solve,
-        evict=not args.no_evict,
-        max_age=args.max_age,
-        max_rounds=args.max_rounds,
-        binding=not args.no_binding,
-        selection=args.selection,
-        seed=args.seed,
-    )
-
-
-def _sim_config(args: argparse.Namespace) -> SimConfig:
-    return SimConfig(num_prompts=args.prompts, difficulty_spread=args.spread, seed=args.seed)
+    overrides = parse_overrides(args.set)
+    for dest, key in FLAG_KEYS:
+        if getattr(args, dest, None) is not None:
+            overrides[key] = getattr(args, dest)
+    if args.no_evict:
+        overrides["allocator.evict"] = False
+    if args.no_binding:
+        overrides["allocator.binding"] = False
+    n, p, c = args.n, args.n_pilot, args.n_commit
+    if c is not None:
+        if p is not None:
+            if n is not None and n != p + c:
+                raise ConfigError(
+                    f"--n {n} differs from --n-pilot {p} + --n-commit {c} = {p + c}. Fix: drop --n or make it "
+                    f"{p + c} (training rollouts per prompt are matched across methods: n = n_pilot + n_commit)."
+                )
+            overrides["allocator.n"] = p + c
+        else:
+            base_n = n if n is not None else resolve(args.preset, overrides, method="pc").allocator.n
+            overrides["allocator.n_pilot"] = base_n - c
+    elif n is not None and p is None and "allocator.n_pilot" not in overrides:
+        overrides["allocator.n_pilot"] = None  # --n alone: PC splits it n//4 + rest
+    return resolve(args.preset, overrides, method=method, seed=args.seed, family=args.family)
 
 
 def _add_sim_args(p: argparse.ArgumentParser, steps: int) -> None:
     p.add_argument("--steps", type=int, default=steps, help=f"training steps (default {steps})")
-    p.add_argument("--prompts", type=int, default=85_000, help="simulated prompt pool size (default 85000)")
-    p.add_argument("--spread", type=float, default=SimConfig.difficulty_spread, help="difficulty spread knob")
 
 
 # ---- simulate ---------------------------------------------------------------------------------------------------
 def cmd_simulate(args: argparse.Namespace) -> int:
-    sim = Simulation(allocator_config(args), _sim_config(args))
+    cfg = run_config(args)
+    ac = cfg.allocator
     out = sys.stdout
     every = max(1, args.steps // 20)
+    if args.store:
+        from .sim_runs import record_simulation
+
+        store = Store(args.store)
+        run_id = args.run_name or cfg.default_run_id()
+        steps_iter = (r.sim_step for r in record_simulation(cfg, store, args.steps, run_id=run_id))
+    else:
+        sim = Simulation(ac, cfg.sim)
+        steps_iter = sim.run(args.steps)
     if not args.json:
         out.write(
-            f"simulate {args.method}: b_t={sim.alloc_config.train_batch} b_g={sim.alloc_config.sampling_batch} "
-            f"n={sim.alloc_config.n}"
-            + (f" ({sim.alloc_config.pilot_n}+{sim.alloc_config.commit_n})" if args.method == "pc" else "")
-            + f" prompts={args.prompts} steps={args.steps} seed={args.seed}\n"
+            f"simulate {ac.method}: b_t={ac.train_batch} b_g={ac.sampling_batch} n={ac.n}"
+            + (f" ({ac.pilot_n}+{ac.commit_n})" if ac.method == "pc" else "")
+            + f" prompts={cfg.sim.num_prompts} steps={args.steps} seed={cfg.seed} preset={cfg.preset}"
+            + (f" store={args.store} run={run_id}" if args.store else "")
+            + "\n"
         )
         out.write(" ".join(f"{h:>{w}}" for _, h, w, _ in TABLE_FIELDS) + "\n")
     last: SimStep | None = None
-    with _progress(args.steps, f"simulate {args.method}", enabled=not args.json) as bar:
-        for st in sim.run(args.steps):
+    with _progress(args.steps, f"simulate {ac.method}", enabled=not args.json) as bar:
+        for st in steps_iter:
             last = st
             rec = st.record()
             if args.json:
@@ -146,7 +168,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if not args.json and last is not None:
         out.write(
             f"done: {last.cumulative_sampled:,} rollouts sampled, {last.cumulative_trained:,} trained, "
-            f"accuracy {last.accuracy:.3f}, {sim.allocator.stream.evicted_count:,} prompts evicted\n"
+            f"accuracy {last.accuracy:.3f}\n"
         )
     return 0
 
@@ -163,7 +185,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     rows = []
     curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for m in methods:
-        sim = Simulation(allocator_config(args, method=m), _sim_config(args))
+        rc = run_config(args, method=m)
+        sim = Simulation(rc.allocator, rc.sim)
         acc, cum, std, multi = [], [], [], 0
         with _progress(args.steps, f"demo {m:>6}", enabled=True) as bar:
             for st in sim.run(args.steps):
@@ -190,11 +213,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
         acc, cum = curves[r["method"]]
         r["to_target"] = _first_reaching(acc, cum, target)
     pc_cost = next(r["to_target"] for r in rows if r["method"] == "pc")
-    cfg = allocator_config(args, method="pc")
+    rc = run_config(args, method="pc")
+    cfg = rc.allocator
     out = sys.stdout
     out.write(
-        f"\nPilot-Commit allocation in the scale simulator: {args.prompts:,} prompts, {args.steps} steps, "
-        f"b_t={cfg.train_batch}, b_g={cfg.sampling_batch}, n={cfg.n} (PC {cfg.pilot_n}+{cfg.commit_n}), seed {args.seed}\n"
+        f"\nPilot-Commit allocation in the scale simulator: {rc.sim.num_prompts:,} prompts, {args.steps} steps, "
+        f"b_t={cfg.train_batch}, b_g={cfg.sampling_batch}, n={cfg.n} (PC {cfg.pilot_n}+{cfg.commit_n}), seed {rc.seed}\n"
         f"target accuracy = min(GRPO peak, PC peak) = {target:.3f}\n\n"
     )
     header = (
@@ -217,6 +241,99 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- store commands -----------------------------------------------------------------------------------------------
+def _format_value(v) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _print_rows(cols: list[str], rows: list[tuple], fmt: str, out=None) -> None:
+    out = out or sys.stdout
+    if fmt == "json":
+        out.write(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1) + "\n")
+    elif fmt == "csv":
+        import csv
+
+        w = csv.writer(out)
+        w.writerow(cols)
+        w.writerows([["" if v is None else v for v in r] for r in rows])
+    else:
+        cells = [[_format_value(v) for v in r] for r in rows]
+        widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+        out.write("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip() + "\n")
+        out.write("  ".join("-" * w for w in widths) + "\n")
+        for r in cells:
+            out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() + "\n")
+        out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    try:
+        cols, rows = store.query_table(args.query)
+    except StoreError:
+        raise
+    except Exception as exc:  # a SQL error is the user's to fix: show DuckDB's message, not a traceback
+        sys.stderr.write(
+            f"pilot-commit sql: {exc}\nTables and views: runs, steps, prompt_observations, buffer_state, evictions, "
+            "eval_results, checkpoints, pass_rate_history, step_costs, eval_curve, rollouts_to_target.\n"
+        )
+        return 1
+    _print_rows(cols, rows, "json" if args.json else "csv" if args.csv else "table")
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    runs = Store(args.store).list_runs()
+    cols = ["run_id", "family", "method", "seed", "steps", "cumulative_sampled", "cumulative_trained", "status"]
+    _print_rows(cols, [tuple(r[c] for c in cols) for r in runs], "json" if args.json else "table")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    report = Store(args.store).report(args.family)
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=1) + "\n")
+        return 0
+    if not report:
+        sys.stdout.write(
+            "no family has both a GRPO and a PC run with eval results yet (the target is min(GRPO peak, PC peak)).\n"
+        )
+        return 0
+    for family, fam in report.items():
+        sys.stdout.write(f"\nfamily {family}: cumulative sampled rollouts to reach the target accuracy\n")
+        cols = ["seed", "target", "grpo", "dapo", "pc", "grpo/pc", "dapo/pc"]
+        rows = [
+            (s["seed"], f"{s['target']:.4f}", *[_count(s["rollouts"][m]) for m in ("grpo", "dapo", "pc")],
+             _ratio(s["grpo_over_pc"]), _ratio(s["dapo_over_pc"]))
+            for s in fam["seeds"]
+        ]
+        rows.append(("median", "", "", "", "", _ratio(fam["median_grpo_over_pc"]), _ratio(fam["median_dapo_over_pc"])))
+        _print_rows(cols, rows, "table")
+    return 0
+
+
+def _count(v) -> str:
+    return "never" if v is None else f"{int(v):,}"
+
+
+def _ratio(v) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    if args.show:
+        cfg = resolve(args.show, parse_overrides(args.set))
+        sys.stdout.write(json.dumps({**cfg.to_dict(), "config_hash": cfg.config_hash}, indent=1) + "\n")
+        return 0
+    for name in available_presets():
+        sys.stdout.write(f"{name:<18} {load_preset(name).get('description', '')}\n")
+    return 0
+
+
 # ---- entry point -------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pilot-commit", description=__doc__.split("\n")[0])
@@ -224,15 +341,41 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("simulate", help="run one allocation method against the scale simulator")
-    _add_allocator_args(p)
+    _add_config_args(p)
     _add_sim_args(p, steps=200)
     p.add_argument("--json", action="store_true", help="one JSON object per step on stdout")
+    p.add_argument("--store", help="record the run in this store (a DuckDB file; step logs go beside it)")
+    p.add_argument("--run-name", help="run id in the store (default: family-method-seed-confighash)")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("demo", help="GRPO vs DAPO vs PC (vs oracle) in the simulator, side by side")
-    _add_allocator_args(p, with_method=False)
+    _add_config_args(p, with_method=False)
     _add_sim_args(p, steps=300)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("sql", help="run a read-only SQL query against a store (works while runs write)")
+    p.add_argument("--store", required=True, help="the store's DuckDB file")
+    p.add_argument("query", help='e.g. "SELECT * FROM pass_rate_history WHERE prompt_id = 7"')
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="CSV on stdout")
+    fmt.add_argument("--json", action="store_true", help="a JSON array of row objects on stdout")
+    p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("runs", help="list a store's runs with steps, cumulative rollouts and status")
+    p.add_argument("--store", required=True)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("report", help="rollouts-to-target table per family and seed (paper Table 2)")
+    p.add_argument("--store", required=True)
+    p.add_argument("--family", help="only this family")
+    p.add_argument("--json", action="store_true", help="per family and seed: target, rollouts per method, ratios")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("presets", help="list presets, or --show NAME to print one resolved with its hash")
+    p.add_argument("--show", metavar="NAME")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE")
+    p.set_defaults(func=cmd_presets)
     return parser
 
 
@@ -248,6 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except ConfigError as exc:
         sys.stderr.write(f"pilot-commit: configuration error: {exc}\n")
+        return 2
+    except StoreError as exc:
+        sys.stderr.write(f"pilot-commit: store error: {exc}\n")
         return 2
     except BrokenPipeError:  # `pilot-commit simulate --json | head`
         return 0

@@ -116,11 +116,11 @@ class Oracle(AllocationMethod):
     def plan_step(self, ctx):
         if self.population is None:
             raise ConfigError("method 'oracle' needs true pass rates: it only runs inside Simulation.")
-        ctx.begin_round()
         distance = np.abs(self.population.pass_rates() - 0.5)
         k = self.config.train_batch
         ids = np.argpartition(distance, k - 1)[:k]
         ids = ids[np.lexsort((ids, distance[ids]))]  # nearest first, prompt id breaks ties: a total order
+        ctx.begin_round()
         result = yield ctx.make_call([(ids.astype(np.int64), self.config.n, Stage.FULL)])
         rows = np.arange(len(result))
         ctx.train_full(result, rows)

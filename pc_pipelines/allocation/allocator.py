@@ -56,7 +56,8 @@ class CallResult:
         if isinstance(rewards, np.ndarray) and rewards.ndim == 2:
             rewards = list(rewards)  # one row per request
         if isinstance(rewards, np.ndarray) and rewards.ndim == 1 and rewards.dtype != object:
-            flat = rewards.astype(np.float64, copy=False)
+            # Copy: buffered pilots keep views into this array, and an engine may reuse its output buffer.
+            flat = np.array(rewards, dtype=np.float64, copy=True)
             if flat.shape[0] != call.total_rollouts:
                 raise AllocatorError(
                     f"engine call {call.index} of step {call.step} asked for {call.total_rollouts} rollouts in "
@@ -132,6 +133,8 @@ class StepContext:
 
     # ---- structure -------------------------------------------------------------------------------------------
     def begin_round(self) -> None:
+        """Count a generation round. Methods call it just before the round's first engine call, never for a
+        round that turns out to have nothing to generate, so ``rounds`` counts rounds that sampled something."""
         self.rounds += 1
 
     def draw(self, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -342,6 +345,7 @@ class StepSession:
         self._plan = allocator.method.plan_step(self.ctx)
         self._pending: EngineCall | None = None
         self._done = False
+        self._finished = False
         self._advance(None)
 
     def _advance(self, result: CallResult | None) -> None:
@@ -366,6 +370,9 @@ class StepSession:
             raise AllocatorError(
                 "finish() called while an engine call is still pending. Fix: observe() every call next_call() returns."
             )
+        if self._finished:
+            raise AllocatorError("finish() was already called for this step. Fix: begin_step() for the next one.")
+        self._finished = True
         outcome = self.ctx.close()
         self._allocator._end_step()
         return outcome

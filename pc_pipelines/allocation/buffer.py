@@ -46,7 +46,10 @@ class BufferEntry:
             "rewards": self.rewards.tolist(),
             "std": self.std,
             "tiebreak": self.tiebreak,
-        }  # reward_sum / reward_sq are recomputed from rewards on load
+            # Kept verbatim: recomputing them in another summation order changes the last bit of the ledger.
+            "reward_sum": self.reward_sum,
+            "reward_sq": self.reward_sq,
+        }
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "BufferEntry":
@@ -59,8 +62,8 @@ class BufferEntry:
             rewards=rewards,
             std=float(d["std"]),
             tiebreak=float(d["tiebreak"]),
-            reward_sum=float(rewards.sum()),
-            reward_sq=float(np.dot(rewards, rewards)),
+            reward_sum=float(d["reward_sum"]) if "reward_sum" in d else float(rewards.sum()),
+            reward_sq=float(d["reward_sq"]) if "reward_sq" in d else float(np.dot(rewards, rewards)),
         )
 
 

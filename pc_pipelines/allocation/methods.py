@@ -88,10 +88,10 @@ def get_method(name: str) -> type[AllocationMethod]:
 @register_method("grpo")
 class GRPO(AllocationMethod):
     def plan_step(self, ctx):
-        ctx.begin_round()
         ids, _ = ctx.draw(self.config.train_batch)
         if ids.shape[0] == 0:
             return
+        ctx.begin_round()
         result = yield ctx.make_call([(ids, self.config.n, Stage.FULL)])
         rows = np.arange(len(result))
         ctx.train_full(result, rows)
@@ -104,10 +104,10 @@ class DAPO(AllocationMethod):
         cfg = self.config
         kept = 0
         while kept < cfg.train_batch and ctx.rounds < cfg.max_rounds:
-            ctx.begin_round()
             ids, _ = ctx.draw(cfg.sampling_batch)
             if ids.shape[0] == 0:
                 break
+            ctx.begin_round()
             result = yield ctx.make_call([(ids, cfg.n, Stage.FULL)])
             informative = result.max > result.min  # rewards not all equal
             # The first (b_t - kept) informative groups in stream order are trained; later ones are surplus.
@@ -152,12 +152,12 @@ class PilotCommit(AllocationMethod):
         cfg = self.config
         committed = 0
         while committed < cfg.train_batch and ctx.rounds < cfg.max_rounds:
-            ctx.begin_round()
             if cfg.binding:
                 commits = ctx.pop_buffer(cfg.train_batch - committed)
                 pilot_ids, pilot_epochs = ctx.draw(cfg.sampling_batch)
                 if not commits and pilot_ids.shape[0] == 0:
                     break  # empty buffer and a fully evicted pool: nothing can fill the batch
+                ctx.begin_round()
                 result = yield ctx.make_call(
                     [
                         (np.array([e.prompt_id for e in commits], np.int64), cfg.commit_n, Stage.COMMIT),
@@ -169,11 +169,14 @@ class PilotCommit(AllocationMethod):
             else:
                 pilot_ids, pilot_epochs = ctx.draw(cfg.sampling_batch)
                 if pilot_ids.shape[0]:
+                    ctx.begin_round()
                     result = yield ctx.make_call([(pilot_ids, cfg.pilot_n, Stage.PILOT)])
                     self.screen(ctx, result, np.arange(len(result)), pilot_epochs)
                 commits = ctx.pop_buffer(cfg.train_batch - committed)
                 if not commits and pilot_ids.shape[0] == 0:
                     break
+                if not pilot_ids.shape[0]:
+                    ctx.begin_round()  # a commit-only round (the pool is exhausted)
                 if commits:
                     result = yield ctx.make_call(
                         [(np.array([e.prompt_id for e in commits], np.int64), cfg.commit_n, Stage.COMMIT)]

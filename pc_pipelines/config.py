@@ -1,0 +1,277 @@
+"""Run configuration: presets (versioned YAML files) + ``--set key=value`` overrides -> a resolved, hashed config.
+
+A run is (family, method, preset + overrides, seed). Resolution order: dataclass defaults, then the preset file,
+then the overrides (dotted keys, e.g. ``allocator.p_upper=0.9375``), then the run's method and seed. The result is
+validated by the typed configs (:class:`AllocatorConfig`, :class:`SimConfig`, :class:`TrainingConfig`), stored
+with the run, and hashed: the hash covers everything that changes behaviour (allocator, simulator, training, seed)
+and not labels (preset name, family), so the same behaviour reached through two presets has one hash.
+
+The ``paper`` preset is frozen: it spells out every field (a test checks none is left to defaults and pins its
+hash), so later changes of our defaults never rewrite what "paper" meant.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import typing
+from dataclasses import asdict, dataclass, field, fields
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from .allocation import AllocatorConfig, ConfigError
+from .simulate import SimConfig
+
+PRESET_FORMAT_VERSION = 1
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    ppo_minibatch: int = 32
+    """Prompts per PPO minibatch: train_batch / ppo_minibatch optimizer updates per step (128 / 32 = 4)."""
+    lr: float = 1e-6
+    """AdamW learning rate after warmup."""
+    warmup_steps: int = 10
+    """Linear LR warmup, counted in training steps."""
+    weight_decay: float = 0.1
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Max global gradient norm."""
+    clip_low: float = 0.2
+    """PPO ratio clip below 1 (1 - clip_low)."""
+    clip_high: float = 0.28
+    """PPO ratio clip above 1 (1 + clip_high), DAPO's clip-higher."""
+    dual_clip_c: float = 10.0
+    """Dual-clip constant c for negative advantages (verl's clip_ratio_c)."""
+    kl_coef: float = 0.0
+    """KL penalty coefficient (none in the paper)."""
+    loss_agg_mode: str = "token-mean"
+    """verl loss aggregation: token-mean (recipe) or seq-mean-token-mean (the paper's eq. 1)."""
+    temperature: float = 1.0
+    """Training rollout temperature."""
+    top_p: float = 1.0
+    """Training rollout nucleus sampling."""
+    eval_temperature: float = 0.7
+    """Evaluation temperature (paper text 0.7)."""
+    eval_top_p: float = 1.0
+    """Evaluation nucleus sampling."""
+    max_response_length: int = 8192
+    """Max new tokens per rollout; an overlong (truncated) response scores overlong_reward."""
+    overlong_reward: float = 0.0
+    """Reward of a truncated response."""
+    eval_every: int = 5
+    """Evaluate every this many training steps."""
+    prompt_template: str = "{question} Let's think step by step and output the final answer within \\boxed{{}}."
+    """Prompt template; {question} is the dataset question."""
+
+    def __post_init__(self) -> None:
+        def fail(name: str, why: str, fix: str) -> None:
+            raise ConfigError(f"TrainingConfig.{name}={getattr(self, name)!r}: {why}. Fix: {fix}.")
+
+        for name in ("ppo_minibatch", "max_response_length", "eval_every"):
+            if getattr(self, name) < 1:
+                fail(name, "must be >= 1", f"set {name} to a positive count")
+        for name in ("lr", "weight_decay", "grad_clip", "clip_low", "clip_high", "kl_coef", "warmup_steps"):
+            if getattr(self, name) < 0:
+                fail(name, "must be >= 0", f"set {name} >= 0")
+        if self.dual_clip_c <= 1:
+            fail("dual_clip_c", "must be > 1 (verl's dual clip)", "use 3 or 10 as in the recipe")
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            fail("loss_agg_mode", "unknown aggregation", f"use one of {LOSS_AGG_MODES}")
+        for name in ("temperature", "eval_temperature"):
+            if getattr(self, name) <= 0:
+                fail(name, "must be > 0", "use 1.0 for training, 0.7 for evaluation")
+        for name in ("top_p", "eval_top_p"):
+            if not 0 < getattr(self, name) <= 1:
+                fail(name, "must lie in (0, 1]", "use 1.0 to disable nucleus sampling")
+        if "{question}" not in self.prompt_template:
+            fail("prompt_template", "has no {question} placeholder", "include {question} where the problem goes")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    preset: str
+    """Name of the preset file this config was resolved from."""
+    family: str
+    """Run family: runs compared in one rollouts-to-target table share it."""
+    seed: int
+    """Fixes data order, sampling and init; copied into allocator.seed and sim.seed."""
+    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+
+    @property
+    def method(self) -> str:
+        return self.allocator.method
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "preset": self.preset,
+            "family": self.family,
+            "seed": self.seed,
+            "allocator": self.allocator.to_dict(),
+            "sim": self.sim.to_dict(),
+            "training": asdict(self.training),
+        }
+
+    def behaviour(self) -> dict[str, Any]:
+        d = self.to_dict()
+        d.pop("preset")
+        d.pop("family")
+        return d
+
+    @property
+    def config_hash(self) -> str:
+        canon = json.dumps(self.behaviour(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canon.encode()).hexdigest()[:12]
+
+    def default_run_id(self) -> str:
+        return f"{self.family}-{self.method}-s{self.seed}-{self.config_hash[:8]}"
+
+
+SECTIONS = {"allocator": AllocatorConfig, "sim": SimConfig, "training": TrainingConfig}
+
+
+def available_presets() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("pc_pipelines.presets").iterdir() if p.name.endswith(".yaml"))
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    path = resources.files("pc_pipelines.presets").joinpath(f"{name}.yaml")
+    if not path.is_file():
+        raise ConfigError(f"unknown preset {name!r}. Fix: use one of {available_presets()}.")
+    data = yaml.safe_load(path.read_text()) or {}
+    if data.get("version") != PRESET_FORMAT_VERSION:
+        raise ConfigError(
+            f"preset {name!r} has format version {data.get('version')!r}, this code reads {PRESET_FORMAT_VERSION}. "
+            "Fix: update the preset file's `version` and fields."
+        )
+    unknown = sorted(set(data) - {"version", "description", "family", *SECTIONS})
+    if unknown:
+        raise ConfigError(f"preset {name!r} has unknown top-level keys {unknown}. Fix: use {sorted(SECTIONS)}.")
+    return data
+
+
+def _coerce(section: str, cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """Check each value against the field's declared type (``int``, ``float``, ``bool``, ``str``, ``X | None``).
+
+    YAML reads ``1e-5`` as a string (YAML 1.1 wants ``1.0e-5``), so numeric strings become numbers for float
+    fields; anything else of the wrong type is a ConfigError naming the field, never a TypeError deep inside.
+    """
+    hints = typing.get_type_hints(cls)
+    out = dict(values)
+    for key, value in values.items():
+        hint = hints.get(key)
+        if hint is None:
+            continue
+        args = typing.get_args(hint)
+        optional = type(None) in args
+        base = next((a for a in args if a is not type(None)), hint) if args else hint
+        if value is None:
+            if optional:
+                continue
+            ok = False
+        elif base is float:
+            if isinstance(value, str):
+                try:
+                    value = float(value)
+                except ValueError:
+                    pass
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            value = float(value) if ok else value
+        elif base is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif base is bool:
+            ok = isinstance(value, bool)
+        elif base is str:
+            ok = isinstance(value, str)
+        else:
+            ok = True
+        if not ok:
+            raise ConfigError(
+                f"{section}.{key}={value!r} is not a valid {getattr(base, '__name__', base)}. Fix: give {section}.{key} "
+                f"a {getattr(base, '__name__', base)} value (e.g. --set {section}.{key}=...)."
+            )
+        out[key] = value
+    return out
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """``["allocator.p_upper=0.9", "training.lr=1e-5"]`` -> {"allocator.p_upper": 0.9, ...}; values parse as YAML."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r} is not key=value. Fix: e.g. --set allocator.p_upper=0.9375")
+        value = yaml.safe_load(raw) if raw.strip() else None
+        if isinstance(value, str):  # YAML 1.1 reads 1e-5 as a string; a number was meant
+            try:
+                value = float(value) if any(c in value.lower() for c in ".e") else int(value)
+            except ValueError:
+                pass
+        out[key.strip()] = value
+    return out
+
+
+def resolve(
+    preset: str,
+    overrides: dict[str, Any] | None = None,
+    method: str | None = None,
+    seed: int | None = None,
+    family: str | None = None,
+) -> RunConfig:
+    data = copy.deepcopy(load_preset(preset))
+    sections: dict[str, dict[str, Any]] = {name: dict(data.get(name) or {}) for name in SECTIONS}
+    top: dict[str, Any] = {"family": data.get("family", preset), "seed": 0}
+    for key, value in (overrides or {}).items():
+        head, _, rest = key.partition(".")
+        if head in SECTIONS and rest:
+            known = {f.name for f in fields(SECTIONS[head])}
+            if rest not in known:
+                raise ConfigError(f"--set {key}: {head} has no field {rest!r}. Fix: use one of {sorted(known)}.")
+            sections[head][rest] = value
+        elif key in ("family", "seed"):
+            top[key] = value
+        else:
+            raise ConfigError(
+                f"--set {key}: unknown key. Fix: use family, seed, or section.field with a section in {sorted(SECTIONS)}."
+            )
+    if family is not None:
+        top["family"] = family
+    if seed is not None:
+        top["seed"] = seed
+    if method is not None:
+        sections["allocator"]["method"] = method
+    if not isinstance(top["seed"], int) or top["seed"] < 0:
+        raise ConfigError(f"seed={top['seed']!r}: must be an integer >= 0. Fix: pass --seed 0 or another.")
+    for name in ("allocator", "sim"):
+        if "seed" in sections[name] and sections[name]["seed"] != top["seed"]:
+            raise ConfigError(f"{name}.seed is set apart from the run seed. Fix: set the run's seed (--seed) only.")
+        sections[name]["seed"] = top["seed"]
+    method_name = sections["allocator"].get("method", AllocatorConfig.method)
+    if method_name != "pc":
+        sections["allocator"].pop("n_pilot", None)  # a PC-only setting; GRPO/DAPO train n per prompt
+    built = {}
+    for name, cls in SECTIONS.items():
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(sections[name]) - known)
+        if unknown:
+            raise ConfigError(f"preset {preset!r}: {name} has unknown fields {unknown}. Fix: use {sorted(known)}.")
+        built[name] = cls(**_coerce(name, cls, sections[name]))
+    return RunConfig(preset=preset, family=str(top["family"]), seed=int(top["seed"]), **built)
+
+
+def from_dict(d: dict[str, Any]) -> RunConfig:
+    """Rebuild a stored resolved config (the store's ``runs.config_json``)."""
+    return RunConfig(
+        preset=d["preset"],
+        family=d["family"],
+        seed=int(d["seed"]),
+        allocator=AllocatorConfig.from_dict(d["allocator"]),
+        sim=SimConfig(**d["sim"]),
+        training=TrainingConfig(**d["training"]),
+    )

@@ -1,0 +1,314 @@
+"""The DuckDB catalog: runs, checkpoints and eval results in short transactions, views over the step logs.
+
+DuckDB lets one process hold a database file for writing and then no other process may open it, not even
+read-only (DESIGN.md section 5). So every connection here is short: open, do one thing, close. Writers and readers
+that find the file locked retry with backoff until ``lock_timeout_s``; the step logs themselves never touch the
+catalog, so SQL works while any number of runs write steps.
+
+User-supplied values (run names, families, prompt ids) reach SQL only as bound parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import duckdb
+
+from .schema import DDL, MIGRATIONS, SCHEMA_VERSION, STEP_TABLES, view_sql
+from .steplog import StepLogWriter, empty_tables
+
+log = logging.getLogger(__name__)
+
+
+class StoreError(RuntimeError):
+    """The store cannot do what was asked; the message says why and how to fix it."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    family: str
+    method: str
+    preset: str
+    seed: int
+    config: dict[str, Any]
+    config_hash: str
+    kind: str
+    lineage: dict[str, Any] | None = None
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class Store:
+    """A store at ``path`` (the catalog file); step logs live in ``<path>.runs/``."""
+
+    def __init__(self, path: str | Path, lock_timeout_s: float = 60.0) -> None:
+        self.path = Path(path).resolve()
+        self.runs_root = self.path.with_name(self.path.name + ".runs")
+        self.lock_timeout_s = lock_timeout_s
+
+    # ---- connections ----------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def connect(self, read_only: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
+        if read_only and not self.path.exists():
+            raise StoreError(
+                f"no store at {self.path}. Fix: write one first (e.g. `pilot-commit simulate --store {self.path}`) "
+                "or check the --store path."
+            )
+        deadline = time.monotonic() + self.lock_timeout_s
+        delay = 0.01
+        while True:
+            try:
+                con = duckdb.connect(str(self.path), read_only=read_only)
+                break
+            except duckdb.IOException as exc:  # "Could not set lock on file": another process holds it
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise StoreError(
+                        f"could not open {self.path} ({'read' if read_only else 'write'}): {exc}. Fix: close the other "
+                        "process holding the catalog for writing (a long `duckdb` shell session, say) and retry."
+                    ) from exc
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 0.5)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def init(self) -> "Store":
+        """Create or upgrade the catalog, refresh its views. Idempotent; safe while runs write step logs."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not (self.runs_root / "_schema" / "step-empty").exists():
+            StepLogWriter(self.runs_root / "_schema").write_dir("step-empty", empty_tables())
+        with self.connect(read_only=False) as con:
+            con.execute("BEGIN")
+            tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+            if "meta" in tables:
+                version = int(con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+            else:
+                version = None
+            if version is None:
+                for sql in DDL:
+                    con.execute(sql)
+                con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+            elif version > SCHEMA_VERSION:
+                con.execute("ROLLBACK")
+                raise StoreError(
+                    f"{self.path} has schema version {version}, newer than this pc-pipelines ({SCHEMA_VERSION}). "
+                    "Fix: upgrade pc-pipelines to read it (nothing was changed)."
+                )
+            else:
+                while version < SCHEMA_VERSION:
+                    if version not in MIGRATIONS:
+                        con.execute("ROLLBACK")
+                        raise StoreError(f"no upgrade path from schema version {version}. Fix: rebuild the store.")
+                    for sql in MIGRATIONS[version]:
+                        con.execute(sql)
+                    version += 1
+                    log.info("upgraded %s to schema version %d", self.path, version)
+                con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(version)])
+            for sql in view_sql(str(self.runs_root)):
+                con.execute(sql)
+            con.execute("COMMIT")
+        return self
+
+    def schema_version(self) -> int:
+        with self.connect() as con:
+            return int(con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+
+    # ---- runs -----------------------------------------------------------------------------------------------------
+    def run_dir(self, run_id: str) -> Path:
+        if not run_id or "/" in run_id or run_id.startswith((".", "_")):
+            raise StoreError(f"run id {run_id!r} cannot name a directory. Fix: use letters, digits, '-' and '_'.")
+        return self.runs_root / run_id
+
+    def register_run(self, run: RunRecord) -> Path:
+        """Insert the run, or mark an existing run with the same id as running again (resume / replay)."""
+        run_dir = self.run_dir(run.run_id)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        now = _now()
+        with self.connect(read_only=False) as con:
+            existing = con.execute("SELECT config_hash FROM runs WHERE run_id = ?", [run.run_id]).fetchone()
+            if existing and existing[0] != run.config_hash:
+                raise StoreError(
+                    f"run {run.run_id!r} already exists with a different config (hash {existing[0]} != "
+                    f"{run.config_hash}). Fix: pick another --run-name, or drop the old run's rows."
+                )
+            if existing:
+                con.execute(
+                    "UPDATE runs SET status = 'running', status_reason = NULL, updated_at = ? WHERE run_id = ?",
+                    [now, run.run_id],
+                )
+            else:
+                con.execute(
+                    "INSERT INTO runs (run_id, family, method, preset, seed, config_json, config_hash, lineage_json, "
+                    "kind, status, status_reason, compacted_through, run_dir, created_at, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', NULL, NULL, ?, ?, ?)",
+                    [
+                        run.run_id,
+                        run.family,
+                        run.method,
+                        run.preset,
+                        run.seed,
+                        json.dumps(run.config, sort_keys=True),
+                        run.config_hash,
+                        json.dumps(run.lineage) if run.lineage is not None else None,
+                        run.kind,
+                        str(run_dir),
+                        now,
+                        now,
+                    ],
+                )
+        return run_dir
+
+    def set_status(self, run_id: str, status: str, reason: str | None = None) -> None:
+        if status not in {"running", "finished", "failed", "paused"}:
+            raise StoreError(f"unknown run status {status!r}. Fix: use running, finished, failed or paused.")
+        with self.connect(read_only=False) as con:
+            con.execute(
+                "UPDATE runs SET status = ?, status_reason = ?, updated_at = ? WHERE run_id = ?",
+                [status, reason, _now(), run_id],
+            )
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        rows = self.query("SELECT * FROM runs WHERE run_id = ?", [run_id])
+        return rows[0] if rows else None
+
+    def writer(self, run_id: str) -> StepLogWriter:
+        return StepLogWriter(self.run_dir(run_id))
+
+    # ---- compaction --------------------------------------------------------------------------------------------
+    def compact(self, run_id: str, through: int | None = None) -> int:
+        """Move the run's steps ``<= through`` (default: all written) into the catalog; returns steps moved.
+
+        One transaction inserts the rows and raises the watermark, so readers switch from the files to the
+        catalog rows atomically; the step directories are deleted afterwards (cleanup only).
+        """
+        run_dir = self.run_dir(run_id)
+        dirs = sorted(run_dir.glob("step-*"))
+        written = [int(d.name.split("-", 1)[1]) for d in dirs]
+        if through is None:
+            through = max(written, default=-1)
+        with self.connect(read_only=False) as con:
+            con.execute("BEGIN")
+            row = con.execute("SELECT compacted_through FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            if row is None:
+                con.execute("ROLLBACK")
+                raise StoreError(f"no run {run_id!r} in {self.path}. Fix: check the run id (`pilot-commit runs`).")
+            low = -1 if row[0] is None else int(row[0])
+            todo = [d for d, n in zip(dirs, written) if low < n <= through]
+            if todo:
+                for table in STEP_TABLES:
+                    files = [str(d / f"{table}.parquet") for d in todo]
+                    con.execute(
+                        f"INSERT INTO compacted_{table} BY NAME SELECT * FROM read_parquet(?, union_by_name=true)", [files]
+                    )
+            if through > low:
+                con.execute("UPDATE runs SET compacted_through = ? WHERE run_id = ?", [through, run_id])
+            con.execute("COMMIT")
+        for d, n in zip(dirs, written):
+            if n <= through:
+                shutil.rmtree(d, ignore_errors=True)
+        return len(todo)
+
+    def reopen_after(self, run_id: str, step: int) -> None:
+        """Before replaying the steps after ``step``: forget their compacted rows, evals and files."""
+        with self.connect(read_only=False) as con:
+            con.execute("BEGIN")
+            for table in STEP_TABLES:
+                con.execute(f"DELETE FROM compacted_{table} WHERE run_id = ? AND step > ?", [run_id, step])
+            con.execute(
+                "UPDATE runs SET compacted_through = CASE WHEN compacted_through > ? THEN ? ELSE compacted_through END "
+                "WHERE run_id = ?",
+                [step, None if step < 0 else step, run_id],
+            )
+            con.execute("DELETE FROM eval_results WHERE run_id = ? AND step > ?", [run_id, step])
+            con.execute("COMMIT")
+        self.writer(run_id).truncate_after(step)
+
+    # ---- small tables -------------------------------------------------------------------------------------------
+    def add_eval_results(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Upsert eval rows: (run_id, step, benchmark, k, temperature, accuracy[, n_prompts])."""
+        if not rows:
+            return
+        now = _now()
+        with self.connect(read_only=False) as con:
+            con.executemany(
+                "INSERT OR REPLACE INTO eval_results (run_id, step, benchmark, k, temperature, accuracy, n_prompts, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    [r["run_id"], int(r["step"]), r["benchmark"], int(r.get("k", 1)), float(r.get("temperature", 0.0)),
+                     float(r["accuracy"]), r.get("n_prompts"), now]
+                    for r in rows
+                ],
+            )
+
+    def add_checkpoint(self, run_id: str, step: int, path: str) -> None:
+        with self.connect(read_only=False) as con:
+            con.execute(
+                "INSERT OR REPLACE INTO checkpoints (run_id, step, path, created_at) VALUES (?, ?, ?, ?)",
+                [run_id, step, path, _now()],
+            )
+
+    # ---- reading ----------------------------------------------------------------------------------------------
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        with self.connect(read_only=True) as con:
+            cur = con.execute(sql, params or [])
+            cols = [d[0] for d in cur.description]
+            return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+    def query_table(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[tuple]]:
+        with self.connect(read_only=True) as con:
+            cur = con.execute(sql, params or [])
+            return [d[0] for d in cur.description], cur.fetchall()
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        return self.query(
+            """SELECT r.run_id, r.family, r.method, r.preset, r.seed, r.kind, r.status,
+                      coalesce(s.steps, 0) AS steps, coalesce(s.sampled, 0) AS cumulative_sampled,
+                      coalesce(s.trained, 0) AS cumulative_trained, r.config_hash, r.status_reason
+               FROM runs r LEFT JOIN (
+                   SELECT run_id, count(*) AS steps, sum(sampled_rollouts) AS sampled, sum(trained_rollouts) AS trained
+                   FROM steps GROUP BY run_id) s USING (run_id)
+               ORDER BY r.family, r.method, r.seed, r.created_at"""
+        )
+
+    def report(self, family: str | None = None) -> dict[str, Any]:
+        """Rollouts-to-target per family and seed plus median ratios (paper Table 2)."""
+        rows = self.query(
+            "SELECT * FROM rollouts_to_target WHERE ? IS NULL OR family = ? ORDER BY family, seed", [family, family]
+        )
+        out: dict[str, Any] = {}
+        for r in rows:
+            fam = out.setdefault(r["family"], {"seeds": []})
+            fam["seeds"].append(
+                {
+                    "seed": r["seed"],
+                    "target": r["target"],
+                    "rollouts": {"grpo": r["grpo"], "dapo": r["dapo"], "pc": r["pc"]},
+                    "grpo_over_pc": r["grpo_over_pc"],
+                    "dapo_over_pc": r["dapo_over_pc"],
+                }
+            )
+        for fam in out.values():
+            for key in ("grpo_over_pc", "dapo_over_pc"):
+                vals = sorted(s[key] for s in fam["seeds"] if s[key] is not None)
+                fam[f"median_{key}"] = _median(vals)
+        return out
+
+
+def _median(vals: list[float]) -> float | None:
+    if not vals:
+        return None
+    m = len(vals) // 2
+    return vals[m] if len(vals) % 2 else (vals[m - 1] + vals[m]) / 2

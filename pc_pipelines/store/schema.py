@@ -1,0 +1,259 @@
+"""The store's logical schema: per-step Parquet tables, DuckDB tables, views, and the upgrade path.
+
+Layout of a store at ``PATH`` (e.g. ``benchmarks/out/efficiency.duckdb``)::
+
+    PATH                                  the DuckDB catalog: runs, checkpoints, eval_results, meta + views
+    PATH.runs/<run_id>/step-00000123/     one directory per step, renamed into place atomically:
+        steps.parquet                     one row: the step's ledger, loss, timings
+        prompt_observations.parquet       one row per observed group (pilot, commit, full group)
+        buffer_state.parquet              the replay buffer after the step's expiry
+        evictions.parquet                 prompts marked solved this step
+    PATH.runs/_schema/step-empty/         zero-row files so the views bind before any run exists
+
+Compaction: a query over a run must open every step file, so a 1000-step run costs 1000 file opens per query.
+``Store.compact(run_id, through)`` moves steps ``<= through`` into ``compacted_<table>`` catalog tables and sets
+``runs.compacted_through = through`` in ONE transaction; the views take catalog rows for steps at or below the
+watermark and Parquet rows above it, so a reader never sees a step twice or not at all, whatever moment it reads.
+Deleting the compacted step directories afterwards is only cleanup. A replay of steps after ``k`` (resume from an
+earlier checkpoint) first lowers the watermark to ``k`` and drops the compacted rows above it
+(``Store.reopen_after``).
+
+Versioning: ``meta.schema_version`` is the catalog's version. A writable open of an older catalog runs the
+migrations in ``MIGRATIONS`` in order (each one SQL script, in one transaction); a catalog newer than this code is
+refused with an error saying to upgrade. Parquet files carry no version: views read them with
+``union_by_name=true``, so a column added later reads as NULL in older step files.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 2
+
+STEP_TABLES: dict[str, pa.Schema] = {
+    "steps": pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("step", pa.int64()),
+            ("epoch", pa.int64()),
+            ("rounds", pa.int32()),
+            ("engine_calls", pa.int32()),
+            ("sampled_rollouts", pa.int64()),
+            ("pilot_rollouts", pa.int64()),
+            ("commit_rollouts", pa.int64()),
+            ("full_rollouts", pa.int64()),
+            ("trained_rollouts", pa.int64()),
+            ("trained_prompts", pa.int32()),
+            ("prompts_consumed", pa.int32()),
+            ("kept", pa.int32()),
+            ("skipped_easy", pa.int32()),
+            ("deferred_hard", pa.int32()),
+            ("surplus", pa.int32()),
+            ("evicted", pa.int32()),
+            ("buffer_size", pa.int32()),
+            ("buffer_adds", pa.int32()),
+            ("buffer_pops", pa.int32()),
+            ("buffer_expired", pa.int32()),
+            ("shortfall", pa.bool_()),
+            ("band_lower", pa.float64()),
+            ("band_upper", pa.float64()),
+            ("mean_reward_std", pa.float64()),
+            ("informative_share", pa.float64()),
+            ("mean_lag", pa.float64()),
+            ("max_lag", pa.int32()),
+            ("loss", pa.float64()),  # NULL for simulated runs
+            ("mean_reward", pa.float64()),
+            ("time_generate_s", pa.float64()),
+            ("time_reward_s", pa.float64()),
+            ("time_update_s", pa.float64()),
+            ("time_bookkeeping_s", pa.float64()),
+            ("written_at", pa.timestamp("us", tz="UTC")),
+        ]
+    ),
+    "prompt_observations": pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("step", pa.int64()),
+            ("round", pa.int16()),
+            ("call", pa.int16()),
+            ("prompt_id", pa.int64()),
+            ("stage", pa.string()),  # pilot | commit | full
+            ("n", pa.int32()),
+            ("n_correct", pa.float64()),
+            ("p_hat", pa.float64()),
+            ("decision", pa.string()),  # kept | skipped_easy | deferred_hard | trained | surplus
+            ("evicted", pa.bool_()),  # independent of decision
+            ("lag", pa.int32()),
+        ]
+    ),
+    "buffer_state": pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("step", pa.int64()),
+            ("entry_id", pa.int64()),
+            ("prompt_id", pa.int64()),
+            ("born", pa.int64()),
+            ("n_pilot", pa.int32()),
+            ("pilot_correct", pa.float64()),
+            ("pilot_std", pa.float64()),
+        ]
+    ),
+    "evictions": pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("step", pa.int64()),
+            ("prompt_id", pa.int64()),
+            ("effective_epoch", pa.int64()),  # first epoch the prompt is no longer streamed in
+        ]
+    ),
+}
+
+# The catalog's own tables at the current version (what a fresh store gets).
+DDL = [
+    "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
+    """CREATE TABLE IF NOT EXISTS runs (
+        run_id VARCHAR PRIMARY KEY,
+        family VARCHAR NOT NULL,
+        method VARCHAR NOT NULL,
+        preset VARCHAR NOT NULL,
+        seed BIGINT NOT NULL,
+        config_json VARCHAR NOT NULL,
+        config_hash VARCHAR NOT NULL,
+        lineage_json VARCHAR,
+        kind VARCHAR NOT NULL,            -- simulate | train
+        status VARCHAR NOT NULL,          -- running | finished | failed | paused
+        status_reason VARCHAR,            -- v2: why a run failed or was paused
+        compacted_through BIGINT,         -- v2: steps <= this live in compacted_* tables (NULL: none)
+        run_dir VARCHAR NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL,
+        updated_at TIMESTAMPTZ NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS checkpoints (
+        run_id VARCHAR NOT NULL,
+        step BIGINT NOT NULL,
+        path VARCHAR NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (run_id, step)
+    )""",
+    """CREATE TABLE IF NOT EXISTS eval_results (
+        run_id VARCHAR NOT NULL,
+        step BIGINT NOT NULL,             -- evaluated after this step's update; -1 = before training
+        benchmark VARCHAR NOT NULL,
+        k INTEGER NOT NULL,               -- samples per prompt (mean@k)
+        temperature DOUBLE NOT NULL,
+        accuracy DOUBLE NOT NULL,
+        n_prompts INTEGER,
+        created_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (run_id, step, benchmark)
+    )""",
+]
+
+# Version 1 as released, kept verbatim so tests can build an old store and exercise the upgrade.
+DDL_V1_RUNS = """CREATE TABLE runs (
+        run_id VARCHAR PRIMARY KEY, family VARCHAR NOT NULL, method VARCHAR NOT NULL, preset VARCHAR NOT NULL,
+        seed BIGINT NOT NULL, config_json VARCHAR NOT NULL, config_hash VARCHAR NOT NULL, lineage_json VARCHAR,
+        kind VARCHAR NOT NULL, status VARCHAR NOT NULL, run_dir VARCHAR NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL)"""
+
+
+def _duck_type(t: pa.DataType) -> str:
+    if pa.types.is_string(t):
+        return "VARCHAR"
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    if pa.types.is_floating(t):
+        return "DOUBLE"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ"
+    if pa.types.is_int16(t):
+        return "SMALLINT"
+    if pa.types.is_int32(t):
+        return "INTEGER"
+    return "BIGINT"
+
+
+COMPACTED_DDL = [
+    f"CREATE TABLE IF NOT EXISTS compacted_{name} ("
+    + ", ".join(f"{f.name} {_duck_type(f.type)}" for f in schema)
+    + ")"
+    for name, schema in STEP_TABLES.items()
+]
+DDL += COMPACTED_DDL
+
+# from_version -> SQL run to reach from_version + 1.
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        "ALTER TABLE runs ADD COLUMN status_reason VARCHAR",
+        "ALTER TABLE runs ADD COLUMN compacted_through BIGINT",
+        *COMPACTED_DDL,
+    ],
+}
+
+
+def view_sql(runs_root: str) -> list[str]:
+    """Views over the step files (absolute glob, refreshed at every writable open) and the catalog tables."""
+    root = runs_root.replace("'", "''")
+
+    def parquet(table: str) -> str:
+        return f"read_parquet('{root}/*/step-*/{table}.parquet', union_by_name=true)"
+
+    # Catalog rows at or below each run's watermark, Parquet rows above it: every step exactly once.
+    sqls = [
+        f"""CREATE OR REPLACE VIEW {t} AS
+            SELECT * FROM compacted_{t}
+            UNION ALL BY NAME
+            SELECT p.* FROM {parquet(t)} p
+            WHERE p.step > coalesce((SELECT r.compacted_through FROM runs r WHERE r.run_id = p.run_id), -1)"""
+        for t in STEP_TABLES
+    ]
+    sqls += [
+        """CREATE OR REPLACE VIEW pass_rate_history AS
+           SELECT run_id, prompt_id, step, round, stage, n, n_correct, p_hat, decision, evicted, lag
+           FROM prompt_observations""",
+        """CREATE OR REPLACE VIEW step_costs AS
+           SELECT run_id, step, sampled_rollouts, trained_rollouts, pilot_rollouts, commit_rollouts, full_rollouts,
+                  sum(sampled_rollouts) OVER w AS cumulative_sampled,
+                  sum(trained_rollouts) OVER w AS cumulative_trained
+           FROM steps
+           WINDOW w AS (PARTITION BY run_id ORDER BY step ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)""",
+        # Average accuracy = mean over the run's benchmarks at each eval step; cost = cumulative sampled
+        # rollouts through that step (0 before training).
+        """CREATE OR REPLACE VIEW eval_curve AS
+           SELECT e.run_id, r.family, r.method, r.seed, e.step, avg(e.accuracy) AS accuracy,
+                  coalesce(max(c.cumulative_sampled), 0) AS cumulative_sampled,
+                  coalesce(max(c.cumulative_trained), 0) AS cumulative_trained
+           FROM eval_results e JOIN runs r USING (run_id)
+           LEFT JOIN step_costs c ON c.run_id = e.run_id AND c.step = e.step
+           GROUP BY e.run_id, r.family, r.method, r.seed, e.step""",
+        # Paper Table 2, per family and seed (the latest run of each method): target = min(GRPO peak, PC peak);
+        # each method's cumulative sampled rollouts at its first eval at or above the target (NULL = never).
+        """CREATE OR REPLACE VIEW rollouts_to_target AS
+           WITH latest AS (
+               SELECT run_id FROM runs
+               QUALIFY row_number() OVER (PARTITION BY family, method, seed ORDER BY created_at DESC, run_id) = 1),
+           curve AS (SELECT * FROM eval_curve WHERE run_id IN (SELECT run_id FROM latest)),
+           peaks AS (SELECT family, seed, method, max(accuracy) AS peak FROM curve GROUP BY ALL),
+           targets AS (
+               -- DuckDB's least() skips NULLs: without a GRPO or a PC run there is no target at all.
+               SELECT family, seed,
+                      CASE WHEN count(*) FILTER (WHERE method = 'grpo') > 0 AND count(*) FILTER (WHERE method = 'pc') > 0
+                           THEN least(max(peak) FILTER (WHERE method = 'grpo'), max(peak) FILTER (WHERE method = 'pc'))
+                      END AS target
+               FROM peaks GROUP BY ALL),
+           hits AS (
+               SELECT c.family, c.seed, c.method,
+                      min(c.cumulative_sampled) FILTER (WHERE c.accuracy >= t.target - 1e-12) AS rollouts
+               FROM curve c JOIN targets t USING (family, seed) GROUP BY ALL)
+           SELECT t.family, t.seed, t.target,
+                  max(h.rollouts) FILTER (WHERE h.method = 'grpo') AS grpo,
+                  max(h.rollouts) FILTER (WHERE h.method = 'dapo') AS dapo,
+                  max(h.rollouts) FILTER (WHERE h.method = 'pc') AS pc,
+                  max(h.rollouts) FILTER (WHERE h.method = 'grpo')::DOUBLE
+                      / nullif(max(h.rollouts) FILTER (WHERE h.method = 'pc'), 0) AS grpo_over_pc,
+                  max(h.rollouts) FILTER (WHERE h.method = 'dapo')::DOUBLE
+                      / nullif(max(h.rollouts) FILTER (WHERE h.method = 'pc'), 0) AS dapo_over_pc
+           FROM targets t LEFT JOIN hits h USING (family, seed)
+           WHERE t.target IS NOT NULL
+           GROUP BY t.family, t.seed, t.target""",
+    ]
+    return sqls
