@@ -20,7 +20,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/pilot-commit demo
+	$(BIN)/pilot-commit demo --store runs/demo.duckdb
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

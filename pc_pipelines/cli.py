@@ -186,15 +186,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for m in methods:
         rc = run_config(args, method=m)
-        sim = Simulation(rc.allocator, rc.sim)
-        acc, cum, std, multi = [], [], [], 0
+        if args.store:
+            from .sim_runs import record_simulation
+
+            steps_iter = (r.sim_step for r in record_simulation(rc, Store(args.store), args.steps))
+        else:
+            steps_iter = Simulation(rc.allocator, rc.sim).run(args.steps)
+        acc, cum, std, multi, evicted = [], [], [], 0, 0
         with _progress(args.steps, f"demo {m:>6}", enabled=True) as bar:
-            for st in sim.run(args.steps):
+            for st in steps_iter:
                 led = st.outcome.ledger
                 acc.append(st.accuracy)
                 cum.append(st.cumulative_sampled)
                 std.append(led.mean_reward_std)
                 multi += led.rounds > 1
+                evicted += led.evicted
                 bar.update(1)
         curves[m] = (np.asarray(acc), np.asarray(cum))
         rows.append(
@@ -203,7 +209,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 "sampled": cum[-1],
                 "trained": st.cumulative_trained,
                 "reward_std": float(np.mean(std)),
-                "evicted": sim.allocator.stream.evicted_count,
+                "evicted": evicted,
                 "multi_round": multi / args.steps,
                 "accuracy": acc[-1],
             }
@@ -238,6 +244,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "cost over PC's (GRPO/PC and DAPO/PC as in the paper's Table 2). The simulator is a harness for the "
         "allocator, not a claim about model accuracy: see `pilot-commit simulate --help`.\n"
     )
+    if args.store:
+        out.write(
+            f"\nThe runs are recorded in {args.store}. Ask it, e.g.:\n"
+            f"  pilot-commit runs --store {args.store}\n"
+            f"  pilot-commit report --store {args.store}\n"
+            f'  pilot-commit sql --store {args.store} "SELECT decision, count(*) FROM prompt_observations '
+            "WHERE stage = 'pilot' GROUP BY ALL\"\n"
+        )
     return 0
 
 
@@ -351,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="GRPO vs DAPO vs PC (vs oracle) in the simulator, side by side")
     _add_config_args(p, with_method=False)
     _add_sim_args(p, steps=300)
+    p.add_argument("--store", help="also record the runs in this store (a DuckDB file)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("sql", help="run a read-only SQL query against a store (works while runs write)")
