@@ -13,11 +13,11 @@ is what makes the determinism and checkpoint round-trip tests meaningful.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from hypothesis import strategies as st
 
 from pc_pipelines.allocation import Allocator, AllocatorConfig, EngineCall, Stage, StepOutcome
 
@@ -245,13 +245,7 @@ def pc_config(**kw) -> AllocatorConfig:
     return AllocatorConfig(**base)
 
 
-def isclose(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=0, abs_tol=1e-12)
-
-
 # ---- hypothesis strategies -----------------------------------------------------------------------------------
-from hypothesis import strategies as st  # noqa: E402
-
 
 @st.composite
 def scenarios(draw, methods=("pc", "grpo", "dapo"), max_pool=300, evict=None, binding=None, max_steps=8):

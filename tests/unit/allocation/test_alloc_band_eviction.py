@@ -161,7 +161,7 @@ def _assign_epochs(seed, m, start, prompts):
     return out, (e, j)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 2**16),
     rates_seed=st.integers(0, 2**16),

@@ -28,7 +28,7 @@ from alloc_fakes import (  # noqa: E402
 
 from pc_pipelines.allocation import Allocator, AllocatorConfig, Decision, Stage  # noqa: E402
 
-FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # ---- 1. the ledger equals what the engine returned ------------------------------------------------------------
@@ -63,24 +63,25 @@ def test_ledger_equals_what_the_engine_returned(scenario, fmt, use_session):
             assert abs(led.mean_reward_std - float(np.mean(stds))) < 1e-9
             assert led.informative_share == float(np.mean([g.rewards.max() > g.rewards.min() for g in out.groups]))
             assert led.mean_lag == float(np.mean([g.lag for g in out.groups]))
-        assert 1 <= led.rounds <= cfg.max_rounds
+        assert 0 <= led.rounds <= cfg.max_rounds
+        exhausted = alloc.stream.live_count() == 0  # pool fully evicted: a step may then have no round at all
+        if not exhausted:
+            assert led.rounds >= 1
         if calls:
             assert [c.round for c in calls] == sorted(c.round for c in calls)
             assert max(c.round for c in calls) <= led.rounds
 
-        exhausted = alloc.stream.live_count() == 0  # pool fully evicted: see test_alloc_known_bugs.py
         if cfg.method == "grpo":
             assert led.rounds == 1
         if cfg.method == "pc":
             assert led.full_rollouts == 0
-            if not cfg.binding:
-                assert led.engine_calls <= 2 * led.rounds
-            elif not exhausted:
+            if cfg.binding:
                 assert led.rounds == led.engine_calls
+            else:
+                assert led.rounds <= led.engine_calls <= 2 * led.rounds
         else:
             assert led.pilot_rollouts == 0 and led.commit_rollouts == 0
-            if not exhausted:
-                assert led.rounds == led.engine_calls
+            assert led.rounds == led.engine_calls
 
         # one rollout-id counter: every call owns the next contiguous block of ids
         for c in calls:
@@ -226,6 +227,10 @@ def test_whole_pool_evicted_does_not_loop(binding):
         assert out.step == t and alloc.step == t + 1
         assert out.groups == [] and out.ledger.shortfall
         assert out.ledger.rounds <= cfg.max_rounds
+        if binding:
+            assert out.ledger.rounds == out.ledger.engine_calls
+        else:
+            assert out.ledger.rounds <= out.ledger.engine_calls <= 2 * out.ledger.rounds
     assert alloc.stream.evicted_count == 20 and alloc.stream.live_count() == 0
     piloted = {int(p) for r in engine.records for p in r.prompt_ids}
     assert piloted == set(range(20))

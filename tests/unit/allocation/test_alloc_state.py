@@ -58,7 +58,7 @@ def check_round_trip(cfg, pool, rule, k, m, fmt="list"):
     return original
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     scenario=scenarios(max_steps=1),
     k=st.integers(0, 6),

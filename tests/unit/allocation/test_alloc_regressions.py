@@ -1,7 +1,8 @@
-"""Focused reproductions of allocator bugs found while writing the allocation test suite.
+"""Regression tests: focused reproductions of allocator bugs found while writing the allocation test suite.
 
-Each test states the contract it checks and fails on the code as found (see the report that accompanies this
-file). They are deliberately minimal: one allocator, a scripted engine, one assertion that matters.
+Each test states the contract it checks. All four failed on the allocator as first reviewed (aliased flat reward
+arrays, a phantom round on an exhausted pool, finish() twice, buffered pilot sums recomputed on load) and pass
+once fixed. They are deliberately minimal: one allocator, a scripted engine, one assertion that matters.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ def test_engine_reusing_its_flat_reward_array_does_not_corrupt_buffered_pilots()
     """Contract (types.py, DESIGN.md 3): a trained group's rewards are the rewards the engine returned for its ids.
 
     An engine that hands back the same preallocated float64 array every call (a common pooling pattern) must not
-    change rewards the allocator already observed: CallResult keeps ``rewards.astype(float64, copy=False)`` (a view
-    of the caller's array) and BufferEntry.rewards / TrainedGroup.reward_parts are slices of it.
+    change rewards the allocator already observed. The bug: CallResult kept ``rewards.astype(float64, copy=False)``
+    (a view of the caller's array) and BufferEntry.rewards / TrainedGroup.reward_parts were slices of it.
     """
     cfg = AllocatorConfig(method="pc", train_batch=2, n=4, n_pilot=2, oversample=1.0, seed=0)
     alloc = Allocator(cfg, num_prompts=20)
@@ -51,8 +52,8 @@ def test_engine_reusing_its_flat_reward_array_does_not_corrupt_buffered_pilots()
 def test_rounds_equal_engine_calls_when_the_pool_is_exhausted():
     """Contract (StepLedger.rounds, DESIGN.md 3): with binding on a round is exactly one engine call.
 
-    When eviction has emptied the pool, PC/DAPO/GRPO call ``ctx.begin_round()`` before discovering that the stream
-    has nothing left and then stop without a call, so the ledger counts a round that generated nothing.
+    The bug: when eviction had emptied the pool, PC/DAPO/GRPO called ``ctx.begin_round()`` before discovering that
+    the stream had nothing left and stopped without a call, so the ledger counted a round that generated nothing.
     """
     cfg = AllocatorConfig(method="pc", train_batch=2, n=4, n_pilot=2, oversample=1.0, seed=0)
     alloc = Allocator(cfg, num_prompts=4)
@@ -63,8 +64,8 @@ def test_rounds_equal_engine_calls_when_the_pool_is_exhausted():
 
 
 def test_finish_twice_does_not_advance_the_step_twice():
-    """Contract (StepSession): one session is one step. A second finish() on the same session re-runs the
-    buffer expiry and advances ``allocator.step`` again (it should raise AllocatorError)."""
+    """Contract (StepSession): one session is one step. The bug: a second finish() on the same session re-ran
+    the buffer expiry and advanced ``allocator.step`` again; it must raise AllocatorError instead."""
     alloc = Allocator(AllocatorConfig(method="grpo", train_batch=2, n=2), num_prompts=4)
     session = alloc.begin_step()
     while (call := session.next_call()) is not None:
@@ -79,9 +80,10 @@ def test_finish_twice_does_not_advance_the_step_twice():
 def test_checkpoint_keeps_buffered_pilot_statistics_bit_for_bit():
     """Contract (allocator.py docstring, criterion 7): state round-trips and the run continues identically.
 
-    admit() caches BufferEntry.reward_sum / reward_sq from CallResult (np.add.reduceat: sequential sums), but
-    BufferEntry.from_dict recomputes them with rewards.sum() / np.dot (pairwise / BLAS order). With partial-credit
-    rewards the two differ in the last bit, so the restored allocator's ledger.mean_reward_std differs.
+    The bug: admit() cached BufferEntry.reward_sum / reward_sq from CallResult (np.add.reduceat: sequential sums),
+    but BufferEntry.from_dict recomputed them with rewards.sum() / np.dot (pairwise / BLAS order). With
+    partial-credit rewards the two differ in the last bit, so the restored allocator's ledger.mean_reward_std
+    differed from the original's.
     """
     pilot = np.array([0.6, 0.3, 0.0, 0.0, 0.8, 0.9, 0.6, 0.7])  # p_hat 0.4875, in band; sum of squares differs
     assert np.add.reduceat(pilot * pilot, [0])[0] != float(np.dot(pilot, pilot))
