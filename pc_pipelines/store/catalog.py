@@ -57,6 +57,11 @@ class Store:
         self.path = Path(path).resolve()
         self.runs_root = self.path.with_name(self.path.name + ".runs")
         self.lock_timeout_s = lock_timeout_s
+        if any(c in str(self.runs_root) for c in "[]"):
+            raise StoreError(
+                f"store path {self.path} contains '[' or ']', which DuckDB's file globs read as a character class, so "
+                "the views could never find the step files. Fix: put the store in a directory without brackets."
+            )
 
     # ---- connections ----------------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -120,6 +125,7 @@ class Store:
             for sql in view_sql(str(self.runs_root)):
                 con.execute(sql)
             con.execute("COMMIT")
+        self.vacuum()  # step files of earlier runs that compaction left for later
         return self
 
     def schema_version(self) -> int:
@@ -216,10 +222,30 @@ class Store:
             if through > low:
                 con.execute("UPDATE runs SET compacted_through = ? WHERE run_id = ?", [through, run_id])
             con.execute("COMMIT")
+        # Delete only what an EARLIER compaction made invisible: a reader may have globbed the directories we just
+        # compacted a moment ago and still be opening them. The latest batch goes at the next compaction or vacuum.
         for d, n in zip(dirs, written):
-            if n <= through:
+            if n <= low:
                 shutil.rmtree(d, ignore_errors=True)
         return len(todo)
+
+    def vacuum(self, run_id: str | None = None) -> int:
+        """Delete step directories already compacted into the catalog (all runs, or one). Returns how many."""
+        runs = self.query(
+            "SELECT run_id, compacted_through FROM runs WHERE compacted_through IS NOT NULL AND (? IS NULL OR run_id = ?)",
+            [run_id, run_id],
+        )
+        removed = 0
+        for r in runs:
+            for d in self.run_dir(r["run_id"]).glob("step-*"):
+                try:
+                    n = int(d.name.split("-", 1)[1])
+                except ValueError:
+                    continue
+                if n <= r["compacted_through"]:
+                    shutil.rmtree(d, ignore_errors=True)
+                    removed += 1
+        return removed
 
     def reopen_after(self, run_id: str, step: int) -> None:
         """Before replaying the steps after ``step``: forget their compacted rows, evals and files."""
@@ -262,15 +288,23 @@ class Store:
 
     # ---- reading ----------------------------------------------------------------------------------------------
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
-        with self.connect(read_only=True) as con:
-            cur = con.execute(sql, params or [])
-            cols = [d[0] for d in cur.description]
-            return [dict(zip(cols, row)) for row in cur.fetchall()]
+        cols, rows = self.query_table(sql, params)
+        return [dict(zip(cols, row)) for row in rows]
 
     def query_table(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[tuple]]:
-        with self.connect(read_only=True) as con:
-            cur = con.execute(sql, params or [])
-            return [d[0] for d in cur.description], cur.fetchall()
+        """Run a read-only query. A step file that vanished between the views' glob and its open (a replayed step
+        renamed aside, a compacted step deleted) is a moment's race, not an error: the query is retried."""
+        deadline = time.monotonic() + self.lock_timeout_s
+        while True:
+            try:
+                with self.connect(read_only=True) as con:
+                    cur = con.execute(sql, params or [])
+                    return [d[0] for d in cur.description], cur.fetchall()
+            except duckdb.IOException as exc:
+                # Each retry re-globs, so it converges as soon as the deleting or replaying writer is done.
+                if str(self.runs_root) not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005 + 0.02 * random.random())
 
     def list_runs(self) -> list[dict[str, Any]]:
         return self.query(

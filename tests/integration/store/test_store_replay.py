@@ -1,0 +1,173 @@
+"""Replayed steps and replayed runs never double rows; runs carry their resolved config."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from pc_pipelines.config import from_dict, resolve
+from pc_pipelines.sim_runs import SIM_BENCHMARK, record_simulation
+from pc_pipelines.store import STEP_TABLES, RunRecord, Store, StoreError
+
+pytestmark = pytest.mark.integration
+
+SMALL = {"sim.num_prompts": 3000, "sim.eval_prompts": 200, "allocator.train_batch": 16, "allocator.n": 8,
+         "allocator.n_pilot": 2, "training.eval_every": 3}
+
+
+def record(run_id="r1", family="fam", method="pc", seed=0):
+    return RunRecord(run_id=run_id, family=family, method=method, preset="hand", seed=seed, config={"a": 1},
+                     config_hash="h1", kind="simulate")
+
+
+def hand_tables(run_id: str, step: int, sampled: int, prompts: list[tuple[int, float]]) -> dict[str, pa.Table]:
+    return {
+        "steps": pa.Table.from_pylist([{"run_id": run_id, "step": step, "sampled_rollouts": sampled,
+                                        "trained_rollouts": sampled // 2}], schema=STEP_TABLES["steps"]),
+        "prompt_observations": pa.Table.from_pylist(
+            [{"run_id": run_id, "step": step, "prompt_id": pid, "stage": "pilot", "n": 4, "n_correct": nc,
+              "p_hat": nc / 4, "decision": "kept", "evicted": False, "lag": 0} for pid, nc in prompts],
+            schema=STEP_TABLES["prompt_observations"]),
+        "buffer_state": pa.Table.from_pylist([{"run_id": run_id, "step": step, "entry_id": sampled, "prompt_id": 1}],
+                                             schema=STEP_TABLES["buffer_state"]),
+        "evictions": STEP_TABLES["evictions"].empty_table(),
+    }
+
+
+def small_config(method="pc", seed=0, **extra):
+    return resolve("simulator", {**SMALL, **extra}, method=method, seed=seed)
+
+
+# ---- a replayed step ---------------------------------------------------------------------------------------------
+def test_replayed_step_leaves_one_copy_with_the_second_content(tmp_path):
+    st = Store(tmp_path / "s.duckdb").init()
+    st.register_run(record())
+    w = st.writer("r1")
+    w.write_step(0, hand_tables("r1", 0, 10, [(1, 1.0)]))
+    w.write_step(1, hand_tables("r1", 1, 11, [(1, 2.0), (2, 0.0)]))
+    assert st.query("SELECT step, sampled_rollouts FROM steps ORDER BY step") == [
+        {"step": 0, "sampled_rollouts": 10}, {"step": 1, "sampled_rollouts": 11}]
+
+    # step 1 replayed after a "crash", with different content
+    w2 = st.writer("r1")
+    w2.write_step(1, hand_tables("r1", 1, 99, [(3, 3.0), (4, 4.0), (5, 1.0)]))
+
+    assert st.query("SELECT step, sampled_rollouts FROM steps ORDER BY step") == [
+        {"step": 0, "sampled_rollouts": 10}, {"step": 1, "sampled_rollouts": 99}]
+    obs = st.query("SELECT prompt_id, n_correct, p_hat FROM prompt_observations WHERE step = 1 ORDER BY prompt_id")
+    assert obs == [{"prompt_id": 3, "n_correct": 3.0, "p_hat": 0.75}, {"prompt_id": 4, "n_correct": 4.0, "p_hat": 1.0},
+                   {"prompt_id": 5, "n_correct": 1.0, "p_hat": 0.25}]
+    assert st.query("SELECT entry_id FROM buffer_state WHERE step = 1") == [{"entry_id": 99}]
+    assert st.query("SELECT cumulative_sampled FROM step_costs ORDER BY step") == [
+        {"cumulative_sampled": 10}, {"cumulative_sampled": 109}]
+    assert sorted(p.name for p in st.run_dir("r1").iterdir()) == ["step-00000000", "step-00000001"]
+
+
+def test_many_replays_of_the_same_steps_stay_single(tmp_path):
+    st = Store(tmp_path / "s.duckdb").init()
+    st.register_run(record())
+    w = st.writer("r1")
+    for attempt in range(4):
+        for step in range(5):
+            w.write_step(step, hand_tables("r1", step, 100 * attempt + step, [(step, 1.0)]))
+    rows = st.query("SELECT count(*) AS n, count(DISTINCT step) AS d, sum(sampled_rollouts) AS s FROM steps")
+    assert rows == [{"n": 5, "d": 5, "s": 300 * 5 + sum(range(5))}]
+    assert st.query("SELECT count(*) AS n FROM prompt_observations") == [{"n": 5}]
+
+
+# ---- a replayed run -----------------------------------------------------------------------------------------------
+def per_run_counts(st: Store) -> dict[str, tuple[int, int]]:
+    rows = st.query("SELECT run_id, count(*) AS n, count(DISTINCT step) AS d FROM steps GROUP BY run_id")
+    return {r["run_id"]: (r["n"], r["d"]) for r in rows}
+
+
+def test_record_simulation_twice_with_the_same_run_id_has_no_doubled_steps(tmp_path):
+    st = Store(tmp_path / "s.duckdb")
+    cfg = small_config()
+    first = list(record_simulation(cfg, st, 10, run_id="replayed"))
+    sampled_first = [r.sim_step.outcome.ledger.sampled_rollouts for r in first]
+    second = list(record_simulation(cfg, st, 10, run_id="replayed"))
+    # the simulator is deterministic: the replay wrote the same steps again, once each
+    assert [r.sim_step.outcome.ledger.sampled_rollouts for r in second] == sampled_first
+    assert per_run_counts(st) == {"replayed": (10, 10)}
+    steps = st.query("SELECT step, sampled_rollouts FROM steps ORDER BY step")
+    assert [r["step"] for r in steps] == list(range(10))
+    assert [r["sampled_rollouts"] for r in steps] == sampled_first
+    evals = st.query("SELECT step, count(*) AS n FROM eval_results GROUP BY step ORDER BY step")
+    assert evals == [{"step": s, "n": 1} for s in (-1, 2, 5, 8, 9)]  # eval_every=3, and the last step
+    run = st.get_run("replayed")
+    assert run["status"] == "finished" and run["status_reason"] is None
+    assert len(st.query("SELECT * FROM runs")) == 1
+
+    # a shorter replay forgets the steps (and evals) it did not redo
+    list(record_simulation(cfg, st, 4, run_id="replayed"))
+    assert per_run_counts(st) == {"replayed": (4, 4)}
+    assert [r["step"] for r in st.query("SELECT step FROM eval_results ORDER BY step")] == [-1, 2, 3]
+
+
+def test_replays_of_several_runs_stay_separate(tmp_path):
+    st = Store(tmp_path / "s.duckdb")
+    for method in ("grpo", "pc"):
+        cfg = small_config(method=method)
+        for _ in range(2):
+            list(record_simulation(cfg, st, 6))
+    counts = per_run_counts(st)
+    assert len(counts) == 2 and all(v == (6, 6) for v in counts.values())
+    assert set(counts) == {small_config(method=m).default_run_id() for m in ("grpo", "pc")}
+
+
+def test_same_run_id_with_another_config_is_refused(tmp_path):
+    st = Store(tmp_path / "s.duckdb")
+    list(record_simulation(small_config(), st, 2, run_id="x"))
+    with pytest.raises(StoreError, match="different config"):
+        list(record_simulation(small_config(**{"allocator.p_upper": 0.875}), st, 2, run_id="x"))
+    assert per_run_counts(st) == {"x": (2, 2)}
+    assert st.get_run("x")["status"] == "finished"
+
+
+def test_interrupted_simulation_is_marked_failed_with_a_reason(tmp_path):
+    st = Store(tmp_path / "s.duckdb")
+    gen = record_simulation(small_config(), st, 50, run_id="cut")
+    for i, _ in enumerate(gen):
+        if i == 2:
+            break
+    gen.close()
+    run = st.get_run("cut")
+    assert (run["status"], run["status_reason"]) == ("failed", "interrupted")
+    assert per_run_counts(st) == {"cut": (3, 3)}
+
+
+def test_resolved_config_is_stored_with_the_run(tmp_path):
+    st = Store(tmp_path / "s.duckdb")
+    cfg = small_config(method="dapo", seed=4, **{"training.lr": 3.0e-6})
+    list(record_simulation(cfg, st, 3))
+    run = st.get_run(cfg.default_run_id())
+    assert (run["family"], run["method"], run["preset"], run["seed"], run["kind"]) == ("sim", "dapo", "simulator", 4,
+                                                                                       "simulate")
+    assert run["config_hash"] == cfg.config_hash
+    back = from_dict(json.loads(run["config_json"]))
+    assert back == cfg and back.config_hash == cfg.config_hash
+    assert back.training.lr == 3.0e-6 and back.sim.num_prompts == 3000
+    acc = st.query("SELECT accuracy, temperature, n_prompts FROM eval_results WHERE step = -1 AND benchmark = ?",
+                   [SIM_BENCHMARK])
+    assert acc[0]["temperature"] == cfg.training.eval_temperature and acc[0]["n_prompts"] == 200
+
+
+def test_set_status_refuses_unknown_statuses(tmp_path):
+    st = Store(tmp_path / "s.duckdb").init()
+    st.register_run(record())
+    with pytest.raises(StoreError, match="unknown run status"):
+        st.set_status("r1", "exploded")
+    st.set_status("r1", "paused", "preempted")
+    assert st.get_run("r1")["status_reason"] == "preempted"
+    st.register_run(record())  # resume: running again, reason cleared
+    assert (st.get_run("r1")["status"], st.get_run("r1")["status_reason"]) == ("running", None)
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", ".hidden", "_schema", "../up"])
+def test_run_ids_that_cannot_name_a_directory_are_refused(tmp_path, bad):
+    st = Store(tmp_path / "s.duckdb").init()
+    with pytest.raises(StoreError, match="cannot name a directory"):
+        st.register_run(record(run_id=bad))

@@ -1,0 +1,148 @@
+"""Catalog versioning: a version-1 catalog is upgraded in place, a newer one is refused untouched."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import pytest
+
+import pyarrow as pa
+
+from pc_pipelines.store import SCHEMA_VERSION, STEP_TABLES, RunRecord, Store, StoreError
+from pc_pipelines.store import schema
+
+pytestmark = pytest.mark.integration
+
+T0 = dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+V1_ROW = ["old-run", "fam", "pc", "paper", 0, '{"seed": 0}', "abc123", None, "simulate", "finished", "/somewhere",
+          T0, T0]
+
+
+def step_tables(run_id: str, step: int) -> dict[str, pa.Table]:
+    steps = pa.Table.from_pylist([{"run_id": run_id, "step": step, "sampled_rollouts": 10}],
+                                 schema=STEP_TABLES["steps"])
+    return {"steps": steps, **{t: STEP_TABLES[t].empty_table() for t in STEP_TABLES if t != "steps"}}
+
+
+def build_v1(path) -> None:
+    """A catalog as version 1 wrote it: meta, the v1 runs table (no status_reason), checkpoints, eval_results."""
+    con = duckdb.connect(str(path))
+    try:
+        con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+        con.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+        con.execute(schema.DDL_V1_RUNS)
+        for sql in schema.DDL:
+            # v1 had checkpoints and eval_results; runs is the v1 table above; compacted_* came with v2
+            if any(f"TABLE IF NOT EXISTS {t}" in sql for t in ("meta", "runs", "compacted_")):
+                continue
+            con.execute(sql)
+        con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", V1_ROW)
+        con.execute("INSERT INTO eval_results VALUES ('old-run', 4, 'aime', 8, 0.7, 0.25, 30, ?)", [T0])
+    finally:
+        con.close()
+
+
+def columns(path, table: str) -> list[str]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return [r[0] for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+            [table]).fetchall()]
+    finally:
+        con.close()
+
+
+def test_schema_version_is_two():
+    assert SCHEMA_VERSION == 2
+    assert sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
+
+
+def test_fresh_store_is_at_the_current_version(tmp_path):
+    st = Store(tmp_path / "s.duckdb").init()
+    assert st.schema_version() == SCHEMA_VERSION
+    assert "status_reason" in columns(st.path, "runs")
+    st.init()  # idempotent
+    assert st.schema_version() == SCHEMA_VERSION
+    assert st.query("SELECT count(*) AS n FROM meta") == [{"n": 1}]
+    # views bind before any run exists
+    for view in ("steps", "prompt_observations", "buffer_state", "evictions", "pass_rate_history", "step_costs",
+                 "eval_curve", "rollouts_to_target"):
+        assert st.query(f"SELECT count(*) AS n FROM {view}") == [{"n": 0}], view
+
+
+def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
+    path = tmp_path / "v1.duckdb"
+    build_v1(path)
+    assert "status_reason" not in columns(path, "runs")
+    assert columns(path, "compacted_steps") == []
+
+    st = Store(path).init()
+    assert st.schema_version() == SCHEMA_VERSION == 2
+    assert {"status_reason", "compacted_through"} <= set(columns(path, "runs"))
+    for table in STEP_TABLES:
+        assert columns(path, f"compacted_{table}") == list(STEP_TABLES[table].names), table
+    run = st.get_run("old-run")
+    assert run is not None
+    assert [run[k] for k in ("run_id", "family", "method", "preset", "seed", "config_json", "config_hash",
+                             "lineage_json", "kind", "status", "run_dir")] == V1_ROW[:11]
+    assert run["created_at"] == T0 and run["status_reason"] is None and run["compacted_through"] is None
+    assert st.query("SELECT accuracy FROM eval_results WHERE run_id = 'old-run'") == [{"accuracy": 0.25}]
+
+    st.set_status("old-run", "failed", "OOM at step 5")
+    run = st.get_run("old-run")
+    assert (run["status"], run["status_reason"]) == ("failed", "OOM at step 5")
+
+    # the upgraded catalog works like a fresh one: new runs, views, list_runs
+    st.register_run(RunRecord(run_id="new-run", family="fam", method="grpo", preset="p", seed=1, config={},
+                              config_hash="h", kind="simulate"))
+    listed = {r["run_id"]: r for r in st.list_runs()}
+    assert listed["old-run"]["status_reason"] == "OOM at step 5"
+    assert listed["new-run"]["status"] == "running" and listed["new-run"]["steps"] == 0
+    # the old run's step logs (v1 wrote Parquet the same way) are visible, and compaction works on it
+    w = st.writer("old-run")
+    for step in range(3):
+        w.write_step(step, step_tables("old-run", step))
+    assert st.query("SELECT count(*) AS n FROM steps WHERE run_id = 'old-run'") == [{"n": 3}]
+    assert st.compact("old-run") == 3
+    assert st.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s FROM steps WHERE run_id = 'old-run'") == [
+        {"n": 3, "s": 30}]
+    assert st.get_run("old-run")["compacted_through"] == 2
+
+    st.init()  # a second open finds version 2 and changes nothing
+    assert st.schema_version() == 2 and len(st.list_runs()) == 2
+    assert st.query("SELECT count(*) AS n FROM steps WHERE run_id = 'old-run'") == [{"n": 3}]
+
+
+def test_newer_catalog_is_refused_and_left_unchanged(tmp_path):
+    st = Store(tmp_path / "future.duckdb").init()
+    st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
+                              kind="simulate"))
+    con = duckdb.connect(str(st.path))
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION + 1)])
+    con.execute("CREATE TABLE future_only (x INTEGER)")
+    con.execute("INSERT INTO future_only VALUES (42)")
+    con.close()
+    before = st.query("SELECT * FROM runs")
+
+    with pytest.raises(StoreError, match="newer") as exc:
+        Store(st.path).init()
+    assert str(SCHEMA_VERSION + 1) in str(exc.value) and "Fix" in str(exc.value)
+
+    assert st.schema_version() == SCHEMA_VERSION + 1
+    assert st.query("SELECT * FROM runs") == before
+    assert st.query("SELECT x FROM future_only") == [{"x": 42}]
+    assert "status_reason" in columns(st.path, "runs")
+
+
+def test_catalog_without_an_upgrade_path_is_refused(tmp_path):
+    path = tmp_path / "v0.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    con.execute("INSERT INTO meta VALUES ('schema_version', '0')")
+    con.close()
+    with pytest.raises(StoreError, match="no upgrade path from schema version 0"):
+        Store(path).init()
+    con = duckdb.connect(str(path), read_only=True)
+    assert con.execute("SELECT value FROM meta").fetchall() == [("0",)]
+    con.close()

@@ -1,0 +1,151 @@
+"""StepLogWriter at the file level: one directory per step, replaced atomically, leftovers swept.
+
+No DuckDB catalog here (see tests/integration/store/ for the views over these files).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pc_pipelines.store import STEP_TABLES, StepLogWriter
+from pc_pipelines.store import steplog as steplog_mod
+from pc_pipelines.store.steplog import empty_tables, step_dir_name
+
+
+def tables(run_id: str, step: int, marker: int, n_obs: int) -> dict[str, pa.Table]:
+    """Four step tables whose every row carries ``marker`` so a mix of two writes would show."""
+    steps = pa.Table.from_pylist(
+        [{"run_id": run_id, "step": step, "sampled_rollouts": marker, "trained_rollouts": marker // 2}],
+        schema=STEP_TABLES["steps"],
+    )
+    obs = pa.Table.from_pylist(
+        [
+            {"run_id": run_id, "step": step, "prompt_id": i, "stage": "pilot", "n": marker, "n_correct": 1.0,
+             "p_hat": 1.0 / marker, "decision": "kept", "evicted": False, "lag": 0}
+            for i in range(n_obs)
+        ],
+        schema=STEP_TABLES["prompt_observations"],
+    )
+    buf = pa.Table.from_pylist(
+        [{"run_id": run_id, "step": step, "entry_id": marker, "prompt_id": 1, "born": step}],
+        schema=STEP_TABLES["buffer_state"],
+    )
+    ev = pa.Table.from_pylist(
+        [{"run_id": run_id, "step": step, "prompt_id": 2, "effective_epoch": marker}], schema=STEP_TABLES["evictions"]
+    )
+    return {"steps": steps, "prompt_observations": obs, "buffer_state": buf, "evictions": ev}
+
+
+def hidden(run_dir: Path) -> list[str]:
+    return sorted(p.name for p in run_dir.iterdir() if p.name.startswith("."))
+
+
+def test_step_dir_name_is_zero_padded_and_sorts():
+    assert step_dir_name(123) == "step-00000123"
+    assert sorted(step_dir_name(s) for s in (10, 9, 100)) == ["step-00000009", "step-00000010", "step-00000100"]
+
+
+def test_write_step_writes_all_four_files_with_the_schema(tmp_path):
+    w = StepLogWriter(tmp_path / "run")
+    d = w.write_step(5, tables("r", 5, marker=10, n_obs=3))
+    assert d == tmp_path / "run" / "step-00000005"
+    assert sorted(p.name for p in d.iterdir()) == sorted(f"{t}.parquet" for t in STEP_TABLES)
+    for name, schema in STEP_TABLES.items():
+        t = pq.read_table(d / f"{name}.parquet")
+        assert t.schema.equals(schema, check_metadata=False), name
+    assert pq.read_table(d / "steps.parquet").to_pylist()[0]["sampled_rollouts"] == 10
+    assert pq.read_table(d / "prompt_observations.parquet").num_rows == 3
+    assert hidden(tmp_path / "run") == []
+
+
+def test_replayed_step_replaces_the_old_files(tmp_path):
+    w = StepLogWriter(tmp_path / "run")
+    w.write_step(3, tables("r", 3, marker=10, n_obs=2))
+    w.write_step(3, tables("r", 3, marker=20, n_obs=5))
+    dirs = sorted(p.name for p in (tmp_path / "run").iterdir())
+    assert dirs == ["step-00000003"]  # one copy, no .tmp-/.old- leftovers
+    d = tmp_path / "run" / "step-00000003"
+    assert pq.read_table(d / "steps.parquet").column("sampled_rollouts").to_pylist() == [20]
+    obs = pq.read_table(d / "prompt_observations.parquet")
+    assert obs.num_rows == 5 and set(obs.column("n").to_pylist()) == {20}
+    assert pq.read_table(d / "buffer_state.parquet").column("entry_id").to_pylist() == [20]
+    assert pq.read_table(d / "evictions.parquet").column("effective_epoch").to_pylist() == [20]
+
+
+def test_missing_table_is_refused_and_leaves_nothing(tmp_path):
+    w = StepLogWriter(tmp_path / "run")
+    t = tables("r", 0, marker=1, n_obs=1)
+    del t["evictions"]
+    with pytest.raises(ValueError, match="evictions"):
+        w.write_step(0, t)
+    assert list((tmp_path / "run").iterdir()) == []
+
+
+def test_fresh_writer_sweeps_leftovers_of_killed_writes(tmp_path):
+    run = tmp_path / "run"
+    w = StepLogWriter(run)
+    w.write_step(0, tables("r", 0, marker=1, n_obs=1))
+    # What a killed write leaves: a half-written temp dir; an interrupted replacement: the old dir renamed aside.
+    (run / ".tmp-step-00000001-deadbeef").mkdir()
+    (run / ".tmp-step-00000001-deadbeef" / "steps.parquet").write_bytes(b"PAR1 truncated")
+    (run / ".old-step-00000000-cafef00d").mkdir()
+    StepLogWriter(run)
+    assert sorted(p.name for p in run.iterdir()) == ["step-00000000"]
+
+
+def test_crash_between_the_two_renames_leaves_the_step_absent_and_a_sweepable_old_dir(tmp_path, monkeypatch):
+    """A replay killed after renaming the old step aside and before renaming the new one in: the step is
+    absent (never doubled), and the aside copy is named ``.old-step-*`` so the next writer sweeps it.
+
+    Regression: an earlier write_dir rebound ``name`` in ``for name, table in tables.items()``, so the aside
+    directory was called ``.old-evictions-<hex>`` and ``sweep()`` never removed it.
+    """
+    run = tmp_path / "run"
+    w = StepLogWriter(run)
+    w.write_step(3, tables("r", 3, marker=10, n_obs=2))
+
+    real_rename = os.rename
+    calls = []
+
+    def crash_on_second_rename(src, dst):
+        calls.append((Path(src).name, Path(dst).name))
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed between the renames")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(steplog_mod.os, "rename", crash_on_second_rename)
+    with pytest.raises(KeyboardInterrupt):
+        w.write_step(3, tables("r", 3, marker=20, n_obs=2))
+    monkeypatch.setattr(steplog_mod.os, "rename", real_rename)
+
+    assert not (run / "step-00000003").exists()  # absent, never doubled
+    leftovers = hidden(run)
+    assert len(leftovers) == 2, leftovers  # the new temp dir and the old step renamed aside
+    assert calls[0][0] == "step-00000003"
+    assert calls[0][1].startswith(".old-step-00000003-"), f"aside dir named {calls[0][1]!r}"
+
+    StepLogWriter(run)  # the next writer sweeps every leftover
+    assert hidden(run) == [], "leftovers survive the sweep"
+
+
+def test_truncate_after_removes_later_steps_only(tmp_path):
+    w = StepLogWriter(tmp_path / "run")
+    for s in range(5):
+        w.write_step(s, tables("r", s, marker=s + 1, n_obs=1))
+    assert w.truncate_after(2) == 2
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [step_dir_name(s) for s in range(3)]
+    assert w.truncate_after(-1) == 3
+    assert list((tmp_path / "run").iterdir()) == []
+
+
+def test_empty_tables_match_the_schemas(tmp_path):
+    w = StepLogWriter(tmp_path / "_schema")
+    d = w.write_dir("step-empty", empty_tables())
+    for name, schema in STEP_TABLES.items():
+        t = pq.read_table(d / f"{name}.parquet")
+        assert t.num_rows == 0 and t.schema.equals(schema, check_metadata=False)
