@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import sys
 from typing import Sequence
 
@@ -285,12 +284,12 @@ def _print_rows(cols: list[str], rows: list[tuple], fmt: str, out=None) -> None:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
+    import duckdb
+
     store = Store(args.store)
     try:
         cols, rows = store.query_table(args.query)
-    except StoreError:
-        raise
-    except Exception as exc:  # a SQL error is the user's to fix: show DuckDB's message, not a traceback
+    except duckdb.Error as exc:  # a SQL error is the user's to fix: show DuckDB's message, not a traceback
         sys.stderr.write(
             f"pilot-commit sql: {exc}\nTables and views: runs, steps, prompt_observations, buffer_state, evictions, "
             "eval_results, checkpoints, pass_rate_history, step_costs, eval_curve, rollouts_to_target.\n"

@@ -149,8 +149,8 @@ class FakeEngine:
         """Number of rewards the engine returned in ``step``, per stage (counted from the arrays it returned)."""
         out = {s: 0 for s in Stage}
         for r in self.calls_of_step(step):
-            for st, arr in zip(r.stages.tolist(), r.rewards):
-                out[Stage(st)] += int(arr.shape[0])
+            for stage_code, arr in zip(r.stages.tolist(), r.rewards):
+                out[Stage(stage_code)] += int(arr.shape[0])
         return out
 
     def _index(self):
