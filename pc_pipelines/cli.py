@@ -16,7 +16,7 @@ import argparse
 import json
 import logging
 import sys
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -129,20 +129,22 @@ def _add_sim_args(p: argparse.ArgumentParser, steps: int) -> None:
 
 
 # ---- simulate ---------------------------------------------------------------------------------------------------
+def _sim_steps(cfg: RunConfig, steps: int, store: str | None, run_id: str | None = None) -> Iterator[SimStep]:
+    """Simulated steps of ``cfg``, recorded in ``store`` when one is given (as a training run would be)."""
+    if not store:
+        return Simulation(cfg.allocator, cfg.sim).run(steps)
+    from .sim_runs import record_simulation
+
+    return (r.sim_step for r in record_simulation(cfg, Store(store), steps, run_id=run_id))
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     cfg = run_config(args)
     ac = cfg.allocator
     out = sys.stdout
     every = max(1, args.steps // 20)
-    if args.store:
-        from .sim_runs import record_simulation
-
-        store = Store(args.store)
-        run_id = args.run_name or cfg.default_run_id()
-        steps_iter = (r.sim_step for r in record_simulation(cfg, store, args.steps, run_id=run_id))
-    else:
-        sim = Simulation(ac, cfg.sim)
-        steps_iter = sim.run(args.steps)
+    run_id = args.run_name or cfg.default_run_id()
+    steps_iter = _sim_steps(cfg, args.steps, args.store, run_id)
     if not args.json:
         out.write(
             f"simulate {ac.method}: b_t={ac.train_batch} b_g={ac.sampling_batch} n={ac.n}"
@@ -185,12 +187,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for m in methods:
         rc = run_config(args, method=m)
-        if args.store:
-            from .sim_runs import record_simulation
-
-            steps_iter = (r.sim_step for r in record_simulation(rc, Store(args.store), args.steps))
-        else:
-            steps_iter = Simulation(rc.allocator, rc.sim).run(args.steps)
+        steps_iter = _sim_steps(rc, args.steps, args.store)
         acc, cum, std, multi, evicted = [], [], [], 0, 0
         with _progress(args.steps, f"demo {m:>6}", enabled=True) as bar:
             for st in steps_iter:

@@ -24,7 +24,7 @@ from typing import Any, Iterator, Sequence
 import duckdb
 
 from .schema import DDL, MIGRATIONS, SCHEMA_VERSION, STEP_TABLES, view_sql
-from .steplog import StepLogWriter, empty_tables
+from .steplog import StepLogWriter, empty_tables, list_step_dirs
 
 log = logging.getLogger(__name__)
 
@@ -200,11 +200,9 @@ class Store:
         One transaction inserts the rows and raises the watermark, so readers switch from the files to the
         catalog rows atomically; the step directories are deleted afterwards (cleanup only).
         """
-        run_dir = self.run_dir(run_id)
-        dirs = sorted(run_dir.glob("step-*"))
-        written = [int(d.name.split("-", 1)[1]) for d in dirs]
+        step_dirs = list_step_dirs(self.run_dir(run_id))
         if through is None:
-            through = max(written, default=-1)
+            through = max((n for n, _ in step_dirs), default=-1)
         with self.connect(read_only=False) as con:
             con.execute("BEGIN")
             row = con.execute("SELECT compacted_through FROM runs WHERE run_id = ?", [run_id]).fetchone()
@@ -212,7 +210,7 @@ class Store:
                 con.execute("ROLLBACK")
                 raise StoreError(f"no run {run_id!r} in {self.path}. Fix: check the run id (`pilot-commit runs`).")
             low = -1 if row[0] is None else int(row[0])
-            todo = [d for d, n in zip(dirs, written) if low < n <= through]
+            todo = [d for n, d in step_dirs if low < n <= through]
             if todo:
                 for table in STEP_TABLES:
                     files = [str(d / f"{table}.parquet") for d in todo]
@@ -224,7 +222,7 @@ class Store:
             con.execute("COMMIT")
         # Delete only what an EARLIER compaction made invisible: a reader may have globbed the directories we just
         # compacted a moment ago and still be opening them. The latest batch goes at the next compaction or vacuum.
-        for d, n in zip(dirs, written):
+        for n, d in step_dirs:
             if n <= low:
                 shutil.rmtree(d, ignore_errors=True)
         return len(todo)
@@ -237,11 +235,7 @@ class Store:
         )
         removed = 0
         for r in runs:
-            for d in self.run_dir(r["run_id"]).glob("step-*"):
-                try:
-                    n = int(d.name.split("-", 1)[1])
-                except ValueError:
-                    continue
+            for n, d in list_step_dirs(self.run_dir(r["run_id"])):
                 if n <= r["compacted_through"]:
                     shutil.rmtree(d, ignore_errors=True)
                     removed += 1

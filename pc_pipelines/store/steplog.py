@@ -35,6 +35,21 @@ def step_dir_name(step: int) -> str:
     return f"step-{step:08d}"
 
 
+def list_step_dirs(run_dir: Path) -> list[tuple[int, Path]]:
+    """A run's visible step directories as (step, path), in step order; anything not ``step-<int>`` is skipped.
+
+    Read-only on purpose (unlike constructing a StepLogWriter, which sweeps ``.tmp-*``): the catalog lists
+    directories of runs another process may be writing right now.
+    """
+    out = []
+    for p in Path(run_dir).glob("step-*"):
+        try:
+            out.append((int(p.name.split("-", 1)[1]), p))
+        except ValueError:
+            continue
+    return sorted(out)
+
+
 class StepLogWriter:
     """Writes the step files of one run directory."""
 
@@ -73,16 +88,10 @@ class StepLogWriter:
 
     def truncate_after(self, step: int) -> int:
         """Remove step directories after ``step`` (a run resumed from an earlier checkpoint). Returns how many."""
-        removed = 0
-        for p in self.run_dir.glob("step-*"):
-            try:
-                n = int(p.name.split("-", 1)[1])
-            except ValueError:
-                continue
-            if n > step:
-                shutil.rmtree(p)
-                removed += 1
-        return removed
+        later = [p for n, p in list_step_dirs(self.run_dir) if n > step]
+        for p in later:
+            shutil.rmtree(p)
+        return len(later)
 
 
 def step_tables(run_id: str, outcome: StepOutcome, allocator: Allocator, extra: dict[str, Any] | None = None) -> dict[str, pa.Table]:
