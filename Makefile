@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test test-fast bench bench-allocator bench-store clean
+.PHONY: install demo test test-fast bench bench-allocator bench-store bench-rewards bench-engine clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,13 +28,19 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
-bench: bench-allocator bench-store
+bench: bench-allocator bench-store bench-rewards bench-engine
 
 bench-allocator: $(STAMP)
 	$(BIN)/python benchmarks/allocator.py --write docs/BENCHMARKS.md
 
 bench-store: $(STAMP)
 	$(BIN)/python benchmarks/store.py --write docs/BENCHMARKS.md
+
+bench-rewards: $(STAMP)
+	$(BIN)/python benchmarks/rewards.py --write docs/BENCHMARKS.md
+
+bench-engine: $(STAMP)
+	$(BIN)/python benchmarks/engine.py --write docs/BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -5,6 +5,7 @@ Subcommands so far:
 * ``simulate``: drive the real allocator against the scale simulator; one JSON object per step with ``--json``,
   otherwise a progress bar and a readable table.
 * ``demo``: GRPO, DAPO, PC (and the oracle bound) side by side in the simulator, as ``make demo`` runs it.
+* ``train`` / ``base-policy``: real training on the embedded default (:mod:`.cli_train`).
 * ``sql`` / ``runs`` / ``report``: read a store (read-only; works while runs write), ``presets``: list or show.
 
 Output a user asked for goes to stdout; progress bars and logs go to stderr, so ``--json`` output pipes cleanly.
@@ -387,6 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show", metavar="NAME")
     p.add_argument("--set", action="append", metavar="KEY=VALUE")
     p.set_defaults(func=cmd_presets)
+
+    from .cli_train import add_parsers  # the training commands import torch only when they run
+
+    add_parsers(sub, _add_config_args)
     return parser
 
 
@@ -408,6 +413,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # `pilot-commit simulate --json | head`
         return 0
+    except FileNotFoundError as exc:  # e.g. --policy pointing at no model directory; the message says the fix
+        sys.stderr.write(f"pilot-commit: {exc}\n")
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

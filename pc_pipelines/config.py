@@ -23,6 +23,8 @@ from typing import Any
 import yaml
 
 from .allocation import AllocatorConfig, ConfigError
+from .data.arith import ArithTaskConfig
+from .policy import PolicyConfig
 from .simulate import SimConfig
 
 PRESET_FORMAT_VERSION = 1
@@ -67,12 +69,22 @@ class TrainingConfig:
     """Evaluate every this many training steps."""
     prompt_template: str = "{question} Let's think step by step and output the final answer within \\boxed{{}}."
     """Prompt template; {question} is the dataset question."""
+    torch_threads: int = 1
+    """Torch intra-op threads of the local loop. Part of the behaviour: float reductions, hence exact results,
+    depend on it. One is fastest for tiny models on a shared CPU."""
+    eval_samples: int = 4
+    """Samples per held-out prompt at each evaluation (accuracy is mean@k)."""
+    checkpoint_every: int = 10
+    """Checkpoint every this many steps (and at the end of every segment). Does not change results."""
+    keep_checkpoints: int = 3
+    """Checkpoints kept per run (the newest); older ones are deleted. Does not change results."""
 
     def __post_init__(self) -> None:
         def fail(name: str, why: str, fix: str) -> None:
             raise ConfigError(f"TrainingConfig.{name}={getattr(self, name)!r}: {why}. Fix: {fix}.")
 
-        for name in ("ppo_minibatch", "max_response_length", "eval_every"):
+        for name in ("ppo_minibatch", "max_response_length", "eval_every", "torch_threads", "eval_samples",
+                     "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 fail(name, "must be >= 1", f"set {name} to a positive count")
         for name in ("lr", "weight_decay", "grad_clip", "clip_low", "clip_high", "kl_coef", "warmup_steps"):
@@ -103,6 +115,28 @@ class RunConfig:
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
     sim: SimConfig = field(default_factory=SimConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
+    task: ArithTaskConfig | None = None
+    """The embedded synthetic task (None for runs on real datasets or in the simulator)."""
+    policy: PolicyConfig | None = None
+    """The embedded base policy's recipe (None when the policy is a given model directory)."""
+
+    def __post_init__(self) -> None:
+        if self.task is not None and self.task.num_prompts < self.allocator.train_batch:
+            raise ConfigError(
+                f"task.num_prompts={self.task.num_prompts} is below allocator.train_batch={self.allocator.train_batch}. "
+                "Fix: raise task.num_prompts or lower allocator.train_batch."
+            )
+        if self.task is not None and self.training.max_response_length < self.task.width + 3:
+            raise ConfigError(
+                f"training.max_response_length={self.training.max_response_length} cannot hold the embedded task's "
+                f"answer (\\boxed{{}} + {self.task.width + 1} digits + end token = {self.task.width + 4} tokens). "
+                f"Fix: set training.max_response_length >= {self.task.width + 4}."
+            )
+
+    @property
+    def num_prompts(self) -> int:
+        """The training pool the allocator draws from: the embedded task's, else the simulator's."""
+        return self.task.num_prompts if self.task is not None else self.sim.num_prompts
 
     @property
     def method(self) -> str:
@@ -116,12 +150,25 @@ class RunConfig:
             "allocator": self.allocator.to_dict(),
             "sim": self.sim.to_dict(),
             "training": asdict(self.training),
+            **({"task": self.task.to_dict()} if self.task is not None else {}),
+            **({"policy": self.policy.to_dict()} if self.policy is not None else {}),
         }
 
     def behaviour(self) -> dict[str, Any]:
+        """What the hash covers. Labels (preset, family) and operational settings (NOT_BEHAVIOUR) are left out;
+        fields added after a section's first version (ADDED_FIELDS) are left out while they hold their default,
+        so adding a field never changes the hash of an existing config (the frozen ``paper`` preset's included)."""
         d = self.to_dict()
         d.pop("preset")
         d.pop("family")
+        for section, names in NOT_BEHAVIOUR.items():
+            for name in names:
+                d.get(section, {}).pop(name, None)
+        for section, names in ADDED_FIELDS.items():
+            defaults = SECTIONS[section]()
+            for name in names:
+                if section in d and d[section].get(name) == getattr(defaults, name):
+                    d[section].pop(name)
         return d
 
     @property
@@ -134,6 +181,12 @@ class RunConfig:
 
 
 SECTIONS = {"allocator": AllocatorConfig, "sim": SimConfig, "training": TrainingConfig}
+OPTIONAL_SECTIONS = {"task": ArithTaskConfig, "policy": PolicyConfig}  # present only when the preset uses them
+ALL_SECTIONS = {**SECTIONS, **OPTIONAL_SECTIONS}
+# Fields that never change results: excluded from the config hash.
+NOT_BEHAVIOUR = {"training": ("checkpoint_every", "keep_checkpoints")}
+# Fields added after the config format's first version: hashed only when they differ from their default.
+ADDED_FIELDS = {"training": ("torch_threads", "eval_samples")}
 
 
 def available_presets() -> list[str]:
@@ -150,9 +203,9 @@ def load_preset(name: str) -> dict[str, Any]:
             f"preset {name!r} has format version {data.get('version')!r}, this code reads {PRESET_FORMAT_VERSION}. "
             "Fix: update the preset file's `version` and fields."
         )
-    unknown = sorted(set(data) - {"version", "description", "family", *SECTIONS})
+    unknown = sorted(set(data) - {"version", "description", "family", *ALL_SECTIONS})
     if unknown:
-        raise ConfigError(f"preset {name!r} has unknown top-level keys {unknown}. Fix: use {sorted(SECTIONS)}.")
+        raise ConfigError(f"preset {name!r} has unknown top-level keys {unknown}. Fix: use {sorted(ALL_SECTIONS)}.")
     return data
 
 
@@ -226,19 +279,26 @@ def resolve(
 ) -> RunConfig:
     data = copy.deepcopy(load_preset(preset))
     sections: dict[str, dict[str, Any]] = {name: dict(data.get(name) or {}) for name in SECTIONS}
+    optional: dict[str, dict[str, Any]] = {name: dict(data[name] or {}) for name in OPTIONAL_SECTIONS if name in data}
     top: dict[str, Any] = {"family": data.get("family", preset), "seed": 0}
     for key, value in (overrides or {}).items():
         head, _, rest = key.partition(".")
-        if head in SECTIONS and rest:
-            known = {f.name for f in fields(SECTIONS[head])}
+        if head in ALL_SECTIONS and rest:
+            known = {f.name for f in fields(ALL_SECTIONS[head])}
             if rest not in known:
                 raise ConfigError(f"--set {key}: {head} has no field {rest!r}. Fix: use one of {sorted(known)}.")
-            sections[head][rest] = value
+            if head in OPTIONAL_SECTIONS and head not in optional:
+                raise ConfigError(
+                    f"--set {key}: preset {preset!r} has no {head} section (it is for the embedded task). "
+                    "Fix: use --preset embedded, or drop this override."
+                )
+            (sections if head in SECTIONS else optional)[head][rest] = value
         elif key in ("family", "seed"):
             top[key] = value
         else:
             raise ConfigError(
-                f"--set {key}: unknown key. Fix: use family, seed, or section.field with a section in {sorted(SECTIONS)}."
+                f"--set {key}: unknown key. Fix: use family, seed, or section.field with a section in "
+                f"{sorted(ALL_SECTIONS)}."
             )
     if family is not None:
         top["family"] = family
@@ -262,6 +322,13 @@ def resolve(
         if unknown:
             raise ConfigError(f"preset {preset!r}: {name} has unknown fields {unknown}. Fix: use {sorted(known)}.")
         built[name] = cls(**_coerce(name, cls, sections[name]))
+    for name, values in optional.items():
+        cls = OPTIONAL_SECTIONS[name]
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"preset {preset!r}: {name} has unknown fields {unknown}. Fix: use {sorted(known)}.")
+        built[name] = cls(**_coerce(name, cls, values))
     return RunConfig(preset=preset, family=str(top["family"]), seed=int(top["seed"]), **built)
 
 
@@ -274,4 +341,6 @@ def from_dict(d: dict[str, Any]) -> RunConfig:
         allocator=AllocatorConfig.from_dict(d["allocator"]),
         sim=SimConfig(**d["sim"]),
         training=TrainingConfig(**d["training"]),
+        task=ArithTaskConfig(**d["task"]) if d.get("task") is not None else None,
+        policy=PolicyConfig(**d["policy"]) if d.get("policy") is not None else None,
     )

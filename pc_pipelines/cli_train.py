@@ -1,0 +1,167 @@
+"""``pilot-commit train`` and ``pilot-commit base-policy``: real training on the embedded default, no UI.
+
+Kept apart from :mod:`.cli` so the light subcommands (simulate, sql, report) never import torch.
+
+``train --steps N`` means the run's total: ``--resume`` after a crash continues from the last checkpoint up to N
+steps, so re-typing the same command with ``--resume`` finishes the run. Without ``--resume`` a run that already
+has checkpoints is refused (nothing is overwritten by accident).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from .allocation import ConfigError
+
+log = logging.getLogger("pc_pipelines.cli")
+
+
+def _bar(total: int, desc: str, unit: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=not enabled, leave=False)
+
+
+class _SFTProgress:
+    """Progress of the SFT warm start (a minute or two, on first use only): the bar appears when SFT starts."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled, self.bar = total, enabled, None
+
+    def __call__(self, step: int, loss: float) -> None:
+        if self.bar is None:
+            self.bar = _bar(self.total, "SFT warm start (first use)", "step", self.enabled)
+        self.bar.update(1)
+        if step % 50 == 0:
+            self.bar.set_postfix(loss=f"{loss:.4f}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def cmd_base_policy(args: argparse.Namespace) -> int:
+    from .cli import run_config
+    from .training.base_policy import build_base_policy, read_meta, warm_start_report
+
+    cfg = run_config(args, method="grpo")
+    if cfg.task is None or cfg.policy is None:
+        raise ConfigError(f"preset {cfg.preset!r} has no embedded task/policy section. Fix: use --preset embedded.")
+    template = cfg.training.prompt_template
+    progress = _SFTProgress(cfg.policy.sft_steps, not args.quiet)
+    path = build_base_policy(
+        args.out, cfg.task, cfg.policy, template, progress=progress,
+        measure=lambda p: warm_start_report(p, cfg.task, template, max_new_tokens=cfg.training.max_response_length),
+    )
+    progress.close()
+    meta = read_meta(path)
+    if args.json:
+        print(json.dumps(meta))
+        return 0
+    ws = meta["warm_start"]
+    print(f"base policy: {path}  ({meta['parameters']:,} parameters, SFT {meta['sft_seconds']:.0f} s)")
+    print("greedy held-out accuracy per digit length: " + "  ".join(f"{d}: {a:.2f}" for d, a in ws["greedy_heldout_accuracy"].items()))
+    print(f"pass-rate histogram of {ws['histogram_prompts']} RL prompts x {ws['histogram_samples']} samples "
+          "(share below 0.125 / in [0.125, 0.75] / above 0.75):")
+    for key, h in ws["pass_rate_histogram"].items():
+        label = "all" if key == "all" else f"{key}-digit"
+        print(f"  {label:>8}  n={h['n']:4d}  {h['below']:.2f} / {h['between']:.2f} / {h['above']:.2f}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .loop import LoopError
+
+    try:
+        return _train(args)
+    except LoopError as exc:
+        sys.stderr.write(f"pilot-commit: {exc}\n")
+        return 2
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .cli import run_config
+    from .loop import latest_checkpoint, prepare_run, run_segment
+    from .store import Store
+
+    if args.method not in ("grpo", "dapo", "pc"):
+        raise ConfigError(f"--method {args.method}: real training runs grpo, dapo or pc (the oracle is simulator-only).")
+    if args.steps < 1:
+        raise ConfigError(f"--steps {args.steps}: must be >= 1 (the run's total number of training steps).")
+    cfg = run_config(args)
+    out = Path(args.out)
+    store = Store(args.store or out / "pc.duckdb")
+    show = not args.quiet and not args.json
+    progress = _SFTProgress(cfg.policy.sft_steps if cfg.policy else 0, show)
+    try:
+        run = prepare_run(cfg, out, run_name=args.run_name, policy_path=args.policy, cache_dir=args.cache_dir,
+                          progress=progress)
+    finally:
+        progress.close()
+    latest = latest_checkpoint(run.checkpoint_dir)
+    done = latest[0] + 1 if (latest and args.resume) else 0
+    todo = max(0, args.steps - done)
+    if latest and args.resume and todo == 0:
+        sys.stderr.write(f"run {run.run_id} already has {done} steps (>= --steps {args.steps}); nothing to do.\n")
+    bar = _bar(todo, f"{cfg.method} {run.run_id}", "step", show)
+
+    def on_step(rec) -> None:
+        if args.json:
+            print(json.dumps(rec.to_json()), flush=True)
+        bar.update(1)
+        post = {"reward": f"{rec.mean_reward:.3f}", "rollouts": f"{rec.cumulative_rollouts:,}"}
+        if rec.eval_accuracy is not None:
+            post["eval"] = f"{rec.eval_accuracy:.3f}"
+        bar.set_postfix(post)
+
+    try:
+        res = run_segment(run, store, todo, resume=args.resume, on_step=on_step)
+    finally:
+        bar.close()
+    if res.last_step + 1 >= args.steps:
+        store.set_status(run.run_id, "finished")
+    if args.json:
+        return 0
+    curve = store.query(
+        "SELECT step, benchmark, accuracy FROM eval_results WHERE run_id = ? ORDER BY step, benchmark", [run.run_id]
+    )
+    steps_seen = sorted({r["step"] for r in curve})
+    print(f"run {run.run_id}: {res.last_step + 1} steps, {res.cumulative_rollouts:,} rollouts sampled")
+    if steps_seen:
+        first, last = steps_seen[0], steps_seen[-1]
+        by = {(r["step"], r["benchmark"]): r["accuracy"] for r in curve}
+        names = sorted({r["benchmark"] for r in curve})
+        print(f"held-out accuracy (mean@{cfg.training.eval_samples}, T={cfg.training.eval_temperature}):")
+        print(f"  {'set':<10} {'step ' + str(first):>10} {'step ' + str(last):>10}")
+        for n in names:
+            print(f"  {n:<10} {by.get((first, n), float('nan')):>10.3f} {by.get((last, n), float('nan')):>10.3f}")
+    print(f"checkpoint:  {res.checkpoint}")
+    print(f"tensorboard: tensorboard --logdir {res.tensorboard_dir}")
+    print(f"store:       pilot-commit runs --store {store.path}")
+    return 0
+
+
+def add_parsers(sub, add_config_args) -> None:
+    p = sub.add_parser("train", help="train the embedded policy with GRPO, DAPO or PC (checkpointed, resumable)")
+    add_config_args(p, preset="embedded")
+    p.add_argument("--steps", type=int, default=200, help="the run's total training steps (default 200)")
+    p.add_argument("--run-name", help="run id (default: family-method-seed-confighash)")
+    p.add_argument("--out", default="runs", help="runs directory: <out>/<run-name>/ holds checkpoints and TensorBoard")
+    p.add_argument("--store", help="the store's DuckDB file (default <out>/pc.duckdb)")
+    p.add_argument("--policy", help="a Hugging Face model directory to start from (default: the embedded base policy)")
+    p.add_argument("--cache-dir", help="where the embedded base policy is cached (default ~/.cache/pc-pipelines)")
+    p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    p.add_argument("--json", action="store_true", help="one JSON object per step on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("base-policy", help="build the embedded SFT warm start into a Hugging Face model directory")
+    add_config_args(p, with_method=False, preset="embedded")
+    p.add_argument("--out", required=True, help="the model directory to write")
+    p.add_argument("--json", action="store_true", help="print the build's metadata as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_base_policy)

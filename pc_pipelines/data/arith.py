@@ -1,0 +1,201 @@
+"""The embedded default's verifiable task: zero-padded addition with a controllable spread of difficulty.
+
+Why this task (DESIGN.md section 4, issue 4): the comparison of allocators is only meaningful if the run holds a
+skill RL can *learn and transfer* within minutes on a CPU, so that prompts move from "hard" through the pass-rate
+band to "solved" as in the paper's Figure 1. Sharpening an over-smoothed policy or memorised facts RL cannot reach
+both make the comparison meaningless (a prototype measured exactly that). What worked in a prototype, and what
+this module builds:
+
+* **Addition only**, operands **zero-padded** to a fixed width ``W`` (``00123+04567``): every digit sits at a
+  fixed position, so the model learns position-wise digit addition plus carries, far faster than with ragged
+  operands.
+* **Difficulty = digit length** ``L`` = the longer operand's number of significant digits. The SFT warm start sees
+  mostly ``L <= sft_max_digits`` (3), plus a small share ``sft_long_share`` of longer problems; RL prompts span
+  ``1 .. max_digits`` (5). Long problems exercise high-position digits and long carry chains the warm start has
+  rarely seen: they start hard, and RL can teach them (the prototype's greedy accuracy went 0.84 -> 0.90).
+* The **response** is the zero-padded sum inside ``\\boxed{}`` (width ``W + 1``), e.g. ``\\boxed{004690}``;
+  math-verify grades it numerically against the unpadded gold ``4690``.
+
+Everything is seeded: ``build_splits(config)`` returns the same RL pool, held-out split and SFT set for the
+same config (its ``data_seed``). The held-out split has ``heldout_per_length`` problems per digit length and shares no
+(a, b) pair with the RL pool or the SFT set, except where a digit length has too few pairs to keep them apart
+(1-digit addition has only 100 ordered pairs: those are reported as overlapping, not hidden).
+
+Worked example (W = 5): a = 123 (L=3), b = 4567 (L=4) -> L = 4, question ``00123+04567``, prompt
+``00123+04567 Let's think step by step and output the final answer within \\boxed{}.``, gold ``4690``, target
+response ``\\boxed{004690}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..allocation import ConfigError
+
+
+@dataclass(frozen=True)
+class ArithTaskConfig:
+    num_prompts: int = 4000
+    """RL training prompt pool size."""
+    min_digits: int = 1
+    """Shortest RL prompt (digits of the longer operand)."""
+    max_digits: int = 6
+    """Longest RL prompt; operands are zero-padded to this width."""
+    heldout_per_length: int = 100
+    """Held-out problems per digit length (the evaluation split, reported per length)."""
+    sft_examples: int = 60_000
+    """Size of the SFT warm-start set."""
+    sft_max_digits: int = 3
+    """The warm start sees mostly problems up to this many digits..."""
+    sft_long_share: float = 0.006
+    """...and this share of longer ones (up to max_digits), so long prompts start hard but learnable."""
+    data_seed: int = 0
+    """Fixes the splits. Not the run seed: every method and seed of a study trains and is evaluated on one task."""
+
+    def __post_init__(self) -> None:
+        def fail(name: str, why: str, fix: str) -> None:
+            raise ConfigError(f"ArithTaskConfig.{name}={getattr(self, name)!r}: {why}. Fix: {fix}.")
+
+        if self.num_prompts < 1:
+            fail("num_prompts", "must be >= 1", "set num_prompts to at least the train batch")
+        if not 1 <= self.min_digits <= self.max_digits:
+            fail("min_digits", f"must lie in [1, max_digits={self.max_digits}]", "e.g. min_digits=1, max_digits=5")
+        if self.max_digits > 12:
+            fail("max_digits", "must be <= 12 (responses are sized for it)", "use at most 12 digits")
+        if not 1 <= self.sft_max_digits <= self.max_digits:
+            fail("sft_max_digits", f"must lie in [1, max_digits={self.max_digits}]", "e.g. 3 with max_digits=5")
+        if not 0.0 <= self.sft_long_share <= 1.0:
+            fail("sft_long_share", "must lie in [0, 1]", "e.g. 0.04")
+        if self.heldout_per_length < 1:
+            fail("heldout_per_length", "must be >= 1", "e.g. 100")
+        if self.data_seed < 0:
+            fail("data_seed", "must be >= 0", "e.g. 0")
+        if self.sft_examples < 1:
+            fail("sft_examples", "must be >= 1", "e.g. 60000")
+
+    @property
+    def width(self) -> int:
+        """Operand width after zero padding (derived: the longest operand any split holds)."""
+        return self.max_digits
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def sft_fields(self) -> dict:
+        """The fields the SFT warm start depends on (the RL pool's size and range are not among them)."""
+        d = self.to_dict()
+        d.pop("num_prompts")
+        d.pop("min_digits")
+        return d
+
+
+@dataclass(frozen=True)
+class ArithProblems:
+    """A split as columns: problem ``i`` is ``a[i] + b[i]`` of digit length ``digits[i]``."""
+
+    a: np.ndarray  # int64
+    b: np.ndarray  # int64
+    digits: np.ndarray  # int8
+    width: int
+    ids: np.ndarray = field(default=None)  # type: ignore[assignment]  # stable ids within the split
+
+    def __post_init__(self) -> None:
+        if self.ids is None:
+            object.__setattr__(self, "ids", np.arange(len(self.a), dtype=np.int64))
+
+    def __len__(self) -> int:
+        return int(self.a.shape[0])
+
+    def question(self, i: int) -> str:
+        w = self.width
+        return f"{int(self.a[i]):0{w}d}+{int(self.b[i]):0{w}d}"
+
+    def gold(self, i: int) -> str:
+        return str(int(self.a[i]) + int(self.b[i]))
+
+    def target(self, i: int) -> str:
+        """The SFT target response: the zero-padded sum (width W + 1) in ``\\boxed{}``."""
+        return f"\\boxed{{{int(self.a[i]) + int(self.b[i]):0{self.width + 1}d}}}"
+
+    def questions(self) -> list[str]:
+        return [self.question(i) for i in range(len(self))]
+
+    def golds(self) -> list[str]:
+        return [self.gold(i) for i in range(len(self))]
+
+    def subset(self, idx: np.ndarray) -> "ArithProblems":
+        return ArithProblems(self.a[idx], self.b[idx], self.digits[idx], self.width, self.ids[idx])
+
+    def keys(self) -> np.ndarray:
+        """One int per ordered pair (a, b), for disjointness checks."""
+        return self.a * (10 ** self.width) + self.b
+
+
+@dataclass(frozen=True)
+class ArithSplits:
+    train: ArithProblems  # RL prompt pool (prompt id = index)
+    heldout: ArithProblems  # evaluation split, heldout_per_length per digit length
+    sft: ArithProblems  # warm-start set
+    heldout_overlap: dict[int, int]  # digit length -> held-out problems whose pair also occurs in train or SFT
+
+
+def _operands(rng: np.random.Generator, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each digit length L: one operand with exactly L significant digits, the other with 1..L, order random."""
+    k = len(lengths)
+    lo = np.where(lengths == 1, 0, 10 ** (lengths - 1))
+    hi = 10**lengths
+    long_ = lo + (rng.random(k) * (hi - lo)).astype(np.int64)
+    other_len = 1 + (rng.random(k) * lengths).astype(np.int64)
+    lo2 = np.where(other_len == 1, 0, 10 ** (other_len - 1))
+    hi2 = 10**other_len
+    short = lo2 + (rng.random(k) * (hi2 - lo2)).astype(np.int64)
+    swap = rng.random(k) < 0.5
+    a = np.where(swap, short, long_).astype(np.int64)
+    b = np.where(swap, long_, short).astype(np.int64)
+    return a, b
+
+
+def _problems(rng: np.random.Generator, lengths: np.ndarray, width: int) -> ArithProblems:
+    lengths = np.asarray(lengths, dtype=np.int64)
+    a, b = _operands(rng, lengths)
+    return ArithProblems(a, b, lengths.astype(np.int8), width)
+
+
+def build_splits(config: ArithTaskConfig) -> ArithSplits:
+    """The RL pool, the held-out split and the SFT set for ``config`` (seeded by its ``data_seed``)."""
+    # One generator per split: the SFT set (hence the base policy) does not depend on the RL pool's size or range.
+    held_rng, train_rng, sft_rng = (np.random.default_rng([config.data_seed, 0xA817, k]) for k in range(3))
+    w = config.width
+    lengths_all = np.arange(config.min_digits, config.max_digits + 1)
+    # Held-out first, so its pairs can be kept out of the other splits.
+    heldout = _problems(held_rng, np.repeat(np.arange(1, config.max_digits + 1), config.heldout_per_length), w)
+    held_keys = set(heldout.keys().tolist())
+
+    def draw_excluding(rng: np.random.Generator, lengths: np.ndarray) -> ArithProblems:
+        probs = _problems(rng, lengths, w)
+        clash = np.fromiter((k in held_keys for k in probs.keys().tolist()), bool, len(probs))
+        # Redraw clashing pairs a few times; short lengths may have too few pairs to avoid every clash.
+        for _ in range(8):
+            if not clash.any():
+                break
+            idx = np.flatnonzero(clash)
+            a2, b2 = _operands(rng, lengths[idx])
+            probs.a[idx], probs.b[idx] = a2, b2
+            clash[idx] = np.fromiter((k in held_keys for k in probs.keys()[idx].tolist()), bool, len(idx))
+        return probs
+
+    train = draw_excluding(train_rng, train_rng.choice(lengths_all, size=config.num_prompts))
+    n_long = int(round(config.sft_examples * config.sft_long_share)) if config.sft_max_digits < config.max_digits else 0
+    short_lengths = sft_rng.choice(np.arange(1, config.sft_max_digits + 1), size=config.sft_examples - n_long)
+    long_lengths = sft_rng.choice(np.arange(config.sft_max_digits + 1, config.max_digits + 1), size=n_long)
+    sft_lengths = sft_rng.permutation(np.concatenate([short_lengths, long_lengths.astype(np.int64)]))
+    sft = draw_excluding(sft_rng, sft_lengths.astype(np.int64))
+    seen = set(train.keys().tolist()) | set(sft.keys().tolist())
+    overlap: dict[int, int] = {}
+    for i, key in enumerate(heldout.keys().tolist()):
+        if key in seen:
+            d = int(heldout.digits[i])
+            overlap[d] = overlap.get(d, 0) + 1
+    return ArithSplits(train=train, heldout=heldout, sft=sft, heldout_overlap=overlap)

@@ -1,0 +1,48 @@
+"""What the training loop needs from a dataset: templated prompts with gold answers, and evaluation sets.
+
+The loop never sees where prompts come from. ``embedded_task`` builds the embedded default's synthetic addition
+task; real datasets (DeepMath, Polaris, the benchmarks) produce the same :class:`TaskData` in the Dagster data
+assets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .arith import ArithTaskConfig, build_splits
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    name: str  # the store's eval_results.benchmark
+    prompts: list[str]  # templated
+    golds: list[str]
+
+
+@dataclass(frozen=True)
+class TaskData:
+    prompts: list[str]  # templated training prompts; the allocator's prompt id is the index
+    golds: list[str]
+    eval_sets: list[EvalSet]
+
+    def __post_init__(self) -> None:
+        if len(self.prompts) != len(self.golds):
+            raise ValueError(f"{len(self.prompts)} prompts but {len(self.golds)} gold answers: they must align")
+        if not self.prompts:
+            raise ValueError("the training set is empty. Fix: point the task at a non-empty dataset.")
+
+
+def arith_eval_name(digits: int) -> str:
+    return f"arith_d{digits}"
+
+
+def embedded_task(task: ArithTaskConfig, template: str) -> TaskData:
+    """The synthetic addition task: RL pool and one held-out eval set per digit length (``arith_d1`` ...)."""
+    splits = build_splits(task)
+    prompts = [template.format(question=q) for q in splits.train.questions()]
+    held = splits.heldout
+    evals = []
+    for d in range(1, task.max_digits + 1):
+        sub = held.subset((held.digits == d).nonzero()[0])
+        evals.append(EvalSet(arith_eval_name(d), [template.format(question=q) for q in sub.questions()], sub.golds()))
+    return TaskData(prompts=prompts, golds=splits.train.golds(), eval_sets=evals)

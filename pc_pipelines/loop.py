@@ -1,0 +1,611 @@
+"""The local training loop: allocator -> rollout engine -> rewards -> trainer -> store, one step at a time.
+
+``run_segment(run, store, steps)`` advances a run by ``steps`` training steps from its latest checkpoint (or from
+the base policy), for GRPO, DAPO and PC alike: the allocator decides what each engine call generates, the loop
+only executes. A step is:
+
+1. ``allocator.begin_step()``; for every engine call the allocator asks for: generate all its requests in ONE
+   engine call (seed derived from (run seed, step, call index)), grade every rollout (math-verify, truncated
+   responses score ``overlong_reward``), keep the payloads (token ids) in the **sidecar** by rollout id, hand the
+   rewards back to the allocator;
+2. ``finish()`` gives the trained groups; their rollouts (pilots from earlier steps included, from the sidecar)
+   form one :class:`RolloutBatch`, one GRPO group per trained group; the trainer updates the policy;
+3. the sidecar drops every payload the allocator no longer references (it keeps only the buffer's pilots);
+4. the step's rows go to the store (atomic step directory), metrics to TensorBoard; every ``eval_every`` steps the
+   held-out sets are evaluated (mean@k) into ``eval_results``; every ``checkpoint_every`` steps and at the end of
+   the segment a checkpoint is written.
+
+**Checkpoints** (``<run_dir>/checkpoints/step-NNNNNNNN``, named by the last completed step) hold the policy as a
+normal HF directory, the optimizer state, the allocator state (stream, buffer, RNG), the sidecar (Parquet), all
+global RNG states and the cumulative ledger. They are written to a temporary directory and renamed into place, so
+a killed write leaves the previous checkpoint intact; the newest ``keep_checkpoints`` are kept.
+
+**Resume is exact**: every random draw of a step is seeded from (run seed, step[, call]) and the policy, optimizer
+and allocator state are restored bit for bit, so a run killed anywhere (even with SIGKILL mid-step) and resumed
+from its last checkpoint produces the same parameters and ledger as the uninterrupted run with the same seed and
+``torch_threads``. The store forgets whatever was written after the checkpoint (``Store.reopen_after``) and
+TensorBoard purges its events after it (``purge_step``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from .allocation import Allocator, EngineCall, StepOutcome
+from .config import RunConfig
+from .data.task import TaskData
+from .rewards import MathGrader
+from .rollout import RolloutEngine, RolloutRequest, SamplingParams, TransformersEngine
+from .store import RunRecord, Store, step_tables
+from .training import PolicyTrainer, RolloutBatch
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = 1
+_CALL_SALT = 0x6E6E
+_EVAL_SALT = 0xE7A1
+
+
+class LoopError(RuntimeError):
+    """The loop cannot go on as asked; the message says why and how to fix it."""
+
+
+def _seed(*parts: int) -> int:
+    """A 31-bit seed for one draw, from the run seed and the draw's coordinates (each >= -1: step -1 is "before training")."""
+    return int(np.random.SeedSequence([int(p) + 1 for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+# ---- run -------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrainingRun:
+    """A training run: its id, resolved config, directory (checkpoints, TensorBoard) and base policy."""
+
+    run_id: str
+    config: RunConfig
+    run_dir: Path
+    policy_path: Path
+    task: TaskData
+    lineage: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.run_dir / "tensorboard"
+
+    def record(self) -> RunRecord:
+        cfg = self.config
+        return RunRecord(
+            run_id=self.run_id,
+            family=cfg.family,
+            method=cfg.method,
+            preset=cfg.preset,
+            seed=cfg.seed,
+            config=cfg.to_dict(),
+            config_hash=cfg.config_hash,
+            kind="train",
+            lineage={"policy": str(self.policy_path), "run_dir": str(self.run_dir), **self.lineage},
+        )
+
+
+# ---- sidecar ---------------------------------------------------------------------------------------------------
+class Sidecar:
+    """Rollout payloads by rollout id (the allocator only holds ids, DESIGN.md section 3)."""
+
+    def __init__(self) -> None:
+        self.prompt: dict[int, list[int]] = {}
+        self.response: dict[int, list[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self.response)
+
+    def put(self, rollout_id: int, prompt_ids: list[int], response_ids: list[int]) -> None:
+        self.prompt[rollout_id] = prompt_ids
+        self.response[rollout_id] = response_ids
+
+    def keep_only(self, live: np.ndarray) -> None:
+        keep = set(live.tolist())
+        for rid in [r for r in self.response if r not in keep]:
+            del self.response[rid]
+            del self.prompt[rid]
+
+    def save(self, path: Path) -> None:
+        ids = sorted(self.response)
+        table = pa.table(
+            {
+                "rollout_id": pa.array(ids, pa.int64()),
+                "prompt_ids": pa.array([self.prompt[i] for i in ids], pa.list_(pa.int32())),
+                "response_ids": pa.array([self.response[i] for i in ids], pa.list_(pa.int32())),
+            }
+        )
+        pq.write_table(table, path)
+
+    @classmethod
+    def load(cls, path: Path) -> "Sidecar":
+        side = cls()
+        t = pq.read_table(path).to_pydict()
+        for rid, p, r in zip(t["rollout_id"], t["prompt_ids"], t["response_ids"]):
+            side.put(int(rid), list(p), list(r))
+        return side
+
+
+# ---- checkpoints -----------------------------------------------------------------------------------------------
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def list_checkpoints(checkpoint_dir: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints (``meta.json`` is written last), oldest first."""
+    out = []
+    if checkpoint_dir.is_dir():
+        for p in checkpoint_dir.iterdir():
+            if p.name.startswith("step-") and (p / "meta.json").exists():
+                try:
+                    out.append((int(p.name[5:]), p))
+                except ValueError:
+                    continue
+    return sorted(out)
+
+
+def latest_checkpoint(checkpoint_dir: Path) -> tuple[int, Path] | None:
+    ckpts = list_checkpoints(checkpoint_dir)
+    return ckpts[-1] if ckpts else None
+
+
+@dataclass
+class Totals:
+    """The run's cumulative ledger, carried in checkpoints."""
+
+    steps: int = 0
+    sampled_rollouts: int = 0
+    trained_rollouts: int = 0
+    engine_calls: int = 0
+
+    def add(self, outcome: StepOutcome) -> None:
+        led = outcome.ledger
+        self.steps += 1
+        self.sampled_rollouts += led.sampled_rollouts
+        self.trained_rollouts += led.trained_rollouts
+        self.engine_calls += led.engine_calls
+
+
+# ---- per-step record -------------------------------------------------------------------------------------------
+@dataclass
+class StepRecord:
+    step: int
+    ledger: dict[str, Any]
+    loss: float | None
+    mean_reward: float
+    reward_std: float
+    cumulative_rollouts: int
+    timings: dict[str, float]
+    eval_accuracy: float | None = None
+    eval_by_set: dict[str, float] | None = None
+    train_stats: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.ledger)
+        out.pop("lags", None)
+        out.update(
+            loss=self.loss,
+            mean_reward=self.mean_reward,
+            reward_std=self.reward_std,
+            cumulative_rollouts=self.cumulative_rollouts,
+            **{f"time_{k}_s": round(v, 4) for k, v in self.timings.items()},
+        )
+        if self.eval_accuracy is not None:
+            out["eval_accuracy"] = self.eval_accuracy
+            out["eval"] = self.eval_by_set
+        return out
+
+
+@dataclass(frozen=True)
+class SegmentResult:
+    run_id: str
+    first_step: int
+    last_step: int  # -1 if the run has no completed step
+    steps_run: int
+    cumulative_rollouts: int
+    last_eval_accuracy: float | None
+    mean_reward_std: float | None
+    checkpoint: Path | None
+    tensorboard_dir: Path
+    records: list[StepRecord]
+
+
+# ---- the loop --------------------------------------------------------------------------------------------------
+class Trainer:
+    """One run's live state: policy, engine, grader, trainer, allocator, sidecar. Built by :func:`open_run`."""
+
+    def __init__(
+        self,
+        run: TrainingRun,
+        store: Store,
+        model,
+        tokenizer,
+        allocator: Allocator,
+        sidecar: Sidecar,
+        totals: Totals,
+        engine: RolloutEngine | None = None,
+        device: str = "cpu",
+    ) -> None:
+        cfg = run.config.training
+        self.run = run
+        self.store = store
+        self.model = model
+        self.tokenizer = tokenizer
+        self.allocator = allocator
+        self.sidecar = sidecar
+        self.totals = totals
+        self.engine = engine or TransformersEngine(model, tokenizer, device=device)
+        self.grader = MathGrader(overlong_reward=cfg.overlong_reward)
+        self.trainer = PolicyTrainer(
+            model, cfg, tokenizer.pad_token_id, run.config.allocator.train_batch, run.config.seed, device=device
+        )
+        self.writer = store.writer(run.run_id)
+        self._tb = None
+
+    # -- generation + grading --------------------------------------------------------------------------------------
+    def _execute(self, call: EngineCall, timings: dict[str, float]) -> list[np.ndarray]:
+        cfg = self.run.config.training
+        task = self.run.task
+        reqs = [RolloutRequest(task.prompts[p], int(n)) for p, n in zip(call.prompt_ids.tolist(), call.n.tolist())]
+        params = SamplingParams(
+            cfg.temperature, cfg.top_p, cfg.max_response_length, _seed(self.run.config.seed, _CALL_SALT, call.step, call.index)
+        )
+        t0 = time.perf_counter()
+        outputs = self.engine.generate(reqs, params)
+        t1 = time.perf_counter()
+        texts, golds, truncated = [], [], []
+        for p, out in zip(call.prompt_ids.tolist(), outputs):
+            for r in out.rollouts:
+                texts.append(r.text)
+                golds.append(task.golds[p])
+                truncated.append(r.truncated)
+        flat = self.grader.rewards(texts, golds, truncated)
+        t2 = time.perf_counter()
+        rewards, pos = [], 0
+        for start, out in zip(call.rollout_starts.tolist(), outputs):
+            for j, r in enumerate(out.rollouts):
+                self.sidecar.put(start + j, out.prompt_ids, r.token_ids)
+            rewards.append(flat[pos : pos + len(out.rollouts)])
+            pos += len(out.rollouts)
+        timings["generate"] += t1 - t0
+        timings["reward"] += t2 - t1
+        return rewards
+
+    def _batch(self, outcome: StepOutcome) -> RolloutBatch:
+        prompts, responses, rewards, groups = [], [], [], []
+        for g, group in enumerate(outcome.groups):
+            ids = group.rollout_ids.tolist()
+            try:
+                prompts.extend(self.sidecar.prompt[i] for i in ids)
+                responses.extend(self.sidecar.response[i] for i in ids)
+            except KeyError as exc:
+                raise LoopError(
+                    f"step {outcome.step}: rollout {exc} of prompt {group.prompt_id} has no payload in the sidecar. "
+                    "Fix: resume from a checkpoint written by this version (the sidecar must hold the buffer's pilots)."
+                ) from None
+            rewards.append(group.rewards)
+            groups.append(np.full(len(ids), g, np.int64))
+        if not groups:
+            return RolloutBatch([], [], np.zeros(0), np.zeros(0, np.int64))
+        return RolloutBatch(prompts, responses, np.concatenate(rewards), np.concatenate(groups))
+
+    # -- one step ----------------------------------------------------------------------------------------------
+    def step(self) -> StepRecord:
+        timings = {"generate": 0.0, "reward": 0.0, "update": 0.0, "bookkeeping": 0.0, "store": 0.0}
+        t = time.perf_counter()
+        session = self.allocator.begin_step()
+        timings["bookkeeping"] += time.perf_counter() - t
+        try:
+            while True:
+                t = time.perf_counter()
+                call = session.next_call()
+                timings["bookkeeping"] += time.perf_counter() - t
+                if call is None:
+                    break
+                rewards = self._execute(call, timings)
+                t = time.perf_counter()
+                session.observe(rewards)
+                timings["bookkeeping"] += time.perf_counter() - t
+            t = time.perf_counter()
+            outcome = session.finish()
+            timings["bookkeeping"] += time.perf_counter() - t
+        except BaseException:
+            self.allocator._session = None  # mid-step state is discarded: resume restores a checkpoint
+            raise
+        batch = self._batch(outcome)
+        t = time.perf_counter()
+        stats = self.trainer.train_step(batch, outcome.step)
+        timings["update"] += time.perf_counter() - t
+        t = time.perf_counter()
+        self.sidecar.keep_only(self.allocator.live_rollout_ids())
+        self.totals.add(outcome)
+        timings["bookkeeping"] += time.perf_counter() - t
+        mean_reward = float(batch.rewards.mean()) if len(batch) else 0.0
+        loss = stats.loss if stats.updates else None
+        t = time.perf_counter()
+        extra = {
+            "loss": loss,
+            "mean_reward": mean_reward,
+            "time_generate_s": timings["generate"],
+            "time_reward_s": timings["reward"],
+            "time_update_s": timings["update"],
+            "time_bookkeeping_s": timings["bookkeeping"],
+        }
+        self.writer.write_step(outcome.step, step_tables(self.run.run_id, outcome, self.allocator, extra))
+        timings["store"] += time.perf_counter() - t
+        return StepRecord(
+            step=outcome.step,
+            ledger=outcome.ledger.to_dict(),
+            loss=loss,
+            mean_reward=mean_reward,
+            reward_std=outcome.ledger.mean_reward_std,
+            cumulative_rollouts=self.totals.sampled_rollouts,
+            timings=timings,
+            train_stats=stats.to_dict(),
+        )
+
+    # -- evaluation --------------------------------------------------------------------------------------------------
+    def evaluate(self, step: int) -> dict[str, float]:
+        """Mean@k accuracy of each eval set after ``step`` (-1: before training); rows go to ``eval_results``."""
+        cfg = self.run.config.training
+        sets = self.run.task.eval_sets
+        k = cfg.eval_samples
+        reqs = [RolloutRequest(p, k) for s in sets for p in s.prompts]
+        golds = [g for s in sets for g in s.golds for _ in range(k)]
+        params = SamplingParams(cfg.eval_temperature, cfg.eval_top_p, cfg.max_response_length, _seed(self.run.config.seed, _EVAL_SALT, step))
+        outputs = self.engine.generate(reqs, params)
+        rolls = [r for o in outputs for r in o.rollouts]
+        rewards = self.grader.rewards([r.text for r in rolls], golds, [r.truncated for r in rolls])
+        acc, pos = {}, 0
+        for s in sets:
+            m = len(s.prompts) * k
+            acc[s.name] = float(rewards[pos : pos + m].mean()) if m else 0.0
+            pos += m
+        self.store.add_eval_results(
+            [
+                {"run_id": self.run.run_id, "step": step, "benchmark": name, "k": k, "temperature": cfg.eval_temperature,
+                 "accuracy": a, "n_prompts": len(s.prompts)}
+                for (name, a), s in zip(acc.items(), sets)
+            ]
+        )
+        return acc
+
+    # -- TensorBoard ---------------------------------------------------------------------------------------------
+    def tensorboard(self, purge_step: int | None):
+        if self._tb is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.run.tensorboard_dir), purge_step=purge_step)
+        return self._tb
+
+    def log_tensorboard(self, rec: StepRecord) -> None:
+        tb = self.tensorboard(None)
+        s = rec.step
+        led = rec.ledger
+        for key in ("sampled_rollouts", "trained_rollouts", "rounds", "kept", "skipped_easy", "deferred_hard",
+                    "buffer_size", "evicted", "informative_share", "mean_reward_std", "mean_lag"):
+            tb.add_scalar(f"ledger/{key}", led[key], s)
+        tb.add_scalar("ledger/cumulative_rollouts", rec.cumulative_rollouts, s)
+        tb.add_scalar("train/mean_reward", rec.mean_reward, s)
+        if rec.loss is not None:
+            tb.add_scalar("train/loss", rec.loss, s)
+        for key in ("pg_clipfrac", "ppo_kl", "grad_norm", "lr", "entropy"):
+            if rec.train_stats and key in rec.train_stats:
+                tb.add_scalar(f"train/{key}", rec.train_stats[key], s)
+        for key, v in rec.timings.items():
+            tb.add_scalar(f"time/{key}_s", v, s)
+        if rec.eval_by_set:
+            tb.add_scalar("eval/accuracy", rec.eval_accuracy, s)
+            for name, a in rec.eval_by_set.items():
+                tb.add_scalar(f"eval/{name}", a, s)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        self.grader.close()
+
+    # -- checkpoints ---------------------------------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        step = self.allocator.step - 1
+        root = self.run.checkpoint_dir
+        root.mkdir(parents=True, exist_ok=True)
+        final = root / checkpoint_name(step)
+        tmp = root / f".tmp-{checkpoint_name(step)}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        self.model.save_pretrained(tmp / "policy")
+        self.tokenizer.save_pretrained(tmp / "policy")
+        torch.save(self.trainer.state_dict(), tmp / "trainer.pt")
+        (tmp / "allocator.json").write_text(json.dumps(self.allocator.state_dict()))
+        self.sidecar.save(tmp / "sidecar.parquet")
+        torch.save(
+            {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}, tmp / "rng.pt"
+        )
+        meta = {
+            "format": CHECKPOINT_FORMAT,
+            "run_id": self.run.run_id,
+            "config_hash": self.run.config.config_hash,
+            "step": step,
+            "totals": self.totals.__dict__,
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta))  # last: a checkpoint without meta.json is incomplete
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        self.store.add_checkpoint(self.run.run_id, step, str(final))
+        keep = self.run.config.training.keep_checkpoints
+        for _, old in list_checkpoints(root)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        for junk in root.glob(".tmp-*"):
+            shutil.rmtree(junk, ignore_errors=True)
+        return final
+
+
+def prepare_run(
+    config: RunConfig,
+    out_dir: str | Path,
+    run_name: str | None = None,
+    policy_path: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    progress: Callable[[int, float], None] | None = None,
+) -> TrainingRun:
+    """A :class:`TrainingRun` for ``config`` in ``<out_dir>/<run_name>``: the embedded task's data and base policy
+    (built and cached on first use unless ``policy_path`` names an HF model directory)."""
+    from .data.task import embedded_task
+
+    if config.task is None:
+        raise LoopError(
+            f"preset {config.preset!r} has no embedded task section: the local loop trains the embedded task only "
+            "(real datasets come through the Dagster data assets). Fix: use --preset embedded."
+        )
+    template = config.training.prompt_template
+    task = embedded_task(config.task, template)
+    lineage: dict[str, Any] = {}
+    if policy_path is None:
+        from .training.base_policy import ensure_base_policy, read_meta
+
+        if config.policy is None:
+            raise LoopError("no policy given and the preset has no policy section. Fix: pass --policy DIR.")
+        policy_path = ensure_base_policy(config.task, config.policy, template, cache_dir=cache_dir, progress=progress)
+        lineage["base_policy_recipe"] = read_meta(policy_path).get("recipe_hash")
+    run_id = run_name or config.default_run_id()
+    return TrainingRun(
+        run_id=run_id,
+        config=config,
+        run_dir=Path(out_dir).resolve() / run_id,
+        policy_path=Path(policy_path).resolve(),
+        task=task,
+        lineage=lineage,
+    )
+
+
+def _load_model(path: Path, device: str):
+    from .training.base_policy import load_policy
+
+    return load_policy(path, device)
+
+
+def open_run(run: TrainingRun, store: Store, resume: bool = True, device: str = "cpu") -> tuple[Trainer, bool]:
+    """Restore the run from its latest checkpoint (``resume``) or start it from the base policy.
+
+    Returns the trainer and whether it was resumed. Starting afresh over an existing checkpoint is refused.
+    """
+    torch.set_num_threads(run.config.training.torch_threads)
+    store.init()
+    store.register_run(run.record())
+    latest = latest_checkpoint(run.checkpoint_dir)
+    if latest is not None and not resume:
+        raise LoopError(
+            f"run {run.run_id!r} already has checkpoints in {run.checkpoint_dir}. Fix: pass --resume to continue it, "
+            "choose another --run-name, or delete that directory to start over."
+        )
+    if latest is None:
+        model, tok = _load_model(run.policy_path, device)
+        allocator = Allocator(run.config.allocator, len(run.task.prompts))
+        store.reopen_after(run.run_id, -2)  # a fresh start forgets any earlier attempt's rows
+        shutil.rmtree(run.tensorboard_dir, ignore_errors=True)
+        return Trainer(run, store, model, tok, allocator, Sidecar(), Totals(), device=device), False
+    step, path = latest
+    meta = json.loads((path / "meta.json").read_text())
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        raise LoopError(f"checkpoint {path} has format {meta.get('format')}, this version reads {CHECKPOINT_FORMAT}.")
+    if meta.get("config_hash") != run.config.config_hash:
+        raise LoopError(
+            f"checkpoint {path} belongs to config {meta.get('config_hash')}, not {run.config.config_hash}. Fix: resume "
+            "with the run's original preset and --set overrides, or start a new --run-name."
+        )
+    model, tok = _load_model(path / "policy", device)
+    allocator = Allocator.from_state_dict(json.loads((path / "allocator.json").read_text()))
+    trainer = Trainer(run, store, model, tok, allocator, Sidecar.load(path / "sidecar.parquet"), Totals(**meta["totals"]), device=device)
+    trainer.trainer.load_state_dict(torch.load(path / "trainer.pt", weights_only=False))
+    rng = torch.load(path / "rng.pt", weights_only=False)
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
+    store.reopen_after(run.run_id, step)
+    log.info("resumed run %s from %s (step %d)", run.run_id, path, step)
+    return trainer, True
+
+
+def run_segment(
+    run: TrainingRun,
+    store: Store,
+    steps: int,
+    resume: bool = True,
+    on_step: Callable[[StepRecord], None] | None = None,
+    device: str = "cpu",
+) -> SegmentResult:
+    """Advance ``run`` by ``steps`` training steps (see the module docstring); checkpoint at the end."""
+    if steps < 0:
+        raise LoopError(f"steps={steps}: must be >= 0.")
+    trainer, resumed = open_run(run, store, resume=resume, device=device)
+    cfg = run.config.training
+    first = trainer.allocator.step
+    records: list[StepRecord] = []
+    last_ckpt: Path | None = None
+    saved_at: int | None = None
+    try:
+        tb = trainer.tensorboard(purge_step=first)
+        if first == 0:
+            acc = trainer.evaluate(-1)
+            tb.add_scalar("eval/accuracy", float(np.mean(list(acc.values()))), -1)
+        for _ in range(steps):
+            rec = trainer.step()
+            if (rec.step + 1) % cfg.eval_every == 0:
+                acc = trainer.evaluate(rec.step)
+                rec.eval_by_set = acc
+                rec.eval_accuracy = float(np.mean(list(acc.values())))
+            trainer.log_tensorboard(rec)
+            records.append(rec)
+            if on_step:
+                on_step(rec)
+            if (rec.step + 1) % cfg.checkpoint_every == 0:
+                last_ckpt, saved_at = trainer.save_checkpoint(), rec.step
+        if records and saved_at != records[-1].step:
+            last_ckpt = trainer.save_checkpoint()
+        elif not records:
+            latest = latest_checkpoint(run.checkpoint_dir)
+            last_ckpt = latest[1] if latest else None
+        store.compact(run.run_id)
+        store.set_status(run.run_id, "running")
+    except BaseException as exc:
+        reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+        try:
+            store.set_status(run.run_id, "failed", reason)
+        except Exception:  # the original error matters more
+            log.exception("could not record the failure of run %s", run.run_id)
+        raise
+    finally:
+        trainer.close()
+    evals = [r for r in records if r.eval_accuracy is not None]
+    return SegmentResult(
+        run_id=run.run_id,
+        first_step=first,
+        last_step=trainer.allocator.step - 1,
+        steps_run=len(records),
+        cumulative_rollouts=trainer.totals.sampled_rollouts,
+        last_eval_accuracy=evals[-1].eval_accuracy if evals else None,
+        mean_reward_std=float(np.mean([r.reward_std for r in records])) if records else None,
+        checkpoint=last_ckpt,
+        tensorboard_dir=run.tensorboard_dir,
+        records=records,
+    )

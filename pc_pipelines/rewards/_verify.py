@@ -1,0 +1,527 @@
+"""math-verify calls under a deadline: an in-process SIGALRM guard (main thread) and a killable worker process.
+
+Internal to ``pc_pipelines.rewards``; see ``pc_pipelines/rewards/math.py`` for the design and the public API.
+
+Everything here speaks in plain strings (outcome names, error messages) so that the worker process and the
+parent exchange only small picklable tuples; sympy objects never cross the process boundary.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Outcome names exchanged between the verifier and the grader (values of math.GradeOutcome).
+CORRECT, WRONG, UNPARSABLE, TIMEOUT = "correct", "wrong", "unparsable", "timeout"
+
+GOLD_MIN_TIMEOUT_S = 5.0
+"""A gold is parsed once per distinct gold, under max(timeout_s, 5 s): a load spike must not turn a good gold
+into a "dataset error"."""
+
+_REFIRE_S = 0.05
+"""After the deadline the alarm re-fires every 50 ms, in case library code swallowed the first exception with a
+bare ``except:`` and carried on computing."""
+
+
+class GoldError(Exception):
+    """A gold answer math-verify cannot parse (a dataset error); the grader turns it into a ValueError."""
+
+
+class _Deadline(BaseException):
+    """Raised by the SIGALRM handler. A BaseException on purpose: math-verify and sympy catch ``Exception``
+    broadly (and math-verify also catches its own TimeoutException, silently returning False / []), and a
+    timeout must reach us, not be mistaken for "wrong" or "unparsable"."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# SIGALRM guard (main thread only)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def alarm_available() -> bool:
+    """True when SIGALRM-based deadlines work here: POSIX, and the calling thread is the main thread."""
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+class AlarmGuard:
+    """Runs callables under a wall-clock deadline using ``setitimer(ITIMER_REAL)`` + SIGALRM.
+
+    Use as a context manager around a series of calls (the handler is installed once) and call ``run`` per item.
+    A previously installed SIGALRM handler and a pending ITIMER_REAL timer (e.g. pytest-timeout's) are restored
+    on exit; if that outer timer would have fired while we held the alarm, it is re-armed to fire right away.
+    """
+
+    def __init__(self) -> None:
+        self._active = False
+        self._old_handler: Any = None
+        self._old_timer: tuple[float, float] = (0.0, 0.0)
+        self._entered_at = 0.0
+
+    def _handler(self, signum, frame):
+        if self._active:
+            raise _Deadline()
+
+    def __enter__(self) -> AlarmGuard:
+        if not alarm_available():
+            raise RuntimeError("AlarmGuard needs SIGALRM on the main thread")
+        self._old_handler = signal.signal(signal.SIGALRM, self._handler)
+        self._old_timer = signal.setitimer(signal.ITIMER_REAL, 0)
+        self._entered_at = time.monotonic()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._disarm()
+        signal.signal(
+            signal.SIGALRM,
+            self._old_handler if self._old_handler is not None else signal.SIG_DFL,
+        )
+        delay, interval = self._old_timer
+        if delay > 0:
+            left = delay - (time.monotonic() - self._entered_at)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-4), interval)
+
+    def _disarm(self) -> None:
+        while True:  # a last alarm may land inside this block: retry until both statements ran
+            try:
+                self._active = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                return
+            except _Deadline:
+                continue
+
+    def run(self, fn: Callable[..., T], timeout_s: float, *args) -> tuple[bool, T | None]:
+        """``(True, fn(*args))``, or ``(False, None)`` if the deadline passed first. Other exceptions propagate."""
+        try:
+            try:
+                self._active = True
+                signal.setitimer(signal.ITIMER_REAL, timeout_s, _REFIRE_S)
+                out = fn(*args)
+            finally:
+                self._disarm()
+        except _Deadline:
+            return False, None
+        return True, out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# math-verify calls (no timeout of their own: the caller provides it)
+# --------------------------------------------------------------------------------------------------------------
+
+_mv_ready = False
+_warm = False
+
+
+def _math_verify():
+    """Import math-verify lazily (it imports sympy: ~1 s) and silence its "timeout is disabled" warning, which
+    is expected here: we pass ``parsing_timeout=None`` / ``timeout_seconds=None`` and enforce deadlines
+    ourselves (its own guard uses ``signal.alarm``, whole seconds only, main thread only, and swallows the
+    timeout into a plain False / [])."""
+    global _mv_ready
+    import math_verify
+
+    if not _mv_ready:
+
+        class _DropTimeoutDisabled(logging.Filter):
+            def filter(self, record: logging.LogRecord) -> bool:
+                return "Timeout is disabled" not in str(record.msg)
+
+        for name in ("math_verify.parser", "math_verify.grader"):
+            logging.getLogger(name).addFilter(_DropTimeoutDisabled())
+        _mv_ready = True
+    return math_verify
+
+
+def warm_up() -> None:
+    """First-use costs, paid outside any deadline: importing sympy, compiling math-verify's regexes, the LaTeX
+    parser's first run, ``parse_expr``, a first ``verify``. Cold, the first call of a process takes ~0.3-0.5 s,
+    which a short timeout would misreport as a TIMEOUT (cached!) or, for a gold, as a dataset error."""
+    global _warm
+    if _warm:
+        return
+    mv = _math_verify()
+    gold = mv.parse("\\boxed{\\frac{1}{2}}", parsing_timeout=None)
+    for text in (
+        "\\boxed{1/2}",
+        "\\boxed{x^2+1}",
+        "\\boxed{0.5}",
+        "\\boxed{(1, 2)}",
+        "\\boxed{\\{1,2\\}}",
+    ):
+        mv.verify(gold, mv.parse(text, parsing_timeout=None), timeout_seconds=None)
+    _warm = True
+
+
+def _has_expr(parsed: list) -> bool:
+    return any(not isinstance(p, str) for p in parsed)
+
+
+def gold_latex(gold: str) -> str:
+    """The string handed to math-verify for a gold answer: as is if it already carries a ``\\boxed``/``\\fbox``
+    or ``$`` delimiters, else wrapped in ``\\boxed{...}`` (bare LaTeX such as ``\\frac12`` or ``x^2`` is not
+    extracted by math-verify without a delimiter: ``parse("\\frac12") == []``)."""
+    g = gold.strip()
+    if "\\boxed" in g or "\\fbox" in g or "$" in g:
+        return g
+    return "\\boxed{" + g + "}"
+
+
+def parse_gold(gold: str) -> list:
+    """math-verify's parse of a gold answer; raises GoldError if it yields no sympy expression."""
+    mv = _math_verify()
+    if not gold.strip():
+        raise GoldError("the gold answer is empty")
+    parsed = mv.parse(gold_latex(gold), parsing_timeout=None)
+    if not _has_expr(parsed):
+        raise GoldError(f"math-verify extracted no math expression from it (parse -> {parsed!r})")
+    return parsed
+
+
+def has_nonfinite(parsed: list) -> bool:
+    """True if a parsed expression holds a numeric part whose value is not finite (oo, -oo, zoo, nan), e.g.
+    ``\\infty``, ``\\frac{1}{0}``, ``(\\infty)!``, ``\\ln(0)``, ``\\{1, \\infty\\}``, ``(-\\infty, 2)``.
+
+    Each maximal numeric subexpression (``is_number``: no free symbols) is evaluated with ``evalf``; containers
+    (sets, tuples, intervals, matrices, relations) and symbolic expressions are searched below. A convergent
+    ``\\sum_{n=1}^{\\infty} 2^{-n}`` or ``\\int_0^\\infty e^{-x} dx`` evaluates to a finite number and passes.
+
+    Why: with sympy 1.14, math-verify grades ``(((\\infty)!)!)!`` (also ``((\\infty)!)!``, ``((99 \\cdot \\infty)!)!``,
+    ``|\\{\\ln(0)\\}|``, ...) equal to ANY number, depending on the state of sympy's caches (``factorial(oo)`` claims
+    to be a finite integer and ``simplify`` then turns the difference into zero). A policy would learn that
+    reward hack, so an answer with a non-finite value is never CORRECT against a gold that has none.
+    """
+    from sympy import Expr, Float, Integral, Limit, Product, S, Sum
+    from sympy.matrices import MatrixBase
+
+    bad = (S.Infinity, S.NegativeInfinity, S.ComplexInfinity, S.NaN)
+
+    def nonfinite_value(
+        v,
+    ) -> bool:  # v: a number, or an evalf result (a + b*I, or unevaluated, e.g. a Limit)
+        if v in bad:
+            return True
+        if isinstance(v, Float):
+            return not v.is_finite
+        if v.is_Add or v.is_Mul:
+            return any(a in bad or (isinstance(a, Float) and not a.is_finite) for a in v.args)
+        return False
+
+    stack = [p for p in parsed if not isinstance(p, str)]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, MatrixBase):
+            stack.extend(e)
+            continue
+        if isinstance(e, Expr) and e.is_number:
+            if e.is_Number:
+                if nonfinite_value(e):
+                    return True
+                continue
+            try:
+                v = e.evalf(15)
+            except Exception:  # noqa: BLE001  (cannot tell: leave it to math-verify)
+                log.debug("evalf failed in the non-finite check", exc_info=True)
+                continue
+            if nonfinite_value(v):
+                return True
+            continue
+        if isinstance(e, (Limit, Integral, Sum, Product)):
+            continue  # an infinite bound is legitimate; the value, if numeric, was checked above
+        stack.extend(getattr(e, "args", ()))
+    return False
+
+
+def check_answer(answer: str, gold_parsed: list) -> str:
+    """CORRECT / WRONG / UNPARSABLE for an extracted boxed content against a parsed gold (gold FIRST in verify)."""
+    mv = _math_verify()
+    parsed = mv.parse("\\boxed{" + answer + "}", parsing_timeout=None)
+    if not parsed:
+        return UNPARSABLE
+    if mv.verify(gold_parsed, parsed, timeout_seconds=None):
+        if has_nonfinite(parsed) and not has_nonfinite(gold_parsed):
+            return WRONG  # a math-verify/sympy false positive (see has_nonfinite)
+        return CORRECT
+    # Only a raw-string fallback (sympy could not parse it) that did not string-match the gold: unparsable.
+    return WRONG if _has_expr(parsed) else UNPARSABLE
+
+
+class GoldCache:
+    """Bounded LRU of parsed golds (or their GoldError message); one per process."""
+
+    def __init__(self, size: int = 16384) -> None:
+        self.size = size
+        self._d: OrderedDict[str, tuple[bool, Any]] = OrderedDict()
+
+    def get(self, gold: str) -> tuple[bool, Any] | None:
+        hit = self._d.get(gold)
+        if hit is not None:
+            self._d.move_to_end(gold)
+        return hit
+
+    def put(self, gold: str, value: tuple[bool, Any]) -> None:
+        self._d[gold] = value
+        self._d.move_to_end(gold)
+        while len(self._d) > self.size:
+            self._d.popitem(last=False)
+
+
+def gold_timeout(timeout_s: float) -> float:
+    return max(timeout_s, GOLD_MIN_TIMEOUT_S)
+
+
+def gold_under_guard(cache: GoldCache, guard: AlarmGuard, gold: str, timeout_s: float) -> tuple[bool, Any]:
+    """``(True, parsed)`` or ``(False, reason)`` for a gold, parsed at most once per cache lifetime, under
+    ``gold_timeout(timeout_s)`` (``timeout_s`` is the per-answer timeout)."""
+    hit = cache.get(gold)
+    if hit is not None:
+        return hit
+    timeout_s = gold_timeout(timeout_s)
+    try:
+        ok, parsed = guard.run(parse_gold, timeout_s, gold)
+        value = (True, parsed) if ok else (False, f"parsing it took longer than the {timeout_s:g} s timeout")
+    except GoldError as e:
+        value = (False, str(e))
+    except Exception as e:  # noqa: BLE001  (math-verify/sympy internals: any failure is "unparsable gold")
+        value = (False, f"parsing it raised {type(e).__name__}: {e}")
+    cache.put(gold, value)
+    return value
+
+
+def answer_under_guard(guard: AlarmGuard, answer: str, gold_parsed: list, timeout_s: float) -> str:
+    """The outcome name of one (answer, parsed gold) pair under the deadline; never raises."""
+    try:
+        ok, outcome = guard.run(check_answer, timeout_s, answer, gold_parsed)
+    except RecursionError:
+        return UNPARSABLE
+    except Exception:
+        log.debug("verification raised; graded unparsable", exc_info=True)
+        return UNPARSABLE
+    return outcome if ok else TIMEOUT
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Worker process (used when the caller is not on the main thread)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def worker_cli(fd: int, timeout_s: float, use_alarm: bool) -> None:
+    """Entry point of the worker subprocess (see Worker._start): serve requests on the socket ``fd``."""
+    logging.basicConfig(
+        level=logging.WARNING,
+        format="%(levelname)s math-grader-worker %(name)s: %(message)s",
+    )
+    _worker_main(Connection(fd), timeout_s, use_alarm)
+
+
+def _worker_main(conn: Connection, timeout_s: float, use_alarm: bool) -> None:
+    """Worker loop: on its own main thread, so the SIGALRM guard works here too; the parent's hard deadline is
+    only the backstop for work the alarm cannot interrupt (a long C call that never checks signals).
+
+    Requests: ("golds", [gold, ...]) -> one ("gold", gold, error_or_None) per gold;
+              ("pairs", [(answer, gold), ...]) -> one ("pair", index, outcome) per pair (golds normally checked
+              before; if one is not, its parse is bracketed by ("gold_start",) and ("beat",));
+              ("stop",).
+    Each reply also serves as a heartbeat that restarts the parent's per-item deadline.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the parent, which stops us
+    warm_up()  # before "ready": the parent's clock does not run yet
+    golds = GoldCache()
+    huge = 10.0**9
+    conn.send(("ready",))
+    with AlarmGuard() as guard:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                return
+            if msg[0] == "stop":
+                return
+            if msg[0] == "golds":
+                for gold in msg[1]:
+                    ok, val = gold_under_guard(golds, guard, gold, timeout_s if use_alarm else huge)
+                    conn.send(("gold", gold, None if ok else val))
+            elif msg[0] == "pairs":
+                for i, (answer, gold) in enumerate(msg[1]):
+                    if golds.get(gold) is None:  # not pre-checked here (worker replaced or LRU-evicted)
+                        conn.send(("gold_start",))  # the parent allows a gold's budget for the next reply
+                        gold_under_guard(golds, guard, gold, timeout_s if use_alarm else huge)
+                        conn.send(("beat",))  # and the answer's budget again from here
+                    ok, parsed = gold_under_guard(golds, guard, gold, timeout_s if use_alarm else huge)
+                    outcome = (
+                        answer_under_guard(guard, answer, parsed, timeout_s if use_alarm else huge)
+                        if ok
+                        else UNPARSABLE
+                    )
+                    conn.send(("pair", i, outcome))
+
+
+class WorkerError(RuntimeError):
+    """The worker process could not be started (an environment problem, not a grading outcome)."""
+
+
+class Worker:
+    """A single grading subprocess with a hard, killable per-item deadline.
+
+    Started with ``subprocess`` (``python -c "...worker_cli()"``) and a socketpair carrying pickled tuples, not
+    with ``multiprocessing``: "fork" from a multi-threaded parent (Dagster) can deadlock the child, and "spawn" /
+    "forkserver" re-import the parent's ``__main__``, which breaks (or re-runs) any script without an
+    ``if __name__ == "__main__":`` guard. The start-up cost (~1-2 s: importing sympy) is paid once, before the
+    first item's clock starts, and again only after a kill; a replacement is started right after a kill so it
+    boots in the background. If the parent dies, the worker sees EOF and exits.
+    """
+
+    START_TIMEOUT_S = 120.0
+
+    def __init__(self, timeout_s: float, grace_s: float, use_alarm: bool = True) -> None:
+        self.timeout_s = timeout_s
+        self.grace_s = grace_s
+        self.use_alarm = use_alarm
+        self.restarts = 0
+        self._proc: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+        self._ready = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair()
+        root = str(Path(__file__).resolve().parents[2])  # the directory holding the pc_pipelines package
+        env = dict(os.environ)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        code = (
+            "import sys; from pc_pipelines.rewards._verify import worker_cli; "
+            f"worker_cli(int(sys.argv[1]), {self.timeout_s!r}, {self.use_alarm!r})"
+        )
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=env,
+                close_fds=True,
+            )
+        finally:
+            theirs.close()
+        self._proc, self._conn, self._ready = proc, Connection(ours.detach()), False
+
+    def _ensure_ready(self) -> None:
+        if self._proc is None:
+            self._start()
+        if self._ready:
+            return
+        deadline = time.monotonic() + self.START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self._conn.poll(0.1):
+                try:
+                    msg = self._conn.recv()
+                except (EOFError, OSError):
+                    break
+                if msg == ("ready",):
+                    self._ready = True
+                    return
+            if self._proc.poll() is not None:
+                break
+        code = self._proc.poll()
+        self.close()
+        raise WorkerError(
+            f"the math grading worker process did not start within {self.START_TIMEOUT_S:g} s (exit code {code}); "
+            f"it runs `{sys.executable} -c 'from pc_pipelines.rewards._verify import worker_cli'` and must be able "
+            "to import pc_pipelines and math_verify (see its stderr above)."
+        )
+
+    def _kill(self, why: str) -> None:
+        log.warning("math grading worker killed (%s); starting a fresh one", why)
+        self.close(kill=True)
+        self.restarts += 1
+        self._start()  # boots in the background while the caller carries on
+
+    def close(self, kill: bool = False) -> None:
+        """Stops the worker: politely (it finishes its current item, 0.2 s at most) or, with ``kill``, at once."""
+        proc, conn = self._proc, self._conn
+        self._proc, self._conn, self._ready = None, None, False
+        if kill and proc is not None and proc.poll() is None:
+            proc.kill()
+        if conn is not None:
+            try:
+                if not kill and proc is not None and proc.poll() is None:
+                    conn.send(("stop",))
+            except (OSError, ValueError):
+                pass
+            conn.close()
+        if proc is not None:
+            try:
+                proc.wait(0.2)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    # -- requests ----------------------------------------------------------------------------------------------
+    def _recv(self, limit: float) -> tuple | None:
+        """The next reply, or None if none came within ``limit`` seconds (or the worker died)."""
+        try:
+            if self._conn.poll(limit):
+                return self._conn.recv()
+        except (EOFError, OSError):
+            pass
+        return None
+
+    def check_golds(self, golds: list[str]) -> dict[str, str | None]:
+        """gold -> None (parsable) or the reason it is not. A gold whose parse hangs past the hard deadline is
+        reported as not parsable (the worker is replaced)."""
+        out: dict[str, str | None] = {}
+        todo = list(golds)
+        while todo:
+            self._ensure_ready()
+            self._conn.send(("golds", todo))
+            for gold in todo:
+                reply = self._recv(gold_timeout(self.timeout_s) + self.grace_s)
+                if reply is None:
+                    out[gold] = (
+                        f"parsing it took longer than the {gold_timeout(self.timeout_s):g} s timeout (worker killed)"
+                    )
+                    self._kill("gold parse past the hard deadline")
+                    break
+                out[reply[1]] = reply[2]
+            todo = [g for g in todo if g not in out]
+        return out
+
+    def grade_pairs(self, pairs: list[tuple[str, str]]) -> list[str]:
+        """Outcome names for (answer, gold) pairs whose golds were checked; a pair that hits the hard deadline or
+        takes the worker down is TIMEOUT, the worker is replaced and the rest are sent again."""
+        out: list[str | None] = [None] * len(pairs)
+        pending = list(range(len(pairs)))
+        while pending:
+            self._ensure_ready()
+            self._conn.send(("pairs", [pairs[i] for i in pending]))
+            done = 0
+            for j in range(len(pending)):
+                limit = self.timeout_s + self.grace_s
+                reply = self._recv(limit)
+                while reply is not None and reply[0] in ("gold_start", "beat"):
+                    if reply[0] == "gold_start":
+                        limit = gold_timeout(self.timeout_s) + self.grace_s
+                    else:
+                        limit = self.timeout_s + self.grace_s
+                    reply = self._recv(limit)
+                if reply is None:
+                    out[pending[j]] = TIMEOUT
+                    done = j + 1
+                    self._kill("answer verification past the hard deadline" if self._proc.poll() is None else "it died")
+                    break
+                out[pending[reply[1]]] = reply[2]
+                done = j + 1
+            pending = pending[done:]
+        return out  # type: ignore[return-value]

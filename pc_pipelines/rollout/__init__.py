@@ -1,0 +1,26 @@
+"""Rollout engines: the :class:`RolloutEngine` protocol and its implementations (see :mod:`.base`)."""
+
+from .base import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    RequestOutput,
+    Rollout,
+    RolloutEngine,
+    RolloutRequest,
+    SamplingParams,
+    check_outputs,
+)
+from .transformers_engine import TransformersEngine, naive_generate
+
+__all__ = [
+    "FINISH_LENGTH",
+    "FINISH_STOP",
+    "RequestOutput",
+    "Rollout",
+    "RolloutEngine",
+    "RolloutRequest",
+    "SamplingParams",
+    "TransformersEngine",
+    "check_outputs",
+    "naive_generate",
+]

@@ -1,0 +1,129 @@
+"""Rollouts with Hugging Face ``generate``: KV-cached, batched, CPU or GPU.
+
+One :meth:`TransformersEngine.generate` call serves a whole generation round (pilot and commit requests
+together, DESIGN.md section 3). Internally each request is expanded into ``n`` sequences, sequences are sorted by
+prompt length (less padding), cut into chunks of at most ``max_batch_sequences`` and generated with left padding
+and a KV cache; results are put back in request order.
+
+Per-token log-probs are those of the *processed* scores ``generate`` sampled from (temperature and top-p
+applied): the behaviour policy's log-probs. The trainer recomputes old log-probs itself, as the paper's recipe
+does, so these are for inspection and for engines' contract tests.
+
+Sampling is seeded per call without touching the caller's global RNG (``torch.random.fork_rng``): chunk ``c`` of
+a call draws from ``seed + c``, so a call's result depends only on its inputs, the model and the seed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .base import FINISH_LENGTH, FINISH_STOP, RequestOutput, Rollout, RolloutRequest, SamplingParams, check_outputs
+
+log = logging.getLogger(__name__)
+
+
+class TransformersEngine:
+    def __init__(self, model, tokenizer, device: str | torch.device = "cpu", max_batch_sequences: int = 4096) -> None:
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer has no pad token. Fix: set tokenizer.pad_token (e.g. to the eos token).")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.max_batch_sequences = int(max_batch_sequences)
+        self.eos_id = tokenizer.eos_token_id
+        self.pad_id = tokenizer.pad_token_id
+        self._prompt_cache: dict[str, list[int]] = {}
+
+    def encode(self, prompt: str) -> list[int]:
+        ids = self._prompt_cache.get(prompt)
+        if ids is None:
+            ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            if len(self._prompt_cache) < 200_000:
+                self._prompt_cache[prompt] = ids
+        return ids
+
+    @torch.no_grad()
+    def generate(self, requests: Sequence[RolloutRequest], params: SamplingParams) -> list[RequestOutput]:
+        prompt_ids = [self.encode(r.prompt) for r in requests]
+        owner = np.repeat(np.arange(len(requests)), [r.n for r in requests])  # sequence -> request
+        lengths = np.array([len(prompt_ids[i]) for i in owner], dtype=np.int64)
+        order = np.argsort(-lengths, kind="stable")
+        results: list[Rollout | None] = [None] * len(owner)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for c, start in enumerate(range(0, len(order), self.max_batch_sequences)):
+                chunk = order[start : start + self.max_batch_sequences]
+                for seq, rollout in zip(chunk, self._generate_chunk([prompt_ids[owner[s]] for s in chunk], params, params.seed + c)):
+                    results[seq] = rollout
+        finally:
+            self.model.train(was_training)
+        outputs = []
+        pos = 0
+        for i, r in enumerate(requests):
+            outputs.append(RequestOutput(prompt_ids=prompt_ids[i], rollouts=results[pos : pos + r.n]))  # type: ignore[arg-type]
+            pos += r.n
+        check_outputs(requests, outputs)
+        return outputs
+
+    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams, seed: int) -> list[Rollout]:
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+        sample = params.temperature > 0
+        kwargs = dict(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            max_new_tokens=params.max_new_tokens,
+            do_sample=sample,
+            pad_token_id=self.pad_id,
+            eos_token_id=self.eos_id,
+            return_dict_in_generate=True,
+            output_scores=True,
+            use_cache=True,
+        )
+        if sample:
+            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            out = self.model.generate(**kwargs)
+        new = out.sequences[:, width:]
+        steps = len(out.scores)
+        if steps:
+            scores = torch.stack(out.scores, dim=1).float()  # [B, steps, V], processed (what was sampled from)
+            logp = torch.log_softmax(scores, dim=-1).gather(-1, new[:, :steps, None]).squeeze(-1).cpu()
+        else:
+            logp = torch.zeros(new.shape)
+        new = new.cpu()
+        is_eos = (new == self.eos_id).numpy()
+        rollouts = []
+        for i in range(new.shape[0]):
+            hits = np.flatnonzero(is_eos[i])
+            if hits.size:
+                end, reason = int(hits[0]) + 1, FINISH_STOP
+            else:
+                end, reason = new.shape[1], FINISH_LENGTH
+            toks = new[i, :end].tolist()
+            text = self.tokenizer.decode(toks, skip_special_tokens=True)
+            rollouts.append(Rollout(toks, text, logp[i, :end].tolist(), reason))
+        return rollouts
+
+
+def naive_generate(model, tokenizer, requests: Sequence[RolloutRequest], params: SamplingParams) -> list[RequestOutput]:
+    """The baseline the benchmark compares against: one ``generate`` call per prompt (its ``n`` samples via
+    ``num_return_sequences``), no batching across prompts."""
+    outputs = []
+    engine = TransformersEngine(model, tokenizer, max_batch_sequences=1 << 30)
+    for k, r in enumerate(requests):
+        outputs.extend(engine.generate([r], SamplingParams(params.temperature, params.top_p, params.max_new_tokens, params.seed + k)))
+    return outputs

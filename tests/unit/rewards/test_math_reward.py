@@ -1,0 +1,511 @@
+"""pc_pipelines.rewards: boxed extraction, math-verify grading, outcomes, cache, gold errors, threads, timeouts."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from pc_pipelines.rewards import (
+    Grade,
+    GradeOutcome,
+    MathGrader,
+    default_grader,
+    extract_boxed,
+    math_reward,
+)
+
+O = GradeOutcome
+SLOW_ANSWER = r"\boxed{9^{9^{9}}}"  # parses at once, verification runs for minutes: needs the timeout
+SLACK_S = 0.75  # wall-time slack over timeout_s for one call (the worker's hard deadline is timeout + 0.5 s)
+
+
+@pytest.fixture(scope="module")
+def grader():
+    g = MathGrader(timeout_s=1.0)
+    yield g
+    g.close()
+
+
+def run_in_thread(fn, join_s: float = 60.0):
+    """Runs fn on a fresh non-main thread; returns (result, wall seconds). Fails (instead of hanging) past join_s."""
+    out: dict = {}
+
+    def target():
+        t0 = time.perf_counter()
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001
+            out["error"] = e
+        out["wall"] = time.perf_counter() - t0
+
+    th = threading.Thread(target=target, name="not-main")
+    th.start()
+    th.join(join_s)
+    assert not th.is_alive(), "grading on a non-main thread hung"
+    if "error" in out:
+        raise out["error"]
+    return out["value"], out["wall"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# extraction
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (r"the answer is \boxed{357}.", "357"),
+        (r"\boxed{ 357 }", "357"),
+        (r"\boxed {357}", "357"),
+        ("\\boxed \n\t{357}", "357"),
+        (r"\fbox{42}", "42"),
+        (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
+        (
+            r"\boxed{\frac{\sqrt{\frac{1}{2}}}{3^{2}}}",
+            r"\frac{\sqrt{\frac{1}{2}}}{3^{2}}",
+        ),
+        (r"first \boxed{1} then \boxed{2} finally \boxed{3}", "3"),
+        (r"\boxed{1} and \fbox{2}", "2"),
+        (r"\fbox{1} and \boxed{2}", "2"),
+        (r"\boxed{a \boxed{b} c}", "b"),  # the last opener decides
+        (r"\boxed{\{1, 2\}}", r"\{1, 2\}"),  # escaped braces do not count
+        (r"\boxed{\left\{ x \right\}}", r"\left\{ x \right\}"),
+        (r"\boxed{}", ""),
+        ("no box at all", None),
+        ("", None),
+        (r"\boxed 5", None),  # no brace: not an opener
+        (r"\boxedx{5}", None),
+        (r"\boxed{12", None),  # unbalanced
+        (r"\boxed{\frac{1}{2}", None),
+        (
+            r"\boxed{5} then \boxed{6",
+            None,
+        ),  # the last opener is unclosed: no fallback to the earlier box
+        (r"\boxed{5\}", None),  # the only closing brace is escaped
+        (r"}}}} \boxed{7} }}}}", "7"),
+    ],
+)
+def test_extract_boxed(text, expected):
+    assert extract_boxed(text) == expected
+
+
+def test_extract_boxed_is_linear_on_huge_inputs():
+    cases = [
+        "x" * 200_000 + r"\boxed{357}",
+        r"\boxed{" * 20_000,
+        "{" * 200_000,
+        r"\boxed{" + "{" * 200_000,
+        "\\" * 200_000,
+        r"\boxed" + " " * 200_000,
+        r"\boxed{" + r"\{" * 100_000 + "}",
+    ]
+    for text in cases:
+        t0 = time.perf_counter()
+        extract_boxed(text)
+        assert time.perf_counter() - t0 < 0.5, text[:30]
+    assert extract_boxed(cases[0]) == "357"
+    assert extract_boxed(cases[1]) is None
+    assert extract_boxed(cases[6]) == r"\{" * 100_000
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# grading
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "response, gold, outcome",
+    [
+        (r"\boxed{357}", "357", O.CORRECT),
+        (r"so the sum is \boxed{357}.", "357", O.CORRECT),
+        (r"\boxed{358}", "357", O.WRONG),
+        (r"\boxed{-357}", "357", O.WRONG),
+        (r"\boxed{1/2}", r"\frac12", O.CORRECT),
+        (r"\boxed{\frac{1}{2}}", r"\frac12", O.CORRECT),
+        (r"\boxed{1/2}", "0.5", O.CORRECT),
+        (r"\boxed{\frac{1}{2}}", "0.5", O.CORRECT),
+        (r"\boxed{0.5}", r"\frac{1}{2}", O.CORRECT),
+        (r"\boxed{\frac{1}{3}}", "0.5", O.WRONG),
+        (r"\boxed{x^2}", "$x^2$", O.CORRECT),
+        (r"\boxed{x^3}", "$x^2$", O.WRONG),
+        (r"\boxed{12}", r"\boxed{12}", O.CORRECT),
+        (r"\fbox{12}", "12", O.CORRECT),
+        (r"\boxed {12}", "12", O.CORRECT),
+        (r"\boxed{12} no wait \boxed{13}", "12", O.WRONG),  # last box wins
+        (r"\boxed{13} no wait \boxed{12}", "12", O.CORRECT),
+        ("I don't know", "12", O.NO_BOXED),
+        (r"\boxed{12", "12", O.NO_BOXED),
+        (r"\boxed{}", "12", O.UNPARSABLE),
+        (r"\boxed{   }", "12", O.UNPARSABLE),
+        (
+            r"\boxed{357.}",
+            "357",
+            O.UNPARSABLE,
+        ),  # math-verify only has a raw-string fallback for it
+    ],
+)
+def test_grade_outcomes(grader, response, gold, outcome):
+    g = grader.grade(response, gold)
+    assert g.outcome is outcome
+    assert g.reward == (1.0 if outcome is O.CORRECT else 0.0)
+    assert isinstance(g, Grade)
+
+
+@pytest.mark.parametrize(
+    "response, gold",
+    [
+        (r"\boxed{000357}", "357"),
+        (r"\boxed{0357}", "357"),
+        (r"\boxed{004690}", "4690"),
+        (r"\boxed{000000}", "0"),
+        (r"\boxed{0}", "0"),
+        (r"\boxed{000000000099999}", "99999"),
+        (r"\boxed{100000}", "100000"),  # trailing zeros are not touched
+    ],
+)
+def test_zero_padded_integers_are_correct(grader, response, gold):
+    """The embedded task answers ``\\boxed{004690}`` for gold 4690: math-verify must grade it correct as is."""
+    g = grader.grade(response, gold)
+    assert (g.outcome, g.reward) == (O.CORRECT, 1.0)
+
+
+@pytest.mark.parametrize(
+    "response, gold",
+    [(r"\boxed{000358}", "357"), (r"\boxed{0035}", "357"), (r"\boxed{3570}", "357")],
+)
+def test_zero_padded_wrong_answers_stay_wrong(grader, response, gold):
+    assert grader.grade(response, gold).outcome is O.WRONG
+
+
+REWARD_HACKS = [
+    r"(((\infty)!)!)!",
+    r"((\infty)!)!",
+    r"{(((\infty)!)!)!}",
+    r"((99 \cdot \infty)!)!",
+    r"|\{\ln(0)\}|",
+    r"\infty",
+    r"\frac{1}{0}",
+    r"\Gamma(0)",
+]
+
+
+def test_non_finite_answers_are_never_correct_in_a_fresh_process():
+    """math-verify (sympy 1.14) grades e.g. ``(((\\infty)!)!)!`` equal to any number, depending on sympy's cache
+    state: in a fresh interpreter, checked in this order, raw ``verify`` says True for some of these. The grader
+    must say WRONG for all of them."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys, logging; logging.disable(logging.WARNING)\n"
+        "from math_verify import parse, verify\n"
+        "from pc_pipelines.rewards import MathGrader\n"
+        "hacks = json.loads(sys.argv[1]); g = MathGrader(timeout_s=2.0); out = []\n"
+        "for gold in ('357', '2', '12'):\n"
+        "    for h in hacks:\n"
+        "        raw = verify(parse('\\\\boxed{' + gold + '}'), parse('\\\\boxed{' + h + '}'), timeout_seconds=None)\n"
+        "        out.append([h, gold, raw, g.grade('\\\\boxed{' + h + '}', gold).outcome.value])\n"
+        "print(json.dumps(out))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(REWARD_HACKS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(rows) == 3 * len(REWARD_HACKS)
+    assert [r for r in rows if r[3] == "correct"] == [], rows
+
+
+@pytest.mark.parametrize(
+    "answer, gold",
+    [
+        (r"\infty", r"\infty"),
+        (r"-\infty", r"-\infty"),
+        (r"(-\infty, 2)", r"(-\infty, 2)"),
+        (r"\{1, \infty\}", r"\{1, \infty\}"),
+        (r"\sum_{n=1}^{\infty} 2^{-n}", "1"),  # convergent: finite value
+        (r"\int_0^\infty e^{-x} dx", "1"),
+    ],
+)
+def test_legitimate_infinities_still_grade_correct(grader, answer, gold):
+    assert grader.grade(rf"\boxed{{{answer}}}", gold).outcome is O.CORRECT
+
+
+def test_extracted_answer_is_reported(grader):
+    assert grader.grade(r"\boxed{ 004690 }", "4690").answer == "004690"
+    assert grader.grade("nothing", "4690").answer is None
+
+
+def test_truncated_scores_zero_even_when_correct():
+    g = MathGrader(timeout_s=1.0)
+    out = g.grade_batch(
+        [r"\boxed{357}", r"\boxed{357}", "long ramble"],
+        ["357"] * 3,
+        truncated=[True, False, True],
+    )
+    assert [x.outcome for x in out] == [O.TRUNCATED, O.CORRECT, O.TRUNCATED]
+    assert [x.reward for x in out] == [0.0, 1.0, 0.0]
+    assert out[0].answer == "357" and out[2].answer is None
+    assert g.grade(r"\boxed{357}", "357", truncated=True).outcome is O.TRUNCATED
+    penalised = MathGrader(timeout_s=1.0, overlong_reward=-1.0)
+    assert penalised.grade(r"\boxed{357}", "357", truncated=True).reward == -1.0
+    assert g.stats.outcomes[O.TRUNCATED] == 3
+
+
+def test_rewards_array_and_math_reward():
+    g = MathGrader(timeout_s=1.0)
+    r = g.rewards(
+        [r"\boxed{357}", r"\boxed{358}", "none", r"\boxed{357}"],
+        ["357"] * 4,
+        [False, False, False, True],
+    )
+    assert r.dtype == np.float64
+    np.testing.assert_array_equal(r, [1.0, 0.0, 0.0, 0.0])
+    assert math_reward(r"\boxed{000357}", "357") == 1.0
+    assert math_reward(r"\boxed{358}", "357") == 0.0
+    assert math_reward("no answer", "357") == 0.0
+    assert default_grader() is default_grader()
+
+
+def test_overlong_answer_is_unparsable_without_sympy():
+    g = MathGrader(timeout_s=1.0, max_answer_chars=1000)
+    long_answer = "1+" * 600 + "1"  # 1201 chars, and it would even be a number
+    t0 = time.perf_counter()
+    out = g.grade(r"\boxed{" + long_answer + "}", "1201")
+    assert time.perf_counter() - t0 < 0.2
+    assert (out.outcome, out.reward) == (O.UNPARSABLE, 0.0)
+    assert g.stats.cache_misses == 0  # never reached math-verify
+    ok = g.grade(r"\boxed{" + "+".join(["1"] * 400) + "}", "400")  # 799 chars: verified
+    assert ok.outcome is O.CORRECT
+
+
+def test_100kb_response_is_graded_quickly(grader):
+    response = "Let me think. " * 8000 + r"so \boxed{000357}"
+    assert len(response) > 100_000
+    t0 = time.perf_counter()
+    assert grader.grade(response, "357").outcome is O.CORRECT
+    assert time.perf_counter() - t0 < 0.5
+
+
+def test_non_string_response_is_no_boxed(grader):
+    assert grader.grade(None, "357").outcome is O.NO_BOXED  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# cache and stats
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_cache_and_batch_dedup_counts():
+    g = MathGrader(timeout_s=1.0)
+    responses = [
+        r"\boxed{357}",
+        r"\boxed{357}",
+        r"\boxed{358}",
+        r"\boxed{357}",
+        "none",
+        r"\boxed{357}",
+    ]
+    golds = ["357", "357", "357", "357", "357", "12"]
+    first = g.grade_batch(responses, golds)
+    assert [x.outcome for x in first] == [
+        O.CORRECT,
+        O.CORRECT,
+        O.WRONG,
+        O.CORRECT,
+        O.NO_BOXED,
+        O.WRONG,
+    ]
+    s = g.stats
+    assert (s.cache_hits, s.cache_misses, s.batch_duplicates) == (
+        0,
+        3,
+        2,
+    )  # 3 distinct pairs verified once each
+    second = g.grade_batch(responses, golds)
+    assert second == first
+    s = g.stats
+    assert (s.cache_hits, s.cache_misses, s.batch_duplicates) == (
+        5,
+        3,
+        2,
+    )  # all 5 verifiable responses hit
+    assert s.outcomes == {
+        O.CORRECT: 6,
+        O.WRONG: 4,
+        O.NO_BOXED: 2,
+        O.UNPARSABLE: 0,
+        O.TIMEOUT: 0,
+        O.TRUNCATED: 0,
+    }
+    assert s.graded == 12
+    assert s.as_dict()["cache_hits"] == 5 and s.as_dict()["outcome_correct"] == 6
+
+
+def test_cache_disabled_and_lru_bound():
+    off = MathGrader(timeout_s=1.0, cache_size=0)
+    off.grade(r"\boxed{357}", "357")
+    off.grade(r"\boxed{357}", "357")
+    assert (off.stats.cache_hits, off.stats.cache_misses) == (0, 2)
+
+    lru = MathGrader(timeout_s=1.0, cache_size=2)
+    for a in ("1", "2", "3"):  # "1" is evicted
+        lru.grade(rf"\boxed{{{a}}}", "2")
+    lru.grade(r"\boxed{3}", "2")
+    lru.grade(r"\boxed{2}", "2")
+    assert (lru.stats.cache_hits, lru.stats.cache_misses) == (2, 3)
+    lru.grade(r"\boxed{1}", "2")
+    assert (lru.stats.cache_hits, lru.stats.cache_misses) == (2, 4)
+
+
+def test_timeouts_are_outcomes_and_are_cached():
+    g = MathGrader(timeout_s=0.3)
+    g.check_gold("357")  # parse the gold outside the timed region
+    t0 = time.perf_counter()
+    first = g.grade(SLOW_ANSWER, "357")
+    wall = time.perf_counter() - t0
+    assert (first.outcome, first.reward, first.answer) == (O.TIMEOUT, 0.0, "9^{9^{9}}")
+    assert 0.25 <= wall < 0.3 + SLACK_S
+    t0 = time.perf_counter()
+    again = g.grade_batch([SLOW_ANSWER] * 64, ["357"] * 64)
+    assert time.perf_counter() - t0 < 0.1  # remembered: no second timeout
+    assert {x.outcome for x in again} == {O.TIMEOUT}
+    assert (g.stats.cache_hits, g.stats.cache_misses, g.stats.outcomes[O.TIMEOUT]) == (
+        64,
+        1,
+        65,
+    )
+    fresh = MathGrader(timeout_s=0.3)  # within one batch, the repeated pair is verified (and times out) once
+    fresh.check_gold("357")
+    t0 = time.perf_counter()
+    assert {x.outcome for x in fresh.grade_batch([SLOW_ANSWER] * 32, ["357"] * 32)} == {O.TIMEOUT}
+    assert time.perf_counter() - t0 < 0.3 + SLACK_S
+    assert (fresh.stats.cache_misses, fresh.stats.batch_duplicates) == (1, 31)
+    assert g.grade(r"\boxed{357}", "357").outcome is O.CORRECT  # the grader is fine afterwards
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# gold and argument errors
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad_gold", ["}{", "", "   ", r"\frac{1}{"])
+def test_unparsable_gold_raises_value_error(bad_gold):
+    g = MathGrader(timeout_s=1.0)
+    with pytest.raises(ValueError, match="dataset error") as err:
+        g.grade(r"\boxed{1}", bad_gold)
+    assert repr(bad_gold.strip()) in str(err.value)
+    with pytest.raises(ValueError, match="cannot be graded"):
+        g.check_gold(bad_gold)
+    with pytest.raises(ValueError):  # also when the response has no box at all: the gold is checked first
+        g.grade_batch(["no box", "no box"], ["357", bad_gold])
+
+
+@pytest.mark.parametrize(
+    "good_gold",
+    ["357", r"\frac{1}{2}", r"\frac12", "$x^2$", r"\boxed{12}", "0.5", " 42 ", r"\pi"],
+)
+def test_good_golds_pass_check(good_gold):
+    MathGrader(timeout_s=1.0).check_gold(good_gold)
+
+
+def test_mismatched_lengths_raise():
+    g = MathGrader(timeout_s=1.0)
+    with pytest.raises(ValueError, match="2 responses but 1 golds"):
+        g.grade_batch(["a", "b"], ["1"])
+    with pytest.raises(ValueError, match="truncated"):
+        g.grade_batch(["a", "b"], ["1", "1"], truncated=[True])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"timeout_s": 0},
+        {"timeout_s": float("inf")},
+        {"cache_size": -1},
+        {"overlong_reward": float("nan")},
+        {"max_answer_chars": 0},
+        {"isolation": "thread"},
+    ],
+)
+def test_bad_config_raises(kwargs):
+    with pytest.raises(ValueError, match="MathGrader"):
+        MathGrader(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# threads, worker process, signals
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_grading_from_a_non_main_thread_works_and_respects_the_timeout():
+    with MathGrader(timeout_s=0.5) as g:
+        warm, _ = run_in_thread(lambda: g.grade_batch([r"\boxed{000357}", r"\boxed{358}"], ["357", "357"]))
+        assert [x.outcome for x in warm] == [O.CORRECT, O.WRONG]
+        slow, wall = run_in_thread(lambda: g.grade(SLOW_ANSWER, "357"))
+        assert slow.outcome is O.TIMEOUT and slow.reward == 0.0
+        assert wall < 0.5 + SLACK_S
+        after, _ = run_in_thread(lambda: g.grade_batch([r"\boxed{0357}", SLOW_ANSWER], ["357", "357"]))
+        assert [x.outcome for x in after] == [
+            O.CORRECT,
+            O.TIMEOUT,
+        ]  # the timeout came from the cache
+        with pytest.raises(ValueError, match="dataset error"):
+            run_in_thread(lambda: g.grade(r"\boxed{1}", "}{"))
+        assert g.stats.worker_restarts == 0  # the worker's own alarm handled the timeout
+
+
+def test_worker_is_killed_and_replaced_past_the_hard_deadline():
+    """With the worker's alarm off (tests only), only the parent's hard deadline stops a runaway verification."""
+    with MathGrader(timeout_s=0.3) as g:
+        g._worker_alarm = False
+        run_in_thread(lambda: g.grade(r"\boxed{1}", "357"))  # start the worker outside the timed call
+        out, wall = run_in_thread(lambda: g.grade_batch([r"\boxed{357}", SLOW_ANSWER, r"\boxed{000357}"], ["357"] * 3))
+        assert [x.outcome for x in out] == [O.CORRECT, O.TIMEOUT, O.CORRECT]
+        assert g.stats.worker_restarts == 1
+        assert wall < 10.0  # one hard deadline (0.8 s) + one worker start
+        nxt, _ = run_in_thread(lambda: g.grade(r"\boxed{12}", "12"))
+        assert nxt.outcome is O.CORRECT
+
+
+def test_process_isolation_on_the_main_thread():
+    with MathGrader(timeout_s=0.5, isolation="process") as g:
+        out = g.grade_batch([r"\boxed{000357}", r"\boxed{358}", SLOW_ANSWER], ["357"] * 3)
+        assert [x.outcome for x in out] == [O.CORRECT, O.WRONG, O.TIMEOUT]
+        assert g.stats.cache_misses == 3
+
+
+def test_previous_sigalrm_handler_and_timer_are_restored():
+    fired = []
+
+    def outer(signum, frame):
+        fired.append(signum)
+
+    old = signal.signal(signal.SIGALRM, outer)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 100.0)
+        g = MathGrader(timeout_s=0.2)
+        assert g.grade(SLOW_ANSWER, "357").outcome is O.TIMEOUT
+        assert g.grade(r"\boxed{357}", "357").outcome is O.CORRECT
+        assert signal.getsignal(signal.SIGALRM) is outer
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 95.0 < remaining <= 100.0
+        assert fired == []
+        # an outer timer that expires while we hold the alarm still fires, right after
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        assert g.grade(r"\boxed{9^{9^{10}}}", "357").outcome is O.TIMEOUT
+        time.sleep(0.05)
+        assert fired == [signal.SIGALRM]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
