@@ -139,7 +139,7 @@ def main() -> int:
         "a 0.2M-parameter model on a CPU is compute-bound in both phases, and the update makes four passes over",
         "each trained token (old log-probs, then forward and backward per minibatch) against one for each sampled",
         "token, so methods that train most of what they sample (GRPO trains all of it, PC two thirds) spend more",
-        "on the update; DAPO, which samples three times what it trains, is generation-bound. At LLM scale",
+        "on the update; only for DAPO, which samples three times what it trains, is generation the largest share. At LLM scale",
         "decoding is memory-bound and long, and generation dominates (paper section 5).",
     ]
     text = "\n".join(lines)
