@@ -504,7 +504,12 @@ def _load_model(path: Path, device: str):
     return load_policy(path, device)
 
 
-def open_run(run: TrainingRun, store: Store, resume: bool = True, device: str = "cpu") -> tuple[Trainer, bool]:
+EngineFactory = Callable[[Any, Any], RolloutEngine]  # (model, tokenizer) -> engine bound to that policy
+
+
+def open_run(
+    run: TrainingRun, store: Store, resume: bool = True, device: str = "cpu", engine_factory: EngineFactory | None = None
+) -> tuple[Trainer, bool]:
     """Restore the run from its latest checkpoint (``resume``) or start it from the base policy.
 
     Returns the trainer and whether it was resumed. Starting afresh over an existing checkpoint is refused.
@@ -523,7 +528,8 @@ def open_run(run: TrainingRun, store: Store, resume: bool = True, device: str = 
         allocator = Allocator(run.config.allocator, len(run.task.prompts))
         store.reopen_after(run.run_id, -2)  # a fresh start forgets any earlier attempt's rows
         shutil.rmtree(run.tensorboard_dir, ignore_errors=True)
-        return Trainer(run, store, model, tok, allocator, Sidecar(), Totals(), device=device), False
+        engine = engine_factory(model, tok) if engine_factory else None
+        return Trainer(run, store, model, tok, allocator, Sidecar(), Totals(), engine=engine, device=device), False
     step, path = latest
     meta = json.loads((path / "meta.json").read_text())
     if meta.get("format") != CHECKPOINT_FORMAT:
@@ -535,7 +541,9 @@ def open_run(run: TrainingRun, store: Store, resume: bool = True, device: str = 
         )
     model, tok = _load_model(path / "policy", device)
     allocator = Allocator.from_state_dict(json.loads((path / "allocator.json").read_text()))
-    trainer = Trainer(run, store, model, tok, allocator, Sidecar.load(path / "sidecar.parquet"), Totals(**meta["totals"]), device=device)
+    engine = engine_factory(model, tok) if engine_factory else None
+    trainer = Trainer(run, store, model, tok, allocator, Sidecar.load(path / "sidecar.parquet"), Totals(**meta["totals"]),
+                      engine=engine, device=device)
     trainer.trainer.load_state_dict(torch.load(path / "trainer.pt", weights_only=False))
     rng = torch.load(path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
@@ -553,11 +561,14 @@ def run_segment(
     resume: bool = True,
     on_step: Callable[[StepRecord], None] | None = None,
     device: str = "cpu",
+    engine_factory: EngineFactory | None = None,
 ) -> SegmentResult:
-    """Advance ``run`` by ``steps`` training steps (see the module docstring); checkpoint at the end."""
+    """Advance ``run`` by ``steps`` training steps (see the module docstring); checkpoint at the end.
+
+    ``engine_factory`` builds the rollout engine for the loaded policy (default: :class:`TransformersEngine`)."""
     if steps < 0:
         raise LoopError(f"steps={steps}: must be >= 0.")
-    trainer, resumed = open_run(run, store, resume=resume, device=device)
+    trainer, resumed = open_run(run, store, resume=resume, device=device, engine_factory=engine_factory)
     cfg = run.config.training
     first = trainer.allocator.step
     records: list[StepRecord] = []

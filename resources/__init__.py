@@ -1,4 +1,29 @@
-"""Dagster ``ConfigurableResource``s: one abstract resource per engine (store, rollout, compute, checkpoints)
-with real implementations chosen per environment in ``pc_pipelines/definitions.py``. Filled by the Dagster
-code-location and scale issues.
+"""Dagster ``ConfigurableResource``s: one abstract resource per engine with real implementations chosen per
+environment in ``pc_pipelines/definitions.py`` (DESIGN.md section 2):
+
+* :class:`StoreResource`: the DuckDB store (catalog + Parquet step logs).
+* :class:`CheckpointResource` / :class:`LocalCheckpointResource`: where run directories (checkpoints, TensorBoard)
+  live; the scale issue adds a PVC-backed one for Kubernetes pods.
+* :class:`RolloutEngineResource` / :class:`TransformersEngineResource`: builds the rollout engine for a policy.
+* :class:`ComputeResource` / :class:`LocalComputeResource`: runs a training segment (in-process now; the scale
+  issue adds the Kubernetes backend through ``PipesK8sClient``).
+* :class:`DataResource`: local paths of the real datasets and the benchmark directory (nothing is downloaded).
+
+Resources hold configuration only; the work is done by the ``pc_pipelines`` library.
 """
+
+from .compute import ComputeResource, LocalComputeResource
+from .data import DataResource
+from .engines import RolloutEngineResource, TransformersEngineResource
+from .storage import CheckpointResource, LocalCheckpointResource, StoreResource
+
+__all__ = [
+    "CheckpointResource",
+    "ComputeResource",
+    "DataResource",
+    "LocalCheckpointResource",
+    "LocalComputeResource",
+    "RolloutEngineResource",
+    "StoreResource",
+    "TransformersEngineResource",
+]
