@@ -1,7 +1,6 @@
 """Where a training segment runs. Local: in the Dagster process (the embedded default). The scale issue adds a
 Kubernetes backend that launches the in-pod entrypoint through ``PipesK8sClient``."""
 
-from __future__ import annotations
 
 from abc import abstractmethod
 from typing import Callable

@@ -1,7 +1,6 @@
 """Where the real datasets are. Nothing is downloaded: each path points at a local Parquet / JSONL file or a
 ``datasets.save_to_disk`` directory; an asset whose path is unset fails saying how to set it."""
 
-from __future__ import annotations
 
 from dagster import ConfigurableResource
 from pydantic import Field

@@ -1,6 +1,5 @@
 """Rollout engines as resources: the local loop asks for an engine bound to its policy."""
 
-from __future__ import annotations
 
 from abc import abstractmethod
 

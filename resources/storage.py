@@ -1,6 +1,5 @@
 """The store and the checkpoint storage."""
 
-from __future__ import annotations
 
 from abc import abstractmethod
 from pathlib import Path
