@@ -1,0 +1,213 @@
+"""Evaluation benchmarks (DESIGN.md section 6): AIME24, AIME25, AMC23, MATH-500, Minerva Math, OlympiadBench.
+
+Each lives at ``<directory>/<name>/test.jsonl`` (default directory ``../shared/data/benchmarks``, relative to the
+working directory, as the ``benchmarks_dir`` of the ``data`` resource; its README lists fields and answer types).
+Public API::
+
+    BENCHMARKS                                   # the six names, in the order above
+    BenchmarkSpec(name, problem_field, expected_rows, answer_of)
+    prepare_benchmark(directory, name, grader=None) -> PreparedDataset          # rows + quarantine + stats
+    prepare_benchmarks(directory, names=None, grader=None) -> dict[name, PreparedDataset]
+    load_benchmarks(directory, names=None, grader=None) -> dict[name, pa.Table]  # the kept rows only
+
+Rows come out in the prepared schema of ``datasets.py`` (``source`` = benchmark name, ``split`` = ``"eval"``,
+``id`` = ``<name>-<row index in the file>``: the files are fixed copies, pinned by sha256 in the README, so the row
+index is stable and unique; ``difficulty`` = MATH-500's ``level``, null elsewhere).
+
+Answer adapters (the gold string handed to the grader; then ``datasets.verifier_gold``, which wraps a gold with an
+escaped ``\\$`` in ``\\boxed{}``: three MATH-500 golds such as ``\\$18.90``):
+
+* ``aime24``: ``answer`` (a string) as is.
+* ``aime25``: ``answer`` (a JSON int) -> its decimal string.
+* ``amc23``: ``answer`` (a JSON float, all integral) -> ``27.0`` -> ``"27"``; a non-integral float keeps its repr.
+* ``math500``: ``answer`` (a LaTeX string) as is.
+* ``minerva_math``: no answer field: the content of the ``\\boxed{}`` in ``solution`` (``rewards.extract_boxed``,
+  the last box; every row has exactly one). Code-like golds (``np.arcsin(10/13)``, ``4.5e33``) are kept as they
+  are; whether math-verify parses them is what the quarantine reports.
+* ``olympiadbench``: problem from ``question``; ``final_answer`` is a list of strings, joined with ``", "``. In the
+  shipped file every list has exactly one element, and the 94 ``is_multiple_answer`` rows keep all their answers
+  inside that one string (``"$69$,$84$"``, ``"$(1,1), (3,2)$"``), which math-verify parses as a set, so the join
+  is only a fallback. ``unit`` (8 rows) and ``error`` (1 row) are not used: grading is by value.
+
+Filtering: the same rules as the training sets minus the binary filter and minus de-duplication (an evaluation set
+is used as published; the shipped files hold no duplicate problems): rows with an empty problem, an empty or
+missing answer (Minerva: no complete box) or a gold the grader cannot parse are quarantined with the reason,
+and counted in ``stats``. A row count that differs from the README's logs a warning and is recorded in
+``stats["expected_rows"]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from pc_pipelines.rewards.extract import extract_boxed
+
+from .datasets import (
+    DatasetError,
+    PreparedDataset,
+    _as_text,
+    _parse_number,
+    _prepare,
+    _read_json,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "BENCHMARKS",
+    "DEFAULT_BENCHMARKS_DIR",
+    "BenchmarkSpec",
+    "load_benchmarks",
+    "prepare_benchmark",
+    "prepare_benchmarks",
+]
+
+DEFAULT_BENCHMARKS_DIR = "../shared/data/benchmarks"
+
+
+def _field(name: str) -> Callable[[dict], Any]:
+    return lambda row: row.get(name)
+
+
+def _number(row: dict) -> str | None:
+    v = row.get("answer")
+    return None if v is None else _as_text(v)  # 70 -> "70", 27.0 -> "27"
+
+
+def _boxed_in_solution(row: dict) -> str | None:
+    sol = row.get("solution")
+    return extract_boxed(sol) if isinstance(sol, str) else None
+
+
+def _joined_list(row: dict) -> str | None:
+    v = row.get("final_answer")
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_as_text(x).strip() for x in v if x is not None and _as_text(x).strip())
+    return _as_text(v)
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    name: str
+    problem_field: str
+    expected_rows: int
+    answer_of: Callable[[dict], Any]
+    """Row dict -> the gold answer (str, or None/blank when the row has none)."""
+    difficulty_field: str | None = None
+
+
+_SPECS = {
+    s.name: s
+    for s in (
+        BenchmarkSpec("aime24", "problem", 30, _field("answer")),
+        BenchmarkSpec("aime25", "problem", 30, _number),
+        BenchmarkSpec("amc23", "problem", 40, _number),
+        BenchmarkSpec("math500", "problem", 500, _field("answer"), difficulty_field="level"),
+        BenchmarkSpec("minerva_math", "problem", 272, _boxed_in_solution),
+        BenchmarkSpec("olympiadbench", "question", 675, _joined_list),
+    )
+}
+BENCHMARKS: tuple[str, ...] = tuple(_SPECS)
+
+
+def _how_to(directory: Path) -> str:
+    return (
+        f"Set `benchmarks_dir` of the `data` resource (DataResource; default {DEFAULT_BENCHMARKS_DIR!r}, relative "
+        f"to the working directory, now {Path.cwd()}) to the directory holding <benchmark>/test.jsonl for "
+        f"{', '.join(BENCHMARKS)} (see the README in {DEFAULT_BENCHMARKS_DIR}); nothing is downloaded."
+    )
+
+
+def _resolve(directory: str | os.PathLike | None, names: Sequence[str] | None) -> tuple[Path, list[str]]:
+    if names is None:
+        names = list(BENCHMARKS)
+    elif isinstance(names, str):
+        names = [names]
+    unknown = [n for n in names if n not in _SPECS]
+    if unknown:
+        raise DatasetError(
+            f"unknown benchmark name(s) {unknown}; known: {list(BENCHMARKS)}. Fix: pick names from that list "
+            "(each needs an answer adapter in pc_pipelines/data/benchmarks.py)."
+        )
+    d = Path(directory if directory is not None else DEFAULT_BENCHMARKS_DIR).expanduser()
+    if not d.is_dir():
+        raise DatasetError(f"the benchmark directory {str(d)!r} (resolved to {d.resolve()}) does not exist. "
+                           + _how_to(d))
+    return d, list(names)
+
+
+def prepare_benchmark(directory: str | os.PathLike | None, name: str, grader=None) -> PreparedDataset:
+    """One benchmark file -> kept rows (prepared schema, split "eval"), quarantine and stats."""
+    d, _ = _resolve(directory, [name])
+    spec = _SPECS[name]
+    path = d / name / "test.jsonl"
+    if not path.is_file():
+        raise DatasetError(f"benchmark {name!r}: {path} (resolved to {path.resolve()}) does not exist. " + _how_to(d))
+    rows = _read_json(path, None, python=True).to_pylist()
+    if rows and spec.problem_field not in rows[0]:
+        raise DatasetError(
+            f"benchmark {name!r}: {path} has no {spec.problem_field!r} field (fields: {sorted(rows[0])}); this "
+            f"adapter expects the file described in the README of {DEFAULT_BENCHMARKS_DIR}."
+        )
+    problems = [r.get(spec.problem_field) for r in rows]
+    answers = [spec.answer_of(r) for r in rows]
+    difficulties = [r.get(spec.difficulty_field) if spec.difficulty_field else None for r in rows]
+    prepared = _prepare(
+        name,
+        problems,
+        answers,
+        difficulties,
+        _parse_number,
+        drop_binary=False,
+        heldout=0,
+        seed=0,
+        grader=grader,
+        gold_workers=1,
+        split="eval",
+        dedupe=False,
+        id_of=lambda i, _problem: f"{name}-{i}",
+    )
+    prepared.stats["path"] = str(path)
+    prepared.stats["expected_rows"] = spec.expected_rows
+    if len(rows) != spec.expected_rows:
+        log.warning("benchmark %s: %s has %d rows, the README says %d", name, path, len(rows), spec.expected_rows)
+    return prepared
+
+
+def prepare_benchmarks(
+    directory: str | os.PathLike | None = DEFAULT_BENCHMARKS_DIR,
+    names: Sequence[str] | None = None,
+    grader=None,
+) -> dict[str, PreparedDataset]:
+    """Every named benchmark (default: all six), in the order given; all names and the directory are checked
+    before any file is read."""
+    from pc_pipelines.rewards import MathGrader
+
+    _, names = _resolve(directory, names)
+    grader = grader if grader is not None else MathGrader()
+    return {n: prepare_benchmark(directory, n, grader) for n in names}
+
+
+def load_benchmarks(
+    directory: str | os.PathLike | None = DEFAULT_BENCHMARKS_DIR,
+    names: Sequence[str] | None = None,
+    grader=None,
+) -> dict[str, pa.Table]:
+    """The kept rows of each named benchmark (prepared schema); quarantined rows are logged, see
+    ``prepare_benchmarks`` for them and the counts."""
+    out = {}
+    for name, p in prepare_benchmarks(directory, names, grader).items():
+        if p.quarantine.num_rows:
+            log.warning("benchmark %s: %d of %d rows quarantined: %s", name, p.quarantine.num_rows,
+                        p.stats["rows_in"], {k: v for k, v in p.stats["quarantined_by_reason"].items() if v})
+        out[name] = p.rows
+    return out

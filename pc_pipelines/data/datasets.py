@@ -1,0 +1,827 @@
+"""Real training datasets (DeepMath-103K, Polaris-53K): loading from local files, filtering, quarantine, held-out split.
+
+The library half of the Dagster data assets (DESIGN.md sections 2 and 6): importable and testable without Dagster.
+Nothing is downloaded, ever. Public API::
+
+    DatasetError(ValueError)                                   # names the file / row / field and the fix
+    load_table(path, *, columns=None, required=(), what="dataset", setting="path") -> pa.Table
+    load_deepmath(path) / load_polaris(path) -> pa.Table       # load_table with the right columns and messages
+    normalize_final_answer(s) -> str ; binary_part(s) -> "yes" | "no" | "true" | "false" | None
+    verifier_gold(s) -> str                                    # the gold string handed to the grader (see below)
+    check_golds(golds, grader=None, *, workers=None) -> {gold: None | reason}
+    prepare_deepmath(table, heldout=500, seed=0, grader=None, *, gold_workers=None) -> PreparedDataset
+    prepare_polaris(table, heldout=0, seed=0, grader=None, *, gold_workers=None) -> PreparedDataset
+    problem_id(source, problem) -> str                         # the stable id (see below)
+    PreparedDataset(rows, quarantine, stats)                   # .write(out_dir) -> {"rows": path, "quarantine": path}
+    to_task_data(prepared, template, eval_name="heldout", *, eval_tables=None) -> TaskData
+    PREPARED_SCHEMA, QUARANTINE_SCHEMA, QUARANTINE_REASONS, BINARY_PARTS
+
+**Loading** (``load_table``): a ``.parquet`` file or a directory of Parquet files (e.g. a Hub snapshot's
+``data/train-*.parquet``, read recursively in sorted order), a ``.jsonl`` / ``.json`` file (JSON lines, or one JSON
+array), a ``datasets.save_to_disk`` directory (``datasets.load_from_disk``; of a ``DatasetDict`` the ``train`` split,
+or its only split), or a ``datasets`` cache directory holding ``*.arrow`` files (the ``*-train*.arrow`` shards when
+there are several splits; ``cache-*.arrow`` map caches are ignored). ``path=None`` (nothing configured) or a missing
+path raises :class:`DatasetError` saying how to configure it; so do missing required columns (listing those found).
+Only the needed columns are read from Parquet, so DeepMath's long ``r1_solution_*`` columns are never loaded.
+
+**Prepared schema** (:data:`PREPARED_SCHEMA`, shared with ``benchmarks.py``): ``id`` (string), ``problem``
+(string), ``answer`` (string gold, as handed to the grader), ``difficulty`` (float64, nullable), ``source``
+(``deepmath`` / ``polaris`` / a benchmark name), ``split`` (``train`` / ``heldout``; benchmarks: ``eval``) and
+``row_index`` (int64: the row's index in the loaded table, for tracing back to the file).
+
+``id`` = ``<source>-<first 16 hex digits of sha256(problem)>``, the problem whitespace-collapsed (runs of
+whitespace -> one space, ends stripped). A hash of the question, not the row index, so that an id survives a
+re-export, a reshuffle or a filtered copy of the file and names the same problem in the store's pass-rate history
+across dataset versions; and "duplicate problem" and "duplicate id" are then the same thing (64 bits: the chance of
+one accidental collision among 10^5 problems is ~3e-10).
+
+**Rules, in this order** (each row gets the first that applies; ``stats`` counts each):
+
+1. ``empty_problem`` (quarantined): the problem is null or whitespace only.
+2. ``empty_answer`` (quarantined): the answer is null or whitespace only.
+3. DeepMath only, the paper's filter, **removed but not quarantined**: the normalized answer is a binary answer.
+   ``normalize_final_answer``: unwrap ``\\boxed{...}`` and ``\\text{...}`` (innermost first, repeatedly), drop
+   ``$``, drop ASCII punctuation (``string.punctuation``, backslashes and braces included), collapse whitespace,
+   lowercase. Binary = the result is exactly ``yes`` / ``no`` / ``true`` / ``false``; each part is counted
+   separately in ``stats["binary_removed_by_part"]``. So ``Yes``, ``$\\text{No}$``, ``\\boxed{True}``, ``false.``
+   are removed, while ``No solution``, ``\\textbf{Yes}`` (``textbfyes``: only ``\\text`` and ``\\boxed`` are
+   unwrapped, as the paper's rule says) or ``Yes, for n = 2`` are kept. The paper keeps "about 85K of 103,110".
+4. ``duplicate_problem`` (quarantined): the same whitespace-collapsed problem (= the same ``id``) as an earlier
+   surviving row; the first is kept, the detail names it and says whether the answers differ.
+5. ``unparsable_answer`` (quarantined): ``MathGrader().check_gold`` rejects the gold (math-verify extracts no math
+   expression, or parsing it exceeds the gold budget). The grader's message is the detail. Such a row would make
+   grading raise for every response to it. Each distinct gold is checked once (``check_golds``); big tables are
+   split over several grader worker processes when idle cores allow (``check_golds``: ~2-5 ms per distinct
+   gold on one core, so 10,000 distinct golds take ~20-50 s).
+
+Rows removed by rule 3 are in neither output table; quarantined rows go to ``quarantine`` (original row index, id,
+problem, answer, reason, detail) and, through ``PreparedDataset.write``, to their own Parquet file: nothing is
+dropped silently. Invariant: ``rows_in == kept + quarantined + binary_removed``.
+
+**Gold strings** (``verifier_gold``): answers are stripped; an answer holding an *escaped* dollar (``\\$36``,
+``\\$32,\\!348``, currency in MATH-500) but no ``$`` delimiter and no box is wrapped in ``\\boxed{...}``. The
+grader treats any ``$`` in a gold as a math delimiter and parses such a gold as is, which yields nothing, so
+without the wrap these rows would be quarantined; ``\\boxed{\\$36}`` parses to 36 and grades ``\\boxed{36}`` and
+``\\boxed{\\$36}`` correct. Counted as ``stats["answers_rewrapped"]``. Other answers are passed through unchanged.
+
+**Difficulty**: DeepMath's ``difficulty`` is a number (e.g. 5.5). Polaris's is a pass-rate fraction string such as
+``"7/8"`` (stored as 0.875); a plain number is accepted as is. A difficulty that does not parse (``"hard"``,
+``"1/0"``) does NOT quarantine the row: the problem and its gold are fine and the loop never reads difficulty,
+so the row is kept with ``difficulty = null`` and counted in ``stats["difficulty_unparsed"]`` (with examples in
+the log).
+
+**Held-out split**: ``heldout`` kept rows get ``split = "heldout"``, the rest ``"train"``. The rows chosen are the
+``heldout`` smallest ``sha256(f"{seed}:{id}")``: deterministic for a seed, independent of the order of the rows
+in the file (the paper does not say how its 500-prompt split was drawn). ``heldout`` must leave at least one
+training row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import string
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from .task import EvalSet, TaskData
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "BINARY_PARTS",
+    "DEEPMATH_COLUMNS",
+    "POLARIS_COLUMNS",
+    "PREPARED_SCHEMA",
+    "QUARANTINE_REASONS",
+    "QUARANTINE_SCHEMA",
+    "DatasetError",
+    "PreparedDataset",
+    "binary_part",
+    "check_golds",
+    "load_deepmath",
+    "load_polaris",
+    "load_table",
+    "normalize_final_answer",
+    "prepare_deepmath",
+    "prepare_polaris",
+    "problem_id",
+    "to_task_data",
+    "verifier_gold",
+]
+
+
+class DatasetError(ValueError):
+    """A dataset problem (missing file, wrong columns, bad rows); the message names the file/row/field and the fix."""
+
+
+PREPARED_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("problem", pa.string(), nullable=False),
+        pa.field("answer", pa.string(), nullable=False),
+        pa.field("difficulty", pa.float64()),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("split", pa.string(), nullable=False),
+        pa.field("row_index", pa.int64(), nullable=False),
+    ]
+)
+
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        pa.field("row_index", pa.int64(), nullable=False),
+        pa.field("id", pa.string()),
+        pa.field("problem", pa.string()),
+        pa.field("answer", pa.string()),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("detail", pa.string()),
+    ]
+)
+
+EMPTY_PROBLEM = "empty_problem"
+EMPTY_ANSWER = "empty_answer"
+DUPLICATE_PROBLEM = "duplicate_problem"
+UNPARSABLE_ANSWER = "unparsable_answer"
+QUARANTINE_REASONS = (EMPTY_PROBLEM, EMPTY_ANSWER, DUPLICATE_PROBLEM, UNPARSABLE_ANSWER)
+
+BINARY_PARTS = ("yes", "no", "true", "false")
+
+DEEPMATH_COLUMNS = ("question", "final_answer", "difficulty")
+"""Read from a DeepMath-103K file (it also has ``topic`` and ``r1_solution_1..3``, which are not needed)."""
+POLARIS_COLUMNS = ("problem", "answer", "difficulty")
+
+_HOW_TO = {
+    "deepmath_path": (
+        "DeepMath-103K",
+        (
+            "e.g. `python -c \"import datasets; datasets.load_dataset('zwhe99/DeepMath-103K', split='train')"
+            ".save_to_disk('/data/deepmath')\"` on a machine with network access"
+        ),
+    ),
+    "polaris_path": (
+        "Polaris-53K",
+        (
+            "e.g. `python -c \"import datasets; datasets.load_dataset('POLARIS-Project/Polaris-Dataset-53K', "
+            "split='train').save_to_disk('/data/polaris')\"` on a machine with network access"
+        ),
+    ),
+}
+
+
+def _how_to_provide(what: str, setting: str) -> str:
+    example = _HOW_TO.get(setting, (what, ""))[1]
+    return (
+        f"Set `{setting}` of the `data` resource (DataResource; in the Dagster launchpad: "
+        f"resources: {{data: {{config: {{{setting}: /path/to/file.parquet}}}}}}) to a local Parquet file, a directory "
+        f"of Parquet files, a JSONL file, or a `datasets.save_to_disk` / `datasets` cache directory holding {what}. "
+        "Nothing is downloaded" + (f"; to make such a copy: {example}." if example else ".")
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Loading
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def load_table(
+    path: str | os.PathLike | None,
+    *,
+    columns: Sequence[str] | None = None,
+    required: Sequence[str] = (),
+    what: str = "dataset",
+    setting: str = "path",
+) -> pa.Table:
+    """The rows at ``path`` as a pyarrow Table (formats: see the module docstring).
+
+    ``columns``: read only these (those present; Parquet reads skip the others entirely). ``required``: columns that
+    must be present, else DatasetError naming them and listing those found. ``what`` / ``setting`` only shape the
+    error messages (e.g. ``"DeepMath-103K"`` / ``"deepmath_path"``).
+    """
+    if path is None or (isinstance(path, str) and not path.strip()):
+        raise DatasetError(f"{what}: no local path is configured. " + _how_to_provide(what, setting))
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise DatasetError(
+            f"{what}: {setting}={str(path)!r} does not exist (resolved to {p.resolve()}). "
+            + _how_to_provide(what, setting)
+        )
+    want = list(dict.fromkeys([*(columns or ()), *required])) if columns is not None else None
+    t0 = time.perf_counter()
+    if p.is_dir():
+        table, origin = _read_dir(p, want, required, what, setting)
+    else:
+        table, origin = _read_file(p, want, required, what, setting), str(p)
+    _require_columns(table.column_names, required, origin, what)
+    if want is not None:
+        table = table.select([c for c in want if c in table.column_names])
+    log.info("%s: loaded %d rows x %d columns from %s in %.2f s", what, table.num_rows, table.num_columns, origin,
+             time.perf_counter() - t0)
+    return table
+
+
+def load_deepmath(path: str | os.PathLike | None) -> pa.Table:
+    """DeepMath-103K's ``question``, ``final_answer`` and ``difficulty`` columns from a local copy."""
+    return load_table(path, columns=DEEPMATH_COLUMNS, required=DEEPMATH_COLUMNS, what="DeepMath-103K",
+                      setting="deepmath_path")
+
+
+def load_polaris(path: str | os.PathLike | None) -> pa.Table:
+    """Polaris-53K's ``problem``, ``answer`` and ``difficulty`` columns from a local copy."""
+    return load_table(path, columns=POLARIS_COLUMNS, required=POLARIS_COLUMNS, what="Polaris-53K",
+                      setting="polaris_path")
+
+
+def _require_columns(found: Sequence[str], required: Sequence[str], origin: str, what: str) -> None:
+    missing = [c for c in required if c not in found]
+    if missing:
+        raise DatasetError(
+            f"{what}: {origin} lacks the required column(s) {missing}; columns found: {list(found)}. "
+            f"Fix: point the path at a copy of {what} in its published schema (required: {list(required)})."
+        )
+
+
+def _read_file(p: Path, want: list[str] | None, required: Sequence[str], what: str, setting: str) -> pa.Table:
+    suffix = p.suffix.lower()
+    if suffix == ".parquet":
+        return _read_parquet([p], want, required, what)
+    if suffix in (".jsonl", ".json", ".ndjson"):
+        return _read_json(p, None)  # projected by load_table, after the required-column check
+    if suffix == ".arrow":
+        return _read_arrow(p)
+    raise DatasetError(
+        f"{what}: {p} is neither Parquet (.parquet), JSON lines (.jsonl/.json) nor Arrow (.arrow). "
+        + _how_to_provide(what, setting)
+    )
+
+
+def _read_dir(
+    p: Path, want: list[str] | None, required: Sequence[str], what: str, setting: str
+) -> tuple[pa.Table, str]:
+    if (p / "state.json").exists() or (p / "dataset_dict.json").exists():
+        return _read_saved_dataset(p, want, required, what), f"the datasets directory {p}"
+    parquet = sorted(f for f in p.rglob("*.parquet") if f.is_file())
+    if parquet:
+        return _read_parquet(parquet, want, required, what), f"{len(parquet)} Parquet file(s) under {p}"
+    jsonl = sorted(f for f in p.rglob("*.jsonl") if f.is_file())
+    if jsonl:
+        return _concat([_read_json(f, None) for f in jsonl]), f"{len(jsonl)} JSONL file(s) under {p}"
+    arrow = sorted(f for f in p.rglob("*.arrow") if f.is_file() and not f.name.startswith("cache-"))
+    if arrow:
+        parents = sorted({f.parent for f in arrow})
+        if len(parents) > 1:
+            raise DatasetError(
+                f"{what}: {p} holds .arrow files in {len(parents)} directories ({[str(d) for d in parents[:5]]}); "
+                f"set {setting} to the one directory of the dataset version to use."
+            )
+        train = [f for f in arrow if "-train" in f.name]
+        files = train or arrow
+        return _concat([_read_arrow(f) for f in files]), f"{len(files)} .arrow file(s) in {parents[0]}"
+    raise DatasetError(
+        f"{what}: the directory {p} holds no Parquet, JSONL or .arrow files and is not a `datasets.save_to_disk` "
+        "directory (no state.json / dataset_dict.json). " + _how_to_provide(what, setting)
+    )
+
+
+def _read_parquet(files: list[Path], want: list[str] | None, required: Sequence[str], what: str) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    tables = []
+    for f in files:
+        names = pq.read_schema(f).names
+        _require_columns(names, required, str(f), what)  # before the projection hides the other columns
+        cols = None if want is None else [c for c in want if c in names]
+        tables.append(pq.read_table(f, columns=cols))
+    return _concat(tables)
+
+
+def _read_arrow(f: Path) -> pa.Table:
+    with pa.memory_map(str(f)) as source:
+        try:
+            return pa.ipc.open_stream(source).read_all()  # what `datasets` writes
+        except pa.ArrowInvalid:
+            source.seek(0)
+            return pa.ipc.open_file(source).read_all()
+
+
+def _read_saved_dataset(p: Path, want: list[str] | None, required: Sequence[str], what: str) -> pa.Table:
+    import datasets
+
+    ds = datasets.load_from_disk(str(p))
+    if isinstance(ds, datasets.DatasetDict):
+        splits = list(ds)
+        if "train" in ds:
+            ds = ds["train"]
+        elif len(splits) == 1:
+            ds = ds[splits[0]]
+        else:
+            raise DatasetError(
+                f"{what}: {p} is a DatasetDict with splits {splits} and no 'train' split; set the path to one "
+                f"split's directory (e.g. {p / splits[0]})."
+            )
+    _require_columns(ds.column_names, required, f"the datasets directory {p}", what)
+    if want is not None:
+        ds = ds.select_columns([c for c in want if c in ds.column_names])
+    return ds.with_format("arrow")[:]
+
+
+def _read_json(f: Path, want: list[str] | None, *, python: bool = False) -> pa.Table:
+    """JSON lines (or one JSON array). pyarrow's reader first (unless ``python``); on a type conflict between rows
+    (e.g. an answer that is a number in one row and a string in another), or if pyarrow turned strings into
+    dates/times (an answer such as "2021-01-01" must stay text), a per-line Python reader that turns a mixed
+    column into strings. A line that is not JSON raises DatasetError naming the file and line."""
+    with open(f, "rb") as fh:
+        head = fh.read(4096).lstrip()
+    if not head.startswith(b"[") and not python:
+        import pyarrow.json as pj
+
+        try:
+            table = pj.read_json(str(f), read_options=pj.ReadOptions(block_size=1 << 26))
+            if want is not None:
+                table = table.select([c for c in want if c in table.column_names])
+            if not any(pa.types.is_temporal(t) for t in table.schema.types):
+                return table
+            log.info("pyarrow read dates/times in %s; reading it line by line to keep them as text", f)
+        except pa.ArrowInvalid as e:
+            log.info("pyarrow could not read %s (%s); reading it line by line", f, e)
+    rows: list[dict] = []
+    with open(f, encoding="utf-8") as fh:
+        if head.startswith(b"["):
+            try:
+                rows = json.load(fh)
+            except json.JSONDecodeError as e:
+                raise DatasetError(f"{f}: not valid JSON ({e}). Fix: one JSON object per line (JSONL).") from None
+        else:
+            for n, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise DatasetError(
+                        f"{f}, line {n}: not valid JSON ({e}). Fix: one JSON object per line (JSONL)."
+                    ) from None
+    if not all(isinstance(r, dict) for r in rows):
+        raise DatasetError(f"{f}: every row must be a JSON object with named fields.")
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    if want is not None:
+        names = [c for c in names if c in want]
+    arrays = {}
+    for c in names:
+        values = [r.get(c) for r in rows]
+        try:
+            arrays[c] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            arrays[c] = pa.array([None if v is None else _as_text(v) for v in values], pa.string())
+    return pa.table(arrays) if arrays else pa.table({})
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Answers
+# ------------------------------------------------------------------------------------------------------------------
+
+_UNWRAP = re.compile(r"\\(?:boxed|text)\s*\{([^{}]*)\}")
+_PUNCT = re.compile("[" + re.escape(string.punctuation) + "]")
+_WS = re.compile(r"\s+")
+
+
+def normalize_final_answer(s: Any) -> str:
+    """The answer as the binary filter sees it: ``\\boxed{}`` / ``\\text{}`` unwrapped, ``$`` and ASCII punctuation
+    dropped, whitespace collapsed, lowercased. ``normalize_final_answer("$\\\\text{No}$") == "no"``."""
+    if s is None:
+        return ""
+    s = _as_text(s)
+    while True:
+        unwrapped = _UNWRAP.sub(r"\1", s)
+        if unwrapped == s:
+            break
+        s = unwrapped
+    s = _PUNCT.sub("", s.replace("$", ""))
+    return _WS.sub(" ", s).strip().lower()
+
+
+def binary_part(s: Any) -> str | None:
+    """``"yes"``, ``"no"``, ``"true"`` or ``"false"`` if the normalized answer is exactly that, else None."""
+    n = normalize_final_answer(s)
+    return n if n in BINARY_PARTS else None
+
+
+def verifier_gold(s: str) -> str:
+    """The gold string handed to the grader: stripped; wrapped in ``\\boxed{}`` when it holds an escaped ``\\$``
+    but no ``$`` delimiter and no box (the grader would otherwise take ``\\$`` for a delimiter and find nothing)."""
+    g = s.strip()
+    if "\\$" in g and "$" not in g.replace("\\$", "") and "\\boxed" not in g and "\\fbox" not in g:
+        return "\\boxed{" + g + "}"
+    return g
+
+
+def _as_text(v: Any) -> str:
+    """A cell as text: strings as is, integral floats without ``.0`` (AMC's 27.0 -> "27"), lists joined by ", "."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        return str(int(v))
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_as_text(x) for x in v if x is not None)
+    return str(v)
+
+
+def _is_blank(v: Any) -> bool:
+    return v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, (list, tuple)) and not v)
+
+
+def _problem_key(problem: str) -> str:
+    return _WS.sub(" ", problem).strip()
+
+
+def problem_id(source: str, problem: str) -> str:
+    """``<source>-<first 16 hex digits of sha256 of the whitespace-collapsed problem>``."""
+    return f"{source}-{hashlib.sha256(_problem_key(problem).encode('utf-8')).hexdigest()[:16]}"
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Gold checks
+# ------------------------------------------------------------------------------------------------------------------
+
+_PARALLEL_FROM = 4000
+"""Below this many distinct golds ``check_golds`` uses one grader in this process (starting worker processes
+costs ~1-2 s each)."""
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def check_golds(golds: Iterable[str], grader=None, *, workers: int | None = None) -> dict[str, str | None]:
+    """For each distinct gold: None if the grader can parse it, else the grader's message (why, and the fix).
+
+    Uses ``MathGrader.check_gold`` (the grader caches each parse; duplicates are checked once). One grader in this
+    process (``grader``, or a new ``MathGrader()``) when ``workers`` is 1, or by default for fewer than 4,000
+    distinct golds; otherwise the golds are split over ``workers`` (default: the usable CPUs minus one, at most 8)
+    graders with ``isolation="process"``, each driven from its own thread (each has its own worker process and
+    lock, and the threads wait on sockets, so the parses run in parallel).
+
+    Measured on a 2-core VM shared with other jobs (so the default there is 1 worker): parsing costs what
+    math-verify's LaTeX parser costs, ~2 ms per simple gold (10,000 distinct integers, fractions, roots, powers:
+    19.7 s in-process), ~4.5 ms per benchmark gold (1,547 golds: ~7 s), 13-21 ms for a tuple or an interval such as
+    ``(3, 7)``; the grader adds nothing measurable in-process and ~5-10 % per gold through a worker process. So
+    100K distinct golds take a few minutes on one core. Two worker processes on that busy 2-core VM were slower
+    (25.6 s vs 19.7 s for the 10,000): parallelism only pays with idle cores.
+    """
+    from pc_pipelines.rewards import MathGrader
+
+    unique = list(dict.fromkeys(g if isinstance(g, str) else _as_text(g) for g in golds))
+    if workers is None:
+        workers = 1 if len(unique) < _PARALLEL_FROM else max(1, min(_usable_cpus() - 1, 8))
+    if workers < 1:
+        raise ValueError(f"check_golds workers={workers!r}: must be >= 1 (or None for automatic)")
+    t0 = time.perf_counter()
+
+    def run(g: Any, part: list[str]) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for i, gold in enumerate(part, start=1):
+            try:
+                g.check_gold(gold)
+                out[gold] = None
+            except ValueError as e:
+                out[gold] = str(e)
+            if i % 10000 == 0:
+                log.info("checked %d/%d golds", i, len(part))
+        return out
+
+    if workers == 1 or len(unique) < 2:
+        result = run(grader if grader is not None else MathGrader(), unique)
+    else:
+        timeout_s = grader.timeout_s if grader is not None else 2.0
+        parts = [unique[i::workers] for i in range(workers)]
+        graders = [MathGrader(timeout_s=timeout_s, isolation="process") for _ in parts]
+        try:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="check-golds") as ex:
+                results = list(ex.map(run, graders, parts))
+        finally:
+            for g in graders:
+                g.close()
+        merged = {k: v for r in results for k, v in r.items()}
+        result = {gold: merged[gold] for gold in unique}
+    dt = time.perf_counter() - t0
+    bad = sum(v is not None for v in result.values())
+    log.info("checked %d distinct golds with %d worker(s) in %.2f s: %d unparsable", len(unique), workers, dt, bad)
+    return result
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Preparation
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PreparedDataset:
+    """``rows``: kept rows in :data:`PREPARED_SCHEMA` (file order); ``quarantine``: rejected rows in
+    :data:`QUARANTINE_SCHEMA` with the reason per row; ``stats``: JSON-able counts (see the module docstring)."""
+
+    rows: pa.Table
+    quarantine: pa.Table
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        return str(self.stats.get("source", "dataset"))
+
+    def write(self, out_dir: str | os.PathLike) -> dict[str, Path]:
+        """Writes ``<source>.parquet`` and ``<source>.quarantine.parquet`` (+ ``<source>.stats.json``) under
+        ``out_dir``, each via a temporary file and an atomic rename; returns their paths."""
+        import pyarrow.parquet as pq
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {
+            "rows": out / f"{self.source}.parquet",
+            "quarantine": out / f"{self.source}.quarantine.parquet",
+            "stats": out / f"{self.source}.stats.json",
+        }
+        for key, path in paths.items():
+            tmp = path.with_name(path.name + ".tmp")
+            if key == "stats":
+                tmp.write_text(json.dumps(self.stats, indent=2, sort_keys=True))
+            else:
+                pq.write_table(self.rows if key == "rows" else self.quarantine, tmp)
+            os.replace(tmp, path)
+        return paths
+
+
+def prepare_deepmath(
+    table: pa.Table,
+    heldout: int = 500,
+    seed: int = 0,
+    grader=None,
+    *,
+    gold_workers: int | None = None,
+) -> PreparedDataset:
+    """DeepMath-103K (``question``, ``final_answer``, ``difficulty``) -> prepared rows, with the binary-answer
+    filter, quarantine and a ``heldout``-row held-out split (rules: module docstring)."""
+    _require_columns(table.column_names, DEEPMATH_COLUMNS, "the DeepMath table", "DeepMath-103K")
+    return _prepare(
+        "deepmath",
+        table.column("question").to_pylist(),
+        table.column("final_answer").to_pylist(),
+        table.column("difficulty").to_pylist(),
+        _parse_number,
+        drop_binary=True,
+        heldout=heldout,
+        seed=seed,
+        grader=grader,
+        gold_workers=gold_workers,
+    )
+
+
+def prepare_polaris(
+    table: pa.Table,
+    heldout: int = 0,
+    seed: int = 0,
+    grader=None,
+    *,
+    gold_workers: int | None = None,
+) -> PreparedDataset:
+    """Polaris-53K (``problem``, ``answer``, ``difficulty`` like ``"7/8"``) -> prepared rows with quarantine and an
+    optional held-out split (no binary filter: the paper applies it to DeepMath only)."""
+    _require_columns(table.column_names, POLARIS_COLUMNS, "the Polaris table", "Polaris-53K")
+    return _prepare(
+        "polaris",
+        table.column("problem").to_pylist(),
+        table.column("answer").to_pylist(),
+        table.column("difficulty").to_pylist(),
+        _parse_fraction,
+        drop_binary=False,
+        heldout=heldout,
+        seed=seed,
+        grader=grader,
+        gold_workers=gold_workers,
+    )
+
+
+_FRACTION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)\s*$")
+
+
+def _parse_fraction(v: Any) -> float | None:
+    """Polaris difficulty: ``"a/b"`` (b > 0) -> a/b; a number (or numeric string) -> itself; else None."""
+    if isinstance(v, str):
+        m = _FRACTION.match(v)
+        if m:
+            den = float(m.group(2))
+            return float(m.group(1)) / den if den > 0 else None
+    return _parse_number(v)
+
+
+def _parse_number(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _prepare(
+    source: str,
+    problems: list,
+    answers: list,
+    difficulties: list,
+    parse_difficulty,
+    *,
+    drop_binary: bool,
+    heldout: int,
+    seed: int,
+    grader,
+    gold_workers: int | None,
+    split: str | None = None,
+    dedupe: bool = True,
+    id_of=None,
+) -> PreparedDataset:
+    """The shared pipeline for training sets and benchmarks. ``split`` set (benchmarks: "eval") replaces the
+    held-out split; ``dedupe=False`` keeps duplicate problems; ``id_of(row_index, problem)`` overrides the id."""
+    t0 = time.perf_counter()
+    n = len(problems)
+    if not isinstance(heldout, int) or heldout < 0:
+        raise DatasetError(f"{source}: heldout={heldout!r} must be an int >= 0 (rows for the held-out split).")
+    quarantine: list[dict] = []
+    by_reason = dict.fromkeys(QUARANTINE_REASONS, 0)
+    binary = dict.fromkeys(BINARY_PARTS, 0)
+    rewrapped = 0
+    first_of: dict[str, int] = {}
+    candidates: list[tuple[int, str, str, str]] = []  # row, id, problem, gold
+
+    def reject(i: int, rid: str | None, problem: Any, answer: Any, reason: str, detail: str) -> None:
+        by_reason[reason] += 1
+        quarantine.append(
+            {
+                "row_index": i,
+                "id": rid,
+                "problem": None if problem is None else _as_text(problem),
+                "answer": None if answer is None else _as_text(answer),
+                "reason": reason,
+                "detail": detail,
+            }
+        )
+
+    for i in range(n):
+        problem, answer = problems[i], answers[i]
+        if _is_blank(problem):
+            reject(i, None, problem, answer, EMPTY_PROBLEM, "the problem is null or blank")
+            continue
+        problem = _as_text(problem).strip()
+        rid = id_of(i, problem) if id_of is not None else problem_id(source, problem)
+        if _is_blank(answer):
+            reject(i, rid, problem, answer, EMPTY_ANSWER, "the answer is null or blank")
+            continue
+        answer_text = _as_text(answer)
+        if drop_binary:
+            part = binary_part(answer_text)
+            if part is not None:
+                binary[part] += 1
+                continue
+        if dedupe:
+            first = first_of.get(rid)
+            if first is not None:
+                same = _as_text(answers[first]).strip() == answer_text.strip()
+                reject(i, rid, problem, answer_text, DUPLICATE_PROBLEM,
+                       f"same problem as row {first} (kept), {'same answer' if same else 'different answer'}: "
+                       f"{_as_text(answers[first]).strip()[:80]!r}")
+                continue
+            first_of[rid] = i
+        gold = verifier_gold(answer_text)
+        if gold != answer_text.strip():
+            rewrapped += 1
+        candidates.append((i, rid, problem, gold))
+
+    t_gold = time.perf_counter()
+    verdicts = check_golds((c[3] for c in candidates), grader, workers=gold_workers)
+    gold_seconds = time.perf_counter() - t_gold
+    kept = []
+    for i, rid, problem, gold in candidates:
+        why = verdicts[gold]
+        if why is not None:
+            reject(i, rid, problem, gold, UNPARSABLE_ANSWER, why)
+        else:
+            kept.append((i, rid, problem, gold))
+
+    diffs, unparsed = [], []
+    for i, *_ in kept:
+        raw = difficulties[i]
+        d = parse_difficulty(raw)
+        if d is None and raw is not None:
+            unparsed.append((i, raw))
+        diffs.append(d)
+    if unparsed:
+        log.warning("%s: %d difficulty values do not parse (kept with difficulty null), e.g. %s", source,
+                    len(unparsed), ", ".join(f"row {i}: {v!r}" for i, v in unparsed[:5]))
+
+    if split is not None:
+        splits = [split] * len(kept)
+        n_held = 0
+    else:
+        if heldout and heldout >= len(kept):
+            raise DatasetError(
+                f"{source}: heldout={heldout} but only {len(kept)} rows are kept (of {n}); the held-out split must "
+                f"leave training rows. Fix: lower heldout (e.g. {max(0, len(kept) // 10)}) or load the full dataset."
+            )
+        held = set(sorted((hashlib.sha256(f"{seed}:{k[1]}".encode()).hexdigest(), k[1]) for k in kept)[:heldout])
+        held_ids = {rid for _, rid in held}
+        splits = ["heldout" if k[1] in held_ids else "train" for k in kept]
+        n_held = len(held_ids)
+
+    rows = pa.table(
+        {
+            "id": [k[1] for k in kept],
+            "problem": [k[2] for k in kept],
+            "answer": [k[3] for k in kept],
+            "difficulty": pa.array(diffs, pa.float64()),
+            "source": [source] * len(kept),
+            "split": splits,
+            "row_index": pa.array([k[0] for k in kept], pa.int64()),
+        },
+        schema=PREPARED_SCHEMA,
+    )
+    quarantine.sort(key=lambda q: q["row_index"])
+    qtable = pa.Table.from_pylist(quarantine, schema=QUARANTINE_SCHEMA)
+    stats: dict[str, Any] = {
+        "source": source,
+        "rows_in": n,
+        "kept": rows.num_rows,
+        "quarantined": qtable.num_rows,
+        "quarantined_by_reason": by_reason,
+        "answers_rewrapped": rewrapped,
+        "difficulty_unparsed": len(unparsed),
+        "distinct_golds_checked": len(verdicts),
+        "gold_check_seconds": round(gold_seconds, 3),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    if drop_binary:
+        stats["binary_removed"] = sum(binary.values())
+        stats["binary_removed_by_part"] = binary
+    if split is None:
+        stats.update(train=rows.num_rows - n_held, heldout=n_held, heldout_seed=seed)
+    assert stats["rows_in"] == stats["kept"] + stats["quarantined"] + stats.get("binary_removed", 0)
+    log.info("%s: %d rows in, %d kept, %d quarantined %s%s in %.1f s", source, n, rows.num_rows, qtable.num_rows,
+             {k: v for k, v in by_reason.items() if v},
+             f", {stats['binary_removed']} binary removed {binary}" if drop_binary else "", stats["seconds"])
+    return PreparedDataset(rows=rows, quarantine=qtable, stats=stats)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# To the training loop
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def to_task_data(
+    prepared: PreparedDataset | pa.Table,
+    template: str,
+    eval_name: str = "heldout",
+    *,
+    eval_tables: Mapping[str, pa.Table] | None = None,
+) -> TaskData:
+    """Training prompts/golds from the ``train`` rows (file order; the allocator's prompt id is the index), one
+    EvalSet ``eval_name`` from the ``heldout`` rows (none if there are none), then one EvalSet per entry of
+    ``eval_tables`` (e.g. ``load_benchmarks(...)``), all formatted with ``template.format(question=problem)``."""
+    if "{question}" not in template:
+        raise ValueError(f"prompt template {template!r} has no {{question}} placeholder; include it where the "
+                         "problem goes (e.g. \"{question} Let's think step by step ...\").")
+    table = prepared.rows if isinstance(prepared, PreparedDataset) else prepared
+    problems = table.column("problem").to_pylist()
+    golds = table.column("answer").to_pylist()
+    splits = table.column("split").to_pylist()
+    train = [i for i, s in enumerate(splits) if s == "train"]
+    held = [i for i, s in enumerate(splits) if s == "heldout"]
+    evals = []
+    if held:
+        evals.append(EvalSet(eval_name, [template.format(question=problems[i]) for i in held], [golds[i] for i in held]))
+    for name, t in (eval_tables or {}).items():
+        evals.append(
+            EvalSet(name, [template.format(question=p) for p in t.column("problem").to_pylist()],
+                    t.column("answer").to_pylist())
+        )
+    return TaskData(
+        prompts=[template.format(question=problems[i]) for i in train],
+        golds=[golds[i] for i in train],
+        eval_sets=evals,
+    )
