@@ -73,11 +73,14 @@ def base_policy(context: AssetExecutionContext, config: EmbeddedConfig) -> Mater
     """The SFT warm start as a Hugging Face directory (cached per recipe), with its warm-start report."""
     cfg = _resolved(config)
     template = cfg.training.prompt_template
-    path = ensure_base_policy(cfg.task, cfg.policy, template, cache_dir=config.cache_dir,
+    def measure(p: Path) -> dict:
+        return warm_start_report(p, cfg.task, template, max_new_tokens=cfg.training.max_response_length)
+
+    path = ensure_base_policy(cfg.task, cfg.policy, template, cache_dir=config.cache_dir, measure=measure,
                               progress=lambda s, loss: s % 100 == 0 and context.log.info("SFT step %d loss %.4f", s, loss))
     meta = read_meta(path)
-    report = meta.get("warm_start") or warm_start_report(path, cfg.task, template,
-                                                         max_new_tokens=cfg.training.max_response_length)
+    # A fresh build stored its report; a policy cached by `pilot-commit train` (built without one) is measured here.
+    report = meta.get("warm_start") or measure(path)
     rows = ["| prompts | below 0.125 | in band | above 0.75 |", "|---|---|---|---|"]
     for key, h in report["pass_rate_histogram"].items():
         rows.append(f"| {key if key == 'all' else key + '-digit'} (n={h['n']}) | {h['below']:.2f} | {h['between']:.2f} | {h['above']:.2f} |")

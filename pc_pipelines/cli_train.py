@@ -20,12 +20,6 @@ from .allocation import ConfigError
 log = logging.getLogger("pc_pipelines.cli")
 
 
-def _bar(total: int, desc: str, unit: str, enabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=not enabled, leave=False)
-
-
 class _SFTProgress:
     """Progress of the SFT warm start (a minute or two, on first use only): the bar appears when SFT starts."""
 
@@ -34,7 +28,9 @@ class _SFTProgress:
 
     def __call__(self, step: int, loss: float) -> None:
         if self.bar is None:
-            self.bar = _bar(self.total, "SFT warm start (first use)", "step", self.enabled)
+            from .cli import _progress
+
+            self.bar = _progress(self.total, "SFT warm start (first use)", self.enabled)
         self.bar.update(1)
         if step % 50 == 0:
             self.bar.set_postfix(loss=f"{loss:.4f}")
@@ -84,7 +80,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .cli import run_config
+    from .cli import _progress, run_config
     from .loop import latest_checkpoint, prepare_run, run_segment
     from .store import Store
 
@@ -107,7 +103,7 @@ def _train(args: argparse.Namespace) -> int:
     todo = max(0, args.steps - done)
     if latest and args.resume and todo == 0:
         sys.stderr.write(f"run {run.run_id} already has {done} steps (>= --steps {args.steps}); nothing to do.\n")
-    bar = _bar(todo, f"{cfg.method} {run.run_id}", "step", show)
+    bar = _progress(todo, f"{cfg.method} {run.run_id}", show)
 
     def on_step(rec) -> None:
         if args.json:

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from .allocation import AllocatorConfig, ConfigError
+from .allocation import AllocatorConfig, ConfigError, field_error
 from .data.arith import ArithTaskConfig
 from .policy import PolicyConfig
 from .simulate import SimConfig
@@ -80,28 +80,25 @@ class TrainingConfig:
     """Checkpoints kept per run (the newest); older ones are deleted. Does not change results."""
 
     def __post_init__(self) -> None:
-        def fail(name: str, why: str, fix: str) -> None:
-            raise ConfigError(f"TrainingConfig.{name}={getattr(self, name)!r}: {why}. Fix: {fix}.")
-
         for name in ("ppo_minibatch", "max_response_length", "eval_every", "torch_threads", "eval_samples",
                      "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
-                fail(name, "must be >= 1", f"set {name} to a positive count")
+                raise field_error(self, name, "must be >= 1", f"set {name} to a positive count")
         for name in ("lr", "weight_decay", "grad_clip", "clip_low", "clip_high", "kl_coef", "warmup_steps"):
             if getattr(self, name) < 0:
-                fail(name, "must be >= 0", f"set {name} >= 0")
+                raise field_error(self, name, "must be >= 0", f"set {name} >= 0")
         if self.dual_clip_c <= 1:
-            fail("dual_clip_c", "must be > 1 (verl's dual clip)", "use 3 or 10 as in the recipe")
+            raise field_error(self, "dual_clip_c", "must be > 1 (verl's dual clip)", "use 3 or 10 as in the recipe")
         if self.loss_agg_mode not in LOSS_AGG_MODES:
-            fail("loss_agg_mode", "unknown aggregation", f"use one of {LOSS_AGG_MODES}")
+            raise field_error(self, "loss_agg_mode", "unknown aggregation", f"use one of {LOSS_AGG_MODES}")
         for name in ("temperature", "eval_temperature"):
             if getattr(self, name) <= 0:
-                fail(name, "must be > 0", "use 1.0 for training, 0.7 for evaluation")
+                raise field_error(self, name, "must be > 0", "use 1.0 for training, 0.7 for evaluation")
         for name in ("top_p", "eval_top_p"):
             if not 0 < getattr(self, name) <= 1:
-                fail(name, "must lie in (0, 1]", "use 1.0 to disable nucleus sampling")
+                raise field_error(self, name, "must lie in (0, 1]", "use 1.0 to disable nucleus sampling")
         if "{question}" not in self.prompt_template:
-            fail("prompt_template", "has no {question} placeholder", "include {question} where the problem goes")
+            raise field_error(self, "prompt_template", "has no {question} placeholder", "include {question} where the problem goes")
 
 
 @dataclass(frozen=True)

@@ -89,18 +89,8 @@ class TrainingRun:
         return self.run_dir / "tensorboard"
 
     def record(self) -> RunRecord:
-        cfg = self.config
-        return RunRecord(
-            run_id=self.run_id,
-            family=cfg.family,
-            method=cfg.method,
-            preset=cfg.preset,
-            seed=cfg.seed,
-            config=cfg.to_dict(),
-            config_hash=cfg.config_hash,
-            kind="train",
-            lineage={"policy": str(self.policy_path), "run_dir": str(self.run_dir), **self.lineage},
-        )
+        lineage = {"policy": str(self.policy_path), "run_dir": str(self.run_dir), **self.lineage}
+        return RunRecord.for_config(self.config, self.run_id, "train", lineage)
 
 
 # ---- sidecar ---------------------------------------------------------------------------------------------------
@@ -229,6 +219,9 @@ class SegmentResult:
 
 
 # ---- the loop --------------------------------------------------------------------------------------------------
+EngineFactory = Callable[[Any, Any], RolloutEngine]  # (model, tokenizer) -> engine bound to that policy
+
+
 class Trainer:
     """One run's live state: policy, engine, grader, trainer, allocator, sidecar. Built by :func:`open_run`."""
 
@@ -241,7 +234,7 @@ class Trainer:
         allocator: Allocator,
         sidecar: Sidecar,
         totals: Totals,
-        engine: RolloutEngine | None = None,
+        engine_factory: EngineFactory | None = None,
         device: str = "cpu",
     ) -> None:
         cfg = run.config.training
@@ -252,7 +245,10 @@ class Trainer:
         self.allocator = allocator
         self.sidecar = sidecar
         self.totals = totals
-        self.engine = engine or TransformersEngine(model, tokenizer, device=device)
+        if engine_factory is not None:
+            self.engine = engine_factory(model, tokenizer)
+        else:
+            self.engine = TransformersEngine(model, tokenizer, device=device)
         self.grader = MathGrader(overlong_reward=cfg.overlong_reward)
         self.trainer = PolicyTrainer(
             model, cfg, tokenizer.pad_token_id, run.config.allocator.train_batch, run.config.seed, device=device
@@ -328,7 +324,7 @@ class Trainer:
             outcome = session.finish()
             timings["bookkeeping"] += time.perf_counter() - t
         except BaseException:
-            self.allocator._session = None  # mid-step state is discarded: resume restores a checkpoint
+            self.allocator.abort_step()
             raise
         batch = self._batch(outcome)
         t = time.perf_counter()
@@ -504,9 +500,6 @@ def _load_model(path: Path, device: str):
     return load_policy(path, device)
 
 
-EngineFactory = Callable[[Any, Any], RolloutEngine]  # (model, tokenizer) -> engine bound to that policy
-
-
 def open_run(
     run: TrainingRun, store: Store, resume: bool = True, device: str = "cpu", engine_factory: EngineFactory | None = None
 ) -> tuple[Trainer, bool]:
@@ -528,8 +521,7 @@ def open_run(
         allocator = Allocator(run.config.allocator, len(run.task.prompts))
         store.reopen_after(run.run_id, -2)  # a fresh start forgets any earlier attempt's rows
         shutil.rmtree(run.tensorboard_dir, ignore_errors=True)
-        engine = engine_factory(model, tok) if engine_factory else None
-        return Trainer(run, store, model, tok, allocator, Sidecar(), Totals(), engine=engine, device=device), False
+        return Trainer(run, store, model, tok, allocator, Sidecar(), Totals(), engine_factory, device), False
     step, path = latest
     meta = json.loads((path / "meta.json").read_text())
     if meta.get("format") != CHECKPOINT_FORMAT:
@@ -541,9 +533,8 @@ def open_run(
         )
     model, tok = _load_model(path / "policy", device)
     allocator = Allocator.from_state_dict(json.loads((path / "allocator.json").read_text()))
-    engine = engine_factory(model, tok) if engine_factory else None
     trainer = Trainer(run, store, model, tok, allocator, Sidecar.load(path / "sidecar.parquet"), Totals(**meta["totals"]),
-                      engine=engine, device=device)
+                      engine_factory, device)
     trainer.trainer.load_state_dict(torch.load(path / "trainer.pt", weights_only=False))
     rng = torch.load(path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
@@ -568,7 +559,7 @@ def run_segment(
     ``engine_factory`` builds the rollout engine for the loaded policy (default: :class:`TransformersEngine`)."""
     if steps < 0:
         raise LoopError(f"steps={steps}: must be >= 0.")
-    trainer, resumed = open_run(run, store, resume=resume, device=device, engine_factory=engine_factory)
+    trainer, _ = open_run(run, store, resume=resume, device=device, engine_factory=engine_factory)
     cfg = run.config.training
     first = trainer.allocator.step
     records: list[StepRecord] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .allocation import ConfigError
+from .allocation import field_error
 
 ARCHS = ("qwen2", "llama")
 
@@ -35,22 +35,19 @@ class PolicyConfig:
     this small: measured here, a second OpenMP thread made small matmuls up to 20x slower on a busy 2-core box."""
 
     def __post_init__(self) -> None:
-        def fail(name: str, why: str, fix: str) -> None:
-            raise ConfigError(f"PolicyConfig.{name}={getattr(self, name)!r}: {why}. Fix: {fix}.")
-
         if self.arch not in ARCHS:
-            fail("arch", "unknown architecture", f"use one of {ARCHS}")
+            raise field_error(self, "arch", "unknown architecture", f"use one of {ARCHS}")
         for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "sft_steps", "sft_batch", "torch_threads"):
             if getattr(self, name) < 1:
-                fail(name, "must be >= 1", f"set {name} to a positive count")
+                raise field_error(self, name, "must be >= 1", f"set {name} to a positive count")
         if self.hidden_size % self.num_heads:
-            fail("num_heads", f"must divide hidden_size={self.hidden_size}", "e.g. hidden_size 64 with 4 heads")
+            raise field_error(self, "num_heads", f"must divide hidden_size={self.hidden_size}", "e.g. hidden_size 64 with 4 heads")
         if (self.hidden_size // self.num_heads) % 2:
-            fail("num_heads", "head dim hidden_size/num_heads must be even (rotary embeddings)", "e.g. 64 / 4 = 16")
+            raise field_error(self, "num_heads", "head dim hidden_size/num_heads must be even (rotary embeddings)", "e.g. 64 / 4 = 16")
         if self.init_seed < 0:
-            fail("init_seed", "must be >= 0", "e.g. 0")
+            raise field_error(self, "init_seed", "must be >= 0", "e.g. 0")
         if not self.sft_lr > 0:
-            fail("sft_lr", "must be > 0", "e.g. 3e-3")
+            raise field_error(self, "sft_lr", "must be > 0", "e.g. 3e-3")
 
     def to_dict(self) -> dict:
         return asdict(self)

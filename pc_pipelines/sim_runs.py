@@ -46,18 +46,7 @@ def record_simulation(
     """
     run_id = run_id or config.default_run_id()
     store.init()
-    store.register_run(
-        RunRecord(
-            run_id=run_id,
-            family=config.family,
-            method=config.method,
-            preset=config.preset,
-            seed=config.seed,
-            config=config.to_dict(),
-            config_hash=config.config_hash,
-            kind="simulate",
-        )
-    )
+    store.register_run(RunRecord.for_config(config, run_id, "simulate"))
     # A simulated run always starts from step 0: forget whatever an earlier run of the same id wrote.
     store.reopen_after(run_id, -2)
     writer = store.writer(run_id)

@@ -34,7 +34,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .allocation import Allocator, AllocatorConfig, ConfigError, Decision, Stage, StepOutcome
+from .allocation import Allocator, AllocatorConfig, ConfigError, Decision, Stage, StepOutcome, field_error
 from .allocation.methods import AllocationMethod, register_method
 
 log = logging.getLogger(__name__)
@@ -60,10 +60,10 @@ class SimConfig:
     def __post_init__(self) -> None:
         for name in ("num_prompts", "eval_prompts"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"SimConfig.{name}={getattr(self, name)}: must be >= 1. Fix: set {name} >= 1.")
+                raise field_error(self, name, "must be >= 1", f"set {name} >= 1")
         for name in ("difficulty_spread", "local_rate", "global_rate"):
             if getattr(self, name) < 0:
-                raise ConfigError(f"SimConfig.{name}={getattr(self, name)}: must be >= 0. Fix: use a value >= 0.")
+                raise field_error(self, name, "must be >= 0", "use a value >= 0")
 
     def to_dict(self) -> dict:
         return asdict(self)

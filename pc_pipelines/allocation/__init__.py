@@ -7,7 +7,7 @@ in :mod:`.methods`.
 
 from .allocator import Allocator, AllocatorError, CallResult, StepContext, StepSession
 from .buffer import SELECTION_STRATEGIES, BufferEntry, ReplayBuffer, SelectionStrategy, register_selection
-from .config import AllocatorConfig, ConfigError
+from .config import AllocatorConfig, ConfigError, field_error
 from .methods import METHODS, AllocationMethod, get_method, register_method
 from .stream import PromptStream
 from .types import (
@@ -44,6 +44,7 @@ __all__ = [
     "StepOutcome",
     "StepSession",
     "TrainedGroup",
+    "field_error",
     "get_method",
     "register_method",
     "register_selection",

@@ -414,9 +414,13 @@ class Allocator:
             while (call := session.next_call()) is not None:
                 session.observe(engine(call))
         except BaseException:
-            self._session = None  # the state is mid-step: the caller must restore a checkpoint to go on
+            self.abort_step()
             raise
         return session.finish()
+
+    def abort_step(self) -> None:
+        """Forget the open step after a failure. The state is mid-step: restore a checkpoint to go on."""
+        self._session = None
 
     # ---- inspection -----------------------------------------------------------------------------------------------
     def live_rollout_ids(self) -> np.ndarray:

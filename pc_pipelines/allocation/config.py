@@ -17,6 +17,11 @@ class ConfigError(ValueError):
     """A configuration that cannot work. The message names the field and the fix."""
 
 
+def field_error(config: Any, name: str, why: str, fix: str) -> ConfigError:
+    """The one message format of a bad config field, for every typed config: class, field, value, why, fix."""
+    return ConfigError(f"{type(config).__name__}.{name}={getattr(config, name)!r}: {why}. Fix: {fix}.")
+
+
 @dataclass(frozen=True)
 class AllocatorConfig:
     method: str = "pc"
@@ -74,48 +79,45 @@ class AllocatorConfig:
         from .buffer import SELECTION_STRATEGIES
         from .methods import METHODS
 
-        def fail(name: str, why: str, fix: str) -> None:
-            raise ConfigError(f"AllocatorConfig.{name}={getattr(self, name)!r}: {why}. Fix: {fix}.")
-
         if self.method not in METHODS:
-            fail("method", "unknown method", f"use one of {sorted(METHODS)}")
+            raise field_error(self, "method", "unknown method", f"use one of {sorted(METHODS)}")
         for name in ("train_batch", "n", "max_rounds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
-                fail(name, "must be an integer", f"pass a whole number like {name}=8")
+                raise field_error(self, name, "must be an integer", f"pass a whole number like {name}=8")
             if value < 1:
-                fail(name, "must be at least 1 (counts cannot be zero or negative)", f"set {name} >= 1")
+                raise field_error(self, name, "must be at least 1 (counts cannot be zero or negative)", f"set {name} >= 1")
         if isinstance(self.max_age, bool) or not isinstance(self.max_age, int) or self.max_age < 0:
-            fail("max_age", "must be an integer >= 0", "set max_age (the paper's d) to 4, or 0 for no lag")
+            raise field_error(self, "max_age", "must be an integer >= 0", "set max_age (the paper's d) to 4, or 0 for no lag")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            fail("seed", "must be an integer >= 0", "pass a non-negative seed")
+            raise field_error(self, "seed", "must be an integer >= 0", "pass a non-negative seed")
         if not isinstance(self.oversample, (int, float)) or not math.isfinite(self.oversample) or self.oversample < 1:
-            fail("oversample", "must be a number >= 1 (b_g = s * b_t must cover b_t)", "set oversample=3 as the paper")
+            raise field_error(self, "oversample", "must be a number >= 1 (b_g = s * b_t must cover b_t)", "set oversample=3 as the paper")
         for name in ("p_lower", "p_upper", "p_solve"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not (0.0 <= float(value) <= 1.0):
-                fail(name, "thresholds are pass rates and must lie in [0, 1]", f"set {name} inside [0, 1]")
+                raise field_error(self, name, "thresholds are pass rates and must lie in [0, 1]", f"set {name} inside [0, 1]")
         if self.p_lower > self.p_upper:
-            fail(
+            raise field_error(self, 
                 "p_lower",
                 f"is above p_upper={self.p_upper}, so the keep band is empty",
                 "choose p_lower <= p_upper (paper: 0.125 <= 0.75)",
             )
         if self.selection not in SELECTION_STRATEGIES:
-            fail("selection", "unknown buffer selection strategy", f"use one of {sorted(SELECTION_STRATEGIES)}")
+            raise field_error(self, "selection", "unknown buffer selection strategy", f"use one of {sorted(SELECTION_STRATEGIES)}")
         if METHODS[self.method].uses_pilots:
             if self.n_pilot is not None and (isinstance(self.n_pilot, bool) or not isinstance(self.n_pilot, int)):
-                fail("n_pilot", "must be an integer", "pass a whole number of pilot rollouts")
+                raise field_error(self, "n_pilot", "must be an integer", "pass a whole number of pilot rollouts")
             if self.pilot_n < 1:
-                fail("n_pilot", "PC needs at least one pilot rollout per prompt to estimate p_hat", "set n_pilot >= 1")
+                raise field_error(self, "n_pilot", "PC needs at least one pilot rollout per prompt to estimate p_hat", "set n_pilot >= 1")
             if self.commit_n < 1:
-                fail(
+                raise field_error(self, 
                     "n_pilot",
                     f"leaves n_commit = n - n_pilot = {self.commit_n}; PC needs at least one commit rollout",
                     f"set n_pilot < n={self.n} (paper: n=64 as 16+48)",
                 )
             if self.max_rounds < 2:
-                fail(
+                raise field_error(self, 
                     "max_rounds",
                     "PC needs at least 2 rounds: with an empty buffer the first round can only pilot",
                     "set max_rounds >= 2 (default 10)",

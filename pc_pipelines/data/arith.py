@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..allocation import ConfigError
+from ..allocation import field_error
 
 
 @dataclass(frozen=True)
@@ -55,25 +55,22 @@ class ArithTaskConfig:
     """Fixes the splits. Not the run seed: every method and seed of a study trains and is evaluated on one task."""
 
     def __post_init__(self) -> None:
-        def fail(name: str, why: str, fix: str) -> None:
-            raise ConfigError(f"ArithTaskConfig.{name}={getattr(self, name)!r}: {why}. Fix: {fix}.")
-
         if self.num_prompts < 1:
-            fail("num_prompts", "must be >= 1", "set num_prompts to at least the train batch")
+            raise field_error(self, "num_prompts", "must be >= 1", "set num_prompts to at least the train batch")
         if not 1 <= self.min_digits <= self.max_digits:
-            fail("min_digits", f"must lie in [1, max_digits={self.max_digits}]", "e.g. min_digits=1, max_digits=5")
+            raise field_error(self, "min_digits", f"must lie in [1, max_digits={self.max_digits}]", "e.g. min_digits=1, max_digits=5")
         if self.max_digits > 12:
-            fail("max_digits", "must be <= 12 (responses are sized for it)", "use at most 12 digits")
+            raise field_error(self, "max_digits", "must be <= 12 (responses are sized for it)", "use at most 12 digits")
         if not 1 <= self.sft_max_digits <= self.max_digits:
-            fail("sft_max_digits", f"must lie in [1, max_digits={self.max_digits}]", "e.g. 3 with max_digits=5")
+            raise field_error(self, "sft_max_digits", f"must lie in [1, max_digits={self.max_digits}]", "e.g. 3 with max_digits=5")
         if not 0.0 <= self.sft_long_share <= 1.0:
-            fail("sft_long_share", "must lie in [0, 1]", "e.g. 0.04")
+            raise field_error(self, "sft_long_share", "must lie in [0, 1]", "e.g. 0.04")
         if self.heldout_per_length < 1:
-            fail("heldout_per_length", "must be >= 1", "e.g. 100")
+            raise field_error(self, "heldout_per_length", "must be >= 1", "e.g. 100")
         if self.data_seed < 0:
-            fail("data_seed", "must be >= 0", "e.g. 0")
+            raise field_error(self, "data_seed", "must be >= 0", "e.g. 0")
         if self.sft_examples < 1:
-            fail("sft_examples", "must be >= 1", "e.g. 60000")
+            raise field_error(self, "sft_examples", "must be >= 1", "e.g. 60000")
 
     @property
     def width(self) -> int:

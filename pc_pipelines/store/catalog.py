@@ -45,6 +45,21 @@ class RunRecord:
     kind: str
     lineage: dict[str, Any] | None = None
 
+    @classmethod
+    def for_config(cls, config: Any, run_id: str, kind: str, lineage: dict[str, Any] | None = None) -> "RunRecord":
+        """The record of a run of a resolved ``RunConfig`` (typed loosely: the store does not import the config)."""
+        return cls(
+            run_id=run_id,
+            family=config.family,
+            method=config.method,
+            preset=config.preset,
+            seed=config.seed,
+            config=config.to_dict(),
+            config_hash=config.config_hash,
+            kind=kind,
+            lineage=lineage,
+        )
+
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)

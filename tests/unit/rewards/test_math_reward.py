@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import signal
-import threading
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from reward_threads import run_in_thread  # noqa: E402
 
 from pc_pipelines.rewards import (
     Grade,
@@ -28,27 +33,6 @@ def grader():
     g = MathGrader(timeout_s=1.0)
     yield g
     g.close()
-
-
-def run_in_thread(fn, join_s: float = 60.0):
-    """Runs fn on a fresh non-main thread; returns (result, wall seconds). Fails (instead of hanging) past join_s."""
-    out: dict = {}
-
-    def target():
-        t0 = time.perf_counter()
-        try:
-            out["value"] = fn()
-        except BaseException as e:  # noqa: BLE001
-            out["error"] = e
-        out["wall"] = time.perf_counter() - t0
-
-    th = threading.Thread(target=target, name="not-main")
-    th.start()
-    th.join(join_s)
-    assert not th.is_alive(), "grading on a non-main thread hung"
-    if "error" in out:
-        raise out["error"]
-    return out["value"], out["wall"]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -6,12 +6,17 @@ Every call's wall time is asserted to stay within the grader's timeout plus a sm
 
 from __future__ import annotations
 
-import threading
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from reward_threads import run_in_thread  # noqa: E402
 
 from pc_pipelines.rewards import GradeOutcome, MathGrader
 
@@ -67,29 +72,9 @@ def main_grader():
 @pytest.fixture(scope="module")
 def thread_grader():
     g = MathGrader(timeout_s=TIMEOUT_S)
-    _on_thread(lambda: g.check_gold(GOLD))  # starts the worker outside any timed call
+    run_in_thread(lambda: g.check_gold(GOLD))  # starts the worker outside any timed call
     yield g
     g.close()
-
-
-def _on_thread(fn, join_s: float = 60.0):
-    out: dict = {}
-
-    def target():
-        t0 = time.perf_counter()
-        try:
-            out["value"] = fn()
-        except BaseException as e:  # noqa: BLE001
-            out["error"] = e
-        out["wall"] = time.perf_counter() - t0
-
-    th = threading.Thread(target=target)
-    th.start()
-    th.join(join_s)
-    assert not th.is_alive(), "grading hung on a non-main thread"
-    if "error" in out:
-        raise out["error"]
-    return out["value"], out["wall"]
 
 
 def _timed(grader, response):
@@ -116,7 +101,7 @@ def test_adversarial_main_thread(main_grader, name):
     ],
 )
 def test_adversarial_non_main_thread(thread_grader, name):
-    g, wall = _on_thread(lambda: thread_grader.grade(ADVERSARIAL[name], GOLD))
+    g, wall = run_in_thread(lambda: thread_grader.grade(ADVERSARIAL[name], GOLD))
     assert g.reward == 0.0 and g.outcome is not O.CORRECT
     assert wall < TIMEOUT_S + SLACK_S, f"{name}: {wall:.2f} s"
 
