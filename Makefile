@@ -5,8 +5,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
+# `make ui`: the Dagster UI on this checkout, with a project-local instance (gitignored) made from etc/dagster.yaml.
+UI_HOME ?= $(CURDIR)/.dagster_home
+UI_HOST ?= 127.0.0.1
+UI_PORT ?= 3000
 
-.PHONY: install demo test test-fast bench bench-allocator bench-store bench-rewards bench-engine clean
+.PHONY: install demo test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,14 +23,30 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 install: $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/pilot-commit demo --store runs/demo.duckdb
+# The whole Dagster graph, headless: data, warm start, GRPO / DAPO / PC runs of 2 segments, evaluation, report.
+# Recorded in the same instance as `make ui`, so the UI shows it afterwards. (`pilot-commit demo`: the simulator.)
+demo: $(STAMP) $(UI_HOME)/dagster.yaml
+	DAGSTER_HOME=$(UI_HOME) $(BIN)/python -m pc_pipelines.definitions demo --root runs
 
-test: $(STAMP)
+test: $(STAMP) check-chromium
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The UI e2e test (tests/e2e/test_ui.py) renders the Dagster UI in headless Chromium; .ci/run installs it.
+check-chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  echo "WARNING: no chromium on PATH, so tests/e2e/test_ui.py will fail. Install it: sudo apt-get install -y chromium" >&2
+
+# Open http://$(UI_HOST):$(UI_PORT). The instance (runs, event logs) lives in $(UI_HOME); its dagster.yaml is
+# copied from etc/dagster.yaml when missing or older than the template, so edit the template.
+ui: $(STAMP) $(UI_HOME)/dagster.yaml
+	DAGSTER_HOME=$(UI_HOME) $(BIN)/dagster dev -w workspace.yaml -h $(UI_HOST) -p $(UI_PORT)
+
+$(UI_HOME)/dagster.yaml: etc/dagster.yaml
+	mkdir -p $(@D)
+	cp $< $@
 
 bench: bench-allocator bench-store bench-rewards bench-engine
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, Config, Failure, MaterializeResult, MetadataValue, asset
 from pydantic import Field
 
 from pc_pipelines.config import parse_overrides, resolve
@@ -23,6 +23,11 @@ class EmbeddedConfig(Config):
     preset: str = Field(default="embedded", description="Preset holding the task and policy sections.")
     overrides: list[str] = Field(default_factory=list, description="--set style overrides, e.g. task.num_prompts=2000")
     cache_dir: str | None = Field(default=None, description="Base-policy cache (default ~/.cache/pc-pipelines).")
+    policy_path: str | None = Field(
+        default=None,
+        description="A local Hugging Face causal LM directory to use instead of the embedded SFT warm start "
+        "(nothing is downloaded). start_run takes the same path.",
+    )
 
 
 def _resolved(config: EmbeddedConfig):
@@ -70,7 +75,10 @@ def arith_task(context: AssetExecutionContext, config: EmbeddedConfig, data: Dat
 
 @asset(group_name="policy", deps=[arith_task], kinds={"pytorch"})
 def base_policy(context: AssetExecutionContext, config: EmbeddedConfig) -> MaterializeResult:
-    """The SFT warm start as a Hugging Face directory (cached per recipe), with its warm-start report."""
+    """The SFT warm start as a Hugging Face directory (cached per recipe), with its warm-start report; or, with
+    ``policy_path``, a configured local HF model checked for a causal LM config and a tokenizer."""
+    if config.policy_path is not None:
+        return _configured_policy(context, Path(config.policy_path))
     cfg = _resolved(config)
     template = cfg.training.prompt_template
     def measure(p: Path) -> dict:
@@ -91,5 +99,30 @@ def base_policy(context: AssetExecutionContext, config: EmbeddedConfig) -> Mater
             "parameters": meta.get("parameters", 0),
             "greedy_heldout_accuracy": MetadataValue.json(report["greedy_heldout_accuracy"]),
             "pass_rate_histogram": MetadataValue.md("\n".join(rows)),
+        }
+    )
+
+
+def _configured_policy(context: AssetExecutionContext, path: Path) -> MaterializeResult:
+    from transformers import AutoConfig, AutoTokenizer
+
+    if not (path / "config.json").is_file():
+        raise Failure(
+            f"policy_path {str(path)!r} is not a Hugging Face model directory (no config.json). Fix: point it at a "
+            "local directory saved with save_pretrained (model and tokenizer), or unset it for the embedded warm start."
+        )
+    try:
+        hf = AutoConfig.from_pretrained(path)
+        tok = AutoTokenizer.from_pretrained(path)
+    except Exception as exc:  # noqa: BLE001 - transformers raises many types; the message names the directory
+        raise Failure(f"policy_path {str(path)!r} cannot be loaded: {type(exc).__name__}: {exc}. Fix: save the model "
+                      "and its tokenizer with save_pretrained into that directory.") from exc
+    context.log.info("configured policy %s (%s)", path, hf.model_type)
+    return MaterializeResult(
+        metadata={
+            "path": MetadataValue.path(str(path.resolve())),
+            "model_type": hf.model_type,
+            "architectures": MetadataValue.json(list(getattr(hf, "architectures", None) or [])),
+            "vocab_size": int(getattr(hf, "vocab_size", 0) or len(tok)),
         }
     )

@@ -17,6 +17,7 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -305,34 +306,38 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    report = Store(args.store).report(args.family)
+    from .reports import ReportError, format_count, format_ratio, write_plots
+
+    store = Store(args.store)
+    report = store.report(args.family)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=1) + "\n")
-        return 0
-    if not report:
+    elif not report:
         sys.stdout.write(
-            "no family has both a GRPO and a PC run with eval results yet (the target is min(GRPO peak, PC peak)).\n"
+            "no family has both a GRPO and a PC run with eval results yet (the target is min(GRPO peak, PC peak)). "
+            f"Record them first, e.g. `pilot-commit demo --store {args.store}`.\n"
         )
-        return 0
-    for family, fam in report.items():
+    for family, fam in ({} if args.json else report).items():
         sys.stdout.write(f"\nfamily {family}: cumulative sampled rollouts to reach the target accuracy\n")
         cols = ["seed", "target", "grpo", "dapo", "pc", "grpo/pc", "dapo/pc"]
         rows = [
-            (s["seed"], f"{s['target']:.4f}", *[_count(s["rollouts"][m]) for m in ("grpo", "dapo", "pc")],
-             _ratio(s["grpo_over_pc"]), _ratio(s["dapo_over_pc"]))
+            (s["seed"], f"{s['target']:.4f}", *[format_count(s["rollouts"][m]) for m in ("grpo", "dapo", "pc")],
+             format_ratio(s["grpo_over_pc"]), format_ratio(s["dapo_over_pc"]))
             for s in fam["seeds"]
         ]
-        rows.append(("median", "", "", "", "", _ratio(fam["median_grpo_over_pc"]), _ratio(fam["median_dapo_over_pc"])))
+        rows.append(("median", "", "", "", "", format_ratio(fam["median_grpo_over_pc"]),
+                     format_ratio(fam["median_dapo_over_pc"])))
         _print_rows(cols, rows, "table")
+    if args.plots:
+        try:
+            paths = write_plots(store, args.plots, args.family)
+        except ReportError as exc:
+            sys.stderr.write(f"pilot-commit report: {exc}\n")
+            return 2
+        # with --json, stdout stays one JSON document: where the plots went goes to stderr
+        out = sys.stderr if args.json else sys.stdout
+        out.write(f"\n{len(paths)} plots in {Path(args.plots).resolve()}:\n" + "".join(f"  {p.name}\n" for p in paths))
     return 0
-
-
-def _count(v) -> str:
-    return "never" if v is None else f"{int(v):,}"
-
-
-def _ratio(v) -> str:
-    return "-" if v is None else f"{v:.2f}x"
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
@@ -382,6 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", required=True)
     p.add_argument("--family", help="only this family")
     p.add_argument("--json", action="store_true", help="per family and seed: target, rollouts per method, ratios")
+    p.add_argument("--plots", metavar="DIR", help="also write PNG plots per family into DIR (accuracy vs rollouts and "
+                   "vs steps, reward std and informative share per step)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("presets", help="list presets, or --show NAME to print one resolved with its hash")

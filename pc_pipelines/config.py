@@ -78,13 +78,16 @@ class TrainingConfig:
     """Checkpoint every this many steps (and at the end of every segment). Does not change results."""
     keep_checkpoints: int = 3
     """Checkpoints kept per run (the newest); older ones are deleted. Does not change results."""
+    keep_every: int = 0
+    """Also keep every checkpoint whose step count (step + 1) is a multiple of this (0: none). Training segments
+    set it to their length, so every segment boundary stays re-materializable. Does not change results."""
 
     def __post_init__(self) -> None:
         for name in ("ppo_minibatch", "max_response_length", "eval_every", "torch_threads", "eval_samples",
                      "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise field_error(self, name, "must be >= 1", f"set {name} to a positive count")
-        for name in ("lr", "weight_decay", "grad_clip", "clip_low", "clip_high", "kl_coef", "warmup_steps"):
+        for name in ("lr", "weight_decay", "grad_clip", "clip_low", "clip_high", "kl_coef", "warmup_steps", "keep_every"):
             if getattr(self, name) < 0:
                 raise field_error(self, name, "must be >= 0", f"set {name} >= 0")
         if self.dual_clip_c <= 1:
@@ -181,7 +184,7 @@ SECTIONS = {"allocator": AllocatorConfig, "sim": SimConfig, "training": Training
 OPTIONAL_SECTIONS = {"task": ArithTaskConfig, "policy": PolicyConfig}  # present only when the preset uses them
 ALL_SECTIONS = {**SECTIONS, **OPTIONAL_SECTIONS}
 # Fields that never change results: excluded from the config hash.
-NOT_BEHAVIOUR = {"training": ("checkpoint_every", "keep_checkpoints")}
+NOT_BEHAVIOUR = {"training": ("checkpoint_every", "keep_checkpoints", "keep_every")}
 # Fields added after the config format's first version: hashed only when they differ from their default.
 ADDED_FIELDS = {"training": ("torch_threads", "eval_samples")}
 

@@ -47,6 +47,7 @@ import torch
 from .allocation import Allocator, EngineCall, StepOutcome
 from .config import RunConfig
 from .data.task import TaskData
+from .evaluation import eval_seed, evaluate_sets
 from .rewards import MathGrader
 from .rollout import RolloutEngine, RolloutRequest, SamplingParams, TransformersEngine
 from .store import RunRecord, Store, step_tables
@@ -56,7 +57,6 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
 _CALL_SALT = 0x6E6E
-_EVAL_SALT = 0xE7A1
 
 
 class LoopError(RuntimeError):
@@ -155,6 +155,22 @@ def list_checkpoints(checkpoint_dir: Path) -> list[tuple[int, Path]]:
 def latest_checkpoint(checkpoint_dir: Path) -> tuple[int, Path] | None:
     ckpts = list_checkpoints(checkpoint_dir)
     return ckpts[-1] if ckpts else None
+
+
+def checkpoint_at(checkpoint_dir: Path, step: int) -> Path | None:
+    """The complete checkpoint taken after ``step``, if any."""
+    return next((p for s, p in list_checkpoints(checkpoint_dir) if s == step), None)
+
+
+def stale_checkpoints(ckpts: list[tuple[int, Path]], keep_last: int, keep_every: int) -> list[tuple[int, Path]]:
+    """The checkpoints retention deletes: all but the newest ``keep_last`` and those after a multiple of
+    ``keep_every`` steps. Example: steps 4, 9, 14, 19, 24 with keep_last 2 and keep_every 10 keep 9 (10 steps),
+    19 (20 steps, also among the newest two) and 24, and delete 4 and 14."""
+    newest = ckpts[-keep_last:] if keep_last > 0 else []
+    return [
+        (s, p) for s, p in ckpts
+        if (s, p) not in newest and not (keep_every > 0 and (s + 1) % keep_every == 0)
+    ]
 
 
 @dataclass
@@ -362,27 +378,10 @@ class Trainer:
     def evaluate(self, step: int) -> dict[str, float]:
         """Mean@k accuracy of each eval set after ``step`` (-1: before training); rows go to ``eval_results``."""
         cfg = self.run.config.training
-        sets = self.run.task.eval_sets
-        k = cfg.eval_samples
-        reqs = [RolloutRequest(p, k) for s in sets for p in s.prompts]
-        golds = [g for s in sets for g in s.golds for _ in range(k)]
-        params = SamplingParams(cfg.eval_temperature, cfg.eval_top_p, cfg.max_response_length, _seed(self.run.config.seed, _EVAL_SALT, step))
-        outputs = self.engine.generate(reqs, params)
-        rolls = [r for o in outputs for r in o.rollouts]
-        rewards = self.grader.rewards([r.text for r in rolls], golds, [r.truncated for r in rolls])
-        acc, pos = {}, 0
-        for s in sets:
-            m = len(s.prompts) * k
-            acc[s.name] = float(rewards[pos : pos + m].mean()) if m else 0.0
-            pos += m
-        self.store.add_eval_results(
-            [
-                {"run_id": self.run.run_id, "step": step, "benchmark": name, "k": k, "temperature": cfg.eval_temperature,
-                 "accuracy": a, "n_prompts": len(s.prompts)}
-                for (name, a), s in zip(acc.items(), sets)
-            ]
-        )
-        return acc
+        result = evaluate_sets(self.engine, self.grader, self.run.task.eval_sets, cfg.eval_samples, cfg.eval_temperature,
+                               cfg.eval_top_p, cfg.max_response_length, eval_seed(self.run.config.seed, step))
+        self.store.add_eval_results(result.rows(self.run.run_id, step))
+        return result.accuracy
 
     # -- TensorBoard ---------------------------------------------------------------------------------------------
     def tensorboard(self, purge_step: int | None):
@@ -448,8 +447,8 @@ class Trainer:
             shutil.rmtree(final)
         tmp.rename(final)
         self.store.add_checkpoint(self.run.run_id, step, str(final))
-        keep = self.run.config.training.keep_checkpoints
-        for _, old in list_checkpoints(root)[:-keep]:
+        cfg = self.run.config.training
+        for _, old in stale_checkpoints(list_checkpoints(root), cfg.keep_checkpoints, cfg.keep_every):
             shutil.rmtree(old, ignore_errors=True)
         for junk in root.glob(".tmp-*"):
             shutil.rmtree(junk, ignore_errors=True)
@@ -501,26 +500,48 @@ def _load_model(path: Path, device: str):
 
 
 def open_run(
-    run: TrainingRun, store: Store, resume: bool = True, device: str = "cpu", engine_factory: EngineFactory | None = None
+    run: TrainingRun,
+    store: Store,
+    resume: bool = True,
+    device: str = "cpu",
+    engine_factory: EngineFactory | None = None,
+    from_step: int | None = None,
 ) -> tuple[Trainer, bool]:
-    """Restore the run from its latest checkpoint (``resume``) or start it from the base policy.
+    """Restore the run from a checkpoint or start it from the base policy.
 
-    Returns the trainer and whether it was resumed. Starting afresh over an existing checkpoint is refused.
+    ``from_step`` None: the latest checkpoint (``resume``) or the base policy; the store forgets every row after the
+    restored step (a crashed run's tail). ``from_step`` k: exactly the checkpoint after step k (-1: the base
+    policy), keeping the rows of later steps: a training segment replayed in the middle of a run rewrites only its
+    own steps (see :func:`run_segment`). Returns the trainer and whether a checkpoint was restored.
     """
     torch.set_num_threads(run.config.training.torch_threads)
-    store.init()
+    store.init(vacuum=False)  # vacuuming other runs could race their replays (Store.replace_steps)
     store.register_run(run.record())
-    latest = latest_checkpoint(run.checkpoint_dir)
-    if latest is not None and not resume:
-        raise LoopError(
-            f"run {run.run_id!r} already has checkpoints in {run.checkpoint_dir}. Fix: pass --resume to continue it, "
-            "choose another --run-name, or delete that directory to start over."
-        )
+    store.vacuum(run.run_id)
+    if from_step is None:
+        latest = latest_checkpoint(run.checkpoint_dir)
+        if latest is not None and not resume:
+            raise LoopError(
+                f"run {run.run_id!r} already has checkpoints in {run.checkpoint_dir}. Fix: pass --resume to continue "
+                "it, choose another --run-name, or delete that directory to start over."
+            )
+    elif from_step < 0:
+        latest = None
+    else:
+        path = checkpoint_at(run.checkpoint_dir, from_step)
+        if path is None:
+            have = [s for s, _ in list_checkpoints(run.checkpoint_dir)]
+            raise LoopError(
+                f"run {run.run_id!r} has no checkpoint after step {from_step} in {run.checkpoint_dir} (it has "
+                f"{have or 'none'}). Fix: train the steps up to {from_step} first."
+            )
+        latest = (from_step, path)
     if latest is None:
         model, tok = _load_model(run.policy_path, device)
         allocator = Allocator(run.config.allocator, len(run.task.prompts))
-        store.reopen_after(run.run_id, -2)  # a fresh start forgets any earlier attempt's rows
-        shutil.rmtree(run.tensorboard_dir, ignore_errors=True)
+        if from_step is None:
+            store.reopen_after(run.run_id, -2)  # a fresh start forgets any earlier attempt's rows
+            shutil.rmtree(run.tensorboard_dir, ignore_errors=True)
         return Trainer(run, store, model, tok, allocator, Sidecar(), Totals(), engine_factory, device), False
     step, path = latest
     meta = json.loads((path / "meta.json").read_text())
@@ -540,7 +561,8 @@ def open_run(
     torch.set_rng_state(rng["torch"])
     np.random.set_state(rng["numpy"])
     random.setstate(rng["python"])
-    store.reopen_after(run.run_id, step)
+    if from_step is None:
+        store.reopen_after(run.run_id, step)
     log.info("resumed run %s from %s (step %d)", run.run_id, path, step)
     return trainer, True
 
@@ -548,25 +570,38 @@ def open_run(
 def run_segment(
     run: TrainingRun,
     store: Store,
-    steps: int,
+    steps: int | None = None,
     resume: bool = True,
     on_step: Callable[[StepRecord], None] | None = None,
     device: str = "cpu",
     engine_factory: EngineFactory | None = None,
+    from_step: int | None = None,
+    until_step: int | None = None,
 ) -> SegmentResult:
-    """Advance ``run`` by ``steps`` training steps (see the module docstring); checkpoint at the end.
+    """Advance ``run`` by ``steps`` training steps, or through step ``until_step`` (see the module docstring);
+    checkpoint at the end.
 
-    ``engine_factory`` builds the rollout engine for the loaded policy (default: :class:`TransformersEngine`)."""
-    if steps < 0:
+    ``from_step`` restores exactly the checkpoint after that step (-1: the base policy) instead of the latest one
+    and keeps the rows of later steps: the steps replayed replace their own rows only, atomically at the end
+    (``Store.replace_steps``), so re-materializing a Dagster segment in the middle of a run leaves the segments
+    after it intact (with the same seed the replay reproduces them bit for bit). ``engine_factory`` builds the
+    rollout engine for the loaded policy (default: :class:`TransformersEngine`)."""
+    if (steps is None) == (until_step is None):
+        raise LoopError("run_segment needs exactly one of steps (a count) or until_step (the last step to train).")
+    if steps is not None and steps < 0:
         raise LoopError(f"steps={steps}: must be >= 0.")
-    trainer, _ = open_run(run, store, resume=resume, device=device, engine_factory=engine_factory)
+    trainer, _ = open_run(run, store, resume=resume, device=device, engine_factory=engine_factory, from_step=from_step)
     cfg = run.config.training
     first = trainer.allocator.step
+    if until_step is not None:
+        steps = max(0, until_step - first + 1)
+    later = [s for s, _ in list_checkpoints(run.checkpoint_dir) if s >= first + steps]
     records: list[StepRecord] = []
     last_ckpt: Path | None = None
     saved_at: int | None = None
     try:
-        tb = trainer.tensorboard(purge_step=first)
+        # Purging TensorBoard events from `first` on would also drop the later segments a mid-run replay keeps.
+        tb = trainer.tensorboard(purge_step=None if later else first)
         if first == 0:
             acc = trainer.evaluate(-1)
             tb.add_scalar("eval/accuracy", float(np.mean(list(acc.values()))), -1)
@@ -585,8 +620,13 @@ def run_segment(
         if records and saved_at != records[-1].step:
             last_ckpt = trainer.save_checkpoint()
         elif not records:
-            latest = latest_checkpoint(run.checkpoint_dir)
-            last_ckpt = latest[1] if latest else None
+            if from_step is not None:
+                last_ckpt = checkpoint_at(run.checkpoint_dir, from_step)
+            else:
+                latest = latest_checkpoint(run.checkpoint_dir)
+                last_ckpt = latest[1] if latest else None
+        if from_step is not None and records:
+            store.replace_steps(run.run_id, records[0].step, records[-1].step)
         store.compact(run.run_id)
         store.set_status(run.run_id, "running")
     except BaseException as exc:

@@ -18,10 +18,14 @@ class ComputeResource(ConfigurableResource):
         self,
         run: TrainingRun,
         store: Store,
-        steps: int,
+        steps: int | None = None,
         on_step: Callable[[StepRecord], None] | None = None,
         engine_factory: EngineFactory | None = None,
-    ) -> SegmentResult: ...
+        from_step: int | None = None,
+        until_step: int | None = None,
+    ) -> SegmentResult:
+        """Advance ``run`` by ``steps`` steps or through ``until_step``, from the checkpoint after ``from_step``
+        (None: the latest); see :func:`pc_pipelines.loop.run_segment`."""
 
 
 class LocalComputeResource(ComputeResource):
@@ -33,9 +37,11 @@ class LocalComputeResource(ComputeResource):
         self,
         run: TrainingRun,
         store: Store,
-        steps: int,
+        steps: int | None = None,
         on_step: Callable[[StepRecord], None] | None = None,
         engine_factory: EngineFactory | None = None,
+        from_step: int | None = None,
+        until_step: int | None = None,
     ) -> SegmentResult:
         return run_segment(run, store, steps, resume=True, on_step=on_step, device=self.device,
-                           engine_factory=engine_factory)
+                           engine_factory=engine_factory, from_step=from_step, until_step=until_step)

@@ -16,9 +16,10 @@ class StoreResource(ConfigurableResource):
 
     path: str = Field(default="runs/pc.duckdb", description="The store's DuckDB catalog file.")
 
-    def get(self) -> Store:
+    def get(self, vacuum: bool = True) -> Store:
+        """The store, created or upgraded if needed (``vacuum=False`` for processes that only look)."""
         store = Store(self.path)
-        store.init()
+        store.init(vacuum=vacuum)
         return store
 
 

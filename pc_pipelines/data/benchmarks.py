@@ -6,6 +6,7 @@ Public API::
 
     BENCHMARKS                                   # the six names, in the order above
     BenchmarkSpec(name, problem_field, expected_rows, answer_of)
+    BENCHMARK_SPECS                              # name -> BenchmarkSpec (read-only; expected_rows = the README's)
     prepare_benchmark(directory, name, grader=None) -> PreparedDataset          # rows + quarantine + stats
     prepare_benchmarks(directory, names=None, grader=None) -> dict[name, PreparedDataset]
     load_benchmarks(directory, names=None, grader=None) -> dict[name, pa.Table]  # the kept rows only
@@ -40,9 +41,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pyarrow as pa
@@ -62,6 +64,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "BENCHMARKS",
+    "BENCHMARK_SPECS",
     "DEFAULT_BENCHMARKS_DIR",
     "BenchmarkSpec",
     "load_benchmarks",
@@ -117,6 +120,7 @@ _SPECS = {
     )
 }
 BENCHMARKS: tuple[str, ...] = tuple(_SPECS)
+BENCHMARK_SPECS: Mapping[str, BenchmarkSpec] = MappingProxyType(_SPECS)
 
 
 def _how_to(directory: Path) -> str:

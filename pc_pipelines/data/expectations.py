@@ -9,6 +9,9 @@ metadata (``dagster-ge`` needs GE < 1.0, so GE is run here without it). Public A
         .failed -> list[ExpectationResult]; .as_dict() -> dict; .summary() -> str; .merged(other) -> ValidationReport
     ExpectationResult(expectation, column, success, unexpected_count, element_count, observed, examples, error)
         .as_dict() -> dict
+    split_by_check(report, *, forbid_binary) -> {check name: ValidationReport}   # one per Dagster asset check
+    row_count_bounds(rows_in, *, min_kept_fraction, min_rows=None, max_rows=None) -> (min_rows, max_rows)
+    CHECK_NON_EMPTY, CHECK_UNIQUE_IDS, CHECK_NO_BINARY, CHECK_ROW_COUNT, CHECK_PARSEABLE   # the check names
 
 ``validate_prepared`` runs one expectation suite over the table (prepared schema of ``datasets.py``) in an
 ephemeral GE context (in-memory stores, analytics and progress bars off, GE's loggers at ERROR while it runs):
@@ -25,6 +28,16 @@ Each failed expectation carries up to 5 examples: ``{"row": i, "id": ..., "value
 ``partial_unexpected_index_list`` / ``partial_unexpected_list`` (row = position in the table), or the observed row
 count. ``verifier_parseable`` checks every distinct gold with ``MathGrader.check_gold`` (``datasets.check_golds``)
 and reports the rows whose gold does not parse in the same structure (examples carry the grader's reason).
+
+**Asset checks** (``assets/data.py``): ``split_by_check`` cuts one ``validate_prepared`` report into the results
+behind each check, so one GE run backs several checks: ``problem_and_answer_non_empty`` (the null / length /
+regex expectations on ``problem`` and ``answer``), ``unique_ids`` (``id`` not null and unique),
+``no_binary_answers`` (only with ``forbid_binary``) and ``row_count_in_range``. A failed ``columns_present``
+result goes to every column check (their expectations were skipped, so they must not pass vacuously).
+``verifier_parseable`` backs ``answers_parseable``. ``row_count_bounds`` turns the check's configuration into the
+bounds of ``ExpectTableRowCountToBeBetween``: absolute bounds when given, else relative to the rows read from the
+source (``rows_in``, from the asset's ``<source>.stats.json``): ``[ceil(min_kept_fraction * rows_in), rows_in]``,
+so a small test file and the full 103,110-row DeepMath get sensible bounds from the same configuration.
 
 Timing (2-core VM shared with other jobs): ``validate_prepared`` on 100,000 synthetic rows with ``forbid_binary``
 takes ~0.7 s (GE's own metrics ~0.25 s; the answer normalization and the pandas conversion the rest), plus GE's
@@ -48,7 +61,25 @@ from .datasets import BINARY_PARTS, check_golds, normalize_final_answer, verifie
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ExpectationResult", "ValidationReport", "validate_prepared", "verifier_parseable"]
+__all__ = [
+    "CHECK_NON_EMPTY",
+    "CHECK_NO_BINARY",
+    "CHECK_PARSEABLE",
+    "CHECK_ROW_COUNT",
+    "CHECK_UNIQUE_IDS",
+    "ExpectationResult",
+    "ValidationReport",
+    "row_count_bounds",
+    "split_by_check",
+    "validate_prepared",
+    "verifier_parseable",
+]
+
+CHECK_NON_EMPTY = "problem_and_answer_non_empty"
+CHECK_UNIQUE_IDS = "unique_ids"
+CHECK_NO_BINARY = "no_binary_answers"
+CHECK_ROW_COUNT = "row_count_in_range"
+CHECK_PARSEABLE = "answers_parseable"
 
 MAX_EXAMPLES = 5
 _counter = itertools.count()
@@ -150,8 +181,11 @@ def _context():
     return gx.get_context(mode="ephemeral", project_config=config)
 
 
-def validate_prepared(table: pa.Table, *, min_rows: int, max_rows: int, forbid_binary: bool) -> ValidationReport:
-    """Runs the expectation suite of the module docstring over a prepared table; never raises on bad data."""
+def validate_prepared(
+    table: pa.Table, *, min_rows: int, max_rows: int | None, forbid_binary: bool
+) -> ValidationReport:
+    """Runs the expectation suite of the module docstring over a prepared table; never raises on bad data.
+    ``max_rows=None``: no upper bound on the row count."""
     t0 = time.perf_counter()
     n = table.num_rows
     missing = [c for c in ("id", "problem", "answer") if c not in table.column_names]
@@ -289,3 +323,57 @@ def verifier_parseable(table: pa.Table, *, grader=None, workers: int | None = No
     report = ValidationReport(not bad, [res], n, time.perf_counter() - t0)
     log.info("verifier_parseable: %s (%.2f s)", report.summary(), report.seconds)
     return report
+
+
+def split_by_check(report: ValidationReport, *, forbid_binary: bool) -> dict[str, ValidationReport]:
+    """``validate_prepared``'s results grouped by the asset check they back (module docstring): keys
+    ``CHECK_NON_EMPTY``, ``CHECK_UNIQUE_IDS``, ``CHECK_ROW_COUNT`` and, with ``forbid_binary``, ``CHECK_NO_BINARY``.
+    Each group is a ValidationReport over the same rows; a group with no result at all fails (nothing was checked)."""
+    column_checks = [CHECK_NON_EMPTY, CHECK_UNIQUE_IDS] + ([CHECK_NO_BINARY] if forbid_binary else [])
+    groups: dict[str, list[ExpectationResult]] = {name: [] for name in [*column_checks, CHECK_ROW_COUNT]}
+    for r in report.results:
+        if r.expectation == "columns_present":
+            targets = column_checks
+        elif r.expectation == "expect_table_row_count_to_be_between":
+            targets = [CHECK_ROW_COUNT]
+        elif r.column == "id":
+            targets = [CHECK_UNIQUE_IDS]
+        elif r.column in ("problem", "answer"):
+            targets = [CHECK_NON_EMPTY]
+        elif r.column == "answer_normalized" and forbid_binary:
+            targets = [CHECK_NO_BINARY]
+        else:
+            raise ValueError(f"split_by_check: no asset check takes the result {r.expectation}({r.column}); "
+                             "add it to a group in pc_pipelines/data/expectations.py")
+        for t in targets:
+            groups[t].append(r)
+    share = report.seconds / max(1, len(groups))
+    return {
+        name: ValidationReport(bool(rs) and all(r.success for r in rs), rs, report.rows, share)
+        for name, rs in groups.items()
+    }
+
+
+def row_count_bounds(
+    rows_in: int | None,
+    *,
+    min_kept_fraction: float,
+    min_rows: int | None = None,
+    max_rows: int | None = None,
+) -> tuple[int, int | None]:
+    """Bounds for ``ExpectTableRowCountToBeBetween``: ``min_rows`` / ``max_rows`` when given, else
+    ``ceil(min_kept_fraction * rows_in)`` / ``rows_in`` (the rows read from the source file; ``rows_in=None``:
+    unknown, then the lower bound is 1 and there is no upper bound). Raises ValueError on impossible bounds."""
+    if not 0.0 <= min_kept_fraction <= 1.0:
+        raise ValueError(f"min_kept_fraction={min_kept_fraction!r} must be within [0, 1] (e.g. 0.75)")
+    if rows_in is not None and rows_in < 0:
+        raise ValueError(f"rows_in={rows_in!r} must be >= 0")
+    lo = min_rows if min_rows is not None else (math.ceil(min_kept_fraction * rows_in) if rows_in is not None else 1)
+    hi = max_rows if max_rows is not None else rows_in
+    if lo < 0 or (hi is not None and hi < lo):
+        raise ValueError(
+            f"row-count bounds [{lo}, {hi}] are empty (min_rows={min_rows}, max_rows={max_rows}, "
+            f"min_kept_fraction={min_kept_fraction}, rows read from the source={rows_in}). Fix: set min_rows <= "
+            "max_rows, both >= 0."
+        )
+    return lo, hi

@@ -105,8 +105,11 @@ class Store:
         finally:
             con.close()
 
-    def init(self) -> "Store":
-        """Create or upgrade the catalog, refresh its views. Idempotent; safe while runs write step logs."""
+    def init(self, vacuum: bool = True) -> "Store":
+        """Create or upgrade the catalog, refresh its views. Idempotent; safe while runs write step logs.
+
+        ``vacuum`` also deletes step files already compacted; processes that only look (sensors, reports) pass
+        False, so they never race a segment that is replaying compacted steps into fresh step files."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not (self.runs_root / "_schema" / "step-empty").exists():
             StepLogWriter(self.runs_root / "_schema").write_dir("step-empty", empty_tables())
@@ -140,7 +143,8 @@ class Store:
             for sql in view_sql(str(self.runs_root)):
                 con.execute(sql)
             con.execute("COMMIT")
-        self.vacuum()  # step files of earlier runs that compaction left for later
+        if vacuum:
+            self.vacuum()  # step files of earlier runs that compaction left for later
         return self
 
     def schema_version(self) -> int:
@@ -220,18 +224,9 @@ class Store:
             through = max((n for n, _ in step_dirs), default=-1)
         with self.connect(read_only=False) as con:
             con.execute("BEGIN")
-            row = con.execute("SELECT compacted_through FROM runs WHERE run_id = ?", [run_id]).fetchone()
-            if row is None:
-                con.execute("ROLLBACK")
-                raise StoreError(f"no run {run_id!r} in {self.path}. Fix: check the run id (`pilot-commit runs`).")
-            low = -1 if row[0] is None else int(row[0])
+            low = self._watermark(con, run_id)
             todo = [d for n, d in step_dirs if low < n <= through]
-            if todo:
-                for table in STEP_TABLES:
-                    files = [str(d / f"{table}.parquet") for d in todo]
-                    con.execute(
-                        f"INSERT INTO compacted_{table} BY NAME SELECT * FROM read_parquet(?, union_by_name=true)", [files]
-                    )
+            _insert_step_files(con, todo)
             if through > low:
                 con.execute("UPDATE runs SET compacted_through = ? WHERE run_id = ?", [through, run_id])
             con.execute("COMMIT")
@@ -241,6 +236,33 @@ class Store:
             if n <= low:
                 shutil.rmtree(d, ignore_errors=True)
         return len(todo)
+
+    def replace_steps(self, run_id: str, first: int, last: int) -> int:
+        """After a replay of steps ``first..last`` that kept the later steps: swap the compacted rows of the
+        replayed steps at or below the watermark for their new step files, in ONE transaction (readers see the old
+        rows or the new, never a mix). Steps above the watermark need nothing: their files were replaced in place
+        and the next :meth:`compact` moves them. The swapped files are now invisible (at or below the watermark),
+        so the next compaction or vacuum deletes them. Returns the steps swapped."""
+        with self.connect(read_only=False) as con:
+            con.execute("BEGIN")
+            mark = self._watermark(con, run_id)
+            todo = [(n, d) for n, d in list_step_dirs(self.run_dir(run_id)) if first <= n <= min(last, mark)]
+            if todo:
+                steps = [n for n, _ in todo]
+                for table in STEP_TABLES:
+                    con.execute(f"DELETE FROM compacted_{table} WHERE run_id = ? AND list_contains(?, step)",
+                                [run_id, steps])
+                _insert_step_files(con, [d for _, d in todo])
+            con.execute("COMMIT")
+        return len(todo)
+
+    def _watermark(self, con: duckdb.DuckDBPyConnection, run_id: str) -> int:
+        """The run's compaction watermark (-1: nothing compacted), inside a caller's open transaction."""
+        row = con.execute("SELECT compacted_through FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        if row is None:
+            con.execute("ROLLBACK")
+            raise StoreError(f"no run {run_id!r} in {self.path}. Fix: check the run id (`pilot-commit runs`).")
+        return -1 if row[0] is None else int(row[0])
 
     def vacuum(self, run_id: str | None = None) -> int:
         """Delete step directories already compacted into the catalog (all runs, or one). Returns how many."""
@@ -295,6 +317,64 @@ class Store:
                 [run_id, step, path, _now()],
             )
 
+    # ---- training segments (the Dagster partitions of a run) -----------------------------------------------------
+    def plan_segments(self, run_id: str, bounds: Sequence[tuple[int, int]]) -> None:
+        """Record a run's segments as (first_step, last_step) pairs. Idempotent for the same plan; a different plan
+        for a run that already has one is refused (its checkpoints and partitions follow the first plan)."""
+        with self.connect(read_only=False) as con:
+            con.execute("BEGIN")
+            have = con.execute("SELECT segment, first_step, last_step FROM segments WHERE run_id = ? ORDER BY segment",
+                               [run_id]).fetchall()
+            want = [(k, int(a), int(b)) for k, (a, b) in enumerate(bounds)]
+            if have and have != want:
+                con.execute("ROLLBACK")
+                raise StoreError(
+                    f"run {run_id!r} already has a segment plan of {len(have)} segments ({have[0][2] - have[0][1] + 1} "
+                    f"steps each), not this one. Fix: start it with its original segment length and total steps, or "
+                    "choose another run name."
+                )
+            if not have:
+                now = _now()
+                con.executemany(
+                    "INSERT INTO segments (run_id, segment, first_step, last_step, status, attempts, "
+                    "consecutive_failures, updated_at) VALUES (?, ?, ?, ?, 'planned', 0, 0, ?)",
+                    [[run_id, k, a, b, now] for k, a, b in want],
+                )
+            con.execute("COMMIT")
+
+    def segments(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Segment rows of one run (or all), in order."""
+        return self.query(
+            "SELECT * FROM segments WHERE ? IS NULL OR run_id = ? ORDER BY run_id, segment", [run_id, run_id]
+        )
+
+    def _update_segment(self, run_id: str, segment: int, sql: str, params: list[Any]) -> None:
+        with self.connect(read_only=False) as con:
+            con.execute("BEGIN")
+            if con.execute("SELECT 1 FROM segments WHERE run_id = ? AND segment = ?", [run_id, segment]).fetchone() is None:
+                con.execute("ROLLBACK")
+                raise StoreError(f"run {run_id!r} has no segment {segment}. Fix: start the run with the start_run job.")
+            con.execute(f"UPDATE segments SET {sql}, updated_at = ? WHERE run_id = ? AND segment = ?",
+                        [*params, _now(), run_id, segment])
+            con.execute("COMMIT")
+
+    def segment_started(self, run_id: str, segment: int, orchestrator_run_id: str | None = None) -> None:
+        self._update_segment(run_id, segment, "status = 'running', attempts = attempts + 1, orchestrator_run_id = ?",
+                             [orchestrator_run_id])
+
+    def segment_done(self, run_id: str, segment: int, cumulative_rollouts: int, eval_accuracy: float | None,
+                     mean_reward_std: float | None) -> None:
+        self._update_segment(
+            run_id, segment,
+            "status = 'done', consecutive_failures = 0, error = NULL, cumulative_rollouts = ?, eval_accuracy = ?, "
+            "mean_reward_std = ?",
+            [int(cumulative_rollouts), eval_accuracy, mean_reward_std],
+        )
+
+    def segment_failed(self, run_id: str, segment: int, error: str) -> None:
+        self._update_segment(run_id, segment,
+                             "status = 'failed', consecutive_failures = consecutive_failures + 1, error = ?", [error])
+
     # ---- reading ----------------------------------------------------------------------------------------------
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         cols, rows = self.query_table(sql, params)
@@ -348,6 +428,15 @@ class Store:
                 vals = sorted(s[key] for s in fam["seeds"] if s[key] is not None)
                 fam[f"median_{key}"] = _median(vals)
         return out
+
+
+def _insert_step_files(con: duckdb.DuckDBPyConnection, step_dirs: Sequence[Path]) -> None:
+    """Append the rows of these step directories to the ``compacted_*`` tables (inside an open transaction)."""
+    if not step_dirs:
+        return
+    for table in STEP_TABLES:
+        files = [str(d / f"{table}.parquet") for d in step_dirs]
+        con.execute(f"INSERT INTO compacted_{table} BY NAME SELECT * FROM read_parquet(?, union_by_name=true)", [files])
 
 
 def _median(vals: list[float]) -> float | None:

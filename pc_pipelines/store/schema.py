@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 STEP_TABLES: dict[str, pa.Schema] = {
     "steps": pa.schema(
@@ -180,6 +180,26 @@ COMPACTED_DDL = [
 ]
 DDL += COMPACTED_DDL
 
+# Training segments (Dagster partitions ``<run>/seg-NNNN``): the plan written by the start_run job and each
+# segment's last outcome, which the sensor reads to advance runs (version 3).
+SEGMENTS_DDL = """CREATE TABLE IF NOT EXISTS segments (
+        run_id VARCHAR NOT NULL,
+        segment INTEGER NOT NULL,
+        first_step BIGINT NOT NULL,
+        last_step BIGINT NOT NULL,
+        status VARCHAR NOT NULL,          -- planned | running | done | failed
+        attempts INTEGER NOT NULL,        -- materializations started
+        consecutive_failures INTEGER NOT NULL,  -- failures since the segment last succeeded
+        error VARCHAR,                    -- the last failure's reason
+        orchestrator_run_id VARCHAR,      -- the Dagster run of the last attempt
+        cumulative_rollouts BIGINT,       -- after the segment's last step
+        eval_accuracy DOUBLE,             -- the segment's last in-loop evaluation, if any
+        mean_reward_std DOUBLE,
+        updated_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (run_id, segment)
+    )"""
+DDL.append(SEGMENTS_DDL)
+
 # from_version -> SQL run to reach from_version + 1.
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -187,6 +207,7 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE runs ADD COLUMN compacted_through BIGINT",
         *COMPACTED_DDL,
     ],
+    2: [SEGMENTS_DDL],
 }
 
 

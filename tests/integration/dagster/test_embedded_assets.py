@@ -36,3 +36,18 @@ def test_materialize_task_and_base_policy(tmp_path):
     assert (tmp_path / "cache").resolve().as_posix() in path and path.endswith(pol_meta["recipe_hash"].value)
     assert "| all (n=300) | 1.00 | 0.00 | 0.00 |" in pol_meta["pass_rate_histogram"].value  # 20 SFT steps: nothing solved yet
     assert set(pol_meta["greedy_heldout_accuracy"].value) == {str(d) for d in range(1, 7)}
+
+
+def test_base_policy_from_a_configured_hf_directory(tmp_path, request):
+    policy_dir = request.getfixturevalue("base_policy")  # the session's warm start, used here as "a local HF model"
+    ok = materialize([base_policy], run_config={"ops": {"base_policy": {"config": {"policy_path": str(policy_dir)}}}})
+    meta = ok.asset_materializations_for_node("base_policy")[0].metadata
+    assert meta["model_type"].value == "qwen2" and meta["architectures"].value == ["Qwen2ForCausalLM"]
+    assert meta["path"].value == str(policy_dir.resolve())
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bad = materialize([base_policy], raise_on_error=False,
+              run_config={"ops": {"base_policy": {"config": {"policy_path": str(empty)}}}})
+    assert not bad.success
+    msg = "\n".join(e.event_specific_data.error.to_string() for e in bad.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "no config.json" in msg and "save_pretrained" in msg

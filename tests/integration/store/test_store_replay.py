@@ -171,3 +171,26 @@ def test_run_ids_that_cannot_name_a_directory_are_refused(tmp_path, bad):
     st = Store(tmp_path / "s.duckdb").init()
     with pytest.raises(StoreError, match="cannot name a directory"):
         st.register_run(record(run_id=bad))
+
+
+def test_replace_steps_swaps_compacted_rows_of_a_mid_run_replay_only(tmp_path):
+    """A training segment replayed in the middle of a run: its steps' rows are swapped, later steps untouched."""
+    st = Store(tmp_path / "s.duckdb").init()
+    st.register_run(record())
+    w = st.writer("r1")
+    for step in range(6):
+        w.write_step(step, hand_tables("r1", step, 10 + step, [(step, 1)]))
+    st.compact("r1", through=3)  # steps 0..3 in the catalog, 4..5 still files
+    # replay steps 2..4 with new values (as a re-materialized segment would write them)
+    for step in (2, 3, 4):
+        w.write_step(step, hand_tables("r1", step, 100 + step, [(step, 3)]))
+    # before the swap, readers still see the old compacted rows of 2..3 (the new files sit under the watermark)
+    assert [r["sampled_rollouts"] for r in st.query("SELECT * FROM steps ORDER BY step")] == [10, 11, 12, 13, 104, 15]
+    assert st.replace_steps("r1", 2, 4) == 2  # steps 2 and 3 were compacted; 4 is a file replaced in place
+    rows = st.query("SELECT step, sampled_rollouts FROM steps ORDER BY step")
+    assert [(r["step"], r["sampled_rollouts"]) for r in rows] == [(0, 10), (1, 11), (2, 102), (3, 103), (4, 104), (5, 15)]
+    obs = st.query("SELECT step, n_correct FROM prompt_observations ORDER BY step")
+    assert [o["n_correct"] for o in obs] == [1, 1, 3, 3, 3, 1]
+    st.compact("r1")
+    assert st.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s FROM steps") == [{"n": 6, "s": 10 + 11 + 102 + 103 + 104 + 15}]
+    assert st.get_run("r1")["compacted_through"] == 5

@@ -33,8 +33,8 @@ def build_v1(path) -> None:
         con.execute("INSERT INTO meta VALUES ('schema_version', '1')")
         con.execute(schema.DDL_V1_RUNS)
         for sql in schema.DDL:
-            # v1 had checkpoints and eval_results; runs is the v1 table above; compacted_* came with v2
-            if any(f"TABLE IF NOT EXISTS {t}" in sql for t in ("meta", "runs", "compacted_")):
+            # v1 had checkpoints and eval_results; runs is the v1 table above; compacted_* came with v2, segments v3
+            if any(f"TABLE IF NOT EXISTS {t}" in sql for t in ("meta", "runs", "compacted_", "segments")):
                 continue
             con.execute(sql)
         con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", V1_ROW)
@@ -53,8 +53,8 @@ def columns(path, table: str) -> list[str]:
         con.close()
 
 
-def test_schema_version_is_two():
-    assert SCHEMA_VERSION == 2
+def test_schema_version_is_three():
+    assert SCHEMA_VERSION == 3
     assert sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
 
 
@@ -78,8 +78,9 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
     assert columns(path, "compacted_steps") == []
 
     st = Store(path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 2
+    assert st.schema_version() == SCHEMA_VERSION == 3
     assert {"status_reason", "compacted_through"} <= set(columns(path, "runs"))
+    assert columns(path, "segments")[:5] == ["run_id", "segment", "first_step", "last_step", "status"]
     for table in STEP_TABLES:
         assert columns(path, f"compacted_{table}") == list(STEP_TABLES[table].names), table
     run = st.get_run("old-run")
@@ -109,8 +110,8 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
         {"n": 3, "s": 30}]
     assert st.get_run("old-run")["compacted_through"] == 2
 
-    st.init()  # a second open finds version 2 and changes nothing
-    assert st.schema_version() == 2 and len(st.list_runs()) == 2
+    st.init()  # a second open finds version 3 and changes nothing
+    assert st.schema_version() == 3 and len(st.list_runs()) == 2
     assert st.query("SELECT count(*) AS n FROM steps WHERE run_id = 'old-run'") == [{"n": 3}]
 
 

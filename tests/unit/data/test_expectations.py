@@ -1,7 +1,9 @@
 """Great Expectations validators of prepared datasets (pc_pipelines.data.expectations)."""
 
 import json
+import sys
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -14,25 +16,14 @@ from pc_pipelines.data.expectations import (
 )
 from pc_pipelines.rewards import MathGrader
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from prepared_tables import table  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def grader():
     return MathGrader()
-
-
-def table(ids, problems, answers):
-    n = len(ids)
-    return pa.table(
-        {
-            "id": ids,
-            "problem": problems,
-            "answer": answers,
-            "difficulty": pa.array([None] * n, pa.float64()),
-            "source": ["deepmath"] * n,
-            "split": ["train"] * n,
-            "row_index": pa.array(range(n), pa.int64()),
-        }
-    )
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,502 @@
+"""The real datasets as Dagster assets: DeepMath-103K, Polaris-53K and the six evaluation benchmarks, with
+Great Expectations asset checks.
+
+Thin (DESIGN.md section 2): each asset loads its local copy (``DataResource``; nothing is downloaded), calls
+``pc_pipelines.data`` (``prepare_deepmath`` / ``prepare_polaris`` / ``prepare_benchmarks``) and writes the result as
+Parquet under ``DataResource.out_dir``:
+
+* ``deepmath``: ``<out_dir>/deepmath.parquet`` (kept rows, ``split`` = train / heldout), ``deepmath.quarantine.parquet``
+  (rejected rows, one ``reason`` and ``detail`` each) and ``deepmath.stats.json`` (the counts, also in the metadata).
+  Binary answers (yes / no / true / false after normalization) are removed as the paper does, each part counted.
+* ``polaris``: the same files as ``polaris.*`` (no binary filter; held-out split optional, off by default).
+* ``benchmarks``: ``<out_dir>/benchmarks/<name>.parquet`` (+ ``.quarantine.parquet``, ``.stats.json``) for
+  AIME24, AIME25, AMC23, MATH-500, Minerva Math and OlympiadBench from ``DataResource.benchmarks_dir``.
+
+Rules (binary filter, quarantine reasons, ids, held-out split) are the library's: see ``pc_pipelines/data/datasets.py``.
+
+Checks read the written Parquet back and run Great Expectations 1.x directly through
+``pc_pipelines.data.expectations`` (``dagster-ge`` needs GE < 1.0). Per asset: one ``*_expectations`` op (one GE
+run) backs the checks ``problem_and_answer_non_empty``, ``unique_ids``, ``row_count_in_range`` and, for DeepMath,
+``no_binary_answers``; a separate ``answers_parseable`` check re-parses every gold with the verifier (the expensive
+one: minutes on the full DeepMath). All are blocking: a failing check stops assets downstream of the dataset in the
+same run. A failed check carries examples of offending rows (``examples``); a passing one its counts.
+Row-count bounds are relative to the rows read from the source by default (so small files and the full datasets
+get sensible bounds from one configuration) and can be pinned in the check's config (``min_rows`` / ``max_rows``).
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    Config,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    TableColumn,
+    TableSchema,
+    asset,
+    asset_check,
+    multi_asset_check,
+)
+from pydantic import Field
+
+from pc_pipelines.data.benchmarks import BENCHMARK_SPECS, BENCHMARKS, prepare_benchmarks
+from pc_pipelines.data.datasets import (
+    BINARY_PARTS,
+    PREPARED_SCHEMA,
+    QUARANTINE_REASONS,
+    DatasetError,
+    PreparedDataset,
+    load_deepmath,
+    load_polaris,
+    prepare_deepmath,
+    prepare_polaris,
+)
+from pc_pipelines.data.expectations import (
+    CHECK_NO_BINARY,
+    CHECK_NON_EMPTY,
+    CHECK_PARSEABLE,
+    CHECK_ROW_COUNT,
+    CHECK_UNIQUE_IDS,
+    ValidationReport,
+    row_count_bounds,
+    split_by_check,
+    validate_prepared,
+    verifier_parseable,
+)
+from resources import DataResource
+
+BENCHMARKS_SUBDIR = "benchmarks"
+ENV_VARS = {"deepmath_path": "PC_DEEPMATH_PATH", "polaris_path": "PC_POLARIS_PATH"}
+"""The environment variables ``pc_pipelines/definitions.py`` maps onto the ``DataResource`` paths."""
+MAX_EXAMPLES_SHOWN = 10
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Configuration
+# ------------------------------------------------------------------------------------------------------------------
+
+
+class DeepMathConfig(Config):
+    """How the DeepMath-103K training set is split (the filter and quarantine rules are fixed: see
+    ``pc_pipelines/data/datasets.py``)."""
+
+    heldout: int = Field(
+        default=500,
+        ge=0,
+        le=50_000,
+        description="Rows of the held-out evaluation split (DESIGN.md section 6: 500). Must leave training rows.",
+    )
+    seed: int = Field(
+        default=0,
+        ge=0,
+        description="Seed of the held-out split: the rows with the smallest sha256(f'{seed}:{id}') are held out, "
+        "independent of the order of rows in the file.",
+    )
+    gold_workers: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Grader worker processes for checking the gold answers (default: automatic, the idle cores "
+        "for 4,000+ distinct golds).",
+    )
+
+
+class PolarisConfig(Config):
+    """How the Polaris-53K training set is split (quarantine rules: ``pc_pipelines/data/datasets.py``)."""
+
+    heldout: int = Field(
+        default=0,
+        ge=0,
+        le=50_000,
+        description="Rows of the held-out evaluation split (0: none; the paper evaluates Polaris runs on the "
+        "benchmarks). Must leave training rows.",
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of the held-out split (as for DeepMath).")
+    gold_workers: int | None = Field(
+        default=None, ge=1, le=64, description="Grader worker processes for the gold check (default: automatic)."
+    )
+
+
+class DeepMathChecksConfig(Config):
+    """Row-count bounds of ``deepmath``'s ``row_count_in_range`` check. By default relative to the rows read from the
+    file: the full 103,110 rows keep about 85K (the paper), a fraction of 0.82, so 0.75 catches a broken load or an
+    over-eager filter while any small or partial copy passes. Pin the paper's numbers with min_rows=80000,
+    max_rows=90000."""
+
+    min_rows: int | None = Field(
+        default=None, ge=0, description="Absolute lower bound on the kept rows (overrides min_kept_fraction)."
+    )
+    max_rows: int | None = Field(
+        default=None, ge=1, description="Absolute upper bound on the kept rows (default: the rows read from the file)."
+    )
+    min_kept_fraction: float = Field(
+        default=0.75, ge=0.0, le=1.0, description="Lower bound as a fraction of the rows read from the file."
+    )
+
+
+class PolarisChecksConfig(Config):
+    """Row-count bounds of ``polaris``'s ``row_count_in_range`` check: relative to the rows read from the file unless
+    pinned (no binary filter, so nearly every row should survive the quarantine)."""
+
+    min_rows: int | None = Field(
+        default=None, ge=0, description="Absolute lower bound on the kept rows (overrides min_kept_fraction)."
+    )
+    max_rows: int | None = Field(
+        default=None, ge=1, description="Absolute upper bound on the kept rows (default: the rows read from the file)."
+    )
+    min_kept_fraction: float = Field(
+        default=0.9, ge=0.0, le=1.0, description="Lower bound as a fraction of the rows read from the file."
+    )
+
+
+class BenchmarkChecksConfig(Config):
+    """Row-count bounds of ``benchmarks``' ``row_count_in_range`` check, per benchmark: between
+    ceil(min_kept_fraction * README rows) and the README's row count (30 / 30 / 40 / 500 / 272 / 675; the files are
+    pinned by sha256, so another count means another file). The shipped files quarantine 6 Minerva and 4
+    OlympiadBench golds the verifier cannot parse."""
+
+    min_kept_fraction: float = Field(
+        default=0.95, ge=0.0, le=1.0, description="Lower bound per benchmark, as a fraction of its README row count."
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Assets
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _out_dir(data: DataResource) -> Path:
+    return Path(data.out_dir)
+
+
+def _load(loader, setting: str, path: str | None) -> pa.Table:
+    """``loader(path)``; a missing or unset path fails the step with how to configure it (resource key and env var)."""
+    try:
+        return loader(path)
+    except DatasetError as e:
+        env = ENV_VARS[setting]
+        hint = ""
+        if path is None or not str(path).strip() or not Path(path).expanduser().exists():
+            hint = (
+                f"\n\nHow to provide it: set the resource config key `resources.data.config.{setting}` in the "
+                f"launchpad (run config YAML: `resources: {{data: {{config: {{{setting}: /path/to/copy}}}}}}`), or "
+                f"set the environment variable `{env}` for the code location (pc_pipelines/definitions.py maps "
+                f"{env} onto DataResource.{setting})."
+            )
+        raise Failure(description=f"{e}{hint}", metadata={setting: str(path)}, allow_retries=False) from None
+
+
+def _prepare(fn, *args, **kwargs) -> PreparedDataset:
+    try:
+        return fn(*args, **kwargs)
+    except DatasetError as e:
+        raise Failure(description=str(e), allow_retries=False) from None
+
+
+def _md_cell(v: Any, width: int) -> str:
+    s = "" if v is None else " ".join(str(v).split())
+    s = s if len(s) <= width else s[: width - 1] + "…"
+    return s.replace("|", "\\|")
+
+
+def _quarantine_md(quarantine: pa.Table, source: str | None = None) -> str:
+    if quarantine.num_rows == 0:
+        return "No row quarantined."
+    head = ["source"] if source else []
+    lines = [
+        "| " + " | ".join([*head, "row", "reason", "problem", "answer", "detail"]) + " |",
+        "|" + "---|" * (len(head) + 5),
+    ]
+    for r in quarantine.slice(0, MAX_EXAMPLES_SHOWN).to_pylist():
+        cells = [source] if source else []
+        cells += [str(r["row_index"]), r["reason"], _md_cell(r["problem"], 60), _md_cell(r["answer"], 40),
+                  _md_cell(r["detail"], 80)]
+        lines.append("| " + " | ".join(cells) + " |")
+    if quarantine.num_rows > MAX_EXAMPLES_SHOWN:
+        lines.append(f"\n... and {quarantine.num_rows - MAX_EXAMPLES_SHOWN} more in the quarantine file.")
+    return "\n".join(lines)
+
+
+def _column_schema(schema: pa.Schema) -> TableSchema:
+    return TableSchema(columns=[TableColumn(f.name, str(f.type)) for f in schema])
+
+
+def _training_set_metadata(prepared: PreparedDataset, paths: dict[str, Path]) -> dict[str, Any]:
+    s = prepared.stats
+    md: dict[str, Any] = {
+        "path": MetadataValue.path(str(paths["rows"].resolve())),
+        "quarantine_path": MetadataValue.path(str(paths["quarantine"].resolve())),
+        "dagster/row_count": s["kept"],
+        "dagster/column_schema": _column_schema(PREPARED_SCHEMA),
+        "rows_in": s["rows_in"],
+        "kept": s["kept"],
+        "train_rows": s["train"],
+        "heldout_rows": s["heldout"],
+        "heldout_seed": s["heldout_seed"],
+        "quarantined": s["quarantined"],
+    }
+    for reason in QUARANTINE_REASONS:
+        md[f"quarantined_{reason}"] = s["quarantined_by_reason"][reason]
+    if "binary_removed" in s:
+        md["binary_removed"] = s["binary_removed"]
+        for part in BINARY_PARTS:
+            md[f"binary_removed_{part}"] = s["binary_removed_by_part"][part]
+    md.update(
+        answers_rewrapped=s["answers_rewrapped"],
+        difficulty_unparsed=s["difficulty_unparsed"],
+        quarantine_examples=MetadataValue.md(_quarantine_md(prepared.quarantine)),
+        stats=MetadataValue.json(s),
+        seconds=s["seconds"],
+    )
+    return md
+
+
+@asset(group_name="data", kinds={"parquet"})
+def deepmath(context: AssetExecutionContext, config: DeepMathConfig, data: DataResource) -> MaterializeResult:
+    """DeepMath-103K without binary (yes/no/true/false) answers, with a seeded held-out split; bad rows quarantined
+    into their own Parquet with a reason per row."""
+    table = _load(load_deepmath, "deepmath_path", data.deepmath_path)
+    prepared = _prepare(prepare_deepmath, table, heldout=config.heldout, seed=config.seed,
+                        gold_workers=config.gold_workers)
+    paths = prepared.write(_out_dir(data))
+    s = prepared.stats
+    context.log.info("deepmath: %d rows in, %d kept (%d held out), %d quarantined %s, %d binary removed %s -> %s",
+                     s["rows_in"], s["kept"], s["heldout"], s["quarantined"], s["quarantined_by_reason"],
+                     s["binary_removed"], s["binary_removed_by_part"], paths["rows"])
+    return MaterializeResult(metadata=_training_set_metadata(prepared, paths))
+
+
+@asset(group_name="data", kinds={"parquet"})
+def polaris(context: AssetExecutionContext, config: PolarisConfig, data: DataResource) -> MaterializeResult:
+    """Polaris-53K (difficulty "7/8" -> 0.875), bad rows quarantined into their own Parquet with a reason per row."""
+    table = _load(load_polaris, "polaris_path", data.polaris_path)
+    prepared = _prepare(prepare_polaris, table, heldout=config.heldout, seed=config.seed,
+                        gold_workers=config.gold_workers)
+    paths = prepared.write(_out_dir(data))
+    s = prepared.stats
+    context.log.info("polaris: %d rows in, %d kept (%d held out), %d quarantined %s -> %s", s["rows_in"], s["kept"],
+                     s["heldout"], s["quarantined"], s["quarantined_by_reason"], paths["rows"])
+    return MaterializeResult(metadata=_training_set_metadata(prepared, paths))
+
+
+@asset(group_name="data", kinds={"parquet"})
+def benchmarks(context: AssetExecutionContext, data: DataResource) -> MaterializeResult:
+    """The six evaluation benchmarks (AIME24, AIME25, AMC23, MATH-500, Minerva Math, OlympiadBench) from
+    ``benchmarks_dir``, one Parquet each, golds the verifier cannot parse quarantined with the reason."""
+    try:
+        prepared = prepare_benchmarks(data.benchmarks_dir)
+    except DatasetError as e:
+        raise Failure(
+            description=f"{e}\n\nHow to provide it: set the resource config key "
+            "`resources.data.config.benchmarks_dir` in the launchpad.",
+            allow_retries=False,
+        ) from None
+    out = _out_dir(data) / BENCHMARKS_SUBDIR
+    counts: dict[str, dict[str, Any]] = {}
+    quarantine_md = []
+    rows_md = ["| benchmark | rows in file | README rows | kept | quarantined |", "|---|---|---|---|---|"]
+    for name, p in prepared.items():
+        p.write(out)
+        s = p.stats
+        counts[name] = {"rows_in": s["rows_in"], "expected_rows": s["expected_rows"], "kept": s["kept"],
+                        "quarantined": s["quarantined"],
+                        "quarantined_by_reason": {k: v for k, v in s["quarantined_by_reason"].items() if v}}
+        rows_md.append(f"| {name} | {s['rows_in']} | {s['expected_rows']} | {s['kept']} | {s['quarantined']} |")
+        if p.quarantine.num_rows:
+            quarantine_md.append(_quarantine_md(p.quarantine, source=name))
+    context.log.info("benchmarks written to %s: %s", out, {n: (c["kept"], c["quarantined"]) for n, c in counts.items()})
+    md: dict[str, Any] = {
+        "path": MetadataValue.path(str(out.resolve())),
+        "dagster/row_count": sum(c["kept"] for c in counts.values()),
+        "dagster/column_schema": _column_schema(PREPARED_SCHEMA),
+        "rows_per_benchmark": MetadataValue.json(counts),
+        "row_counts": MetadataValue.md("\n".join(rows_md)),
+        "quarantined": sum(c["quarantined"] for c in counts.values()),
+        "quarantine_examples": MetadataValue.md("\n\n".join(quarantine_md) or "No row quarantined."),
+    }
+    for name, c in counts.items():
+        md[f"rows_{name}"] = c["kept"]
+    return MaterializeResult(metadata=md)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Checks
+# ------------------------------------------------------------------------------------------------------------------
+
+_CHECK_DESCRIPTIONS = {
+    CHECK_NON_EMPTY: "Every problem and answer is non-null and not blank (Great Expectations).",
+    CHECK_UNIQUE_IDS: "Every id is non-null and unique (Great Expectations).",
+    CHECK_NO_BINARY: "No normalized answer is yes / no / true / false (Great Expectations).",
+    CHECK_ROW_COUNT: "The number of kept rows is within the configured bounds (Great Expectations).",
+    CHECK_PARSEABLE: "Every answer parses as a gold for the verifier (math-verify, MathGrader.check_gold).",
+}
+
+
+def _specs(asset_def, names: list[str]) -> list[AssetCheckSpec]:
+    return [AssetCheckSpec(n, asset=asset_def, blocking=True, description=_CHECK_DESCRIPTIONS[n]) for n in names]
+
+
+def _read_written(paths: list[Path]) -> tuple[pa.Table | None, str | None]:
+    """The written Parquet file(s), or None and why not."""
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        return None, (f"{missing[0]} does not exist (resolved to {missing[0].resolve()}): materialize the asset "
+                      "first, with the same `data` resource out_dir.")
+    return pa.concat_tables([pq.read_table(p) for p in paths]), None
+
+
+def _rows_in(stats_path: Path) -> int | None:
+    try:
+        return int(json.loads(stats_path.read_text())["rows_in"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _examples(report: ValidationReport) -> list[dict]:
+    out = []
+    for r in report.failed:
+        what = f"{r.expectation}({r.column})" if r.column else r.expectation
+        for ex in r.examples:
+            out.append({"check": what, **ex})
+    return out
+
+
+def _result(name: str, report: ValidationReport, extra: dict[str, Any] | None = None) -> AssetCheckResult:
+    md: dict[str, Any] = {
+        "rows": report.rows,
+        "unexpected_rows": sum(r.unexpected_count or 0 for r in report.results),
+        "summary": report.summary(),
+        "expectations": MetadataValue.json([r.as_dict() for r in report.results]),
+    }
+    if not report.success:
+        md["examples"] = MetadataValue.json(_examples(report))
+    md.update(extra or {})
+    return AssetCheckResult(check_name=name, passed=report.success, metadata=md, description=report.summary())
+
+
+def _not_materialized(names: list[str], why: str) -> list[AssetCheckResult]:
+    return [AssetCheckResult(check_name=n, passed=False, description=why, metadata={"error": why}) for n in names]
+
+
+def _training_set_checks(source: str, data: DataResource, config, *, forbid_binary: bool):
+    names = [CHECK_NON_EMPTY, CHECK_UNIQUE_IDS] + ([CHECK_NO_BINARY] if forbid_binary else []) + [CHECK_ROW_COUNT]
+    out = _out_dir(data)
+    table, why = _read_written([out / f"{source}.parquet"])
+    if table is None:
+        yield from _not_materialized(names, why)
+        return
+    rows_in = _rows_in(out / f"{source}.stats.json")
+    try:
+        lo, hi = row_count_bounds(rows_in, min_kept_fraction=config.min_kept_fraction, min_rows=config.min_rows,
+                                  max_rows=config.max_rows)
+    except ValueError as e:
+        raise Failure(description=f"{source} checks: {e}", allow_retries=False) from None
+    report = validate_prepared(table, min_rows=lo, max_rows=hi, forbid_binary=forbid_binary)
+    bounds = {"min_rows": lo, "max_rows": hi, "rows_in": rows_in}
+    for name, part in split_by_check(report, forbid_binary=forbid_binary).items():
+        yield _result(name, part, {"bounds": MetadataValue.json(bounds)} if name == CHECK_ROW_COUNT else None)
+
+
+def _parseable(paths: list[Path]) -> AssetCheckResult:
+    table, why = _read_written(paths)
+    if table is None:
+        return _not_materialized([CHECK_PARSEABLE], why)[0]
+    report = verifier_parseable(table)
+    res = report.results[0]
+    return _result(CHECK_PARSEABLE, report, {"distinct_golds": (res.observed or {}).get("distinct_golds", 0)})
+
+
+@multi_asset_check(
+    specs=_specs(deepmath, [CHECK_NON_EMPTY, CHECK_UNIQUE_IDS, CHECK_NO_BINARY, CHECK_ROW_COUNT]),
+    description="Great Expectations suite over the written deepmath.parquet.",
+)
+def deepmath_expectations(config: DeepMathChecksConfig, data: DataResource):
+    yield from _training_set_checks("deepmath", data, config, forbid_binary=True)
+
+
+@multi_asset_check(
+    specs=_specs(polaris, [CHECK_NON_EMPTY, CHECK_UNIQUE_IDS, CHECK_ROW_COUNT]),
+    description="Great Expectations suite over the written polaris.parquet.",
+)
+def polaris_expectations(config: PolarisChecksConfig, data: DataResource):
+    yield from _training_set_checks("polaris", data, config, forbid_binary=False)
+
+
+@multi_asset_check(
+    specs=_specs(benchmarks, [CHECK_NON_EMPTY, CHECK_UNIQUE_IDS, CHECK_ROW_COUNT]),
+    description="Great Expectations suite over each written benchmark Parquet (row counts per benchmark).",
+)
+def benchmarks_expectations(config: BenchmarkChecksConfig, data: DataResource):
+    names = [CHECK_NON_EMPTY, CHECK_UNIQUE_IDS, CHECK_ROW_COUNT]
+    out = _out_dir(data) / BENCHMARKS_SUBDIR
+    tables = {}
+    for b in BENCHMARKS:
+        table, why = _read_written([out / f"{b}.parquet"])
+        if table is None:
+            yield from _not_materialized(names, why)
+            return
+        tables[b] = table
+    merged: dict[str, ValidationReport] = {}
+    bounds = {}
+    for b, table in tables.items():
+        expected = BENCHMARK_SPECS[b].expected_rows
+        lo, hi = row_count_bounds(expected, min_kept_fraction=config.min_kept_fraction)
+        bounds[b] = {"min_rows": lo, "max_rows": hi, "rows": table.num_rows}
+        report = validate_prepared(table, min_rows=lo, max_rows=hi, forbid_binary=False)
+        for r in report.results:
+            r.kwargs["benchmark"] = b
+            for ex in r.examples:
+                ex["benchmark"] = b
+        for name, part in split_by_check(report, forbid_binary=False).items():
+            merged[name] = merged[name].merged(part) if name in merged else part
+    total = sum(t.num_rows for t in tables.values())  # merged() keeps the largest table's count
+    for name in names:
+        rep = ValidationReport(merged[name].success, merged[name].results, total, merged[name].seconds)
+        yield _result(name, rep, {"bounds": MetadataValue.json(bounds)} if name == CHECK_ROW_COUNT else None)
+
+
+@asset_check(asset=deepmath, name=CHECK_PARSEABLE, blocking=True, description=_CHECK_DESCRIPTIONS[CHECK_PARSEABLE])
+def deepmath_answers_parseable(data: DataResource) -> AssetCheckResult:
+    return _parseable([_out_dir(data) / "deepmath.parquet"])
+
+
+@asset_check(asset=polaris, name=CHECK_PARSEABLE, blocking=True, description=_CHECK_DESCRIPTIONS[CHECK_PARSEABLE])
+def polaris_answers_parseable(data: DataResource) -> AssetCheckResult:
+    return _parseable([_out_dir(data) / "polaris.parquet"])
+
+
+@asset_check(asset=benchmarks, name=CHECK_PARSEABLE, blocking=True, description=_CHECK_DESCRIPTIONS[CHECK_PARSEABLE])
+def benchmarks_answers_parseable(data: DataResource) -> AssetCheckResult:
+    out = _out_dir(data) / BENCHMARKS_SUBDIR
+    return _parseable([out / f"{b}.parquet" for b in BENCHMARKS])
+
+
+DATA_ASSETS = [deepmath, polaris, benchmarks]
+DATA_CHECKS = [
+    deepmath_expectations,
+    deepmath_answers_parseable,
+    polaris_expectations,
+    polaris_answers_parseable,
+    benchmarks_expectations,
+    benchmarks_answers_parseable,
+]
+
+__all__ = [
+    "DATA_ASSETS",
+    "DATA_CHECKS",
+    "BenchmarkChecksConfig",
+    "DeepMathChecksConfig",
+    "DeepMathConfig",
+    "PolarisChecksConfig",
+    "PolarisConfig",
+    "benchmarks",
+    "deepmath",
+    "polaris",
+]

@@ -1,0 +1,76 @@
+"""Evaluation: mean@k accuracy of a policy on evaluation sets, graded by the same verifier as training.
+
+One function serves the training loop's periodic evaluation (``loop.Trainer.evaluate``) and the Dagster
+evaluation asset that scores a training segment's final checkpoint. Both draw their samples with the seed
+:func:`eval_seed` derives from (run seed, step), so evaluating the same checkpoint twice gives the same numbers:
+the asset's score of a segment's last step equals the loop's own evaluation there when ``eval_every`` hits it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .data.task import EvalSet
+from .rewards import MathGrader
+from .rollout import RolloutEngine, RolloutRequest, SamplingParams
+
+_EVAL_SALT = 0xE7A1
+
+
+def eval_seed(run_seed: int, step: int) -> int:
+    """The sampling seed of the evaluation after ``step`` (-1: before training) of a run seeded ``run_seed``."""
+    parts = [run_seed, _EVAL_SALT, step]
+    return int(np.random.SeedSequence([int(p) + 1 for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Mean@k accuracy per set (``accuracy``) with what produced it."""
+
+    accuracy: dict[str, float]
+    n_prompts: dict[str, int]
+    k: int
+    temperature: float
+
+    @property
+    def mean(self) -> float:
+        """Average accuracy: the unweighted mean over sets (DESIGN.md section 6)."""
+        return float(np.mean(list(self.accuracy.values()))) if self.accuracy else 0.0
+
+    def rows(self, run_id: str, step: int) -> list[dict]:
+        """``eval_results`` rows for the store."""
+        return [
+            {"run_id": run_id, "step": step, "benchmark": name, "k": self.k, "temperature": self.temperature,
+             "accuracy": acc, "n_prompts": self.n_prompts[name]}
+            for name, acc in self.accuracy.items()
+        ]
+
+
+def evaluate_sets(
+    engine: RolloutEngine,
+    grader: MathGrader,
+    sets: Sequence[EvalSet],
+    k: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    seed: int,
+) -> EvalResult:
+    """Generate ``k`` samples per prompt of every set in ONE engine call, grade them, average per set."""
+    if k < 1:
+        raise ValueError(f"k={k}: mean@k needs k >= 1 samples per prompt")
+    reqs = [RolloutRequest(p, k) for s in sets for p in s.prompts]
+    golds = [g for s in sets for g in s.golds for _ in range(k)]
+    outputs = engine.generate(reqs, SamplingParams(temperature, top_p, max_new_tokens, seed)) if reqs else []
+    rolls = [r for o in outputs for r in o.rollouts]
+    rewards = grader.rewards([r.text for r in rolls], golds, [r.truncated for r in rolls]) if rolls else np.zeros(0)
+    acc: dict[str, float] = {}
+    pos = 0
+    for s in sets:
+        m = len(s.prompts) * k
+        acc[s.name] = float(rewards[pos : pos + m].mean()) if m else 0.0
+        pos += m
+    return EvalResult(acc, {s.name: len(s.prompts) for s in sets}, k, temperature)

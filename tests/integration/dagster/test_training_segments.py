@@ -1,0 +1,203 @@
+"""Training segments end to end in Dagster, on a temporary store: start_run registers a run and its partitions, the
+sensor requests segments in order, the assets train and evaluate them, re-materializing a segment reproduces its
+rows, a retried failed segment resumes from its last checkpoint, and repeated failures pause the run."""
+
+import json
+
+import pytest
+import torch
+from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context, materialize
+from safetensors.torch import load_file
+
+from assets.training import (
+    SEGMENTS,
+    build_advance_runs_sensor,
+    segment_eval,
+    start_run,
+    training_segment,
+)
+from pc_pipelines.store import Store
+from resources import LocalCheckpointResource, LocalComputeResource, StoreResource, TransformersEngineResource
+from resources.engines import RolloutEngineResource
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# Small and fast: 8 prompts per step, n=16 as 4+12, two-step segments, evaluation every step.
+SMALL = ["allocator.train_batch=8", "allocator.n=16", "allocator.n_pilot=4", "training.ppo_minibatch=4",
+         "training.eval_every=2", "training.checkpoint_every=1", "training.keep_checkpoints=1"]
+
+
+def resources(tmp_path, engine: RolloutEngineResource | None = None) -> dict:
+    return {
+        "store": StoreResource(path=str(tmp_path / "pc.duckdb")),
+        "checkpoints": LocalCheckpointResource(root=str(tmp_path / "runs")),
+        "compute": LocalComputeResource(),
+        "engine": engine or TransformersEngineResource(),
+    }
+
+
+def start(instance, tmp_path, base_policy, name, method="pc", segment_steps=2, total_steps=4, policy=None):
+    cfg = {"method": method, "overrides": SMALL, "segment_steps": segment_steps, "total_steps": total_steps,
+           "run_name": name, "policy_path": str(policy or base_policy)}
+    res = start_run.execute_in_process(
+        run_config={"ops": {"register_training_run": {"config": cfg}}}, instance=instance, resources=resources(tmp_path)
+    )
+    assert res.success
+    return res.output_for_node("register_training_run")
+
+
+def train(instance, tmp_path, key, engine=None, raise_on_error=True):
+    return materialize([training_segment, segment_eval], partition_key=key, instance=instance,
+                       resources=resources(tmp_path, engine), raise_on_error=raise_on_error, tags={"pc/run": key.split("/")[0]})
+
+
+def tick(instance, tmp_path, max_failures=3):
+    sensor = build_advance_runs_sensor(max_failures=max_failures)
+    ctx = build_sensor_context(instance=instance, resources={"store": StoreResource(path=str(tmp_path / "pc.duckdb"))})
+    return sensor(ctx)
+
+
+def requests(result) -> list[tuple[str, str]]:
+    if isinstance(result, SkipReason):
+        return []
+    return [(r.run_key, r.partition_key) for r in result.run_requests]
+
+
+def failure_message(result) -> str:
+    return "\n".join(e.event_specific_data.error.to_string() for e in result.all_events
+                     if e.event_type_value == "STEP_FAILURE")
+
+
+def steps_rows(store: Store, run_id: str) -> list[dict]:
+    return store.query("SELECT step, sampled_rollouts, trained_rollouts, mean_reward_std, loss, kept, evicted "
+                       "FROM steps WHERE run_id = ? ORDER BY step", [run_id])
+
+
+def params(path) -> dict[str, torch.Tensor]:
+    return load_file(str(path / "policy" / "model.safetensors"))
+
+
+def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_policy):
+    instance = DagsterInstance.ephemeral()
+    run_id = start(instance, tmp_path, base_policy, "seg-pc")
+    store = Store(tmp_path / "pc.duckdb")
+    assert instance.get_dynamic_partitions(SEGMENTS.name) == ["seg-pc/seg-0000", "seg-pc/seg-0001"]
+    segs = store.segments(run_id)
+    assert [(s["first_step"], s["last_step"], s["status"]) for s in segs] == [(0, 1, "planned"), (2, 3, "planned")]
+    run = store.get_run(run_id)
+    assert json.loads(run["config_json"])["training"]["keep_every"] == 2  # segment boundaries stay
+    assert json.loads(run["lineage_json"])["segment_steps"] == 2
+
+    # Out of order: segment 1 refuses while segment 0 is not done.
+    bad = train(instance, tmp_path, "seg-pc/seg-0001", raise_on_error=False)
+    assert not bad.success
+    assert "previous segment is not done" in failure_message(bad) and "seg-pc/seg-0000" in failure_message(bad)
+    # A partition added by hand carries no config.
+    instance.add_dynamic_partitions(SEGMENTS.name, ["nobody/seg-0000"])
+    bad = train(instance, tmp_path, "nobody/seg-0000", raise_on_error=False)
+    assert not bad.success and "start_run" in failure_message(bad)
+
+    # The sensor asks for segment 0, then 1, then finishes the run.
+    assert requests(tick(instance, tmp_path)) == [("seg-pc/0", "seg-pc/seg-0000")]
+    res = train(instance, tmp_path, "seg-pc/seg-0000")
+    meta = res.asset_materializations_for_node("training_segment")[0].metadata
+    assert meta["steps"].value == "0..1" and meta["steps_run"].value == 2 and meta["resumed_from_step"].value == -1
+    rows = steps_rows(store, run_id)
+    assert [r["step"] for r in rows] == [0, 1]
+    assert meta["cumulative_rollouts"].value == sum(r["sampled_rollouts"] for r in rows)
+    ev = res.asset_materializations_for_node("segment_eval")[0].metadata
+    stored = store.query("SELECT benchmark, accuracy FROM eval_results WHERE run_id = ? AND step = 1", [run_id])
+    assert len(stored) == 6 and ev["step"].value == 1
+    assert ev["average_accuracy"].value == pytest.approx(sum(r["accuracy"] for r in stored) / 6)
+    # The loop evaluated step 1 too (eval_every=2) with the same seed: the asset reproduces it exactly.
+    assert meta["eval_accuracy"].value == pytest.approx(ev["average_accuracy"].value)
+    assert requests(tick(instance, tmp_path)) == [("seg-pc/1", "seg-pc/seg-0001")]
+    train(instance, tmp_path, "seg-pc/seg-0001")
+    assert [s["status"] for s in store.segments(run_id)] == ["done", "done"]
+    assert store.get_run(run_id)["status"] == "finished"
+    assert requests(tick(instance, tmp_path)) == []
+
+    # Re-materializing segment 0 recomputes it from the base policy: the same rows, segment 1 left intact.
+    before = steps_rows(store, run_id)
+    ckpts = tmp_path / "runs" / run_id / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["step-00000001", "step-00000003"]  # keep_every + newest
+    p1, p3 = params(ckpts / "step-00000001"), params(ckpts / "step-00000003")
+    res = train(instance, tmp_path, "seg-pc/seg-0000")
+    assert res.asset_materializations_for_node("training_segment")[0].metadata["resumed_from_step"].value == -1
+    assert steps_rows(store, run_id) == before
+    again = params(ckpts / "step-00000001")
+    assert all(torch.equal(p1[k], again[k]) for k in p1)
+    assert all(torch.equal(p3[k], v) for k, v in params(ckpts / "step-00000003").items())
+    assert store.segments(run_id)[0]["attempts"] == 2
+
+
+class FlakyEngineResource(TransformersEngineResource):
+    """Raises on the ``fail_at``-th generate call while ``flag`` exists (deleting the flag ends the failures)."""
+
+    flag: str
+    fail_at: int
+
+    def build(self, model, tokenizer):
+        engine = super().build(model, tokenizer)
+        inner, calls, flag = engine.generate, [0], self.flag
+
+        def generate(requests, params):
+            calls[0] += 1
+            import os
+
+            if calls[0] == self.fail_at and os.path.exists(flag):
+                raise RuntimeError("engine lost (test)")
+            return inner(requests, params)
+
+        engine.generate = generate
+        return engine
+
+
+def test_retried_segment_resumes_from_its_last_checkpoint_and_matches(tmp_path, base_policy):
+    instance = DagsterInstance.ephemeral()
+    ref = start(instance, tmp_path, base_policy, "ref", segment_steps=4, total_steps=4)
+    flaky = start(instance, tmp_path, base_policy, "flaky", segment_steps=4, total_steps=4)
+    train(instance, tmp_path, f"{ref}/seg-0000")
+    flag = tmp_path / "fail"
+    flag.write_text("1")
+    # generate calls: 1 = eval before training, then 1-2 per step (pilot + commit): call 5 falls in step 1 or 2.
+    engine = FlakyEngineResource(flag=str(flag), fail_at=5)
+    bad = train(instance, tmp_path, f"{flaky}/seg-0000", engine=engine, raise_on_error=False)
+    assert not bad.success and "engine lost" in failure_message(bad)
+    store = Store(tmp_path / "pc.duckdb")
+    seg = store.segments(flaky)[0]
+    assert seg["status"] == "failed" and seg["consecutive_failures"] == 1 and "engine lost" in seg["error"]
+    done = [int(p.name[5:]) for p in (tmp_path / "runs" / flaky / "checkpoints").glob("step-*")]
+    assert done and max(done) < 3
+    # The sensor retries it under a new run key; the retry resumes inside the segment.
+    assert requests(tick(instance, tmp_path)) == [(f"{flaky}/0/retry-1", f"{flaky}/seg-0000")]
+    flag.unlink()
+    res = train(instance, tmp_path, f"{flaky}/seg-0000", engine=engine)
+    meta = res.asset_materializations_for_node("training_segment")[0].metadata
+    assert meta["resumed_from_step"].value == max(done) >= 0 and meta["steps_run"].value == 3 - max(done)
+    assert store.segments(flaky)[0]["consecutive_failures"] == 0
+    strip = lambda rows: [{k: v for k, v in r.items()} for r in rows]  # noqa: E731
+    assert strip(steps_rows(store, flaky)) == strip(steps_rows(store, ref))
+    a = params(tmp_path / "runs" / ref / "checkpoints" / "step-00000003")
+    b = params(tmp_path / "runs" / flaky / "checkpoints" / "step-00000003")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_sensor_pauses_a_run_after_consecutive_failures(tmp_path, base_policy):
+    instance = DagsterInstance.ephemeral()
+    broken = tmp_path / "not-a-model"
+    broken.mkdir()
+    run_id = start(instance, tmp_path, base_policy, "broken", policy=broken)
+    store = Store(tmp_path / "pc.duckdb")
+    for attempt in range(2):
+        (key, part), = requests(tick(instance, tmp_path, max_failures=2))
+        assert part == f"{run_id}/seg-0000" and key == (f"{run_id}/0" if attempt == 0 else f"{run_id}/0/retry-1")
+        assert not train(instance, tmp_path, part, raise_on_error=False).success
+    result = tick(instance, tmp_path, max_failures=2)
+    assert isinstance(result, SensorResult) and not result.run_requests
+    (obs,) = result.asset_events
+    assert obs.partition == f"{run_id}/seg-0000" and "failed 2 times in a row" in obs.metadata["paused"].value
+    run = store.get_run(run_id)
+    assert run["status"] == "paused" and "failed 2 times in a row" in run["status_reason"]
+    assert "not-a-model" in run["status_reason"] or "Error" in run["status_reason"]
+    assert requests(tick(instance, tmp_path, max_failures=2)) == []  # a paused run stays paused
