@@ -15,7 +15,6 @@ from typing import Literal
 
 from dagster import (
     AssetExecutionContext,
-    AssetKey,
     AssetObservation,
     Config,
     DefaultSensorStatus,
@@ -54,13 +53,16 @@ from pc_pipelines.segments import (
     resume_step,
 )
 from pc_pipelines.store import Store
-from resources import CheckpointResource, ComputeResource, RolloutEngineResource, StoreResource
+from pc_pipelines.data.datasets import DatasetError, load_prepared_task
+from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
 
+from .data import benchmarks, deepmath, polaris
 from .embedded import arith_task, base_policy
 
 log = logging.getLogger(__name__)
 
 SEGMENTS = DynamicPartitionsDefinition(name="training_segments")
+DATASETS = ("auto", "embedded", "deepmath", "polaris")
 RUN_TAG = "pc/run"  # one training segment in flight per run: the run queue limits this tag per unique value
 
 
@@ -82,23 +84,53 @@ class StartRunConfig(Config):
         default=None, description="An HF causal LM directory to start from (default: the embedded SFT warm start)."
     )
     cache_dir: str | None = Field(default=None, description="Warm-start cache (default ~/.cache/pc-pipelines).")
+    dataset: str = Field(
+        default="auto",
+        description="Training data: embedded (the synthetic task), deepmath or polaris (prepared by their data assets; "
+        "evaluated on the held-out split and the prepared benchmarks; needs policy_path), or auto: embedded when the "
+        "preset has a task section, else deepmath.",
+    )
+
+
+def _task_for(dataset: str, cfg, data: DataResource):
+    """None for the embedded task (prepare_run builds it), else the prepared dataset's task."""
+    if dataset == "embedded":
+        if cfg.task is None:
+            raise Failure(f"preset {cfg.preset!r} has no embedded task section. Fix: use dataset deepmath or polaris "
+                          "(with policy_path), or the embedded preset.")
+        return None
+    try:
+        return load_prepared_task(data.out_dir, dataset, cfg.training.prompt_template)
+    except DatasetError as exc:
+        raise Failure(str(exc)) from exc
 
 
 @op(tags={"kind": "duckdb"})
 def register_training_run(
-    context: OpExecutionContext, config: StartRunConfig, store: StoreResource, checkpoints: CheckpointResource
+    context: OpExecutionContext,
+    config: StartRunConfig,
+    store: StoreResource,
+    checkpoints: CheckpointResource,
+    data: DataResource,
 ) -> str:
     """Resolve the run's config, register it and its segment plan in the store, add its partitions."""
     overrides = {**parse_overrides(config.overrides), "training.keep_every": config.segment_steps}
     cfg = resolve(config.preset, overrides, method=config.method, seed=config.seed, family=config.family)
     plan = SegmentPlan(config.segment_steps, config.total_steps)
-    run = prepare_run(
-        cfg, checkpoints.runs_root(), config.run_name, policy_path=config.policy_path, cache_dir=config.cache_dir,
-        progress=lambda s, loss: s % 200 == 0 and context.log.info("warm start SFT step %d loss %.4f", s, loss),
-    )
+    if config.dataset not in DATASETS:
+        raise Failure(f"dataset {config.dataset!r} is not one of {DATASETS}. Fix: pick one of them.")
+    dataset = config.dataset if config.dataset != "auto" else ("embedded" if cfg.task is not None else "deepmath")
+    try:
+        run = prepare_run(
+            cfg, checkpoints.runs_root(), config.run_name, policy_path=config.policy_path, cache_dir=config.cache_dir,
+            progress=lambda s, loss: s % 200 == 0 and context.log.info("warm start SFT step %d loss %.4f", s, loss),
+            task=_task_for(dataset, cfg, data),
+        )
+    except LoopError as exc:
+        raise Failure(str(exc)) from exc
     run = TrainingRun(run.run_id, run.config, checkpoints.run_dir(run.run_id), run.policy_path, run.task, {
         **run.lineage, "preset": config.preset, "overrides": config.overrides, "segment_steps": plan.segment_steps,
-        "total_steps": plan.total_steps, "started_by": context.run_id,
+        "total_steps": plan.total_steps, "dataset": dataset, "started_by": context.run_id,
     })
     st = store.get()
     st.register_run(run.record())
@@ -132,11 +164,12 @@ def _segment_row(st: Store, key: str) -> tuple[str, int, dict, dict]:
     return run_id, k, run, rows[k]
 
 
-def _training_run(run: dict, checkpoints: CheckpointResource) -> TrainingRun:
+def _training_run(run: dict, checkpoints: CheckpointResource, data: DataResource) -> TrainingRun:
     cfg = from_dict(json.loads(run["config_json"]))
     lineage = json.loads(run["lineage_json"] or "{}")
     try:
-        tr = prepare_run(cfg, checkpoints.runs_root(), run["run_id"], policy_path=lineage["policy"])
+        tr = prepare_run(cfg, checkpoints.runs_root(), run["run_id"], policy_path=lineage["policy"],
+                         task=_task_for(lineage.get("dataset", "embedded"), cfg, data))
     except LoopError as exc:
         raise Failure(str(exc)) from exc
     return TrainingRun(tr.run_id, cfg, checkpoints.run_dir(tr.run_id), tr.policy_path, tr.task, lineage)
@@ -158,7 +191,7 @@ def _log_step(context: AssetExecutionContext):
 @asset(
     group_name="training",
     partitions_def=SEGMENTS,
-    deps=[base_policy, arith_task],
+    deps=[base_policy, arith_task, deepmath, polaris],
     kinds={"pytorch", "duckdb"},
 )
 def training_segment(
@@ -167,12 +200,13 @@ def training_segment(
     checkpoints: CheckpointResource,
     compute: ComputeResource,
     engine: RolloutEngineResource,
+    data: DataResource,
 ) -> MaterializeResult:
     """Train one segment of a run from the previous segment's checkpoint; its steps go to the store."""
     st = store.get()
     run_id, k, run, seg = _segment_row(st, context.partition_key)
     first, last = int(seg["first_step"]), int(seg["last_step"])
-    tr = _training_run(run, checkpoints)
+    tr = _training_run(run, checkpoints, data)
     have = [s for s, _ in list_checkpoints(tr.checkpoint_dir)]
     try:
         start = resume_step(first, last, have, done=seg["status"] == "done")
@@ -218,7 +252,7 @@ def training_segment(
 @asset(
     group_name="evaluation",
     partitions_def=SEGMENTS,
-    deps=[training_segment, arith_task, AssetKey("benchmarks")],
+    deps=[training_segment, arith_task, deepmath, polaris, benchmarks],
     kinds={"duckdb"},
 )
 def segment_eval(
@@ -226,15 +260,17 @@ def segment_eval(
     store: StoreResource,
     checkpoints: CheckpointResource,
     engine: RolloutEngineResource,
+    data: DataResource,
 ) -> MaterializeResult:
-    """Mean@k accuracy of the segment's final checkpoint on the run's benchmarks (the embedded default: its
-    held-out split per digit length), into the store's ``eval_results``."""
+    """Mean@k accuracy of the segment's final checkpoint on the run's benchmarks, into the store's
+    ``eval_results``: for the embedded default its held-out split per digit length; for a real dataset its
+    500-prompt held-out split and the six benchmarks the ``benchmarks`` asset prepared."""
     from pc_pipelines.training.base_policy import load_policy
 
     st = store.get()
     run_id, k, run, seg = _segment_row(st, context.partition_key)
     last = int(seg["last_step"])
-    tr = _training_run(run, checkpoints)
+    tr = _training_run(run, checkpoints, data)
     path = checkpoint_at(tr.checkpoint_dir, last)
     if path is None:
         raise Failure(

@@ -462,19 +462,27 @@ def prepare_run(
     policy_path: str | Path | None = None,
     cache_dir: str | Path | None = None,
     progress: Callable[[int, float], None] | None = None,
+    task: TaskData | None = None,
 ) -> TrainingRun:
-    """A :class:`TrainingRun` for ``config`` in ``<out_dir>/<run_name>``: the embedded task's data and base policy
-    (built and cached on first use unless ``policy_path`` names an HF model directory)."""
+    """A :class:`TrainingRun` for ``config`` in ``<out_dir>/<run_name>``.
+
+    Without ``task``: the embedded task's data and base policy (built and cached on first use unless
+    ``policy_path`` names an HF model directory). With ``task`` (a real dataset prepared by the Dagster data
+    assets, see ``pc_pipelines.data.datasets.load_prepared_task``): that task and the HF model at ``policy_path``."""
     from .data.task import embedded_task
 
-    if config.task is None:
-        raise LoopError(
-            f"preset {config.preset!r} has no embedded task section: the local loop trains the embedded task only "
-            "(real datasets come through the Dagster data assets). Fix: use --preset embedded."
-        )
     template = config.training.prompt_template
-    task = embedded_task(config.task, template)
     lineage: dict[str, Any] = {}
+    if task is None:
+        if config.task is None:
+            raise LoopError(
+                f"preset {config.preset!r} has no embedded task section: without a prepared dataset the local loop "
+                "trains the embedded task only (real datasets come through the Dagster data assets and the start_run "
+                "job's `dataset`). Fix: use --preset embedded."
+            )
+        task = embedded_task(config.task, template)
+    elif policy_path is None:
+        raise LoopError("a run on a prepared dataset needs policy_path: a local Hugging Face causal LM directory.")
     if policy_path is None:
         from .training.base_policy import ensure_base_policy, read_meta
 

@@ -93,6 +93,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .task import EvalSet, TaskData
 
@@ -825,3 +826,24 @@ def to_task_data(
         golds=[golds[i] for i in train],
         eval_sets=evals,
     )
+
+
+def load_prepared_task(data_dir: str | os.PathLike, dataset: str, template: str) -> TaskData:
+    """The training task of a prepared dataset as the Dagster data assets wrote it under ``data_dir``: the
+    ``train`` rows of ``<dataset>.parquet`` as the prompt pool, its ``heldout`` rows as the eval set
+    ``<dataset>_heldout``, and every benchmark in ``benchmarks/<name>.parquet`` as one eval set each."""
+    from .benchmarks import BENCHMARKS
+
+    root = Path(data_dir)
+    path = root / f"{dataset}.parquet"
+    if not path.is_file():
+        raise DatasetError(
+            f"no prepared {dataset} at {path}. Fix: materialize the `{dataset}` asset first (its data resource "
+            f"writes to {root}), then start the run."
+        )
+    evals = {name: pq.read_table(root / "benchmarks" / f"{name}.parquet") for name in BENCHMARKS
+             if (root / "benchmarks" / f"{name}.parquet").is_file()}
+    if not evals:
+        log.warning("no prepared benchmarks under %s: the run evaluates on %s_heldout only (materialize "
+                    "`benchmarks` to add them)", root / "benchmarks", dataset)
+    return to_task_data(pq.read_table(path), template, f"{dataset}_heldout", eval_tables=evals)

@@ -17,7 +17,7 @@ from assets.training import (
     training_segment,
 )
 from pc_pipelines.store import Store
-from resources import LocalCheckpointResource, LocalComputeResource, StoreResource, TransformersEngineResource
+from resources import DataResource, LocalCheckpointResource, LocalComputeResource, StoreResource, TransformersEngineResource
 from resources.engines import RolloutEngineResource
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -29,6 +29,7 @@ SMALL = ["allocator.train_batch=8", "allocator.n=16", "allocator.n_pilot=4", "tr
 
 def resources(tmp_path, engine: RolloutEngineResource | None = None) -> dict:
     return {
+        "data": DataResource(out_dir=str(tmp_path / "data")),
         "store": StoreResource(path=str(tmp_path / "pc.duckdb")),
         "checkpoints": LocalCheckpointResource(root=str(tmp_path / "runs")),
         "compute": LocalComputeResource(),
@@ -201,3 +202,70 @@ def test_sensor_pauses_a_run_after_consecutive_failures(tmp_path, base_policy):
     assert run["status"] == "paused" and "failed 2 times in a row" in run["status_reason"]
     assert "not-a-model" in run["status_reason"] or "Error" in run["status_reason"]
     assert requests(tick(instance, tmp_path, max_failures=2)) == []  # a paused run stays paused
+
+
+def prepared(rows: list[tuple[str, str, str]]) -> "pa.Table":
+    """Rows (problem, answer, split) in the data assets' prepared schema."""
+    import pyarrow as pa
+
+    from pc_pipelines.data.datasets import PREPARED_SCHEMA
+
+    return pa.table(
+        {"id": [f"r{i}" for i in range(len(rows))], "problem": [r[0] for r in rows], "answer": [r[1] for r in rows],
+         "difficulty": pa.array([None] * len(rows), pa.float64()), "source": ["deepmath"] * len(rows),
+         "split": [r[2] for r in rows], "row_index": pa.array(range(len(rows)), pa.int64())},
+        schema=PREPARED_SCHEMA,
+    )
+
+
+def test_a_run_on_a_prepared_dataset_evaluates_on_heldout_and_benchmarks(tmp_path):
+    """dataset=deepmath: prompts from the deepmath asset's Parquet, a local HF model, evaluation on the held-out
+    split and every prepared benchmark (mean@k) into the store."""
+    import pyarrow.parquet as pq
+
+    from pc_pipelines.config import resolve
+    from pc_pipelines.data.benchmarks import BENCHMARKS
+    from pc_pipelines.data.tokenizer import build_tokenizer
+    from pc_pipelines.training.base_policy import model_config
+
+    tok = build_tokenizer()
+    policy = resolve("embedded", method="grpo").policy
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(model_config(policy, len(tok), tok.pad_token_id, tok.eos_token_id, 256))
+    model.save_pretrained(tmp_path / "hf-model")
+    tok.save_pretrained(tmp_path / "hf-model")
+
+    instance = DagsterInstance.ephemeral()
+    overrides = ["allocator.train_batch=4", "allocator.n=8", "allocator.n_pilot=2", "training.ppo_minibatch=2",
+                 "training.max_response_length=6", "training.eval_every=1", "training.eval_samples=2"]
+    cfg = {"method": "pc", "preset": "paper", "dataset": "deepmath", "overrides": overrides, "segment_steps": 1,
+           "total_steps": 1, "run_name": "real", "policy_path": str(tmp_path / "hf-model")}
+    run_config = {"ops": {"register_training_run": {"config": cfg}}}
+    # Not prepared yet: start_run says which asset to materialize.
+    bad = start_run.execute_in_process(run_config=run_config, instance=instance, resources=resources(tmp_path),
+                                       raise_on_error=False)
+    assert not bad.success and "materialize the `deepmath` asset first" in failure_message(bad)
+
+    data = tmp_path / "data"
+    (data / "benchmarks").mkdir(parents=True)
+    rows = [(f"{a}+{b}=?", str(a + b), "train") for a in range(6) for b in range(4)] + [("7+8=?", "15", "heldout")] * 3
+    pq.write_table(prepared(rows), data / "deepmath.parquet")
+    for i, name in enumerate(BENCHMARKS):
+        pq.write_table(prepared([(f"{i}+{j}=?", str(i + j), "test") for j in range(i + 1)]),
+                       data / "benchmarks" / f"{name}.parquet")
+    res = start_run.execute_in_process(run_config=run_config, instance=instance, resources=resources(tmp_path))
+    run_id = res.output_for_node("register_training_run")
+    res = train(instance, tmp_path, f"{run_id}/seg-0000")
+    assert res.success
+    store = Store(tmp_path / "pc.duckdb")
+    assert store.query("SELECT count(*) AS n FROM steps WHERE run_id = ?", [run_id]) == [{"n": 1}]
+    evals = {r["benchmark"]: r for r in store.query("SELECT * FROM eval_results WHERE run_id = ? AND step = 0", [run_id])}
+    assert set(evals) == {"deepmath_heldout", *BENCHMARKS}
+    assert evals["deepmath_heldout"]["n_prompts"] == 3
+    assert [evals[n]["n_prompts"] for n in BENCHMARKS] == list(range(1, len(BENCHMARKS) + 1))
+    assert all(e["k"] == 2 for e in evals.values())
+    md = res.asset_materializations_for_node("segment_eval")[0].metadata["accuracy"].value
+    assert all(f"| {n} |" in md for n in evals)
+    lineage = json.loads(store.get_run(run_id)["lineage_json"])
+    assert lineage["dataset"] == "deepmath" and lineage["policy"] == str((tmp_path / "hf-model").resolve())
