@@ -11,6 +11,7 @@ the store has no plan for.
 
 import json
 import logging
+from dataclasses import replace
 from typing import Literal
 
 from dagster import (
@@ -128,7 +129,7 @@ def register_training_run(
         )
     except LoopError as exc:
         raise Failure(str(exc)) from exc
-    run = TrainingRun(run.run_id, run.config, checkpoints.run_dir(run.run_id), run.policy_path, run.task, {
+    run = replace(run, run_dir=checkpoints.run_dir(run.run_id), lineage={
         **run.lineage, "preset": config.preset, "overrides": config.overrides, "segment_steps": plan.segment_steps,
         "total_steps": plan.total_steps, "dataset": dataset, "started_by": context.run_id,
     })
@@ -172,7 +173,7 @@ def _training_run(run: dict, checkpoints: CheckpointResource, data: DataResource
                          task=_task_for(lineage.get("dataset", "embedded"), cfg, data))
     except LoopError as exc:
         raise Failure(str(exc)) from exc
-    return TrainingRun(tr.run_id, cfg, checkpoints.run_dir(tr.run_id), tr.policy_path, tr.task, lineage)
+    return replace(tr, run_dir=checkpoints.run_dir(tr.run_id), lineage=lineage)
 
 
 def _log_step(context: AssetExecutionContext):

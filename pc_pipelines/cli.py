@@ -306,7 +306,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .reports import ReportError, format_count, format_ratio, write_plots
+    from .reports import ReportError, write_plots
 
     store = Store(args.store)
     report = store.report(args.family)
@@ -317,17 +317,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             "no family has both a GRPO and a PC run with eval results yet (the target is min(GRPO peak, PC peak)). "
             f"Record them first, e.g. `pilot-commit demo --store {args.store}`.\n"
         )
-    for family, fam in ({} if args.json else report).items():
-        sys.stdout.write(f"\nfamily {family}: cumulative sampled rollouts to reach the target accuracy\n")
-        cols = ["seed", "target", "grpo", "dapo", "pc", "grpo/pc", "dapo/pc"]
-        rows = [
-            (s["seed"], f"{s['target']:.4f}", *[format_count(s["rollouts"][m]) for m in ("grpo", "dapo", "pc")],
-             format_ratio(s["grpo_over_pc"]), format_ratio(s["dapo_over_pc"]))
-            for s in fam["seeds"]
-        ]
-        rows.append(("median", "", "", "", "", format_ratio(fam["median_grpo_over_pc"]),
-                     format_ratio(fam["median_dapo_over_pc"])))
-        _print_rows(cols, rows, "table")
+    else:
+        _print_report(report)
     if args.plots:
         try:
             paths = write_plots(store, args.plots, args.family)
@@ -338,6 +329,23 @@ def cmd_report(args: argparse.Namespace) -> int:
         out = sys.stderr if args.json else sys.stdout
         out.write(f"\n{len(paths)} plots in {Path(args.plots).resolve()}:\n" + "".join(f"  {p.name}\n" for p in paths))
     return 0
+
+
+def _print_report(report: dict) -> None:
+    """Table 2 per family, as the CLI's readable table."""
+    from .reports import format_count, format_ratio
+
+    for family, fam in report.items():
+        sys.stdout.write(f"\nfamily {family}: cumulative sampled rollouts to reach the target accuracy\n")
+        cols = ["seed", "target", "grpo", "dapo", "pc", "grpo/pc", "dapo/pc"]
+        rows = [
+            (s["seed"], f"{s['target']:.4f}", *[format_count(s["rollouts"][m]) for m in ("grpo", "dapo", "pc")],
+             format_ratio(s["grpo_over_pc"]), format_ratio(s["dapo_over_pc"]))
+            for s in fam["seeds"]
+        ]
+        rows.append(("median", "", "", "", "", format_ratio(fam["median_grpo_over_pc"]),
+                     format_ratio(fam["median_dapo_over_pc"])))
+        _print_rows(cols, rows, "table")
 
 
 def cmd_presets(args: argparse.Namespace) -> int:

@@ -15,15 +15,14 @@ import numpy as np
 
 from .data.task import EvalSet
 from .rewards import MathGrader
-from .rollout import RolloutEngine, RolloutRequest, SamplingParams
+from .rollout import RolloutEngine, RolloutRequest, SamplingParams, derive_seed
 
 _EVAL_SALT = 0xE7A1
 
 
 def eval_seed(run_seed: int, step: int) -> int:
     """The sampling seed of the evaluation after ``step`` (-1: before training) of a run seeded ``run_seed``."""
-    parts = [run_seed, _EVAL_SALT, step]
-    return int(np.random.SeedSequence([int(p) + 1 for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
+    return derive_seed(run_seed, _EVAL_SALT, step)
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ from .config import RunConfig
 from .data.task import TaskData
 from .evaluation import eval_seed, evaluate_sets
 from .rewards import MathGrader
-from .rollout import RolloutEngine, RolloutRequest, SamplingParams, TransformersEngine
+from .rollout import RolloutEngine, RolloutRequest, SamplingParams, TransformersEngine, derive_seed
 from .store import RunRecord, Store, step_tables
 from .training import PolicyTrainer, RolloutBatch
 
@@ -61,11 +61,6 @@ _CALL_SALT = 0x6E6E
 
 class LoopError(RuntimeError):
     """The loop cannot go on as asked; the message says why and how to fix it."""
-
-
-def _seed(*parts: int) -> int:
-    """A 31-bit seed for one draw, from the run seed and the draw's coordinates (each >= -1: step -1 is "before training")."""
-    return int(np.random.SeedSequence([int(p) + 1 for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
 # ---- run -------------------------------------------------------------------------------------------------------
@@ -278,7 +273,7 @@ class Trainer:
         task = self.run.task
         reqs = [RolloutRequest(task.prompts[p], int(n)) for p, n in zip(call.prompt_ids.tolist(), call.n.tolist())]
         params = SamplingParams(
-            cfg.temperature, cfg.top_p, cfg.max_response_length, _seed(self.run.config.seed, _CALL_SALT, call.step, call.index)
+            cfg.temperature, cfg.top_p, cfg.max_response_length, derive_seed(self.run.config.seed, _CALL_SALT, call.step, call.index)
         )
         t0 = time.perf_counter()
         outputs = self.engine.generate(reqs, params)

@@ -9,6 +9,7 @@ from .base import (
     RolloutRequest,
     SamplingParams,
     check_outputs,
+    derive_seed,
 )
 from .transformers_engine import TransformersEngine, naive_generate
 
@@ -22,5 +23,6 @@ __all__ = [
     "SamplingParams",
     "TransformersEngine",
     "check_outputs",
+    "derive_seed",
     "naive_generate",
 ]

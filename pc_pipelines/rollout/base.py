@@ -15,8 +15,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence, runtime_checkable
 
+import numpy as np
+
 FINISH_STOP = "stop"  # the response ended with the end-of-sequence token
 FINISH_LENGTH = "length"  # cut at max_new_tokens: an overlong (truncated) response
+
+
+def derive_seed(*parts: int) -> int:
+    """A 31-bit sampling seed from a run seed and a draw's coordinates (each >= -1: step -1 is "before training"),
+    e.g. ``derive_seed(run_seed, salt, step, call)``: the same coordinates always give the same seed."""
+    return int(np.random.SeedSequence([int(p) + 1 for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
 @dataclass(frozen=True)
