@@ -10,7 +10,8 @@ UI_HOME ?= $(CURDIR)/.dagster_home
 UI_HOST ?= 127.0.0.1
 UI_PORT ?= 3000
 
-.PHONY: install demo test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine clean
+.PHONY: install demo test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine \
+        bench-efficiency bench-efficiency-ablations clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +62,16 @@ bench-rewards: $(STAMP)
 
 bench-engine: $(STAMP)
 	$(BIN)/python benchmarks/engine.py --write docs/BENCHMARKS.md
+
+# The rollout-efficiency study (issue 6): GRPO / DAPO / PC x 3 seeds on the frozen `efficiency` preset, 2 runs at a
+# time (about 45 minutes on 2 cores); store benchmarks/out/efficiency.duckdb, plots docs/img/efficiency/.
+bench-efficiency: $(STAMP)
+	$(BIN)/python benchmarks/efficiency.py primary
+
+# Its ablations: the band (real PC runs, reuses the primary's baselines), then the simulator ones.
+bench-efficiency-ablations: $(STAMP)
+	$(BIN)/python benchmarks/efficiency.py ablate band
+	for a in evict split thresholds band; do $(BIN)/python benchmarks/efficiency.py ablate $$a --engine sim || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,453 @@
+"""The rollout-efficiency study: GRPO vs DAPO vs PC on one store, its statistics, tables and plots.
+
+``benchmarks/efficiency.py`` is the command; this module is what it runs, so the tests exercise the same code:
+
+* :class:`StudyJob` + :func:`run_jobs`: real training runs as ``pilot-commit train`` subprocesses, ``workers`` at a
+  time (each torch process on one thread, so 2 workers use the 2 cores), longest jobs first, one progress bar over
+  every step of every job. Every job writes into ONE store (runs open the DuckDB catalog only for short
+  transactions; step logs are files), resumes from its checkpoints when the study is re-run, and a failed job
+  stops the study with the tail of its log.
+* :func:`simulate_jobs`: the same jobs against the simulator (ablations where real runs are too slow).
+* :func:`run_stats`: per run, from the store's ``steps`` table: the fill rate of b_t per step, the share of steps
+  that needed more than one generation round (paper section 6.3), evictions, prompts consumed (section 6.4),
+  the mean reward std and informative share of the trained groups.
+* :func:`versus`: rollouts to target of any run against a GRPO (and DAPO) run of the same seed, with the store's
+  rule (target = min(GRPO peak, the run's peak); cost = cumulative sampled rollouts at the first eval at or above
+  it), for ablation variants that are not in the primary family's ``rollouts_to_target`` view.
+
+Worked example of :func:`versus`: GRPO evals ``[(0, .70), (10240, .80), (20480, .84), (30720, .83)]`` peak at .84;
+PC evals ``[(0, .70), (15360, .82), (30720, .86)]`` peak at .86; target = min(.84, .86) = .84; GRPO first reaches
+it at 20480, PC at 30720; GRPO/PC = 20480 / 30720 = 0.67x (PC needed more).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .reports import RunCurves, format_count, format_ratio, load_curves, method_label
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+# Relative cost of one step per method on the embedded default (measured: GRPO 1.7 s, PC 2.2 s, DAPO ~3 s at
+# b_t 16, n 64); only used to start the longest jobs first.
+STEP_COST = {"grpo": 1.0, "pc": 1.3, "dapo": 1.8}
+
+
+class StudyError(RuntimeError):
+    """A study job failed or the store lacks what a table needs; the message says what and how to fix it."""
+
+
+# ---- jobs -----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StudyJob:
+    """One training run of the study."""
+
+    run_id: str
+    """Run id in the store and directory name under the study's runs directory."""
+    method: str
+    """grpo, dapo or pc."""
+    seed: int
+    """Run seed: prompt stream, sampling and init."""
+    steps: int
+    """Training steps (the fixed budget)."""
+    preset: str
+    """Preset the run resolves from (the study's frozen preset)."""
+    family: str
+    """Runs compared in one rollouts-to-target table share a family."""
+    overrides: tuple[str, ...] = ()
+    """``section.key=value`` overrides on top of the preset (ablation variants)."""
+
+    @property
+    def cost(self) -> float:
+        return self.steps * STEP_COST.get(self.method, 1.5)
+
+    def argv(self, store: Path, out_dir: Path, cache_dir: Path | None = None) -> list[str]:
+        cmd = [
+            sys.executable, "-m", "pc_pipelines.cli", "train", "--preset", self.preset, "--method", self.method,
+            "--seed", str(self.seed), "--family", self.family, "--steps", str(self.steps), "--run-name", self.run_id,
+            "--out", str(out_dir), "--store", str(store), "--resume", "--json", "--quiet",
+        ]
+        for kv in self.overrides:
+            cmd += ["--set", kv]
+        if cache_dir is not None:
+            cmd += ["--cache-dir", str(cache_dir)]
+        return cmd
+
+
+def primary_jobs(seeds: Sequence[int], steps: int, preset: str, family: str,
+                 methods: Sequence[str] = ("grpo", "dapo", "pc")) -> list[StudyJob]:
+    return [StudyJob(f"{family}-{m}-s{s}", m, s, steps, preset, family) for s in seeds for m in methods]
+
+
+def variant_jobs(name: str, overrides: Sequence[str], seeds: Sequence[int], steps: int, preset: str,
+                 family_prefix: str, method: str = "pc") -> list[StudyJob]:
+    """PC (or ``method``) runs of one ablation variant; each variant is its own family ``<prefix>/<name>``."""
+    fam = f"{family_prefix}/{name}"
+    return [StudyJob(f"{family_prefix}-{name}-{method}-s{s}", method, s, steps, preset, fam, tuple(overrides))
+            for s in seeds]
+
+
+def _done_steps(store: Store, run_id: str) -> int:
+    if not store.path.exists():
+        return 0
+    rows = store.query("SELECT count(*) AS n FROM steps WHERE run_id = ?", [run_id])
+    return int(rows[0]["n"]) if rows else 0
+
+
+def run_jobs(
+    jobs: Sequence[StudyJob],
+    store: Store,
+    out_dir: str | Path,
+    workers: int = 2,
+    cache_dir: str | Path | None = None,
+    show_progress: bool = True,
+    on_step: Callable[[StudyJob, dict[str, Any]], None] | None = None,
+) -> dict[str, float]:
+    """Run ``jobs`` as ``pilot-commit train`` subprocesses, ``workers`` at a time; returns each job's wall seconds.
+
+    Jobs already complete in the store are skipped (a re-run of the study only finishes what is missing; each
+    subprocess resumes from its run's checkpoints). Raises :class:`StudyError` with the job's log tail when one
+    fails; the other running jobs are stopped (their checkpoints stay, so a re-run resumes them)."""
+    from tqdm.auto import tqdm
+
+    if workers < 1:
+        raise StudyError(f"workers={workers}: need at least 1. Fix: --workers 2 on a 2-core machine.")
+    out = Path(out_dir).resolve()
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    store.init(vacuum=False)
+    done = {j.run_id: min(_done_steps(store, j.run_id), j.steps) for j in jobs}
+    todo = sorted((j for j in jobs if done[j.run_id] < j.steps), key=lambda j: -j.cost)
+    bar = tqdm(total=sum(j.steps for j in jobs), initial=sum(done.values()), unit="step", desc="study",
+               disable=not show_progress, dynamic_ncols=True)
+    events: queue.Queue = queue.Queue()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    running: dict[str, tuple[StudyJob, subprocess.Popen, float, Path]] = {}
+    walls: dict[str, float] = {}
+
+    def reader(job: StudyJob, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    events.put(("step", job, json.loads(line)))
+                except json.JSONDecodeError:
+                    pass
+        events.put(("exit", job, proc.wait()))
+
+    def start(job: StudyJob) -> None:
+        log_path = logs / f"{job.run_id}.log"
+        proc = subprocess.Popen(job.argv(store.path, out, Path(cache_dir) if cache_dir else None),
+                                stdout=subprocess.PIPE, stderr=open(log_path, "ab"), text=True, env=env)
+        running[job.run_id] = (job, proc, time.monotonic(), log_path)
+        threading.Thread(target=reader, args=(job, proc), daemon=True).start()
+        log.info("started %s (pid %d)", job.run_id, proc.pid)
+
+    pending = list(todo)
+    # Until some job has trained a step, only one runs: the first run builds the embedded warm start into the cache
+    # (minutes), and the others must find it there rather than build it again, concurrently, into the same place.
+    warmed = False
+    try:
+        while pending or running:
+            while pending and len(running) < (workers if warmed else 1):
+                start(pending.pop(0))
+            kind, job, payload = events.get()
+            if kind == "step":
+                warmed = True
+                bar.update(1)
+                bar.set_postfix_str(f"{job.run_id} step {payload.get('step')}")
+                if on_step:
+                    on_step(job, payload)
+                continue
+            _, proc, t0, log_path = running.pop(job.run_id)
+            walls[job.run_id] = time.monotonic() - t0
+            if payload != 0:
+                tail = log_path.read_text(errors="replace")[-2000:]
+                raise StudyError(
+                    f"study job {job.run_id} exited with {payload}. Its log ({log_path}) ends:\n{tail}\n"
+                    f"Fix the cause and re-run the same command: finished runs are skipped and this one resumes."
+                )
+    finally:
+        for _, proc, _, _ in running.values():
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        bar.close()
+    return walls
+
+
+def simulate_jobs(jobs: Sequence[StudyJob], store: Store, show_progress: bool = True) -> None:
+    """Run ``jobs`` against the simulator (their preset must have a ``sim`` section), into ``store``."""
+    from tqdm.auto import tqdm
+
+    from .config import parse_overrides, resolve
+    from .sim_runs import record_simulation
+
+    store.init(vacuum=False)
+    done = {j.run_id for j in jobs if _done_steps(store, j.run_id) >= j.steps}  # a re-run reuses finished runs
+    bar = tqdm(total=sum(j.steps for j in jobs), initial=sum(j.steps for j in jobs if j.run_id in done), unit="step",
+               desc="simulate", disable=not show_progress, dynamic_ncols=True)
+    try:
+        for job in jobs:
+            if job.run_id in done:
+                continue
+            cfg = resolve(job.preset, parse_overrides(list(job.overrides)), method=job.method, seed=job.seed,
+                          family=job.family)
+            for _ in record_simulation(cfg, store, job.steps, run_id=job.run_id):
+                bar.update(1)
+    finally:
+        bar.close()
+
+
+# ---- statistics ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunStats:
+    """Per-run aggregates of the store's ``steps`` table (paper sections 6.3 and 6.4)."""
+
+    run_id: str
+    family: str
+    method: str
+    seed: int
+    steps: int
+    train_batch: int
+    sampled_rollouts: int
+    trained_rollouts: int
+    fill_rate: float
+    """Mean over steps of trained groups / b_t (1.0 = every step trained a full batch)."""
+    full_share: float
+    """Share of steps whose batch was full."""
+    multi_round_share: float
+    """Share of steps that needed more than one generation round."""
+    mean_rounds: float
+    evicted: int
+    """Prompts marked solved (PC eviction)."""
+    prompts_consumed: int
+    """Fresh prompts drawn from the stream over the run."""
+    mean_reward_std: float
+    informative_share: float
+    compute_s: float
+    """Generate + reward + update seconds summed over the steps (the run's compute, without evaluation)."""
+    fill_per_step: tuple[float, ...] = field(default=(), repr=False)
+    rounds_per_step: tuple[int, ...] = field(default=(), repr=False)
+
+
+def run_stats(store: Store, run_ids: Sequence[str]) -> dict[str, RunStats]:
+    runs = {r["run_id"]: r for r in store.query(
+        "SELECT run_id, family, method, seed, config_json FROM runs WHERE list_contains(?, run_id)", [list(run_ids)])}
+    rows: dict[str, list[dict]] = {}
+    for r in store.query(
+        """SELECT run_id, step, rounds, sampled_rollouts, trained_rollouts, trained_prompts, prompts_consumed,
+                  evicted, mean_reward_std, informative_share,
+                  coalesce(time_generate_s, 0) + coalesce(time_reward_s, 0) + coalesce(time_update_s, 0) AS compute_s
+           FROM steps WHERE list_contains(?, run_id) ORDER BY run_id, step""", [list(run_ids)]):
+        rows.setdefault(r["run_id"], []).append(r)
+    out = {}
+    for rid, st in rows.items():
+        meta = runs[rid]
+        bt = int(json.loads(meta["config_json"])["allocator"]["train_batch"])
+        fill = tuple(min(1.0, int(r["trained_prompts"]) / bt) for r in st)
+        rounds = tuple(int(r["rounds"]) for r in st)
+        out[rid] = RunStats(
+            run_id=rid, family=meta["family"], method=meta["method"], seed=int(meta["seed"]), steps=len(st),
+            train_batch=bt,
+            sampled_rollouts=sum(int(r["sampled_rollouts"]) for r in st),
+            trained_rollouts=sum(int(r["trained_rollouts"]) for r in st),
+            fill_rate=sum(fill) / len(fill),
+            full_share=sum(f >= 1.0 for f in fill) / len(fill),
+            multi_round_share=sum(k > 1 for k in rounds) / len(rounds),
+            mean_rounds=sum(rounds) / len(rounds),
+            evicted=sum(int(r["evicted"] or 0) for r in st),
+            prompts_consumed=sum(int(r["prompts_consumed"] or 0) for r in st),
+            mean_reward_std=_nanmean([r["mean_reward_std"] for r in st]),
+            informative_share=_nanmean([r["informative_share"] for r in st]),
+            compute_s=sum(float(r["compute_s"]) for r in st),
+            fill_per_step=fill,
+            rounds_per_step=rounds,
+        )
+    return out
+
+
+def _nanmean(vals: Sequence[Any]) -> float:
+    xs = [float(v) for v in vals if v is not None and not math.isnan(float(v))]
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def median(vals: Sequence[float | None]) -> float | None:
+    xs = sorted(v for v in vals if v is not None)
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
+# ---- rollouts to target for any pair of runs ------------------------------------------------------------------
+def first_at_or_above(curve: RunCurves, target: float) -> int | None:
+    """Cumulative sampled rollouts at the curve's first eval at or above ``target`` (None: never)."""
+    for rollouts, acc in zip(curve.eval_rollouts, curve.eval_accuracy):
+        if acc >= target - 1e-12:
+            return rollouts
+    return None
+
+
+@dataclass(frozen=True)
+class Versus:
+    """One run against the GRPO (and DAPO) run of its seed."""
+
+    run_id: str
+    seed: int
+    target: float | None
+    rollouts: int | None
+    grpo: int | None
+    dapo: int | None
+
+    @property
+    def grpo_over(self) -> float | None:
+        return self.grpo / self.rollouts if self.grpo is not None and self.rollouts else None
+
+    @property
+    def dapo_over(self) -> float | None:
+        return self.dapo / self.rollouts if self.dapo is not None and self.rollouts else None
+
+
+def versus(run: RunCurves, grpo: RunCurves, dapo: RunCurves | None = None) -> Versus:
+    """Rollouts to target of ``run`` against ``grpo``: target = min(GRPO peak, run peak) (see module docstring)."""
+    if run.peak_accuracy is None or grpo.peak_accuracy is None:
+        return Versus(run.run_id, run.seed, None, None, None, None)
+    target = min(grpo.peak_accuracy, run.peak_accuracy)
+    return Versus(run.run_id, run.seed, target, first_at_or_above(run, target), first_at_or_above(grpo, target),
+                  first_at_or_above(dapo, target) if dapo is not None else None)
+
+
+def curves_by_run(store: Store, run_ids: Sequence[str]) -> dict[str, RunCurves]:
+    wanted = set(run_ids)
+    return {c.run_id: c for c in load_curves(store, latest_only=False) if c.run_id in wanted}
+
+
+def baselines(store: Store, family: str) -> dict[tuple[str, int], RunCurves]:
+    """The latest run of each (method, seed) in ``family``, by (method, seed)."""
+    return {(c.method, c.seed): c for c in load_curves(store, family)}
+
+
+# ---- tables ----------------------------------------------------------------------------------------------------
+def stats_markdown(stats: Sequence[RunStats]) -> str:
+    lines = [
+        "| run | method | seed | steps | sampled | trained | fill of b_t | full steps | steps > 1 round | evicted "
+        "| prompts consumed | reward std | informative | compute |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in stats:
+        lines.append(
+            f"| `{s.run_id}` | {method_label(s.method)} | {s.seed} | {s.steps} | {s.sampled_rollouts:,} | "
+            f"{s.trained_rollouts:,} | {s.fill_rate:.3f} | {s.full_share:.0%} | {s.multi_round_share:.0%} | "
+            f"{s.evicted:,} | {s.prompts_consumed:,} | {s.mean_reward_std:.3f} | {s.informative_share:.3f} | "
+            f"{s.compute_s / 60:.1f} min |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def versus_markdown(rows: Mapping[str, Sequence[Versus]], stats: Mapping[str, RunStats] | None = None) -> str:
+    """One block of rows per variant (name -> its runs' :class:`Versus`), each closed by a median row."""
+    stats = stats or {}
+    lines = [
+        "| variant | seed | target | rollouts | GRPO | DAPO | GRPO/variant | DAPO/variant | fill of b_t | "
+        "steps > 1 round | evicted | prompts consumed |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, vs in rows.items():
+        for v in sorted(vs, key=lambda v: v.seed):
+            s = stats.get(v.run_id)
+            extra = (f"{s.fill_rate:.3f} | {s.multi_round_share:.0%} | {s.evicted:,} | {s.prompts_consumed:,}"
+                     if s else "- | - | - | -")
+            lines.append(
+                f"| {name} | {v.seed} | {'-' if v.target is None else f'{v.target:.4f}'} | {format_count(v.rollouts)} "
+                f"| {format_count(v.grpo)} | {format_count(v.dapo)} | {format_ratio(v.grpo_over)} | "
+                f"{format_ratio(v.dapo_over)} | {extra} |"
+            )
+        lines.append(
+            f"| **{name}** median | | | | | | {format_ratio(median([v.grpo_over for v in vs]))} | "
+            f"{format_ratio(median([v.dapo_over for v in vs]))} | | | | |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# ---- plots -----------------------------------------------------------------------------------------------------
+def plot_per_step(stats: Sequence[RunStats], out: Path, what: str = "fill") -> Path:
+    """Fill rate of b_t (``what="fill"``) or generation rounds (``"rounds"``) per step, one line per run."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from .reports import method_color
+
+    fig = Figure(figsize=(7.5, 4.8), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    title = "fill rate of b_t per step (trained groups / b_t)" if what == "fill" else "generation rounds per step"
+    ax.set_title(title)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("trained groups / b_t" if what == "fill" else "rounds")
+    ax.grid(True, alpha=0.3)
+    seen: set[str] = set()
+    for s in stats:
+        y = s.fill_per_step if what == "fill" else s.rounds_per_step
+        label = method_label(s.method) if s.method not in seen else f"_{s.run_id}"
+        seen.add(s.method)
+        ax.plot(range(1, len(y) + 1), list(y), color=method_color(s.method), label=label, linewidth=1.0, alpha=0.8,
+                gid=f"run:{s.run_id}")
+    if what == "fill":
+        ax.set_ylim(-0.02, 1.05)
+    if seen:
+        ax.legend(loc="best", fontsize="small")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png")
+    return out
+
+
+def plot_variants(curves: Mapping[str, Sequence[RunCurves]], out: Path, title: str) -> Path:
+    """Accuracy vs cumulative sampled rollouts, one colour per variant (name -> its runs), e.g. the band ablation
+    with the GRPO and DAPO baselines."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
+    from .reports import method_color
+
+    fig = Figure(figsize=(7.5, 4.8), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    ax.set_xlabel("cumulative sampled rollouts")
+    ax.set_ylabel("mean eval accuracy")
+    ax.grid(True, alpha=0.3)
+    for i, (name, runs) in enumerate(curves.items()):
+        key = name.lower() if name.lower() in ("grpo", "dapo", "pc") else f"variant-{i}:{name}"
+        for j, c in enumerate(runs):
+            ax.plot(list(c.eval_rollouts), list(c.eval_accuracy), color=method_color(key), marker="o", markersize=2.5,
+                    linewidth=1.2, alpha=0.85, label=f"{name} ({len(runs)} seeds)" if j == 0 else f"_{c.run_id}",
+                    gid=f"run:{c.run_id}")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+    ax.legend(loc="best", fontsize="small")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png")
+    return out
+
+
+def as_variant(curve: RunCurves, name: str) -> RunCurves:
+    """A run's curves relabelled as method ``name`` (a plot legend entry)."""
+    return replace(curve, method=name)

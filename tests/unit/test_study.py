@@ -1,0 +1,142 @@
+"""The efficiency study's library (pc_pipelines/study.py): rollouts-to-target pairs, per-run statistics from a real
+store written by the simulator, the tables, and the job runner's failure path."""
+
+import json
+import sys
+
+import pytest
+
+from pc_pipelines import study
+from pc_pipelines.reports import RunCurves
+from pc_pipelines.store import Store
+
+
+def curve(run_id, method, evals, seed=0):
+    return RunCurves(
+        run_id=run_id, family="f", method=method, seed=seed,
+        eval_step=tuple(range(-1, len(evals) - 1)), eval_rollouts=tuple(r for r, _ in evals),
+        eval_accuracy=tuple(a for _, a in evals), step=(), cumulative_sampled=(), cumulative_trained=(),
+        reward_std=(), informative_share=(),
+    )
+
+
+def test_versus_worked_example_of_the_module_docstring():
+    grpo = curve("g", "grpo", [(0, 0.70), (10240, 0.80), (20480, 0.84), (30720, 0.83)])
+    pc = curve("p", "pc", [(0, 0.70), (15360, 0.82), (30720, 0.86)])
+    dapo = curve("d", "dapo", [(0, 0.70), (30720, 0.81), (61440, 0.85)])
+    v = study.versus(pc, grpo, dapo)
+    assert v.target == pytest.approx(0.84)
+    assert (v.rollouts, v.grpo, v.dapo) == (30720, 20480, 61440)
+    assert v.grpo_over == pytest.approx(20480 / 30720)
+    assert v.dapo_over == pytest.approx(2.0)
+
+
+def test_versus_when_a_method_never_reaches_the_target():
+    grpo = curve("g", "grpo", [(0, 0.5), (100, 0.9)])
+    pc = curve("p", "pc", [(0, 0.5), (50, 0.95)])
+    dapo = curve("d", "dapo", [(0, 0.5), (300, 0.6)])
+    v = study.versus(pc, grpo, dapo)
+    assert v.target == pytest.approx(0.9)
+    assert (v.rollouts, v.grpo, v.dapo) == (50, 100, None)
+    assert v.grpo_over == pytest.approx(2.0) and v.dapo_over is None
+    assert study.first_at_or_above(dapo, 0.61) is None
+    empty = study.versus(curve("e", "pc", []), grpo)
+    assert empty.target is None and empty.grpo_over is None
+
+
+def test_median_and_versus_markdown_rows():
+    assert study.median([3.0, None, 1.0, 2.0]) == 2.0
+    assert study.median([1.0, 4.0]) == 2.5
+    assert study.median([None]) is None
+    grpo = curve("g", "grpo", [(0, 0.5), (100, 0.9)])
+    rows = {"wide": [study.versus(curve("p0", "pc", [(0, 0.5), (50, 0.9)]), grpo),
+                     study.versus(curve("p1", "pc", [(0, 0.5), (25, 0.9)], seed=1), grpo),
+                     study.versus(curve("p2", "pc", [(0, 0.5), (200, 0.9)], seed=2), grpo)]}
+    md = study.versus_markdown(rows)
+    assert "| wide | 0 | 0.9000 | 50 | 100 | never | 2.00x | - |" in md
+    assert "| **wide** median | | | | | | 2.00x | - |" in md  # median of 2.0, 4.0, 0.5
+
+
+@pytest.fixture(scope="module")
+def sim_store(tmp_path_factory):
+    store = Store(tmp_path_factory.mktemp("study") / "s.duckdb")
+    common = ("sim.num_prompts=2000", "allocator.train_batch=8", "training.eval_every=5")
+    jobs = [study.StudyJob(f"sim-{m}", m, 0, 20, "simulator", "fam", common) for m in ("grpo", "dapo", "pc")]
+    study.simulate_jobs(jobs, store, show_progress=False)
+    return store, jobs
+
+
+def test_run_stats_agree_with_the_ledger(sim_store):
+    store, jobs = sim_store
+    stats = study.run_stats(store, [j.run_id for j in jobs])
+    g, d, p = stats["sim-grpo"], stats["sim-dapo"], stats["sim-pc"]
+    # GRPO: one round, b_t fresh prompts, n rollouts each, every step full.
+    assert (g.steps, g.train_batch, g.fill_rate, g.full_share, g.multi_round_share) == (20, 8, 1.0, 1.0, 0.0)
+    assert g.prompts_consumed == 20 * 8 and g.sampled_rollouts == g.trained_rollouts == 20 * 8 * 64
+    assert g.evicted == 0 and g.mean_rounds == 1.0
+    # The aggregates are the steps table's sums, whatever the method.
+    for s in (d, p):
+        row = store.query(
+            "SELECT sum(sampled_rollouts) AS s, sum(trained_rollouts) AS t, sum(prompts_consumed) AS c, "
+            "sum(evicted) AS e, avg((rounds > 1)::INT) AS m, avg(least(trained_prompts / 8.0, 1.0)) AS f "
+            "FROM steps WHERE run_id = ?", [s.run_id])[0]
+        assert (s.sampled_rollouts, s.trained_rollouts, s.prompts_consumed, s.evicted) == (row["s"], row["t"], row["c"], row["e"])
+        assert s.multi_round_share == pytest.approx(row["m"]) and s.fill_rate == pytest.approx(row["f"])
+        assert len(s.fill_per_step) == len(s.rounds_per_step) == 20
+    # PC pilots more prompts than it trains and draws 3 b_t fresh prompts per round.
+    assert p.prompts_consumed >= 20 * 24 and p.sampled_rollouts > p.trained_rollouts
+    md = study.stats_markdown([g, d, p])
+    assert "| `sim-grpo` | GRPO | 0 | 20 | 10,240 | 10,240 | 1.000 | 100% | 0% | 0 | 160 |" in md
+
+
+def test_simulate_jobs_reuses_finished_runs(sim_store):
+    store, jobs = sim_store
+    before = store.query("SELECT run_id, created_at FROM runs ORDER BY run_id")
+    n_steps = store.query("SELECT count(*) AS n FROM steps")[0]["n"]
+    study.simulate_jobs(jobs, store, show_progress=False)
+    assert store.query("SELECT run_id, created_at FROM runs ORDER BY run_id") == before
+    assert store.query("SELECT count(*) AS n FROM steps")[0]["n"] == n_steps
+
+
+def test_plots_are_written(sim_store, tmp_path):
+    store, jobs = sim_store
+    stats = list(study.run_stats(store, [j.run_id for j in jobs]).values())
+    fill = study.plot_per_step(stats, tmp_path / "fill.png", "fill")
+    rounds = study.plot_per_step(stats, tmp_path / "rounds.png", "rounds")
+    curves = study.curves_by_run(store, [j.run_id for j in jobs])
+    var = study.plot_variants({"GRPO": [curves["sim-grpo"]], "PC wide": [curves["sim-pc"]]}, tmp_path / "v.png", "t")
+    for p in (fill, rounds, var):
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+
+
+def test_job_argv_carries_the_study_settings(tmp_path):
+    job = study.StudyJob("r", "pc", 3, 50, "efficiency", "fam", ("allocator.p_upper=0.9375",))
+    argv = job.argv(tmp_path / "s.duckdb", tmp_path / "runs", tmp_path / "cache")
+    assert argv[:3] == [sys.executable, "-m", "pc_pipelines.cli"]
+    pairs = dict(zip(argv[3:], argv[4:]))
+    assert (pairs["--preset"], pairs["--method"], pairs["--seed"], pairs["--steps"], pairs["--run-name"]) == (
+        "efficiency", "pc", "3", "50", "r")
+    assert pairs["--set"] == "allocator.p_upper=0.9375" and "--resume" in argv and "--json" in argv
+    assert study.primary_jobs([0, 1], 10, "efficiency", "fam")[4].run_id == "fam-dapo-s1"
+
+
+def test_run_jobs_fails_with_the_log_tail_and_keeps_nothing_running(tmp_path):
+    store = Store(tmp_path / "s.duckdb")
+    bad = study.StudyJob("bad", "grpo", 0, 2, "no-such-preset", "fam")
+    with pytest.raises(study.StudyError, match=r"(?s)study job bad exited with 2.*unknown preset 'no-such-preset'.*re-run"):
+        study.run_jobs([bad], store, tmp_path / "runs", workers=1, show_progress=False)
+    assert (tmp_path / "runs" / "logs" / "bad.log").exists()
+    with pytest.raises(study.StudyError, match="workers=0"):
+        study.run_jobs([bad], store, tmp_path / "runs", workers=0, show_progress=False)
+
+
+def test_presets_efficiency_is_the_embedded_task_at_b_t_16():
+    from pc_pipelines.config import resolve
+
+    eff, emb = resolve("efficiency", method="pc"), resolve("embedded", method="pc")
+    assert eff.allocator.train_batch == 16 and eff.allocator.sampling_batch == 48
+    assert (eff.allocator.pilot_n, eff.allocator.commit_n) == (16, 48)
+    assert (eff.allocator.p_lower, eff.allocator.p_upper, eff.allocator.p_solve) == (0.125, 0.75, 1.0)
+    # Same task and policy as the embedded default, so the same cached warm start.
+    assert json.dumps(eff.task.__dict__, sort_keys=True, default=str) == json.dumps(emb.task.__dict__, sort_keys=True, default=str)
+    assert eff.policy == emb.policy and eff.training == emb.training
