@@ -280,11 +280,12 @@ def run_segment_verl(run: "TrainingRun", store: "Store", from_step: int | None, 
         while allocator.step <= until_step:
             outcome, metrics = trainer.pc_step()
             sampled += outcome.ledger.sampled_rollouts
+            mean_reward = float(np.concatenate([g.rewards for g in outcome.groups]).mean()) if outcome.groups else 0.0
+            loss = metrics.get("actor/pg_loss")
             store.writer(run.run_id).write_step(outcome.step, step_tables(run.run_id, outcome, allocator, {
-                "loss": metrics.get("actor/pg_loss"), "mean_reward": float(np.mean([g.rewards.mean() for g in outcome.groups]))
-                if outcome.groups else 0.0}))
-            rec = StepRecord(step=outcome.step, ledger=outcome.ledger.to_dict(), loss=metrics.get("actor/pg_loss"),
-                             mean_reward=0.0, reward_std=outcome.ledger.mean_reward_std, cumulative_rollouts=sampled,
+                "loss": loss, "mean_reward": mean_reward, "time_generate_s": metrics.get("timing_s/gen", 0.0)}))
+            rec = StepRecord(step=outcome.step, ledger=outcome.ledger.to_dict(), loss=loss, mean_reward=mean_reward,
+                             reward_std=outcome.ledger.mean_reward_std, cumulative_rollouts=sampled,
                              timings={"generate": metrics.get("timing_s/gen", 0.0)})
             records.append(rec)
             if on_step:
