@@ -75,3 +75,8 @@ bench-efficiency-ablations: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# Offline validation of k8s/ (kubernetes-validate --strict, KubeRay CRD schemas); no cluster needed.
+.PHONY: k8s-validate
+k8s-validate: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit/resources/test_k8s_manifests.py

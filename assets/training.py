@@ -9,7 +9,6 @@ the store has no plan for.
 """
 
 
-import json
 import logging
 from dataclasses import replace
 from typing import Literal
@@ -38,7 +37,8 @@ from dagster import (
 from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES, DagsterRunStatus
 from pydantic import Field
 
-from pc_pipelines.config import from_dict, parse_overrides, resolve
+from pc_pipelines.config import parse_overrides, resolve
+from pc_pipelines.entrypoint import load_training_run, task_for
 from pc_pipelines.evaluation import eval_seed, evaluate_sets
 from pc_pipelines.loop import LoopError, StepRecord, TrainingRun, checkpoint_at, list_checkpoints, prepare_run
 from pc_pipelines.rewards import MathGrader
@@ -54,7 +54,6 @@ from pc_pipelines.segments import (
     resume_step,
 )
 from pc_pipelines.store import Store
-from pc_pipelines.data.datasets import DatasetError, load_prepared_task
 from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
 
 from .data import benchmarks, deepmath, polaris
@@ -95,14 +94,9 @@ class StartRunConfig(Config):
 
 def _task_for(dataset: str, cfg, data: DataResource):
     """None for the embedded task (prepare_run builds it), else the prepared dataset's task."""
-    if dataset == "embedded":
-        if cfg.task is None:
-            raise Failure(f"preset {cfg.preset!r} has no embedded task section. Fix: use dataset deepmath or polaris "
-                          "(with policy_path), or the embedded preset.")
-        return None
     try:
-        return load_prepared_task(data.out_dir, dataset, cfg.training.prompt_template)
-    except DatasetError as exc:
+        return task_for(dataset, cfg, data.out_dir)
+    except LoopError as exc:
         raise Failure(str(exc)) from exc
 
 
@@ -166,14 +160,11 @@ def _segment_row(st: Store, key: str) -> tuple[str, int, dict, dict]:
 
 
 def _training_run(run: dict, checkpoints: CheckpointResource, data: DataResource) -> TrainingRun:
-    cfg = from_dict(json.loads(run["config_json"]))
-    lineage = json.loads(run["lineage_json"] or "{}")
     try:
-        tr = prepare_run(cfg, checkpoints.runs_root(), run["run_id"], policy_path=lineage["policy"],
-                         task=_task_for(lineage.get("dataset", "embedded"), cfg, data))
+        tr = load_training_run(run, checkpoints.runs_root(), data.out_dir)
     except LoopError as exc:
         raise Failure(str(exc)) from exc
-    return replace(tr, run_dir=checkpoints.run_dir(tr.run_id), lineage=lineage)
+    return replace(tr, run_dir=checkpoints.run_dir(tr.run_id))
 
 
 def _log_step(context: AssetExecutionContext):
@@ -218,7 +209,7 @@ def training_segment(
     st.segment_started(run_id, k, context.run.run_id)
     try:
         result = compute.run_segment(tr, st, from_step=start, until_step=last, on_step=_log_step(context),
-                                     engine_factory=engine.build)
+                                     engine_factory=engine.build, context=context)
     except BaseException as exc:
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
         st.segment_failed(run_id, k, reason[:2000])
@@ -229,24 +220,25 @@ def training_segment(
     steps = st.query(
         "SELECT step, sampled_rollouts, mean_reward_std, informative_share FROM steps WHERE run_id = ? "
         "AND step BETWEEN ? AND ? ORDER BY step", [run_id, first, last])
-    return MaterializeResult(
-        metadata={
-            "run_id": run_id,
-            "method": tr.config.method,
-            "steps": f"{first}..{last}",
-            "steps_run": result.steps_run,
-            "resumed_from_step": start,
-            "cumulative_rollouts": result.cumulative_rollouts,
-            "segment_rollouts": int(sum(r["sampled_rollouts"] for r in steps)),
-            "eval_accuracy": MetadataValue.float(result.last_eval_accuracy) if result.last_eval_accuracy is not None
-            else MetadataValue.text("no evaluation in this segment"),
-            "mean_reward_std": MetadataValue.float(result.mean_reward_std or 0.0),
-            "informative_share": MetadataValue.float(
-                sum(r["informative_share"] for r in steps) / len(steps) if steps else 0.0),
-            "checkpoint": MetadataValue.path(str(result.checkpoint)),
-            "tensorboard": MetadataValue.path(str(result.tensorboard_dir)),
-        }
-    )
+    metadata = {
+        "run_id": run_id,
+        "method": tr.config.method,
+        "steps": f"{first}..{last}",
+        "steps_run": result.steps_run,
+        "resumed_from_step": start,
+        "cumulative_rollouts": result.cumulative_rollouts,
+        "segment_rollouts": int(sum(r["sampled_rollouts"] for r in steps)),
+        "eval_accuracy": MetadataValue.float(result.last_eval_accuracy) if result.last_eval_accuracy is not None
+        else MetadataValue.text("no evaluation in this segment"),
+        "mean_reward_std": MetadataValue.float(result.mean_reward_std or 0.0),
+        "informative_share": MetadataValue.float(
+            sum(r["informative_share"] for r in steps) / len(steps) if steps else 0.0),
+        "checkpoint": MetadataValue.path(str(result.checkpoint)),
+        "tensorboard": MetadataValue.path(str(result.tensorboard_dir)),
+    }
+    # A segment launched outside this process (Pipes) adds what it reported: per-step rows, its own summary.
+    metadata.update({k if k not in metadata else f"reported/{k}": v for k, v in result.reported.items()})
+    return MaterializeResult(metadata=metadata)
 
 
 # ---- segment_eval ---------------------------------------------------------------------------------------------------

@@ -161,3 +161,7 @@ def add_parsers(sub, add_config_args) -> None:
     p.add_argument("--json", action="store_true", help="print the build's metadata as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_base_policy)
+
+    from .entrypoint import add_parser as add_train_segment
+
+    add_train_segment(sub)

@@ -1,8 +1,10 @@
 """The Dagster code location: the only module of the package that imports Dagster, ``assets/`` or ``resources/``.
 
 Nothing in the package imports this module; ``workspace.yaml`` loads it. The environment is chosen here, once, when
-the code location loads (:func:`local_resources`), never at import time of the library: only the local environment
-exists so far (the scale issue adds the Kubernetes resources). ``python -m pc_pipelines.definitions demo`` runs the
+the code location loads (:func:`environment_resources`: ``PC_PIPELINES_ENV`` = ``local``, the default, or ``k8s``),
+never at import time of the library: :func:`local_resources` trains in the Dagster process, :func:`k8s_resources`
+launches each training segment as a GPU pod (``PipesK8sClient``) or a multi-node KubeRay ``RayJob``
+(``PipesKubeRayJobClient``) on the shared volume (``k8s/README.md``). ``python -m pc_pipelines.definitions demo`` runs the
 whole graph headless (``make demo``).
 
 The graph: ``data`` (synthetic arithmetic, DeepMath, Polaris, the benchmarks; Great Expectations checks) ->
@@ -21,11 +23,15 @@ from assets.reports import rollouts_report
 from assets.training import build_advance_runs_sensor, segment_eval, start_run, train_segment_job, training_segment
 from resources import (
     DataResource,
+    K8sComputeResource,
+    KubeRayComputeResource,
     LocalCheckpointResource,
     LocalComputeResource,
     StoreResource,
     TransformersEngineResource,
 )
+
+ENVIRONMENTS = ("local", "k8s")
 
 
 def local_resources() -> dict:
@@ -44,13 +50,58 @@ def local_resources() -> dict:
     }
 
 
+def k8s_resources(env: dict[str, str] | None = None) -> dict:
+    """The Kubernetes environment (``k8s/README.md``): the Dagster run pod and the training pods share the PVC
+    mounted at ``/data`` (store ``/data/pc.duckdb``, run directories ``/data/runs``, prepared data ``/data/data``);
+    training segments run as pods of ``PC_K8S_IMAGE`` in ``PC_K8S_NAMESPACE`` (default ``pc-pipelines``), one
+    GPU pod each (``PC_K8S_COMPUTE=pod``, the default) or a KubeRay RayJob of ``PC_K8S_RAY_WORKERS`` GPU nodes
+    (``PC_K8S_COMPUTE=rayjob``, experimental). Evaluation (``segment_eval``) still runs in the run pod with the
+    transformers engine on ``PC_K8S_EVAL_DEVICE`` (default cpu: give run pods a GPU through the job's
+    ``dagster-k8s/config`` tag for real models). ``env``: the variables to read (default ``os.environ``)."""
+    env = dict(os.environ if env is None else env)
+    image = env.get("PC_K8S_IMAGE")
+    if not image:
+        raise RuntimeError("PC_PIPELINES_ENV=k8s needs PC_K8S_IMAGE, the GPU image built from k8s/Dockerfile. Fix: set "
+                           "it in the Helm values' dagster-user-deployments env (k8s/helm/values.yaml).")
+    namespace = env.get("PC_K8S_NAMESPACE", "pc-pipelines")
+    kind = env.get("PC_K8S_COMPUTE", "pod")
+    if kind == "pod":
+        compute = K8sComputeResource(image=image, namespace=namespace)
+    elif kind == "rayjob":
+        compute = KubeRayComputeResource(image=image, namespace=namespace,
+                                         workers=int(env.get("PC_K8S_RAY_WORKERS", "2")))
+    else:
+        raise RuntimeError(f"PC_K8S_COMPUTE={kind!r}: use pod (one GPU pod per segment) or rayjob (multi-node).")
+    return {
+        "store": StoreResource(path="/data/pc.duckdb"),
+        "checkpoints": LocalCheckpointResource(root="/data/runs"),
+        "engine": TransformersEngineResource(device=env.get("PC_K8S_EVAL_DEVICE", "cpu")),
+        "compute": compute,
+        "data": DataResource(
+            deepmath_path=env.get("PC_DEEPMATH_PATH") or None,
+            polaris_path=env.get("PC_POLARIS_PATH") or None,
+            benchmarks_dir=env.get("PC_BENCHMARKS_DIR", "/data/benchmarks"),
+            out_dir="/data/data",
+        ),
+    }
+
+
+def environment_resources(env: dict[str, str] | None = None) -> dict:
+    """The resources of the environment ``PC_PIPELINES_ENV`` names (read when the code location loads)."""
+    env = dict(os.environ if env is None else env)
+    name = env.get("PC_PIPELINES_ENV", "local")
+    if name not in ENVIRONMENTS:
+        raise RuntimeError(f"PC_PIPELINES_ENV={name!r}: use one of {ENVIRONMENTS}.")
+    return k8s_resources(env) if name == "k8s" else local_resources()
+
+
 def build_definitions(resources: dict | None = None, max_failures: int = 3) -> Definitions:
     return Definitions(
         assets=[arith_task, base_policy, *DATA_ASSETS, training_segment, segment_eval, rollouts_report],
         asset_checks=DATA_CHECKS,
         jobs=[start_run, train_segment_job],
         sensors=[build_advance_runs_sensor(max_failures=max_failures)],
-        resources=resources or local_resources(),
+        resources=resources or environment_resources(),
     )
 
 

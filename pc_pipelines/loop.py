@@ -199,6 +199,18 @@ class StepRecord:
     eval_by_set: dict[str, float] | None = None
     train_stats: dict[str, Any] | None = None
 
+    _TOP = ("loss", "mean_reward", "reward_std", "cumulative_rollouts", "eval_accuracy", "eval")
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "StepRecord":
+        """The record back from :meth:`to_json` (what a remote segment reports per step through Dagster Pipes):
+        ``time_<name>_s`` keys become timings, the rest of the non-record keys the ledger (without ``lags``)."""
+        ledger = {k: v for k, v in d.items() if k not in cls._TOP and not (k.startswith("time_") and k.endswith("_s"))}
+        timings = {k[5:-2]: float(v) for k, v in d.items() if k.startswith("time_") and k.endswith("_s")}
+        return cls(step=int(d["step"]), ledger=ledger, loss=d.get("loss"), mean_reward=float(d["mean_reward"]),
+                   reward_std=float(d["reward_std"]), cumulative_rollouts=int(d["cumulative_rollouts"]),
+                   timings=timings, eval_accuracy=d.get("eval_accuracy"), eval_by_set=d.get("eval"))
+
     def to_json(self) -> dict[str, Any]:
         out = dict(self.ledger)
         out.pop("lags", None)
@@ -227,6 +239,9 @@ class SegmentResult:
     checkpoint: Path | None
     tensorboard_dir: Path
     records: list[StepRecord]
+    reported: dict[str, Any] = field(default_factory=dict)
+    """What a segment run outside this process (a Pipes subprocess, a Kubernetes pod, a RayJob) reported back:
+    its materialization metadata and ``pipes_steps``, one row per step (empty for in-process segments)."""
 
 
 # ---- the loop --------------------------------------------------------------------------------------------------

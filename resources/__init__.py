@@ -5,14 +5,22 @@ environment in ``pc_pipelines/definitions.py`` (DESIGN.md section 2):
 * :class:`CheckpointResource` / :class:`LocalCheckpointResource`: where run directories (checkpoints, TensorBoard)
   live; the scale issue adds a PVC-backed one for Kubernetes pods.
 * :class:`RolloutEngineResource` / :class:`TransformersEngineResource`: builds the rollout engine for a policy.
-* :class:`ComputeResource` / :class:`LocalComputeResource`: runs a training segment (in-process now; the scale
-  issue adds the Kubernetes backend through ``PipesK8sClient``).
+* :class:`ComputeResource`: runs a training segment: :class:`LocalComputeResource` in process, or the in-pod
+  entrypoint through Dagster Pipes: :class:`SubprocessComputeResource`, :class:`K8sComputeResource`
+  (``PipesK8sClient``), :class:`KubeRayComputeResource` (dagster-ray's ``PipesKubeRayJobClient``).
 * :class:`DataResource`: local paths of the real datasets and the benchmark directory (nothing is downloaded).
 
 Resources hold configuration only; the work is done by the ``pc_pipelines`` library.
 """
 
-from .compute import ComputeResource, LocalComputeResource
+from .compute import (
+    ComputeResource,
+    K8sComputeResource,
+    KubeRayComputeResource,
+    LocalComputeResource,
+    PipesComputeResource,
+    SubprocessComputeResource,
+)
 from .data import DataResource
 from .engines import RolloutEngineResource, TransformersEngineResource
 from .storage import CheckpointResource, LocalCheckpointResource, StoreResource
@@ -22,7 +30,11 @@ __all__ = [
     "ComputeResource",
     "DataResource",
     "LocalCheckpointResource",
+    "K8sComputeResource",
+    "KubeRayComputeResource",
     "LocalComputeResource",
+    "PipesComputeResource",
+    "SubprocessComputeResource",
     "RolloutEngineResource",
     "StoreResource",
     "TransformersEngineResource",

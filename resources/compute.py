@@ -1,13 +1,33 @@
-"""Where a training segment runs. Local: in the Dagster process (the embedded default). The scale issue adds a
-Kubernetes backend that launches the in-pod entrypoint through ``PipesK8sClient``."""
+"""Where a training segment runs.
 
+* :class:`LocalComputeResource`: in the Dagster process, :func:`pc_pipelines.loop.run_segment` (the embedded default).
+* :class:`PipesComputeResource` implementations run the same segment as a process of its own, the in-pod entrypoint
+  ``pilot-commit train-segment`` (:mod:`pc_pipelines.entrypoint`), and read back what it reports through Dagster
+  Pipes (one custom message per step, the materialization at the end):
 
+  - :class:`SubprocessComputeResource`: ``PipesSubprocessClient`` on this machine (isolation without a cluster;
+    what the tests drive for real);
+  - :class:`K8sComputeResource`: one GPU pod through dagster-k8s's ``PipesK8sClient``, built from
+    :func:`resources.kube.segment_pod_spec`;
+  - :class:`KubeRayComputeResource`: a multi-node KubeRay ``RayJob`` through dagster-ray's
+    ``PipesKubeRayJobClient``, built from :func:`resources.kube.segment_rayjob` (experimental: the verl recipe).
+
+Every implementation returns a :class:`~pc_pipelines.loop.SegmentResult`, so the ``training_segment`` asset does
+not care where the segment ran. The step rows themselves reach the store as Parquet step logs written by the
+process that trained (on a shared volume for pods), never through Pipes.
+"""
+
+from __future__ import annotations
+
+import sys
 from abc import abstractmethod
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable, Literal
 
-from dagster import ConfigurableResource
-from pydantic import Field
+from dagster import ConfigurableResource, Failure, MetadataValue
+from pydantic import Field, model_validator
 
+from pc_pipelines.entrypoint import STEP_KEYS
 from pc_pipelines.loop import EngineFactory, SegmentResult, StepRecord, TrainingRun, run_segment
 from pc_pipelines.store import Store
 
@@ -23,9 +43,11 @@ class ComputeResource(ConfigurableResource):
         engine_factory: EngineFactory | None = None,
         from_step: int | None = None,
         until_step: int | None = None,
+        context: Any = None,
     ) -> SegmentResult:
         """Advance ``run`` by ``steps`` steps or through ``until_step``, from the checkpoint after ``from_step``
-        (None: the latest); see :func:`pc_pipelines.loop.run_segment`."""
+        (None: the latest); see :func:`pc_pipelines.loop.run_segment`. ``context`` is the asset's execution
+        context (Pipes clients launch and report through it; the local compute ignores it)."""
 
 
 class LocalComputeResource(ComputeResource):
@@ -42,6 +64,210 @@ class LocalComputeResource(ComputeResource):
         engine_factory: EngineFactory | None = None,
         from_step: int | None = None,
         until_step: int | None = None,
+        context: Any = None,
     ) -> SegmentResult:
         return run_segment(run, store, steps, resume=True, on_step=on_step, device=self.device,
                            engine_factory=engine_factory, from_step=from_step, until_step=until_step)
+
+
+# ---- Pipes -------------------------------------------------------------------------------------------------------
+class PipesComputeResource(ComputeResource):
+    """Runs ``pilot-commit train-segment`` outside this process and reads its Pipes reports back.
+
+    The launched process builds its own rollout engine (``engine``), so an in-process ``engine_factory`` is not
+    used. Paths default to the orchestrator's own (right for a subprocess); a pod sees the shared volume under its
+    own mount, set with ``store_path`` / ``runs_root`` / ``data_dir``."""
+
+    engine: Literal["transformers", "vllm"] = Field(
+        default="transformers", description="Rollout engine of the launched process: transformers or vllm (GPU)."
+    )
+    device: str = Field(default="cpu", description="torch device of the launched process: cpu or cuda.")
+    store_path: str | None = Field(
+        default=None, description="The store's DuckDB file as the launched process sees it (None: the orchestrator's)."
+    )
+    runs_root: str | None = Field(
+        default=None, description="Directory of run directories as the launched process sees it (None: the orchestrator's)."
+    )
+    data_dir: str = Field(default="runs/data", description="Prepared datasets as the launched process sees them.")
+
+    def segment_args(self, run: TrainingRun, store: Store, from_step: int | None, until_step: int) -> list[str]:
+        """The ``train-segment`` arguments (after the program name) for one segment of ``run``."""
+        args = ["train-segment", "--store", self.store_path or str(Path(store.path).resolve()),
+                "--run-id", run.run_id, "--runs-root", self.runs_root or str(run.run_dir.parent),
+                "--until-step", str(until_step), "--data-dir", self.data_dir,
+                "--engine", self.engine, "--device", self.device]
+        if from_step is not None:
+            args += ["--from-step", str(from_step)]
+        return args
+
+    @abstractmethod
+    def launch(self, context, args: list[str]):
+        """Run the entrypoint with ``args`` through a Pipes client; return its ``PipesClientCompletedInvocation``."""
+
+    def run_segment(
+        self,
+        run: TrainingRun,
+        store: Store,
+        steps: int | None = None,
+        on_step: Callable[[StepRecord], None] | None = None,
+        engine_factory: EngineFactory | None = None,
+        from_step: int | None = None,
+        until_step: int | None = None,
+        context: Any = None,
+    ) -> SegmentResult:
+        if context is None or until_step is None:
+            raise Failure(f"{type(self).__name__} runs segments of the training_segment asset (it needs the asset's "
+                          "context and until_step). Fix: use LocalComputeResource for step counts outside Dagster.")
+        completed = self.launch(context, self.segment_args(run, store, from_step, until_step))
+        rows = [m for m in completed.get_custom_messages() if isinstance(m, dict) and "step" in m]
+        records = [StepRecord.from_json(m) for m in rows]
+        for rec in records:
+            if on_step:
+                on_step(rec)
+        meta = completed.get_materialize_result().metadata or {}
+        value = lambda key: getattr(meta.get(key), "value", meta.get(key))  # noqa: E731
+        if value("steps_run") is None:
+            raise Failure(f"the launched segment of {run.run_id} reported no materialization. Fix: look at its log "
+                          "(the pod's or the subprocess's stderr above).")
+        checkpoint = value("checkpoint")
+        reported = {k: v for k, v in meta.items()}
+        reported["pipes_steps"] = MetadataValue.json([{k: m.get(k) for k in STEP_KEYS} for m in rows])
+        reported.update({f"launch/{k}": v for k, v in (completed.metadata or {}).items()})
+        return SegmentResult(
+            run_id=run.run_id,
+            first_step=int(value("first_step")),
+            last_step=int(value("last_step")),
+            steps_run=int(value("steps_run")),
+            cumulative_rollouts=int(value("cumulative_rollouts")),
+            last_eval_accuracy=value("eval_accuracy"),
+            mean_reward_std=value("mean_reward_std"),
+            checkpoint=Path(checkpoint) if checkpoint else None,
+            tensorboard_dir=run.tensorboard_dir,
+            records=records,
+            reported=reported,
+        )
+
+
+class SubprocessComputeResource(PipesComputeResource):
+    """``pilot-commit train-segment`` as a subprocess of the Dagster process, through ``PipesSubprocessClient``."""
+
+    python: str | None = Field(
+        default=None, description="Python interpreter with pc_pipelines installed (None: the orchestrator's own)."
+    )
+    cwd: str | None = Field(default=None, description="Working directory of the subprocess (None: the current one).")
+
+    def launch(self, context, args: list[str]):
+        from dagster import PipesSubprocessClient
+
+        command = [self.python or sys.executable, "-m", "pc_pipelines.cli", *args]
+        return PipesSubprocessClient(cwd=self.cwd).run(context=context, command=command)
+
+
+class KubeComputeBase(PipesComputeResource):
+    """What every Kubernetes launch shares: image, namespace, the shared volume and the pod's placement."""
+
+    image: str = Field(description="The GPU image built from k8s/Dockerfile, e.g. registry.example.com/pc-pipelines-gpu:0.1.0.")
+    namespace: str = Field(default="pc-pipelines", description="Namespace the training pods run in.")
+    pvc_claim: str = Field(default="pc-pipelines-data", description="PVC holding the store, run directories and data.")
+    mount_path: str = Field(default="/data", description="Where the PVC is mounted in the pod (and the Dagster run pod).")
+    service_account: str = Field(default="pc-training", description="Service account of the training pod (no API rights needed).")
+    run_as_user: int = Field(default=1000, ge=1, description="Non-root UID the pod runs as (the image's `pc` user).")
+    shm_size: str = Field(default="16Gi", description="Size of the /dev/shm memory volume (NCCL, dataloaders).")
+    node_selector: dict[str, str] = Field(
+        default_factory=lambda: {"nvidia.com/gpu.present": "true"}, description="Node labels the GPU pod needs."
+    )
+    tolerations: list[dict[str, str]] = Field(
+        default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        description="Tolerations for tainted GPU nodes.",
+    )
+    engine: Literal["transformers", "vllm"] = Field(default="vllm", description="Rollout engine in the pod.")
+    device: str = Field(default="cuda", description="torch device in the pod.")
+    store_path: str | None = Field(default="/data/pc.duckdb", description="The store's DuckDB file inside the pod.")
+    runs_root: str | None = Field(default="/data/runs", description="Run directories inside the pod.")
+    data_dir: str = Field(default="/data/data", description="Prepared datasets inside the pod.")
+
+    @model_validator(mode="after")
+    def _paths_on_the_volume(self):
+        root = self.mount_path.rstrip("/") + "/"
+        for name in ("store_path", "runs_root", "data_dir"):
+            value = getattr(self, name)
+            if value is None or not value.startswith(root):
+                raise ValueError(f"{name}={value!r} is not under mount_path={self.mount_path!r}: the pod would write "
+                                 f"where neither Dagster nor the next segment can read. Fix: set {name} under "
+                                 f"{root} (e.g. {root}{Path(str(value or 'x')).name}).")
+        if self.engine == "vllm" and not self.device.startswith("cuda"):
+            raise ValueError("engine='vllm' needs device='cuda'. Fix: set device to cuda, or engine to transformers.")
+        return self
+
+
+class K8sComputeResource(KubeComputeBase):
+    """One GPU pod per segment through ``PipesK8sClient`` (the pod spec: :func:`resources.kube.segment_pod_spec`)."""
+
+    gpus: int = Field(default=1, ge=0, le=16, description="GPUs of the pod (requests = limits).")
+    cpu: str = Field(default="8", description="CPU of the pod (requests = limits).")
+    memory: str = Field(default="64Gi", description="Memory of the pod (requests = limits).")
+    kubeconfig_file: str | None = Field(default=None, description="kubeconfig outside the cluster (None: in-cluster config).")
+    pod_wait_timeout_s: float = Field(default=24 * 3600, gt=0, description="How long to wait for the pod to finish.")
+
+    @model_validator(mode="after")
+    def _gpus_for_cuda(self):
+        if self.device.startswith("cuda") and self.gpus < 1:
+            raise ValueError("device='cuda' with gpus=0. Fix: request gpus >= 1, or set device=cpu and engine=transformers.")
+        return self
+
+    def pod_spec(self) -> dict[str, Any]:
+        from .kube import segment_pod_spec
+
+        return segment_pod_spec(self)
+
+    def launch(self, context, args: list[str]):
+        from dagster_k8s import PipesK8sClient
+
+        client = PipesK8sClient(load_incluster_config=self.kubeconfig_file is None, kubeconfig_file=self.kubeconfig_file)
+        return client.run(context=context, image=self.image, command=["pilot-commit", *args], namespace=self.namespace,
+                          base_pod_meta={"labels": {"app.kubernetes.io/name": "pc-pipelines",
+                                                    "app.kubernetes.io/component": "training-segment"}},
+                          base_pod_spec=self.pod_spec(), pod_wait_timeout=self.pod_wait_timeout_s)
+
+
+class KubeRayComputeResource(KubeComputeBase):
+    """A multi-node KubeRay ``RayJob`` per segment through dagster-ray's ``PipesKubeRayJobClient``.
+
+    Experimental until it has run on a GPU cluster: the RayJob's driver runs ``train-segment --backend verl`` (the
+    verl recipe, :mod:`pc_pipelines.training.verl_recipe`) on the head, the GPU workers host verl's FSDP and vLLM
+    workers. Needs ``dagster-ray`` (the ``k8s`` extra)."""
+
+    workers: int = Field(default=2, ge=1, le=256, description="GPU worker pods (nodes) of the Ray cluster.")
+    gpus_per_worker: int = Field(default=8, ge=1, le=16, description="GPUs per worker pod (= trainer.n_gpus_per_node).")
+    worker_cpu: str = Field(default="64", description="CPU per worker pod.")
+    worker_memory: str = Field(default="512Gi", description="Memory per worker pod.")
+    head_cpu: str = Field(default="8", description="CPU of the head pod (the driver; no GPU).")
+    head_memory: str = Field(default="32Gi", description="Memory of the head pod.")
+    ray_version: str = Field(default="2.60.0", description="Ray version in the image (KubeRay's rayVersion).")
+    recipe_overrides: list[str] = Field(
+        default_factory=list, description="Hydra overrides for the verl recipe, e.g. actor_rollout_ref.model.path=/data/models/qwen."
+    )
+    kubeconfig_file: str | None = Field(default=None, description="kubeconfig outside the cluster (None: in-cluster config).")
+
+    def segment_args(self, run: TrainingRun, store: Store, from_step: int | None, until_step: int) -> list[str]:
+        args = super().segment_args(run, store, from_step, until_step)
+        args += ["--backend", "verl", "--nnodes", str(self.workers), "--gpus-per-node", str(self.gpus_per_worker)]
+        for o in self.recipe_overrides:
+            args += ["--recipe-set", o]
+        return args
+
+    def rayjob(self, entrypoint: str) -> dict[str, Any]:
+        from .kube import segment_rayjob
+
+        return segment_rayjob(self, entrypoint)
+
+    def launch(self, context, args: list[str]):
+        import shlex
+
+        try:
+            from dagster_ray.kuberay import PipesKubeRayJobClient
+            from dagster_ray.kuberay.client import RayJobClient
+        except ImportError as exc:
+            raise Failure("KubeRayComputeResource needs dagster-ray. Fix: pip install -e '.[k8s]'.") from exc
+        client = PipesKubeRayJobClient(client=RayJobClient(kube_config=self.kubeconfig_file))
+        return client.run(context=context, ray_job=self.rayjob(shlex.join(["pilot-commit", *args])))

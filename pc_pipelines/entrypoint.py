@@ -1,0 +1,214 @@
+"""``pilot-commit train-segment``: one training segment of a registered run, as a process of its own.
+
+This is the in-pod entrypoint of the scale path (DESIGN.md section 4). The Dagster ``training_segment`` asset
+launches it through a Pipes client (``PipesK8sClient`` for one GPU pod, dagster-ray's ``PipesKubeRayJobClient`` for
+a multi-node RayJob, ``PipesSubprocessClient`` on one machine) instead of calling :func:`~.loop.run_segment` in the
+orchestrator's process. It calls the very same :func:`~.loop.run_segment` the local compute uses:
+
+1. the run is read back from the store (its resolved config and lineage, registered by the ``start_run`` job), the
+   task rebuilt (embedded, or the prepared dataset under ``--data-dir``), the run directory is
+   ``<runs-root>/<run-id>`` (checkpoints, TensorBoard), exactly as the asset does in process;
+2. ``run_segment`` trains steps ``--from-step + 1 .. --until-step`` and writes the step logs to the store;
+3. each step is reported, and at the end the segment's materialization.
+
+**Reporting.** Launched by a Pipes client (``DAGSTER_PIPES_CONTEXT`` is set by it), each step goes to Dagster as
+a Pipes custom message (the step's JSON, as ``pilot-commit train --json`` prints it) plus a log line, and the end of
+the segment as the asset materialization (steps, rollouts, accuracy, checkpoint). Run by hand, the same JSON lines
+go to stdout and the summary as a last JSON line with ``"segment": true``. ``dagster_pipes`` is the dependency-free
+half of the Pipes protocol (it does not import Dagster) and is imported only in the first case.
+
+Paths are those of the process that runs it: in a pod, the PVC's mount (``k8s/README.md``): the store file, run
+directories and prepared data must sit at the same paths in the Dagster run pod and the training pod.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # the loop imports torch: only when a segment runs (the CLI's light commands stay light)
+    from .loop import EngineFactory, SegmentResult, StepRecord, TrainingRun
+
+DATASETS = ("embedded", "deepmath", "polaris")
+ENGINES = ("transformers", "vllm")
+
+
+def task_for(dataset: str, config, data_dir: str | Path):
+    """The task of a run on ``dataset``: None for the embedded task (:func:`~.loop.prepare_run` builds it), else the
+    prepared dataset under ``data_dir``. Raises :class:`LoopError` saying how to fix a missing one."""
+    from .data.datasets import DatasetError, load_prepared_task
+    from .loop import LoopError
+
+    if dataset not in DATASETS:
+        raise LoopError(f"dataset {dataset!r} is not one of {DATASETS}. Fix: start the run with one of them.")
+    if dataset == "embedded":
+        if config.task is None:
+            raise LoopError(f"preset {config.preset!r} has no embedded task section. Fix: use dataset deepmath or "
+                            "polaris (with policy_path), or the embedded preset.")
+        return None
+    try:
+        return load_prepared_task(data_dir, dataset, config.training.prompt_template)
+    except DatasetError as exc:
+        raise LoopError(str(exc)) from exc
+
+
+def load_training_run(run: dict[str, Any], runs_root: str | Path, data_dir: str | Path) -> TrainingRun:
+    """The :class:`TrainingRun` of a store ``runs`` row registered by ``start_run``: its stored config, its base
+    policy (lineage ``policy``), its task, and its directory ``<runs_root>/<run_id>``."""
+    from .config import from_dict
+    from .loop import LoopError, prepare_run
+
+    cfg = from_dict(json.loads(run["config_json"]))
+    lineage = json.loads(run["lineage_json"] or "{}")
+    if "policy" not in lineage:
+        raise LoopError(f"run {run['run_id']!r} has no base policy in its lineage. Fix: start it with the start_run job.")
+    root = Path(runs_root)
+    tr = prepare_run(cfg, root, run["run_id"], policy_path=lineage["policy"],
+                     task=task_for(lineage.get("dataset", "embedded"), cfg, data_dir))
+    return replace(tr, run_dir=root.resolve() / tr.run_id, lineage=lineage)
+
+
+def engine_factory(name: str, device: str) -> EngineFactory | None:
+    """The rollout engine ``--engine`` names: None (the loop's default, :class:`TransformersEngine`) or vLLM."""
+    from .loop import LoopError
+
+    if name not in ENGINES:
+        raise LoopError(f"--engine {name!r}: use one of {ENGINES}.")
+    if name == "transformers":
+        return None
+    from .rollout.vllm_engine import VLLMEngine  # experimental: GPU hosts only; vllm is imported when built
+
+    return lambda model, tokenizer: VLLMEngine.for_policy(model, tokenizer)
+
+
+# ---- reporting ----------------------------------------------------------------------------------------------------
+STEP_KEYS = ("step", "sampled_rollouts", "trained_rollouts", "pilot_rollouts", "commit_rollouts", "full_rollouts",
+             "rounds", "kept", "buffer_size", "loss", "mean_reward", "reward_std", "cumulative_rollouts")
+
+
+def summary(result: SegmentResult) -> dict[str, Any]:
+    """The segment's materialization metadata, as plain JSON values."""
+    return {
+        "first_step": result.first_step,
+        "last_step": result.last_step,
+        "steps_run": result.steps_run,
+        "cumulative_rollouts": result.cumulative_rollouts,
+        "segment_rollouts": int(sum(r.ledger["sampled_rollouts"] for r in result.records)),
+        "eval_accuracy": result.last_eval_accuracy,
+        "mean_reward_std": result.mean_reward_std,
+        "checkpoint": str(result.checkpoint) if result.checkpoint else None,
+        "tensorboard": str(result.tensorboard_dir),
+    }
+
+
+class PlainReporter:
+    """Run by hand: one JSON line per step on stdout, then the summary line (``"segment": true``)."""
+
+    def __init__(self, out=None) -> None:
+        self.out = out or sys.stdout
+
+    def step(self, rec: StepRecord) -> None:
+        self.out.write(json.dumps(rec.to_json()) + "\n")
+        self.out.flush()
+
+    def finish(self, result: SegmentResult) -> None:
+        self.out.write(json.dumps({"segment": True, **summary(result)}) + "\n")
+        self.out.flush()
+
+
+class PipesReporter:
+    """Launched by a Pipes client: per-step custom messages and log lines, the materialization at the end."""
+
+    def __init__(self, pipes) -> None:
+        self.pipes = pipes
+
+    def step(self, rec: StepRecord) -> None:
+        row = rec.to_json()
+        self.pipes.report_custom_message(row)
+        self.pipes.log.info(f"step {rec.step}: rollouts {row['sampled_rollouts']} (cumulative "
+                            f"{rec.cumulative_rollouts:,}), reward std {rec.reward_std:.3f}, loss {rec.loss}")
+
+    def finish(self, result: SegmentResult) -> None:
+        meta = summary(result)
+        typed = {k: ({"raw_value": v, "type": "path"} if k in ("checkpoint", "tensorboard") and v else v)
+                 for k, v in meta.items()}
+        self.pipes.report_asset_materialization(metadata=typed)
+
+
+def _run(args: argparse.Namespace, reporter: Callable[[], Any]) -> SegmentResult:
+    from .loop import LoopError, run_segment
+    from .store import Store
+
+    store = Store(args.store)
+    if not store.path.exists():
+        raise LoopError(f"no store at {store.path}. Fix: pass the store the run was registered in (--store).")
+    store.init(vacuum=False)
+    row = store.get_run(args.run_id)
+    if row is None:
+        raise LoopError(f"run {args.run_id!r} is not in the store {store.path}. Fix: register it with the start_run "
+                        "job (or pass the right --store).")
+    run = load_training_run(row, args.runs_root, args.data_dir)
+    rep = reporter()
+    if args.backend == "verl":  # experimental: the verl recipe on a Ray cluster (GPU nodes)
+        from .training.verl_recipe import run_segment_verl
+
+        result = run_segment_verl(run, store, from_step=args.from_step, until_step=args.until_step, on_step=rep.step,
+                                  nnodes=args.nnodes, gpus_per_node=args.gpus_per_node, overrides=args.recipe_set)
+    else:
+        result = run_segment(run, store, from_step=args.from_step, until_step=args.until_step, on_step=rep.step,
+                             device=args.device, engine_factory=engine_factory(args.engine, args.device))
+    rep.finish(result)
+    return result
+
+
+def cmd_train_segment(args: argparse.Namespace) -> int:
+    from .loop import LoopError
+
+    try:
+        from dagster_pipes import PipesEnvVarParamsLoader
+
+        launched_by_pipes = PipesEnvVarParamsLoader().is_dagster_pipes_process()  # reads the env now, at run time
+    except ImportError:  # an image without dagster-pipes still trains plainly
+        launched_by_pipes = False
+    try:
+        if launched_by_pipes:
+            from dagster_pipes import open_dagster_pipes
+
+            with open_dagster_pipes() as pipes:
+                _run(args, lambda: PipesReporter(pipes))
+        else:
+            _run(args, PlainReporter)
+    except LoopError as exc:
+        sys.stderr.write(f"pilot-commit train-segment: {exc}\n")
+        return 2
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "train-segment",
+        help="train one segment of a registered run (the in-pod entrypoint; reports through Dagster Pipes)",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("--store", required=True, help="the store's DuckDB file, where the run is registered")
+    p.add_argument("--run-id", required=True, help="the run (registered by the start_run job)")
+    p.add_argument("--runs-root", required=True, help="directory holding <run-id>/ (checkpoints, TensorBoard)")
+    p.add_argument("--until-step", type=int, required=True, help="the segment's last step (inclusive)")
+    p.add_argument("--from-step", type=int, default=None,
+                   help="start from the checkpoint after this step (-1: the base policy; default: the latest)")
+    p.add_argument("--data-dir", default="runs/data", help="prepared datasets (runs on deepmath / polaris)")
+    p.add_argument("--engine", choices=ENGINES, default="transformers",
+                   help="rollout engine: transformers (CPU or GPU) or vllm (GPU, experimental)")
+    p.add_argument("--device", default="cpu", help="torch device of the policy: cpu or cuda")
+    p.add_argument("--backend", choices=("local", "verl"), default="local",
+                   help="local: the loop of `pilot-commit train` (default); verl: the verl recipe on a Ray cluster "
+                        "(GPU nodes, experimental)")
+    p.add_argument("--nnodes", type=int, default=1, help="verl backend: GPU nodes of the Ray cluster")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="verl backend: GPUs per node")
+    p.add_argument("--recipe-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="verl backend: Hydra override of the recipe config (repeatable)")
+    p.set_defaults(func=cmd_train_segment)

@@ -1,0 +1,248 @@
+"""Allocator <-> verl ``DataProto``: the CPU-testable half of the verl recipe (:mod:`.verl_recipe`).
+
+The recipe's generation rounds come from OUR allocator (:mod:`pc_pipelines.allocation`, the same module the CPU
+loop uses); this module translates between its vocabulary (engine calls of ``(prompt id, n, stage)`` requests,
+rollout ids, rewards, trained groups) and verl's batches:
+
+* :func:`round_batch`: ONE engine call (a round: PC's commit requests from the replay buffer and pilot requests
+  for fresh prompts together) -> one generation ``DataProto`` for ONE ``generate_sequences`` call of verl 0.9's
+  agent-loop rollout manager. Each request is expanded into ``n`` rows (verl 0.9's agent loop generates one
+  sequence per row, so per-request ``n`` costs nothing); every row carries its rollout id, request index and stage.
+  The batch allows uneven chunks (``_verl_auto_padding``), so no rollout is wasted on padding to the number of
+  agent-loop workers (the paper's 0.5-era recipe instead trimmed the commit batch to a multiple of the GPU count).
+* :func:`split_by_request`: the generated batch back into one ``DataProto`` per request, by rollout id (whatever
+  order the workers returned them in).
+* :func:`decode_responses` + a grader -> one reward per rollout -> :func:`feedback`: the per-request reward arrays
+  ``StepSession.observe`` takes.
+* :class:`PayloadStore`: the generated rows by rollout id (the allocator holds ids only, DESIGN.md section 3):
+  a PC pilot generated at step t is trained at step t' <= t + d from here.
+* :func:`training_batch`: the step's trained groups -> one training ``DataProto``: every row of a group (for PC
+  the prompt's pilot rows plus its commit rows) shares one ``uid``, so verl's GRPO advantage
+  (``compute_grpo_outcome_advantage``, grouping by ``uid``) normalizes exactly the allocator's groups; the reward
+  sits on the last response token (``token_level_scores``), as verl's rule-based reward managers put it.
+* :func:`step_metrics`: the allocator's ledger as ``pc/...`` metrics for verl's tracker.
+
+Departure from the paper's recipe: old log-probs are recomputed by the trainer for the whole batch (as the recipe
+does), so lagged pilot rows need no stored log-probs; rewards are binary 1/0 with overlong = 0 (DESIGN.md section 3).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..allocation import EngineCall, StepOutcome
+
+ROLLOUT_ID = "pc_rollout_id"
+REQUEST = "pc_request"
+STAGE = "pc_stage"
+PROMPT_ID = "pc_prompt_id"
+UID = "uid"
+AUTO_PADDING = "_verl_auto_padding"  # verl.protocol.DataProtoConfig.auto_padding_key: uneven chunks allowed
+
+
+class BatchError(RuntimeError):
+    """A batch does not match what the allocator asked for; the message says what to fix."""
+
+
+def prompt_row(prompt_id: int, prompt: str, gold: str, data_source: str = "pc_pipelines") -> dict[str, Any]:
+    """One prompt as verl 0.9's RL dataset presents it to the agent loop: chat ``raw_prompt`` (the prompt is
+    already templated), ``reward_model.ground_truth``, ``data_source``, ``index``."""
+    return {
+        "raw_prompt": [{"role": "user", "content": prompt}],
+        "reward_model": {"style": "rule", "ground_truth": gold},
+        "data_source": data_source,
+        "extra_info": {"prompt_id": int(prompt_id)},
+        "index": int(prompt_id),
+    }
+
+
+@dataclass(frozen=True)
+class RoundLayout:
+    """Where each request of an engine call sits in its generation batch (rows ``offsets[i] .. + counts[i]``)."""
+
+    call: EngineCall
+    offsets: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def rollout_ids(self) -> np.ndarray:
+        return np.concatenate([np.arange(s, s + n, dtype=np.int64)
+                               for s, n in zip(self.call.rollout_starts.tolist(), self.call.n.tolist())]) \
+            if len(self.call) else np.zeros(0, np.int64)
+
+
+def round_batch(call: EngineCall, row_of: Callable[[int], Mapping[str, Any]]) -> tuple[Any, RoundLayout]:
+    """The generation batch of one engine call: request ``i`` expanded into ``call.n[i]`` rows of ``row_of(prompt)``
+    in request order. Returns the ``DataProto`` and its :class:`RoundLayout`."""
+    from verl import DataProto
+
+    counts = call.n.astype(np.int64)
+    if len(call) == 0 or int(counts.sum()) == 0:
+        raise BatchError(f"engine call {call.index} of step {call.step} asks for no rollouts: nothing to generate.")
+    offsets = np.zeros(len(call), np.int64)
+    np.cumsum(counts[:-1], out=offsets[1:])
+    owner = np.repeat(np.arange(len(call)), counts)
+    rows = [dict(row_of(p)) for p in call.prompt_ids.tolist()]
+    keys = sorted({k for r in rows for k in r})
+    missing = [(i, k) for i, r in enumerate(rows) for k in keys if k not in r]
+    if missing:
+        i, k = missing[0]
+        raise BatchError(f"prompt {int(call.prompt_ids[i])} has no {k!r} while other prompts do. Fix: give every "
+                         "prompt row the same keys (see prompt_row).")
+    non_tensors: dict[str, np.ndarray] = {}
+    for k in keys:
+        col = np.empty(len(call), dtype=object)
+        col[:] = [r[k] for r in rows]
+        non_tensors[k] = col[owner]
+    starts = call.rollout_starts.astype(np.int64)
+    non_tensors[ROLLOUT_ID] = (starts[owner] + (np.arange(len(owner)) - offsets[owner])).astype(np.int64)
+    non_tensors[REQUEST] = owner.astype(np.int64)
+    non_tensors[STAGE] = call.stages.astype(np.int8)[owner]
+    non_tensors[PROMPT_ID] = call.prompt_ids.astype(np.int64)[owner]
+    non_tensors[UID] = np.array([f"s{call.step}-c{call.index}-r{i}" for i in owner.tolist()], dtype=object)
+    batch = DataProto.from_dict(
+        tensors={"dummy_tensor": torch.zeros((len(owner), 1), dtype=torch.uint8)},
+        non_tensors=non_tensors,
+        meta_info={AUTO_PADDING: True, "global_steps": call.step, "pc_call": call.index},
+    )
+    return batch, RoundLayout(call, offsets, counts)
+
+
+def split_by_request(output, layout: RoundLayout) -> list:
+    """The generated batch as one ``DataProto`` per request of the call, rows in rollout-id order. Raises when the
+    output's rollout ids are not exactly those the call asked for."""
+    if ROLLOUT_ID not in output.non_tensor_batch:
+        raise BatchError(f"the generated batch has no {ROLLOUT_ID!r} column. Fix: generate from round_batch's batch "
+                         "(the agent loop passes its non-tensor columns through).")
+    ids = np.asarray(output.non_tensor_batch[ROLLOUT_ID], dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    want = layout.rollout_ids
+    if ids.shape[0] != want.shape[0] or not np.array_equal(ids[order], np.sort(want)):
+        raise BatchError(f"engine call {layout.call.index} of step {layout.call.step} asked for {want.shape[0]} "
+                         f"rollouts; {ids.shape[0]} came back with other rollout ids. Fix: the engine must return "
+                         "exactly one row per requested row (drop any padding rows before splitting).")
+    if not np.array_equal(order, np.arange(order.shape[0])):
+        output = output.select_idxs(order)
+    return [output.slice(int(o), int(o + c)) for o, c in zip(layout.offsets.tolist(), layout.counts.tolist())]
+
+
+def response_lengths(batch) -> np.ndarray:
+    """Valid response tokens per row (``response_mask`` if present, else the response part of the attention mask)."""
+    if "response_mask" in batch.batch.keys():
+        return batch.batch["response_mask"].sum(-1).cpu().numpy().astype(np.int64)
+    width = batch.batch["responses"].shape[-1]
+    return batch.batch["attention_mask"][:, -width:].sum(-1).cpu().numpy().astype(np.int64)
+
+
+def decode_responses(batch, decode: Callable[[list[int]], str], eos_id: int | None) -> tuple[list[str], list[bool]]:
+    """Response texts and truncation flags: a response that fills the width without an end token was cut
+    (overlong, scored ``overlong_reward``)."""
+    responses = batch.batch["responses"].cpu()
+    lengths = response_lengths(batch)
+    width = responses.shape[-1]
+    texts, truncated = [], []
+    for row, n in zip(responses.tolist(), lengths.tolist()):
+        toks = row[:n]
+        texts.append(decode(toks))
+        truncated.append(n >= width and (eos_id is None or not toks or toks[-1] != eos_id))
+    return texts, truncated
+
+
+def feedback(layout: RoundLayout, rewards: Sequence[float] | np.ndarray) -> list[np.ndarray]:
+    """Flat rewards in request-row order -> one array per request, as ``StepSession.observe`` takes them."""
+    flat = np.asarray(rewards, dtype=np.float64)
+    if flat.shape[0] != int(layout.counts.sum()):
+        raise BatchError(f"{flat.shape[0]} rewards for {int(layout.counts.sum())} rollouts. Fix: one reward per row.")
+    return [flat[o : o + c] for o, c in zip(layout.offsets.tolist(), layout.counts.tolist())]
+
+
+def token_level_scores(rewards: np.ndarray, response_mask: torch.Tensor) -> torch.Tensor:
+    """[rows, response width] zeros with each row's reward on its last valid response token (token 0 for an empty
+    response), as verl's rule-based reward managers place outcome rewards."""
+    scores = torch.zeros(response_mask.shape, dtype=torch.float32)
+    last = (response_mask.sum(-1).long() - 1).clamp(min=0)
+    scores[torch.arange(scores.shape[0]), last] = torch.as_tensor(np.asarray(rewards), dtype=torch.float32)
+    return scores
+
+
+class PayloadStore:
+    """Generated rows by rollout id, one ``DataProto`` per request (the allocator's spans map onto requests)."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._parts: dict[int, Any] = {}
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self._parts.values())
+
+    def put(self, parts: Sequence, layout: RoundLayout) -> None:
+        for start, part in zip(layout.call.rollout_starts.tolist(), parts):
+            if start not in self._parts:
+                bisect.insort(self._starts, start)
+            self._parts[start] = part
+
+    def rows(self, start: int, count: int):
+        i = bisect.bisect_right(self._starts, start) - 1
+        if i < 0:
+            raise BatchError(f"rollouts {start}..{start + count - 1} were never stored. Fix: put every generated "
+                             "request into the payload store before training on it.")
+        base = self._starts[i]
+        part = self._parts[base]
+        if start - base + count > len(part):
+            raise BatchError(f"rollouts {start}..{start + count - 1} run past the stored request at {base}.")
+        return part.slice(start - base, start - base + count)
+
+    def keep_only(self, live: np.ndarray) -> None:
+        """Drop every request none of whose rollouts is live (the allocator's ``live_rollout_ids``)."""
+        live = np.sort(np.asarray(live, dtype=np.int64))
+        for start in list(self._starts):
+            n = len(self._parts[start])
+            lo = np.searchsorted(live, start)
+            if lo >= live.shape[0] or live[lo] >= start + n:
+                del self._parts[start]
+                self._starts.remove(start)
+
+
+def group_uid(step: int, prompt_id: int) -> str:
+    """The GRPO group id of a trained group: a prompt is trained at most once per step."""
+    return f"s{step}-p{prompt_id}"
+
+
+def training_batch(outcome: StepOutcome, payloads: PayloadStore):
+    """The step's training ``DataProto``: per trained group, its rows (pilot spans first), one shared ``uid``,
+    ``token_level_scores`` / ``token_level_rewards`` from the allocator's rewards, ``response_mask``; None when the
+    step trains no group (shortfall with nothing kept: no update, the step still counts)."""
+    from verl import DataProto
+
+    parts = []
+    for g in outcome.groups:
+        rows = DataProto.concat([payloads.rows(s, c) for s, c in g.spans])
+        rows.non_tensor_batch[UID] = np.array([group_uid(outcome.step, g.prompt_id)] * len(rows), dtype=object)
+        parts.append(rows)
+    if not parts:
+        return None
+    batch = DataProto.concat(parts)
+    rewards = np.concatenate([g.rewards for g in outcome.groups])
+    if "response_mask" not in batch.batch.keys():
+        width = batch.batch["responses"].shape[-1]
+        batch.batch["response_mask"] = batch.batch["attention_mask"][:, -width:]
+    scores = token_level_scores(rewards, batch.batch["response_mask"])
+    batch.batch["token_level_scores"] = scores
+    batch.batch["token_level_rewards"] = scores.clone()
+    batch.meta_info.pop(AUTO_PADDING, None)
+    batch.meta_info["global_steps"] = outcome.step
+    return batch
+
+
+def step_metrics(outcome: StepOutcome, cumulative_sampled: int) -> dict[str, float]:
+    """The allocator's ledger of the step as ``pc/<name>`` metrics (numbers only), for verl's ``Tracking``."""
+    led = outcome.ledger.to_dict()
+    led.pop("lags", None)
+    out = {f"pc/{k}": float(v) for k, v in led.items() if isinstance(v, (int, float, bool, np.integer, np.floating))}
+    out["pc/cumulative_sampled_rollouts"] = float(cumulative_sampled)
+    return out

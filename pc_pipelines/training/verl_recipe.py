@@ -1,0 +1,299 @@
+"""The scale path's trainer: Pilot-Commit on verl 0.9's ``RayPPOTrainer`` with vLLM rollouts and FSDP updates.
+
+**Experimental**: everything that needs Ray workers and GPUs (:func:`trainer_class`, :func:`run_segment_verl`) has
+not run on a GPU cluster yet. What runs on CPU is tested: the config (:func:`compose_recipe_config`,
+:class:`PCSettings`, :func:`run_overrides`) and every batch translation (:mod:`.verl_batch`).
+
+Design. The paper's recipe (verl 0.5 era) copied ``RayPPOTrainer.fit`` (~500 lines) and called the synchronous
+``actor_rollout_wg.generate_sequences``, which verl 0.9 removed (vLLM now runs as async servers behind the
+agent-loop manager). This trainer is a thin subclass instead:
+
+* generation rounds come from OUR :class:`~pc_pipelines.allocation.Allocator` (the module the CPU loop uses): each
+  engine call it emits (PC: buffer commits + fresh pilots) is ONE ``self.async_rollout_manager.generate_sequences``
+  call, built and split by :mod:`.verl_batch`; rewards are graded in the driver with the same
+  :class:`~pc_pipelines.rewards.MathGrader` as the CPU path and fed back with ``session.observe``;
+* the replicas are put to sleep once per step, after the step's LAST round (sleeping between rounds would leave the
+  async vLLM servers unable to serve the next round), and woken by the weight update after training;
+* the training batch (one ``uid`` per trained group) goes through verl's own pieces: ``compute_response_mask``,
+  ``_balance_batch``, ``_compute_old_log_prob`` (recomputed for the whole batch, lagged pilots included, as the
+  paper's recipe does), ``compute_advantage`` (GRPO over ``uid``), ``_update_actor``, the weight sync;
+* every step's rows go to the store exactly as the CPU loop writes them (``step_tables``), so SQL, the reports and
+  Dagster see both paths alike.
+
+Departures from the paper's recipe: no commit-batch trimming to the GPU count (verl's uneven chunking instead);
+binary 1/0 rewards with overlong = 0 instead of the 1.5B script's +/-1 with an overlong penalty (DESIGN.md
+section 3); the stream, band, eviction and lag rules are the allocator's (tested on CPU), not a re-implementation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from ..allocation import AllocatorConfig, ConfigError, field_error
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+    from ..loop import SegmentResult, StepRecord, TrainingRun
+    from ..store import Store
+
+log = logging.getLogger(__name__)
+
+CONFIG_MODULE = "pc_pipelines.training.config"
+CONFIG_NAME = "pc_recipe"
+
+
+def compose_recipe_config(overrides: Sequence[str] = ()):
+    """The recipe's Hydra config (``config/pc_recipe.yaml`` on verl's ``ppo_trainer``) with ``overrides``."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_module(CONFIG_MODULE, version_base=None):
+        return compose(CONFIG_NAME, overrides=list(overrides))
+
+
+@dataclass(frozen=True)
+class PCSettings:
+    """The allocation settings the recipe reads from its config, checked against verl's batch settings."""
+
+    train_batch: int
+    """b_t: prompts per training step (``data.train_batch_size``)."""
+    ppo_minibatch: int
+    """Prompts per PPO minibatch (``actor_rollout_ref.actor.ppo_mini_batch_size``); must divide b_t."""
+    n_pilot: int
+    """Pilot rollouts per fresh prompt (``pc.n_pilot``)."""
+    n_commit: int
+    """Commit rollouts per buffered prompt (``pc.n_commit``); a trained group has n_pilot + n_commit rows."""
+    oversample: float
+    """b_g / b_t (``pc.oversample``)."""
+    p_lower: float
+    """Keep band lower bound on the pilot pass rate."""
+    p_upper: float
+    """Keep band upper bound."""
+    p_solve: float
+    """Pass rate at which a prompt is evicted from later epochs."""
+    max_age: int
+    """d: the largest lag (steps) between a pilot and its commit."""
+    max_rounds: int
+    """Generation rounds per step before a shortfall (>= 2 for PC)."""
+    binding: bool
+    """One engine call per round (pilots and commits together)."""
+    selection: str
+    """Replay-buffer selection order."""
+    data_parallel: int
+    """GPUs the actor trains on (``trainer.nnodes * trainer.n_gpus_per_node``)."""
+
+    def __post_init__(self) -> None:
+        for name in ("train_batch", "ppo_minibatch", "n_pilot", "n_commit", "max_age", "data_parallel"):
+            if getattr(self, name) < 1:
+                raise field_error(self, name, "must be >= 1", f"set {name} to a positive count")
+        if self.train_batch % self.ppo_minibatch:
+            raise field_error(self, "ppo_minibatch", f"does not divide train_batch={self.train_batch}",
+                              "use a divisor of data.train_batch_size (paper: 128 / 32)")
+        n = self.n_pilot + self.n_commit
+        if n % self.data_parallel:
+            raise field_error(self, "n_commit", f"n_pilot + n_commit = {n} is not a multiple of the "
+                              f"{self.data_parallel} training GPUs (verl splits the batch evenly across them)",
+                              "pick a pc.setting whose n is a multiple of trainer.nnodes * trainer.n_gpus_per_node")
+        if self.max_rounds < 2:
+            raise field_error(self, "max_rounds", "must be >= 2 for PC (step 0 pilots, then commits)", "use 10")
+
+    @classmethod
+    def from_config(cls, cfg) -> "PCSettings":
+        pc = cfg.pc
+        return cls(
+            train_batch=int(cfg.data.train_batch_size), ppo_minibatch=int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size),
+            n_pilot=int(pc.n_pilot), n_commit=int(pc.n_commit), oversample=float(pc.oversample),
+            p_lower=float(pc.p_lower), p_upper=float(pc.p_upper), p_solve=float(pc.p_solve), max_age=int(pc.max_age),
+            max_rounds=int(pc.max_rounds), binding=bool(pc.binding), selection=str(pc.selection),
+            data_parallel=int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node),
+        )
+
+    def allocator_config(self, seed: int) -> AllocatorConfig:
+        """The allocator these settings describe (the band and its rules are validated there too)."""
+        return AllocatorConfig(method="pc", train_batch=self.train_batch, n=self.n_pilot + self.n_commit,
+                               n_pilot=self.n_pilot, oversample=self.oversample, p_lower=self.p_lower,
+                               p_upper=self.p_upper, p_solve=self.p_solve, max_age=self.max_age,
+                               max_rounds=self.max_rounds, binding=self.binding, selection=self.selection, seed=seed)
+
+
+def run_overrides(config: "RunConfig", policy_path: str | Path | None = None, nnodes: int | None = None,
+                  gpus_per_node: int | None = None) -> list[str]:
+    """Hydra overrides that make the recipe train exactly the run's resolved config (allocator + PPO settings),
+    so the store's ``runs.config_json`` stays the one record of a run. Methods other than PC keep verl's own
+    ``rollout.n`` (n) and the allocator decides the requests all the same."""
+    a, t = config.allocator, config.training
+    n_pilot = a.pilot_n if a.method == "pc" else 0
+    out = [
+        f"data.train_batch_size={a.train_batch}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={t.ppo_minibatch}",
+        f"actor_rollout_ref.actor.clip_ratio_low={t.clip_low}",
+        f"actor_rollout_ref.actor.clip_ratio_high={t.clip_high}",
+        f"actor_rollout_ref.actor.clip_ratio_c={t.dual_clip_c}",
+        f"actor_rollout_ref.actor.use_kl_loss={str(t.kl_coef > 0).lower()}",
+        f"actor_rollout_ref.actor.kl_loss_coef={t.kl_coef}",
+        f"actor_rollout_ref.actor.grad_clip={t.grad_clip}",
+        f"actor_rollout_ref.actor.loss_agg_mode={t.loss_agg_mode}",
+        f"actor_rollout_ref.actor.optim.lr={t.lr}",
+        f"actor_rollout_ref.actor.optim.lr_warmup_steps={t.warmup_steps}",
+        f"actor_rollout_ref.actor.optim.weight_decay={t.weight_decay}",
+        f"actor_rollout_ref.rollout.temperature={t.temperature}",
+        f"actor_rollout_ref.rollout.top_p={t.top_p}",
+        f"data.max_response_length={t.max_response_length}",
+        f"+pc.settings.run={{n_pilot: {n_pilot}, n_commit: {a.n - n_pilot}}}",
+        "pc.setting=run",
+        f"pc.oversample={a.oversample}", f"pc.p_lower={a.p_lower}", f"pc.p_upper={a.p_upper}",
+        f"pc.p_solve={a.p_solve}", f"pc.max_age={a.max_age}", f"pc.max_rounds={a.max_rounds}",
+        f"pc.binding={str(a.binding).lower()}", f"pc.selection={a.selection}",
+    ]
+    if policy_path is not None:
+        out.append(f"actor_rollout_ref.model.path={policy_path}")
+    if nnodes is not None:
+        out.append(f"trainer.nnodes={nnodes}")
+    if gpus_per_node is not None:
+        out.append(f"trainer.n_gpus_per_node={gpus_per_node}")
+    return out
+
+
+def null_score(data_source, solution_str, ground_truth, extra_info=None) -> float:
+    """verl's reward hook for the agent loop: the recipe grades in the driver (overlong needs the finish reason,
+    which a score function does not see), so the workers score nothing."""
+    return 0.0
+
+
+# ---- experimental: needs Ray workers and GPUs ---------------------------------------------------------------------
+def trainer_class():
+    """``PCRayTrainer``, a :class:`verl.trainer.ppo.ray_trainer.RayPPOTrainer` whose steps come from the allocator.
+    Experimental: built lazily (importing verl's Ray trainer pulls in Ray and its workers)."""
+    import torch
+    from verl.trainer.ppo.ray_trainer import AdvantageEstimator, RayPPOTrainer, compute_advantage, compute_response_mask
+    from verl.utils.metric import reduce_metrics
+
+    from . import verl_batch as vb
+
+    class PCRayTrainer(RayPPOTrainer):
+        """Experimental. Call :meth:`pc_setup` after ``init_workers``, then :meth:`pc_step` once per step."""
+
+        def pc_setup(self, allocator, task, grader) -> None:
+            self.pc_allocator, self.pc_task, self.pc_grader = allocator, task, grader
+            self.pc_payloads = vb.PayloadStore()
+            self.pc_rows = [vb.prompt_row(i, p, g) for i, (p, g) in enumerate(zip(task.prompts, task.golds))]
+
+        def _pc_generate(self, call) -> list[np.ndarray]:
+            gen, layout = vb.round_batch(call, self.pc_rows.__getitem__)
+            out = self.async_rollout_manager.generate_sequences(gen)
+            out.meta_info.pop("timing", None)
+            parts = vb.split_by_request(out, layout)
+            self.pc_payloads.put(parts, layout)
+            flat = type(out).concat(parts)
+            decode = lambda toks: self.tokenizer.decode(toks, skip_special_tokens=True)  # noqa: E731
+            texts, truncated = vb.decode_responses(flat, decode, self.tokenizer.eos_token_id)
+            golds = [self.pc_task.golds[p] for p in flat.non_tensor_batch[vb.PROMPT_ID].tolist()]
+            return vb.feedback(layout, self.pc_grader.rewards(texts, golds, truncated))
+
+        def pc_step(self) -> tuple[Any, dict[str, float]]:
+            """One training step: the allocator's rounds, then one PPO update on its trained groups."""
+            t0 = time.perf_counter()
+            session = self.pc_allocator.begin_step()
+            try:
+                while (call := session.next_call()) is not None:
+                    session.observe(self._pc_generate(call))
+                outcome = session.finish()
+            except BaseException:
+                self.pc_allocator.abort_step()
+                raise
+            self.checkpoint_manager.sleep_replicas()  # after the step's last round only
+            metrics: dict[str, float] = {"timing_s/gen": time.perf_counter() - t0}
+            batch = vb.training_batch(outcome, self.pc_payloads)
+            if batch is not None:
+                batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+                if "response_mask" not in batch.batch.keys():
+                    batch.batch["response_mask"] = compute_response_mask(batch)
+                if self.config.trainer.balance_batch:
+                    self._balance_batch(batch, metrics=metrics)
+                batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
+                old_log_prob, _ = self._compute_old_log_prob(batch)
+                old_log_prob.batch.pop("entropys", None)
+                batch = batch.union(old_log_prob)
+                batch = compute_advantage(batch, adv_estimator=AdvantageEstimator.GRPO,
+                                          norm_adv_by_std_in_grpo=self.config.algorithm.norm_adv_by_std_in_grpo,
+                                          config=self.config.algorithm)
+                actor_output = self._update_actor(batch)
+                metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
+            self.checkpoint_manager.update_weights(self.global_steps)
+            self.pc_payloads.keep_only(self.pc_allocator.live_rollout_ids())
+            self.global_steps += 1
+            return outcome, metrics
+
+    return PCRayTrainer
+
+
+def run_segment_verl(run: "TrainingRun", store: "Store", from_step: int | None, until_step: int,
+                     on_step: Callable[["StepRecord"], None] | None = None, nnodes: int = 1, gpus_per_node: int = 8,
+                     overrides: Sequence[str] = ()) -> "SegmentResult":
+    """Experimental: train steps ``.. until_step`` of ``run`` with the verl recipe on the Ray cluster this process
+    is the driver of (a KubeRay RayJob's entrypoint). Resuming mid-run is not supported yet: the allocator state and
+    the buffered pilots' payloads are not checkpointed with verl's checkpoint, so only a run's first segment
+    (``from_step`` -1 or None on a fresh run) can run here."""
+    import ray
+    from verl.trainer.main_ppo_v0 import BaseTaskRunner
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.config import HFModelConfig
+
+    from ..allocation import Allocator
+    from ..loop import LoopError, SegmentResult, StepRecord, latest_checkpoint
+    from ..rewards import MathGrader
+    from ..store import step_tables
+
+    if (from_step is not None and from_step >= 0) or latest_checkpoint(run.checkpoint_dir) is not None:
+        raise LoopError("the verl backend cannot resume a run yet (experimental). Fix: run later segments with the "
+                        "local backend, or start a new run.")
+    cfg = compose_recipe_config([*run_overrides(run.config, run.policy_path, nnodes, gpus_per_node),
+                                 f"trainer.default_local_dir={run.run_dir / 'verl'}",
+                                 f"reward.custom_reward_function.path={Path(__file__).resolve()}",
+                                 "reward.custom_reward_function.name=null_score", *overrides])
+    settings = PCSettings.from_config(cfg)
+    if not ray.is_initialized():
+        ray.init(address="auto")
+    runner = BaseTaskRunner()
+    _, group_cls = runner.add_actor_rollout_worker(cfg)
+    runner.add_reward_model_resource_pool(cfg)
+    model_cfg: HFModelConfig = omega_conf_to_dataclass(cfg.actor_rollout_ref.model)
+    trainer = trainer_class()(config=cfg, tokenizer=model_cfg.tokenizer, role_worker_mapping=runner.role_worker_mapping,
+                              resource_pool_manager=runner.init_resource_pool_mgr(cfg), ray_worker_group_cls=group_cls)
+    trainer.init_workers()
+    allocator = Allocator(settings.allocator_config(run.config.seed) if run.config.method == "pc"
+                          else run.config.allocator, len(run.task.prompts))
+    store.register_run(run.record())
+    records, sampled = [], 0
+    with MathGrader(overlong_reward=run.config.training.overlong_reward) as grader:
+        trainer.pc_setup(allocator, run.task, grader)
+        trainer.global_steps = 1
+        trainer.checkpoint_manager.update_weights(0)
+        while allocator.step <= until_step:
+            outcome, metrics = trainer.pc_step()
+            sampled += outcome.ledger.sampled_rollouts
+            mean_reward = float(np.concatenate([g.rewards for g in outcome.groups]).mean()) if outcome.groups else 0.0
+            loss = metrics.get("actor/pg_loss")
+            store.writer(run.run_id).write_step(outcome.step, step_tables(run.run_id, outcome, allocator, {
+                "loss": loss, "mean_reward": mean_reward, "time_generate_s": metrics.get("timing_s/gen", 0.0)}))
+            rec = StepRecord(step=outcome.step, ledger=outcome.ledger.to_dict(), loss=loss, mean_reward=mean_reward,
+                             reward_std=outcome.ledger.mean_reward_std, cumulative_rollouts=sampled,
+                             timings={"generate": metrics.get("timing_s/gen", 0.0)})
+            records.append(rec)
+            if on_step:
+                on_step(rec)
+        trainer._save_checkpoint()
+    store.compact(run.run_id)
+    return SegmentResult(run_id=run.run_id, first_step=records[0].step if records else 0,
+                         last_step=allocator.step - 1, steps_run=len(records), cumulative_rollouts=sampled,
+                         last_eval_accuracy=None, mean_reward_std=None, checkpoint=run.run_dir / "verl",
+                         tensorboard_dir=run.tensorboard_dir, records=records)
+

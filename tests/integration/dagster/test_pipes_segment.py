@@ -1,0 +1,92 @@
+"""The in-pod entrypoint for real: the ``training_segment`` asset launches ``pilot-commit train-segment`` through
+``dagster.PipesSubprocessClient`` (the same entrypoint a Kubernetes pod or a RayJob runs), on a temporary DuckDB
+store; what the subprocess reports through Dagster Pipes (one custom message per step, the materialization at the
+end) must match what it wrote to the store. Then the same entrypoint runs plainly (no Pipes) for the next segment."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from dagster import DagsterInstance, materialize
+
+from assets.training import start_run, training_segment
+from pc_pipelines.store import Store
+from resources import (
+    DataResource,
+    LocalCheckpointResource,
+    StoreResource,
+    SubprocessComputeResource,
+    TransformersEngineResource,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# Tiny: 4 prompts per step, n=8 as 2+6, 2-step segments, a small held-out split evaluated once per segment.
+TINY = ["allocator.train_batch=4", "allocator.n=8", "allocator.n_pilot=2", "training.ppo_minibatch=2",
+        "training.eval_every=2", "training.eval_samples=1", "task.heldout_per_length=5", "task.num_prompts=200"]
+
+
+def test_train_segment_reports_through_pipes_then_runs_plainly(tmp_path, base_policy):
+    instance = DagsterInstance.ephemeral()
+    res = {
+        "data": DataResource(out_dir=str(tmp_path / "data")),
+        "store": StoreResource(path=str(tmp_path / "pc.duckdb")),
+        "checkpoints": LocalCheckpointResource(root=str(tmp_path / "runs")),
+        "compute": SubprocessComputeResource(),
+        "engine": TransformersEngineResource(),
+    }
+    cfg = {"method": "pc", "overrides": TINY, "segment_steps": 2, "total_steps": 4, "run_name": "pipes-pc",
+           "policy_path": str(base_policy)}
+    assert start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},
+                                        instance=instance, resources=res).success
+
+    out = materialize([training_segment], partition_key="pipes-pc/seg-0000", instance=instance, resources=res)
+    meta = out.asset_materializations_for_node("training_segment")[0].metadata
+    store = Store(tmp_path / "pc.duckdb")
+    rows = store.query("SELECT step, sampled_rollouts, trained_rollouts, pilot_rollouts, commit_rollouts, rounds, "
+                       "loss FROM steps WHERE run_id = 'pipes-pc' ORDER BY step")
+    assert [r["step"] for r in rows] == [0, 1]
+
+    # Per step, what the subprocess reported through Pipes is what it wrote to the store.
+    reported = meta["pipes_steps"].value
+    assert [r["step"] for r in reported] == [0, 1]
+    for got, row in zip(reported, rows):
+        for key in ("sampled_rollouts", "trained_rollouts", "pilot_rollouts", "commit_rollouts", "rounds"):
+            assert got[key] == row[key], key
+        assert got["sampled_rollouts"] == got["pilot_rollouts"] + got["commit_rollouts"]
+        assert got["loss"] == pytest.approx(row["loss"])
+    assert rows[0]["rounds"] >= 2  # PC step 0 starts with an empty buffer: a pilot round, then a commit round
+    assert reported[-1]["cumulative_rollouts"] == sum(r["sampled_rollouts"] for r in rows)
+
+    # The final materialization the subprocess reported, and the asset's own view of the store, agree.
+    assert meta["steps_run"].value == 2 and meta["steps"].value == "0..1"
+    assert meta["first_step"].value == 0 and meta["last_step"].value == 1
+    assert meta["cumulative_rollouts"].value == sum(r["sampled_rollouts"] for r in rows)
+    assert meta["reported/segment_rollouts"].value == meta["segment_rollouts"].value
+    assert meta["reported/checkpoint"].value.endswith("pipes-pc/checkpoints/step-00000001")
+    ev = store.query("SELECT avg(accuracy) AS a FROM eval_results WHERE run_id = 'pipes-pc' AND step = 1")[0]["a"]
+    assert meta["eval_accuracy"].value == pytest.approx(ev)
+    seg = store.segments("pipes-pc")[0]
+    assert seg["status"] == "done" and seg["cumulative_rollouts"] == meta["cumulative_rollouts"].value
+    # The subprocess's Pipes log lines reached the Dagster event log.
+    logs = [e.message for e in instance.all_logs(out.run_id) if e.message]
+    assert any(m.startswith("step 1: rollouts") for m in logs)
+
+    # Run by hand (no Pipes): the same entrypoint trains the next segment and prints JSON lines.
+    r = subprocess.run([sys.executable, "-m", "pc_pipelines.cli", "train-segment", "--store", str(tmp_path / "pc.duckdb"),
+                        "--run-id", "pipes-pc", "--runs-root", str(tmp_path / "runs"), "--from-step", "1",
+                        "--until-step", "2"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [x["step"] for x in lines[:-1]] == [2] and lines[-1]["segment"] is True
+    assert lines[-1]["steps_run"] == 1 and lines[-1]["last_step"] == 2
+    total = store.query("SELECT sum(sampled_rollouts) AS s FROM steps WHERE run_id = 'pipes-pc'")[0]["s"]
+    assert lines[-1]["cumulative_rollouts"] == total == lines[0]["cumulative_rollouts"]
+
+
+def test_train_segment_without_a_registered_run_exits_2_with_a_fix(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "pc_pipelines.cli", "train-segment", "--store", str(tmp_path / "none.duckdb"),
+                        "--run-id", "x", "--runs-root", str(tmp_path), "--until-step", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Fix:" in r.stderr

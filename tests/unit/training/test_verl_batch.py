@@ -1,0 +1,144 @@
+"""The CPU half of the verl recipe, with real verl ``DataProto``s and the real allocator: a PC round's pilot and
+commit requests go to ONE generation batch, come back split by request, rewards flow back as allocator feedback,
+and the trained groups (pilot rows + commit rows) share a ``uid`` so verl's GRPO advantage normalizes exactly them.
+
+The engine here is a fake (this file tests the code that talks to verl's rollout manager, not an engine): it
+answers each row with a deterministic right or wrong ``\\boxed{}`` answer, in shuffled row order, shaped like verl
+0.9's agent-loop output (left-padded prompts, right-padded responses, masks)."""
+
+import numpy as np
+import pytest
+import torch
+from verl import DataProto
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+from pc_pipelines.allocation import Allocator, AllocatorConfig, Stage
+from pc_pipelines.rewards import MathGrader
+from pc_pipelines.training.verl_batch import (
+    PROMPT_ID,
+    ROLLOUT_ID,
+    STAGE,
+    UID,
+    BatchError,
+    PayloadStore,
+    decode_responses,
+    feedback,
+    prompt_row,
+    round_batch,
+    split_by_request,
+    step_metrics,
+    training_batch,
+)
+
+EOS, PAD, P_WIDTH, R_WIDTH = 1, 0, 6, 16
+GOLDS = [str(10 + p) for p in range(40)]
+ROWS = [prompt_row(p, f"What is {p} + 10?", GOLDS[p]) for p in range(40)]
+
+
+def decode(tokens):
+    return "".join(chr(t) for t in tokens if t > EOS)
+
+
+def fake_generate(gen: DataProto, rng: np.random.Generator) -> DataProto:
+    """One row per input row: right iff (rollout id + prompt id) % 3 == 0; every 11th rollout runs out of room."""
+    ids = gen.non_tensor_batch[ROLLOUT_ID]
+    prompts = gen.non_tensor_batch[PROMPT_ID]
+    n = len(gen)
+    responses = torch.full((n, R_WIDTH), PAD, dtype=torch.long)
+    rmask = torch.zeros((n, R_WIDTH), dtype=torch.long)
+    for i, (rid, p) in enumerate(zip(ids.tolist(), prompts.tolist())):
+        answer = GOLDS[p] if (rid + p) % 3 == 0 else "0"
+        toks = [ord(c) for c in f"\\boxed{{{answer}}}"] + [EOS]
+        if rid % 11 == 0:
+            toks = [ord("x")] * R_WIDTH  # cut at the width, no end token: overlong
+        responses[i, : len(toks)] = torch.tensor(toks)
+        rmask[i, : len(toks)] = 1
+    prompt_ids = torch.randint(2, 100, (n, P_WIDTH))
+    attn = torch.cat([torch.ones((n, P_WIDTH), dtype=torch.long), rmask], dim=1)
+    out = DataProto.from_dict(
+        tensors={"prompts": prompt_ids, "responses": responses, "response_mask": rmask, "attention_mask": attn,
+                 "input_ids": torch.cat([prompt_ids, responses], dim=1)},
+        non_tensors=dict(gen.non_tensor_batch),
+    )
+    return out.select_idxs(rng.permutation(n))  # workers may return rows in any order
+
+
+def test_rounds_go_to_one_batch_and_trained_groups_share_a_uid():
+    cfg = AllocatorConfig(method="pc", train_batch=4, n=8, n_pilot=4, oversample=2.0, seed=0)
+    alloc = Allocator(cfg, len(ROWS))
+    payloads = PayloadStore()
+    rng = np.random.default_rng(0)
+    mixed_rounds = trained = 0
+    with MathGrader() as grader:
+        for step in range(3):
+            session = alloc.begin_step()
+            generated = 0
+            while (call := session.next_call()) is not None:
+                gen, layout = round_batch(call, ROWS.__getitem__)
+                assert len(gen) == call.total_rollouts
+                stages = set(gen.non_tensor_batch[STAGE].tolist())
+                mixed_rounds += stages == {int(Stage.PILOT), int(Stage.COMMIT)}
+                # uneven chunks for the agent-loop workers: no padding rollouts
+                assert sum(len(c) for c in gen.chunk(3)) == len(gen)
+                parts = split_by_request(fake_generate(gen, rng), layout)
+                for req, part in zip(call, parts):
+                    assert part.non_tensor_batch[ROLLOUT_ID].tolist() == req.rollout_ids.tolist()
+                    assert set(part.non_tensor_batch[PROMPT_ID].tolist()) == {req.prompt_id}
+                    assert part.non_tensor_batch["raw_prompt"][0][0]["content"] == f"What is {req.prompt_id} + 10?"
+                payloads.put(parts, layout)
+                flat = DataProto.concat(parts)
+                texts, truncated = decode_responses(flat, decode, EOS)
+                rewards = grader.rewards(texts, [GOLDS[p] for p in flat.non_tensor_batch[PROMPT_ID]], truncated)
+                expect = [float((r + p) % 3 == 0 and r % 11 != 0) for r, p in
+                          zip(flat.non_tensor_batch[ROLLOUT_ID].tolist(), flat.non_tensor_batch[PROMPT_ID].tolist())]
+                assert list(rewards) == expect
+                session.observe(feedback(layout, rewards))
+                generated += len(gen)
+            outcome = session.finish()
+            if step == 0:
+                assert outcome.ledger.rounds >= 2  # empty buffer: pilots first, commits in a later round
+            metrics = step_metrics(outcome, alloc_total := generated)
+            assert metrics["pc/sampled_rollouts"] == generated == alloc_total
+            batch = training_batch(outcome, payloads)
+            trained += len(outcome.groups)
+            if not outcome.groups:
+                assert batch is None
+                continue
+            assert metrics["pc/trained_rollouts"] == len(batch)
+            uids = batch.non_tensor_batch[UID]
+            assert len(set(uids.tolist())) == len(outcome.groups)
+            scores = batch.batch["token_level_scores"].sum(-1).numpy()
+            for g in outcome.groups:
+                rows = np.flatnonzero(uids == f"s{step}-p{g.prompt_id}")
+                assert rows.shape[0] == cfg.n == g.n_pilot + g.n_commit  # one GRPO group: pilots + commits
+                assert batch.non_tensor_batch[ROLLOUT_ID][rows].tolist() == g.rollout_ids.tolist()
+                assert (batch.non_tensor_batch[STAGE][rows] == int(Stage.PILOT)).sum() == cfg.n_pilot
+                np.testing.assert_allclose(scores[rows], g.rewards)
+            # verl's GRPO groups by uid: per group (r - mean) / (unbiased std + eps), on every valid token
+            adv, _ = compute_grpo_outcome_advantage(batch.batch["token_level_rewards"], batch.batch["response_mask"],
+                                                    uids)
+            for g in outcome.groups:
+                rows = np.flatnonzero(uids == f"s{step}-p{g.prompt_id}")
+                r = g.rewards
+                want = (r - r.mean()) / (r.std(ddof=1) + 1e-6)
+                last = batch.batch["response_mask"][rows].sum(-1) - 1
+                got = adv[rows][torch.arange(len(rows)), last].double().numpy()
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+            payloads.keep_only(alloc.live_rollout_ids())
+            live = set(alloc.live_rollout_ids().tolist())
+            assert len(payloads) >= len(live)  # buffered pilots stay for a later commit
+            for rid in live:
+                payloads.rows(rid, 1)
+    assert trained >= 8  # the band kept enough pilots to train full batches
+    assert mixed_rounds >= 1  # a round holding both buffer commits and fresh pilots went out as ONE batch
+
+
+def test_split_refuses_a_batch_with_missing_rows():
+    cfg = AllocatorConfig(method="grpo", train_batch=2, n=4, seed=0)
+    call = Allocator(cfg, len(ROWS)).begin_step().next_call()
+    gen, layout = round_batch(call, ROWS.__getitem__)
+    out = fake_generate(gen, np.random.default_rng(1))
+    with pytest.raises(BatchError, match="asked for 8 rollouts; 7 came back"):
+        split_by_request(out.slice(0, 7), layout)
+    with pytest.raises(BatchError, match="one reward per row"):
+        feedback(layout, np.zeros(3))

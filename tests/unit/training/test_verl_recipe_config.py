@@ -1,0 +1,78 @@
+"""The verl recipe's Hydra config: the paper's defaults on verl 0.9's ppo_trainer, the (n_pilot, n_commit)
+settings, the cross-checks against verl's batch settings, and a run's resolved config carried over exactly."""
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from pc_pipelines.allocation import ConfigError
+from pc_pipelines.config import resolve
+from pc_pipelines.training.verl_recipe import PCSettings, compose_recipe_config, run_overrides
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def default():
+    return compose_recipe_config()
+
+
+def with_(cfg, **updates):
+    """A copy of a composed config with dotted-key updates (interpolations re-resolve)."""
+    out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    for key, value in updates.items():
+        OmegaConf.update(out, key.replace("__", "."), value, force_add=False)
+    return out
+
+
+def test_defaults_are_the_papers(default):
+    cfg = default
+    actor = cfg.actor_rollout_ref.actor
+    assert cfg.data.train_batch_size == 128 and actor.ppo_mini_batch_size == 32
+    assert (actor.clip_ratio_low, actor.clip_ratio_high, actor.clip_ratio_c) == (0.2, 0.28, 10.0)
+    assert actor.use_kl_loss is False and cfg.algorithm.use_kl_in_reward is False and actor.kl_loss_coef == 0.0
+    assert actor.optim.lr == pytest.approx(1e-6) and actor.optim.lr_warmup_steps == 10 and actor.optim.weight_decay == 0.1
+    assert actor.loss_agg_mode == "token-mean" and cfg.algorithm.adv_estimator == "grpo"
+    rollout = cfg.actor_rollout_ref.rollout
+    assert rollout.name == "vllm" and rollout.temperature == 1.0 and rollout.top_p == 1.0
+    assert (cfg.pc.n_pilot, cfg.pc.n_commit, rollout.n) == (32, 96, 96)
+    assert (cfg.pc.p_lower, cfg.pc.p_upper, cfg.pc.p_solve, cfg.pc.max_age, cfg.pc.max_rounds) == (0.125, 0.75, 1.0, 4, 10)
+    s = PCSettings.from_config(cfg)
+    assert s.allocator_config(0).sampling_batch == 384 and s.data_parallel == 16
+
+
+@pytest.mark.parametrize("setting, pilot, commit", [("n64", 16, 48), ("n16", 4, 12)])
+def test_settings_pick_the_split(default, setting, pilot, commit):
+    cfg = with_(default, pc__setting=setting)
+    assert (cfg.pc.n_pilot, cfg.pc.n_commit, cfg.actor_rollout_ref.rollout.n) == (pilot, commit, commit)
+    assert PCSettings.from_config(cfg).allocator_config(1).pilot_n == pilot
+
+
+def test_cross_field_errors_say_how_to_fix(default):
+    assert PCSettings.from_config(with_(default, pc__setting="n16")).data_parallel == 16  # 16 rows over 16 GPUs
+    with pytest.raises(ConfigError, match="multiple of the 24 training GPUs.*Fix"):
+        PCSettings.from_config(with_(default, pc__setting="n16", trainer__nnodes=3))
+    with pytest.raises(ConfigError, match="does not divide train_batch=128.*Fix"):
+        PCSettings.from_config(with_(default, actor_rollout_ref__actor__ppo_mini_batch_size=48))
+
+
+def test_a_runs_resolved_config_is_carried_over_exactly():
+    run = resolve("paper-n16", {"allocator.p_upper": 0.9375}, method="pc", seed=3)
+    cfg = compose_recipe_config(run_overrides(run, "/data/models/qwen", nnodes=1, gpus_per_node=8))
+    assert PCSettings.from_config(cfg).allocator_config(3).to_dict() == run.allocator.to_dict()
+    assert cfg.actor_rollout_ref.model.path == "/data/models/qwen" and cfg.trainer.n_gpus_per_node == 8
+    assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(run.training.lr)
+    assert cfg.data.max_response_length == run.training.max_response_length
+
+
+def test_config_is_package_data_and_the_recipe_imports_lazily():
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "*.yaml" in data["pc_pipelines.training.config"]
+    code = ("import sys, pc_pipelines.training.verl_recipe, pc_pipelines.rollout.vllm_engine; "
+            "print(sorted(m for m in ('ray', 'vllm', 'verl.trainer.ppo.ray_trainer') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
