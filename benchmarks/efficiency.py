@@ -37,7 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import machine, write_section  # noqa: E402
 
 from pc_pipelines import study  # noqa: E402
-from pc_pipelines.reports import build_report, write_plots  # noqa: E402
+from pc_pipelines.reports import (  # noqa: E402
+    METHOD_ORDER,
+    build_report,
+    format_ratio,
+    rollouts_to_target_markdown,
+    summary_markdown,
+)
 from pc_pipelines.store import Store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,13 +86,6 @@ def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in ".+-" else "_" for c in name).strip("_")
 
 
-def _rel(p: Path) -> str:
-    try:
-        return str(p.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(p)
-
-
 # ---- primary --------------------------------------------------------------------------------------------------
 def cmd_primary(args: argparse.Namespace) -> int:
     store = Store(args.store)
@@ -94,10 +93,14 @@ def cmd_primary(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     study.run_jobs(jobs, store, args.out, workers=args.workers, cache_dir=args.cache_dir,
                    show_progress=not args.quiet)
-    wall = time.monotonic() - t0
+    return _publish_primary(args, store, jobs, time.monotonic() - t0)
+
+
+def _publish_primary(args: argparse.Namespace, store: Store, jobs, wall_s: float | None) -> int:
+    """Print the primary section and write it into ``--write`` (``wall_s`` None: re-rendered, nothing trained)."""
     cmd = (f"python benchmarks/efficiency.py primary --seeds {' '.join(map(str, args.seeds))} --steps {args.steps} "
            f"--workers {args.workers}")
-    body = primary_section(store, args.img_dir, jobs, cmd, wall)
+    body = primary_section(store, args.img_dir, jobs, cmd, wall_s)
     print(body)
     if args.write:
         write_section(Path(args.write), "efficiency", body)
@@ -108,7 +111,7 @@ def primary_section(store: Store, img_dir: Path, jobs, cmd: str, wall_s: float |
     img_dir = Path(img_dir)
     rep = build_report(store, img_dir, family=FAMILY)
     stats = study.run_stats(store, [j.run_id for j in jobs])
-    ordered = [stats[j.run_id] for j in sorted(jobs, key=lambda j: (j.seed, "gdp".index(j.method[0]))) if j.run_id in stats]
+    ordered = [stats[j.run_id] for j in sorted(jobs, key=lambda j: (j.seed, METHOD_ORDER.index(j.method))) if j.run_id in stats]
     extra = [
         study.plot_per_step(ordered, img_dir / "fill_rate_per_step.png", "fill"),
         study.plot_per_step(ordered, img_dir / "rounds_per_step.png", "rounds"),
@@ -130,14 +133,14 @@ def primary_section(store: Store, img_dir: Path, jobs, cmd: str, wall_s: float |
         "",
         "### Rollouts to target (paper Table 2)",
         "",
-        rep.markdown.split("## Rollouts to target accuracy", 1)[1].split("## Runs per method", 1)[0].strip(),
+        rollouts_to_target_markdown(rep.report).strip(),
         "",
-        f"Median GRPO/PC **{_fmt(fam.get('median_grpo_over_pc'))}**, median DAPO/PC "
-        f"**{_fmt(fam.get('median_dapo_over_pc'))}** (paper: 1.5-1.9x and 2.3-4.0x).",
+        f"Median GRPO/PC **{format_ratio(fam.get('median_grpo_over_pc'))}**, median DAPO/PC "
+        f"**{format_ratio(fam.get('median_dapo_over_pc'))}** (paper: 1.5-1.9x and 2.3-4.0x).",
         "",
         "### Runs per method",
         "",
-        rep.markdown.split("## Runs per method", 1)[1].split("## Plots", 1)[0].strip(),
+        summary_markdown(rep.summary).strip(),
         "",
         "### Per run: fill rate, rounds, eviction, prompts consumed (paper 6.3, 6.4)",
         "",
@@ -161,10 +164,6 @@ def _rel_docs(p: Path) -> str:
         return str(p.resolve().relative_to((ROOT / "docs").resolve()))
     except ValueError:
         return str(p)
-
-
-def _fmt(v) -> str:
-    return "-" if v is None else f"{v:.2f}x"
 
 
 # ---- ablations ------------------------------------------------------------------------------------------------
@@ -246,14 +245,7 @@ def ablation_section(store: Store, name: str, engine: str, variants: dict[str, l
 # ---- report ---------------------------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
     store = Store(args.store)
-    jobs = study.primary_jobs(args.seeds, args.steps, PRESET, FAMILY)
-    cmd = (f"python benchmarks/efficiency.py primary --seeds {' '.join(map(str, args.seeds))} --steps {args.steps} "
-           f"--workers 2")
-    body = primary_section(store, args.img_dir, jobs, cmd, None)
-    print(body)
-    if args.write:
-        write_section(Path(args.write), "efficiency", body)
-    return 0
+    return _publish_primary(args, store, study.primary_jobs(args.seeds, args.steps, PRESET, FAMILY), None)
 
 
 def main(argv: list[str] | None = None) -> int:

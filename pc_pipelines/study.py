@@ -32,12 +32,22 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .reports import RunCurves, format_count, format_ratio, load_curves, method_label
+from .reports import (
+    RunCurves,
+    _new_figure,
+    _save,
+    format_count,
+    format_ratio,
+    load_curves,
+    method_color,
+    method_label,
+)
 from .store import Store
+from .store.catalog import _median
 
 log = logging.getLogger(__name__)
 
@@ -290,11 +300,8 @@ def _nanmean(vals: Sequence[Any]) -> float:
 
 
 def median(vals: Sequence[float | None]) -> float | None:
-    xs = sorted(v for v in vals if v is not None)
-    if not xs:
-        return None
-    m = len(xs) // 2
-    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+    """Median of the values that are not None (None when there are none)."""
+    return _median(sorted(v for v in vals if v is not None))
 
 
 # ---- rollouts to target for any pair of runs ------------------------------------------------------------------
@@ -390,19 +397,8 @@ def versus_markdown(rows: Mapping[str, Sequence[Versus]], stats: Mapping[str, Ru
 # ---- plots -----------------------------------------------------------------------------------------------------
 def plot_per_step(stats: Sequence[RunStats], out: Path, what: str = "fill") -> Path:
     """Fill rate of b_t (``what="fill"``) or generation rounds (``"rounds"``) per step, one line per run."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    from .reports import method_color
-
-    fig = Figure(figsize=(7.5, 4.8), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
     title = "fill rate of b_t per step (trained groups / b_t)" if what == "fill" else "generation rounds per step"
-    ax.set_title(title)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("trained groups / b_t" if what == "fill" else "rounds")
-    ax.grid(True, alpha=0.3)
+    fig, ax = _new_figure(title, "training step", "trained groups / b_t" if what == "fill" else "rounds")
     seen: set[str] = set()
     for s in stats:
         y = s.fill_per_step if what == "fill" else s.rounds_per_step
@@ -415,26 +411,15 @@ def plot_per_step(stats: Sequence[RunStats], out: Path, what: str = "fill") -> P
     if seen:
         ax.legend(loc="best", fontsize="small")
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png")
-    return out
+    return _save(fig, out)
 
 
 def plot_variants(curves: Mapping[str, Sequence[RunCurves]], out: Path, title: str) -> Path:
     """Accuracy vs cumulative sampled rollouts, one colour per variant (name -> its runs), e.g. the band ablation
     with the GRPO and DAPO baselines."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
-    from .reports import method_color
-
-    fig = Figure(figsize=(7.5, 4.8), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    ax.set_title(title)
-    ax.set_xlabel("cumulative sampled rollouts")
-    ax.set_ylabel("mean eval accuracy")
-    ax.grid(True, alpha=0.3)
+    fig, ax = _new_figure(title, "cumulative sampled rollouts", "mean eval accuracy")
     for i, (name, runs) in enumerate(curves.items()):
         key = name.lower() if name.lower() in ("grpo", "dapo", "pc") else f"variant-{i}:{name}"
         for j, c in enumerate(runs):
@@ -444,10 +429,4 @@ def plot_variants(curves: Mapping[str, Sequence[RunCurves]], out: Path, title: s
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
     ax.legend(loc="best", fontsize="small")
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png")
-    return out
-
-
-def as_variant(curve: RunCurves, name: str) -> RunCurves:
-    """A run's curves relabelled as method ``name`` (a plot legend entry)."""
-    return replace(curve, method=name)
+    return _save(fig, out)
