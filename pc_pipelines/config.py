@@ -186,7 +186,13 @@ ALL_SECTIONS = {**SECTIONS, **OPTIONAL_SECTIONS}
 # Fields that never change results: excluded from the config hash.
 NOT_BEHAVIOUR = {"training": ("checkpoint_every", "keep_checkpoints", "keep_every")}
 # Fields added after the config format's first version: hashed only when they differ from their default.
-ADDED_FIELDS = {"training": ("torch_threads", "eval_samples")}
+ADDED_FIELDS = {
+    "training": ("torch_threads", "eval_samples"),
+    "allocator": (
+        "band_strategy", "sampling_strategy", "survival_margin", "pilot_strategy", "pilot_wave",
+        "commit_strategy", "commit_mean", "commit_min", "commit_max",
+    ),
+}
 
 
 def available_presets() -> list[str]:

@@ -9,12 +9,14 @@ from .allocator import Allocator, AllocatorError, CallResult, StepContext, StepS
 from .buffer import SELECTION_STRATEGIES, BufferEntry, ReplayBuffer, SelectionStrategy, register_selection
 from .config import AllocatorConfig, ConfigError, field_error
 from .methods import METHODS, AllocationMethod, get_method, register_method
+from .strategies import STRATEGIES, STRATEGY_KINDS, Strategy, proportional_sizes, register_strategy
 from .stream import PromptStream
 from .types import (
     Decision,
     EngineCall,
     GenerationRequest,
     Observations,
+    Rule,
     Stage,
     StepLedger,
     StepOutcome,
@@ -36,6 +38,12 @@ __all__ = [
     "Observations",
     "PromptStream",
     "ReplayBuffer",
+    "Rule",
+    "STRATEGIES",
+    "STRATEGY_KINDS",
+    "Strategy",
+    "proportional_sizes",
+    "register_strategy",
     "SELECTION_STRATEGIES",
     "SelectionStrategy",
     "Stage",

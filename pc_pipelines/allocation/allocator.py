@@ -32,6 +32,7 @@ from .types import (
     Decision,
     EngineCall,
     Observations,
+    Rule,
     Stage,
     StepLedger,
     StepOutcome,
@@ -181,23 +182,56 @@ class StepContext:
         decision: np.ndarray,
         evicted: np.ndarray | None = None,
         lag: np.ndarray | None = None,
+        rule: Rule | np.ndarray = Rule.NONE,
     ) -> None:
-        """Record one row per request in ``rows`` (columnar) and count the decisions in the ledger."""
+        """Record one row per request in ``rows`` of one call (columnar) and count the decisions."""
         k = rows.shape[0]
         if k == 0:
             return
         call = result.call
+        self.record(
+            prompt_id=call.prompt_ids[rows],
+            call=call,
+            stage=call.stages[rows],
+            n=result.counts[rows],
+            n_correct=result.sum[rows],
+            decision=decision,
+            evicted=evicted,
+            lag=lag,
+            wave=call.waves[rows],
+            rule=rule,
+        )
+
+    def record(
+        self,
+        prompt_id: np.ndarray,
+        call: EngineCall,
+        stage: np.ndarray,
+        n: np.ndarray,
+        n_correct: np.ndarray,
+        decision: np.ndarray,
+        evicted: np.ndarray | None,
+        lag: np.ndarray | None,
+        wave: np.ndarray,
+        rule: Rule | np.ndarray,
+    ) -> None:
+        """Append observation rows (``call`` is the last call the rows' rollouts came from) and count decisions."""
+        k = prompt_id.shape[0]
+        if k == 0:
+            return
         self._obs.append(
             Observations(
-                prompt_id=call.prompt_ids[rows],
+                prompt_id=np.asarray(prompt_id, np.int64),
                 round=np.full(k, call.round, np.int16),
                 call=np.full(k, call.index, np.int16),
-                stage=call.stages[rows],
-                n=result.counts[rows].astype(np.int32),
-                n_correct=result.sum[rows],
+                stage=np.asarray(stage, np.int8),
+                n=np.asarray(n).astype(np.int32),
+                n_correct=np.asarray(n_correct, np.float64),
                 decision=decision.astype(np.int8, copy=False),
                 evicted=np.zeros(k, bool) if evicted is None else evicted,
                 lag=np.zeros(k, np.int32) if lag is None else lag.astype(np.int32),
+                wave=np.asarray(wave).astype(np.int16),
+                rule=np.broadcast_to(np.asarray(rule, np.int8), (k,)).copy(),
             )
         )
         counts = np.bincount(decision, minlength=len(Decision))
@@ -242,8 +276,8 @@ class StepContext:
             self.groups.append(
                 TrainedGroup(
                     prompt_id=e.prompt_id,
-                    spans=((e.rollout_start, e.n), (start, count)),
-                    reward_parts=(e.rewards, result.rewards(i)),
+                    spans=(*e.pilot_spans, (start, count)),
+                    reward_parts=(*e.reward_parts, result.rewards(i)),
                     born=e.born,
                     lag=lag,
                     n_pilot=e.n,
@@ -255,37 +289,49 @@ class StepContext:
         self._gstats.append(pilot + commit)
         self.observe(result, rows, np.full(rows.shape[0], Decision.TRAINED, np.int8), lag=lags)
 
-    def admit(self, result: CallResult, rows: np.ndarray) -> None:
-        """PC: pilot survivors enter the buffer with born = this step and a seeded tie-break."""
+    def admit(self, result: CallResult, rows: np.ndarray, earlier: list[tuple[CallResult, np.ndarray]] = ()) -> None:
+        """PC: pilot survivors enter the buffer with born = this step and a seeded tie-break.
+
+        ``rows`` index the survivors' last pilot wave in ``result``; ``earlier`` holds (result, rows) of their
+        earlier waves, row-aligned with ``rows``, so an entry's pilot is every wave's rollouts, first wave first.
+        """
         if rows.shape[0] == 0:
             return
         alloc = self.allocator
-        call = result.call
+        parts = [*earlier, (result, rows)]
         first_id = alloc.next_entry_id
-        entries = [
-            BufferEntry(
-                entry_id=first_id + j,
-                prompt_id=p,
-                born=self.step,
-                rollout_start=start,
-                rewards=result.rewards(i),
-                std=std,
-                tiebreak=tb,
-                reward_sum=rsum,
-                reward_sq=rsq,
+        tiebreaks = alloc.rng.random(rows.shape[0]).tolist()
+        if len(parts) == 1:
+            n = result.counts[rows]
+            rsum, rsq, std = result.sum[rows], result.sq[rows], result.std[rows]
+        else:
+            n = sum(r.counts[w] for r, w in parts)
+            rsum = sum(r.sum[w] for r, w in parts)
+            rsq = sum(r.sq[w] for r, w in parts)
+            mean = rsum / n
+            std = np.round(np.sqrt(np.maximum(rsq / n - mean**2, 0.0)), 12)  # CallResult.std's formula
+        entries = []
+        for j in range(rows.shape[0]):
+            spans = tuple((int(r.call.rollout_starts[w[j]]), int(r.counts[w[j]])) for r, w in parts)
+            rewards = (
+                result.rewards(int(rows[j]))
+                if len(parts) == 1
+                else np.concatenate([r.rewards(int(w[j])) for r, w in parts])
             )
-            for j, (i, p, start, std, tb, rsum, rsq) in enumerate(
-                zip(
-                    rows.tolist(),
-                    call.prompt_ids[rows].tolist(),
-                    call.rollout_starts[rows].tolist(),
-                    result.std[rows].tolist(),
-                    alloc.rng.random(rows.shape[0]).tolist(),
-                    result.sum[rows].tolist(),
-                    result.sq[rows].tolist(),
+            entries.append(
+                BufferEntry(
+                    entry_id=first_id + j,
+                    prompt_id=int(result.call.prompt_ids[rows[j]]),
+                    born=self.step,
+                    rollout_start=spans[0][0],
+                    rewards=rewards,
+                    std=float(std[j]),
+                    tiebreak=tiebreaks[j],
+                    reward_sum=float(rsum[j]),
+                    reward_sq=float(rsq[j]),
+                    spans=spans if len(parts) > 1 else (),
                 )
             )
-        ]
         alloc.next_entry_id += len(entries)
         alloc.buffer.add(entries)
         self.ledger.buffer_adds += len(entries)
@@ -427,7 +473,9 @@ class Allocator:
         """Rollout ids still referenced (the buffer's pilots): the sidecar may drop every other payload."""
         if not self.buffer.entries:
             return np.zeros(0, np.int64)
-        return np.concatenate([np.arange(e.rollout_start, e.rollout_start + e.n) for e in self.buffer.entries])
+        return np.concatenate(
+            [np.arange(s, s + c) for e in self.buffer.entries for s, c in e.pilot_spans]
+        )
 
     # ---- state -------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

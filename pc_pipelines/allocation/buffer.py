@@ -32,10 +32,25 @@ class BufferEntry:
     tiebreak: float  # seeded uniform draw at admission
     reward_sum: float  # sum and sum of squares of ``rewards``: cached so a paper-scale step stays under 2 ms
     reward_sq: float
+    # Sequential pilots: one (rollout_start, count) per wave, aligned with ``rewards``; empty means the single
+    # span (rollout_start, n) of a one-wave pilot (the paper's case, and the checkpoint format before waves).
+    spans: tuple[tuple[int, int], ...] = ()
 
     @property
     def n(self) -> int:
         return int(self.rewards.shape[0])
+
+    @property
+    def pilot_spans(self) -> tuple[tuple[int, int], ...]:
+        return self.spans or ((self.rollout_start, self.n),)
+
+    @property
+    def reward_parts(self) -> tuple[np.ndarray, ...]:
+        """``rewards`` split along ``pilot_spans`` (views, no copy)."""
+        if not self.spans:
+            return (self.rewards,)
+        cuts = np.cumsum([c for _, c in self.spans])[:-1]
+        return tuple(np.split(self.rewards, cuts))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +64,7 @@ class BufferEntry:
             # Kept verbatim: recomputing them in another summation order changes the last bit of the ledger.
             "reward_sum": self.reward_sum,
             "reward_sq": self.reward_sq,
+            **({"spans": [list(sp) for sp in self.spans]} if self.spans else {}),
         }
 
     @staticmethod
@@ -64,6 +80,7 @@ class BufferEntry:
             tiebreak=float(d["tiebreak"]),
             reward_sum=float(d["reward_sum"]) if "reward_sum" in d else float(rewards.sum()),
             reward_sq=float(d["reward_sq"]) if "reward_sq" in d else float(np.dot(rewards, rewards)),
+            spans=tuple((int(a), int(b)) for a, b in d.get("spans", ())),
         )
 
 

@@ -13,6 +13,12 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 
+def _uses_pilots(method: str) -> bool:
+    from .methods import METHODS
+
+    return METHODS[method].uses_pilots
+
+
 class ConfigError(ValueError):
     """A configuration that cannot work. The message names the field and the fix."""
 
@@ -54,6 +60,26 @@ class AllocatorConfig:
     seed: int = 0
     """Seeds the prompt stream (shared by every method: common random numbers) and the buffer tie-breaks."""
 
+    # ---- beyond the paper (issue 7): PC's strategies, see allocation/strategies.py. Defaults = the paper. ------
+    band_strategy: str = "static"
+    """PC keep band: ``static`` (the paper's [p_lower, p_upper]) or ``adaptive`` (widened to fill the batch)."""
+    sampling_strategy: str = "fixed"
+    """PC pilots per round: ``fixed`` (b_g) or ``survival`` (as many as the survival rate says, at most b_g)."""
+    survival_margin: float = 1.25
+    """``survival`` sampling: pilot this many times the expected need (1 = exactly the expectation)."""
+    pilot_strategy: str = "single"
+    """PC pilot waves: ``single`` (n_pilot at once) or ``sequential`` (pilot_wave first, the rest if undecided)."""
+    pilot_wave: int = 4
+    """``sequential`` pilots: rollouts of the first wave (1 <= pilot_wave < n_pilot)."""
+    commit_strategy: str = "uniform"
+    """PC commit sizes: ``uniform`` (n_commit each) or ``variance`` (in proportion to the pilot reward std)."""
+    commit_mean: int | None = None
+    """``variance`` commits: mean commit rollouts per kept prompt (the round's budget / prompts). None: n_commit."""
+    commit_min: int = 4
+    """``variance`` commits: fewest commit rollouts a kept prompt gets (>= 1)."""
+    commit_max: int | None = None
+    """``variance`` commits: most commit rollouts a kept prompt gets. None: twice commit_mean."""
+
     # ---- derived numbers -------------------------------------------------------------------------------
     @property
     def sampling_batch(self) -> int:
@@ -67,6 +93,21 @@ class AllocatorConfig:
     @property
     def commit_n(self) -> int:
         return self.n - self.pilot_n
+
+    @property
+    def commit_mean_n(self) -> int:
+        return self.commit_mean if self.commit_mean is not None else self.commit_n
+
+    @property
+    def commit_max_n(self) -> int:
+        return self.commit_max if self.commit_max is not None else 2 * self.commit_mean_n
+
+    @property
+    def strategies(self) -> dict[str, str]:
+        """PC's strategy choice per kind (band, sampling, pilot, commit)."""
+        from .strategies import STRATEGY_KINDS
+
+        return {kind: getattr(self, f"{kind}_strategy") for kind in STRATEGY_KINDS}
 
     @property
     def is_pc(self) -> bool:
@@ -105,6 +146,7 @@ class AllocatorConfig:
             )
         if self.selection not in SELECTION_STRATEGIES:
             raise field_error(self, "selection", "unknown buffer selection strategy", f"use one of {sorted(SELECTION_STRATEGIES)}")
+        self._check_strategies()
         if METHODS[self.method].uses_pilots:
             if self.n_pilot is not None and (isinstance(self.n_pilot, bool) or not isinstance(self.n_pilot, int)):
                 raise field_error(self, "n_pilot", "must be an integer", "pass a whole number of pilot rollouts")
@@ -122,6 +164,32 @@ class AllocatorConfig:
                     "PC needs at least 2 rounds: with an empty buffer the first round can only pilot",
                     "set max_rounds >= 2 (default 10)",
                 )
+
+    def _check_strategies(self) -> None:
+        from .strategies import STRATEGIES
+
+        for kind, registered in STRATEGIES.items():
+            if getattr(self, f"{kind}_strategy") not in registered:
+                raise field_error(self, f"{kind}_strategy", f"unknown {kind} strategy", f"use one of {sorted(registered)}")
+        if not isinstance(self.survival_margin, (int, float)) or not (1.0 <= float(self.survival_margin) <= 10.0):
+            raise field_error(self, "survival_margin", "must be a number in [1, 10]", "set survival_margin=1.25")
+        for name in ("pilot_wave", "commit_min"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise field_error(self, name, "must be an integer >= 1", f"set {name} to a whole number >= 1")
+        for name in ("commit_mean", "commit_max"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise field_error(self, name, "must be an integer >= 1 or None", f"set {name} >= 1, or leave it unset")
+        if not _uses_pilots(self.method):
+            return
+        if self.pilot_strategy == "sequential" and self.pilot_wave >= self.pilot_n:
+            raise field_error(self, "pilot_wave", f"leaves no second wave (n_pilot={self.pilot_n})",
+                              f"set pilot_wave < n_pilot, e.g. pilot_wave={max(1, self.pilot_n // 4)}")
+        if self.commit_strategy == "variance" and not (self.commit_min <= self.commit_mean_n <= self.commit_max_n):
+            raise field_error(self, "commit_mean",
+                              f"must lie in [commit_min={self.commit_min}, commit_max={self.commit_max_n}]",
+                              "choose commit_min <= commit_mean <= commit_max")
 
     def check_pool(self, num_prompts: int) -> None:
         """Fail early when the prompt pool cannot feed a batch."""

@@ -25,7 +25,16 @@ from typing import TYPE_CHECKING, Callable, ClassVar, Generator
 
 import numpy as np
 
-from .types import Decision, EngineCall, Stage
+from .strategies import (
+    STRATEGY_KINDS,
+    BandStrategy,
+    CommitStrategy,
+    PilotStrategy,
+    SamplingStrategy,
+    Strategy,
+    make_strategy,
+)
+from .types import Decision, EngineCall, Rule, Stage
 
 if TYPE_CHECKING:
     from .allocator import CallResult, StepContext
@@ -130,56 +139,142 @@ class DAPO(AllocationMethod):
 
 @register_method("pc")
 class PilotCommit(AllocationMethod):
+    """Pilot-Commit with its four strategies (band, sampling, pilot waves, commit sizes; the paper's by default).
+
+    A round with binding on is one engine call holding the commits of buffered prompts and the FIRST pilot wave
+    of fresh prompts; with sequential pilots a second call in the same round samples the later wave for the
+    prompts the first left undecided. Binding off: the pilot wave(s), the screen, then the commit call.
+    """
+
     uses_pilots = True
+
+    def __init__(self, config: "AllocatorConfig") -> None:
+        super().__init__(config)
+        self.strategies: dict[str, Strategy] = {kind: make_strategy(kind, config) for kind in STRATEGY_KINDS}
+        self.band_strategy: BandStrategy = self.strategies["band"]  # type: ignore[assignment]
+        self.sampling: SamplingStrategy = self.strategies["sampling"]  # type: ignore[assignment]
+        self.pilot: PilotStrategy = self.strategies["pilot"]  # type: ignore[assignment]
+        self.commit: CommitStrategy = self.strategies["commit"]  # type: ignore[assignment]
 
     def band(self) -> tuple[float, float]:
         return (self.config.p_lower, self.config.p_upper)
 
-    def screen(self, ctx: "StepContext", result: "CallResult", rows: np.ndarray, epochs: np.ndarray) -> None:
-        """Band and eviction for pilot rows: two independent decisions (DESIGN.md section 3)."""
+    def state_dict(self) -> dict:
+        return {kind: st for kind, s in self.strategies.items() if (st := s.state_dict())}
+
+    def load_state_dict(self, state: dict) -> None:
+        for kind, s in self.strategies.items():
+            if kind in state:
+                s.load_state_dict(state[kind])
+
+    def pilot_need(self, ctx: "StepContext", committed: int) -> int:
+        """Survivors still lacking: enough to finish this step (b_t - committed, counting this round's commits)
+        and to fill the next one (b_t), less what the buffer holds after this round's pops."""
+        b_t = self.config.train_batch
+        return max(0, (b_t - committed) + b_t - len(ctx.allocator.buffer))
+
+    def screen(
+        self,
+        ctx: "StepContext",
+        parts: list[tuple["CallResult", np.ndarray]],
+        epochs: np.ndarray,
+        need: int,
+    ) -> int:
+        """Band and eviction for pilots whose waves are done (two independent decisions, DESIGN.md section 3).
+
+        ``parts`` holds (result, rows) per wave, row-aligned; returns how many were kept.
+        """
         cfg = self.config
-        lo, hi = self.band()
-        p_hat = result.mean[rows]
+        last, rows = parts[-1]
+        n = sum(r.counts[w] for r, w in parts)
+        n_correct = sum(r.sum[w] for r, w in parts)
+        p_hat = n_correct / n
+        kept, widened, (lo, hi) = self.band_strategy.keep(p_hat, need)
         decision = np.where(
-            p_hat < lo - _EPS, Decision.DEFERRED_HARD, np.where(p_hat > hi + _EPS, Decision.SKIPPED_EASY, Decision.KEPT)
+            kept, Decision.KEPT, np.where(p_hat < lo - _EPS, Decision.DEFERRED_HARD, Decision.SKIPPED_EASY)
         ).astype(np.int8)
         evicted = (p_hat >= cfg.p_solve - _EPS) if cfg.evict else np.zeros(rows.shape[0], bool)
-        ctx.admit(result, rows[decision == Decision.KEPT])
-        ctx.evict(result, rows[evicted], epochs[evicted])
-        ctx.observe(result, rows, decision, evicted=evicted)
+        ctx.admit(last, rows[kept], [(r, w[kept]) for r, w in parts[:-1]])
+        ctx.evict(last, rows[evicted], epochs[evicted])
+        ctx.record(
+            prompt_id=last.call.prompt_ids[rows],
+            call=last.call,
+            stage=last.call.stages[rows],
+            n=n,
+            n_correct=n_correct,
+            decision=decision,
+            evicted=evicted,
+            lag=None,
+            wave=last.call.waves[rows],
+            rule=np.where(widened, Rule.ADAPTIVE_BAND, Rule.BAND),
+        )
+        led = ctx.ledger
+        led.widened += int(widened.sum())
+        led.band_lower = min(led.band_lower, lo) if led.band_lower is not None else lo
+        led.band_upper = max(led.band_upper, hi) if led.band_upper is not None else hi
+        return int(kept.sum())
+
+    def finish_pilots(
+        self, ctx: "StepContext", first: "CallResult", rows: np.ndarray, epochs: np.ndarray, need: int
+    ) -> StepPlan:
+        """Given the first wave (``rows`` of ``first``): decide early, sample the later wave, screen, learn."""
+        waves = self.pilot.waves()
+        if rows.shape[0] == 0:
+            return
+        if len(waves) == 1:
+            kept = self.screen(ctx, [(first, rows)], epochs, need)
+        else:
+            early = self.pilot.decided_early(first.mean[rows], first.min[rows], first.max[rows])
+            e_rows = rows[early]
+            if e_rows.shape[0]:
+                mean = first.mean[e_rows]
+                decision = np.where(mean > 0.5, Decision.SKIPPED_EASY, Decision.DEFERRED_HARD).astype(np.int8)
+                ctx.observe(first, e_rows, decision, rule=Rule.EARLY_WAVE)
+                ctx.ledger.early_decided += int(e_rows.shape[0])
+                ctx.ledger.pilot_rollouts_saved += int(e_rows.shape[0]) * sum(waves[1:])
+            u_rows = rows[~early]
+            kept = 0
+            if u_rows.shape[0]:
+                second = yield ctx.make_call([(first.call.prompt_ids[u_rows], waves[1], Stage.PILOT)], wave=1)
+                kept = self.screen(ctx, [(first, u_rows), (second, np.arange(len(second)))], epochs[~early], need)
+        self.sampling.update(int(rows.shape[0]), kept)
 
     def plan_step(self, ctx):
         cfg = self.config
+        first_wave = self.pilot.waves()[0]
         committed = 0
         while committed < cfg.train_batch and ctx.rounds < cfg.max_rounds:
             if cfg.binding:
                 commits = ctx.pop_buffer(cfg.train_batch - committed)
-                pilot_ids, pilot_epochs = ctx.draw(cfg.sampling_batch)
+                need = self.pilot_need(ctx, committed + len(commits))
+                pilot_ids, pilot_epochs = ctx.draw(self.sampling.pilots(need))
                 if not commits and pilot_ids.shape[0] == 0:
                     break  # empty buffer and a fully evicted pool: nothing can fill the batch
                 ctx.begin_round()
                 result = yield ctx.make_call(
                     [
-                        (np.array([e.prompt_id for e in commits], np.int64), cfg.commit_n, Stage.COMMIT),
-                        (pilot_ids, cfg.pilot_n, Stage.PILOT),
+                        (np.array([e.prompt_id for e in commits], np.int64), self.commit.sizes(commits), Stage.COMMIT),
+                        (pilot_ids, first_wave, Stage.PILOT),
                     ]
                 )
                 ctx.train_commits(result, np.arange(len(commits)), commits)
-                self.screen(ctx, result, np.arange(len(commits), len(result)), pilot_epochs)
+                yield from self.finish_pilots(ctx, result, np.arange(len(commits), len(result)), pilot_epochs, need)
             else:
-                pilot_ids, pilot_epochs = ctx.draw(cfg.sampling_batch)
+                need = self.pilot_need(ctx, committed + min(len(ctx.allocator.buffer), cfg.train_batch - committed))
+                pilot_ids, pilot_epochs = ctx.draw(self.sampling.pilots(need))
                 if pilot_ids.shape[0]:
                     ctx.begin_round()
-                    result = yield ctx.make_call([(pilot_ids, cfg.pilot_n, Stage.PILOT)])
-                    self.screen(ctx, result, np.arange(len(result)), pilot_epochs)
+                    result = yield ctx.make_call([(pilot_ids, first_wave, Stage.PILOT)])
+                    yield from self.finish_pilots(ctx, result, np.arange(len(result)), pilot_epochs, need)
                 commits = ctx.pop_buffer(cfg.train_batch - committed)
                 if not commits and pilot_ids.shape[0] == 0:
                     break
                 if not pilot_ids.shape[0]:
-                    ctx.begin_round()  # a commit-only round (the pool is exhausted)
+                    ctx.begin_round()  # a commit-only round (the pool is exhausted, or nothing was needed)
                 if commits:
                     result = yield ctx.make_call(
-                        [(np.array([e.prompt_id for e in commits], np.int64), cfg.commit_n, Stage.COMMIT)]
+                        [(np.array([e.prompt_id for e in commits], np.int64), self.commit.sizes(commits), Stage.COMMIT)]
                     )
                     ctx.train_commits(result, np.arange(len(commits)), commits)
             committed += len(commits)
+        ctx.ledger.survival = self.sampling.summary()

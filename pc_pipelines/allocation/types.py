@@ -45,6 +45,19 @@ class Decision(enum.IntEnum):
         return self.name.lower()
 
 
+class Rule(enum.IntEnum):
+    """Which rule took a decision (the reason's kind; the values it compared are in the same row and step)."""
+
+    NONE = 0  # no screening rule: a trained group, or a GRPO/DAPO full group
+    BAND = 1  # PC's keep band on the whole pilot (the static band, or the part of an adaptive band inside it)
+    ADAPTIVE_BAND = 2  # kept only because the adaptive band was widened to fill the batch
+    EARLY_WAVE = 3  # sequential pilots: the first wave's rewards were all equal and outside the band
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """Ask the engine for ``n`` rollouts of ``prompt_id`` (ids ``rollout_start .. rollout_start + n - 1``)."""
@@ -147,6 +160,8 @@ class Observations:
     decision: np.ndarray  # int8 Decision
     evicted: np.ndarray  # bool: marked solved, leaves the pool from the next epoch
     lag: np.ndarray  # int32: for TRAINED rows, trained step - born; else 0
+    wave: np.ndarray  # int16: the last pilot wave the row's rollouts came from (0 = first; sequential pilots)
+    rule: np.ndarray  # int8 Rule: which rule took the decision
 
     def __len__(self) -> int:
         return int(self.prompt_id.shape[0])
@@ -173,14 +188,23 @@ class Observations:
             decision=np.zeros(0, np.int8),
             evicted=np.zeros(0, bool),
             lag=np.zeros(0, np.int32),
+            wave=np.zeros(0, np.int16),
+            rule=np.zeros(0, np.int8),
         )
 
     def reason(self, i: int, p_lower: float, p_upper: float, p_solve: float) -> str:
-        """Human-readable reason for row ``i`` (computed on demand: the columns are the record)."""
+        """Human-readable reason for row ``i`` (computed on demand: the columns are the record). ``p_lower`` and
+        ``p_upper`` are the band the step used (the ledger's ``band_lower`` / ``band_upper``)."""
         d = Decision(int(self.decision[i]))
         p = float(self.p_hat[i])
         s = Stage(int(self.stage[i]))
-        if d is Decision.KEPT:
+        rule = Rule(int(self.rule[i]))
+        if rule is Rule.EARLY_WAVE:
+            text = (f"first pilot wave all {'correct' if p > 0.5 else 'wrong'} ({int(self.n[i])} rollouts): "
+                    f"p_hat={p:.3f} outside the band, decided without the second wave")
+        elif d is Decision.KEPT and rule is Rule.ADAPTIVE_BAND:
+            text = f"p_hat={p:.3f} in the widened band [{p_lower:.4g}, {p_upper:.4g}] (the batch was short)"
+        elif d is Decision.KEPT:
             text = f"p_hat={p:.3f} in band [{p_lower}, {p_upper}]"
         elif d is Decision.SKIPPED_EASY:
             text = f"p_hat={p:.3f} > p_upper={p_upper}" if s is Stage.PILOT else "all rollouts correct (no signal)"
@@ -219,8 +243,12 @@ class StepLedger:
     buffer_expired: int = 0
     buffer_size: int = 0  # after the step's expiry
     shortfall: bool = False  # fewer than b_t groups at max_rounds (or pool exhausted)
-    band_lower: float | None = None  # keep band used (None for methods without one)
+    band_lower: float | None = None  # keep band used (None for methods without one; adaptive: widest this step)
     band_upper: float | None = None
+    widened: int = 0  # PC adaptive band: pilots kept only because the band was widened
+    early_decided: int = 0  # PC sequential pilots: prompts decided by their first wave
+    pilot_rollouts_saved: int = 0  # PC sequential pilots: later-wave rollouts not sampled thanks to early decisions
+    survival: float | None = None  # PC survival sampling: the survival estimate after the step
     mean_reward_std: float = 0.0  # mean over trained groups of the group's reward std
     informative_share: float = 0.0  # share of trained groups whose rewards are not all equal
     mean_lag: float = 0.0

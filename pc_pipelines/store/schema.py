@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 STEP_TABLES: dict[str, pa.Schema] = {
     "steps": pa.schema(
@@ -68,6 +68,10 @@ STEP_TABLES: dict[str, pa.Schema] = {
             ("time_update_s", pa.float64()),
             ("time_bookkeeping_s", pa.float64()),
             ("written_at", pa.timestamp("us", tz="UTC")),
+            ("widened", pa.int32()),  # v4: PC adaptive band, pilots kept only by widening
+            ("early_decided", pa.int32()),  # v4: PC sequential pilots, prompts decided by the first wave
+            ("pilot_rollouts_saved", pa.int64()),  # v4: later-wave rollouts those early decisions saved
+            ("survival", pa.float64()),  # v4: PC survival sampling, the survival estimate after the step
         ]
     ),
     "prompt_observations": pa.schema(
@@ -84,6 +88,8 @@ STEP_TABLES: dict[str, pa.Schema] = {
             ("decision", pa.string()),  # kept | skipped_easy | deferred_hard | trained | surplus
             ("evicted", pa.bool_()),  # independent of decision
             ("lag", pa.int32()),
+            ("wave", pa.int16()),  # v4: last pilot wave of the row's rollouts (sequential pilots), else 0
+            ("rule", pa.string()),  # v4: none | band | adaptive_band | early_wave: which rule decided
         ]
     ),
     "buffer_state": pa.schema(
@@ -208,6 +214,15 @@ MIGRATIONS: dict[int, list[str]] = {
         *COMPACTED_DDL,
     ],
     2: [SEGMENTS_DDL],
+    # IF NOT EXISTS: a v1 catalog's upgrade creates the compacted tables at the current columns in step 1.
+    3: [
+        "ALTER TABLE compacted_steps ADD COLUMN IF NOT EXISTS widened INTEGER",
+        "ALTER TABLE compacted_steps ADD COLUMN IF NOT EXISTS early_decided INTEGER",
+        "ALTER TABLE compacted_steps ADD COLUMN IF NOT EXISTS pilot_rollouts_saved BIGINT",
+        "ALTER TABLE compacted_steps ADD COLUMN IF NOT EXISTS survival DOUBLE",
+        "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS wave SMALLINT",
+        "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS rule VARCHAR",
+    ],
 }
 
 
@@ -229,8 +244,27 @@ def view_sql(runs_root: str) -> list[str]:
     ]
     sqls += [
         """CREATE OR REPLACE VIEW pass_rate_history AS
-           SELECT run_id, prompt_id, step, round, stage, n, n_correct, p_hat, decision, evicted, lag
+           SELECT run_id, prompt_id, step, round, stage, n, n_correct, p_hat, decision, evicted, lag, wave, rule
            FROM prompt_observations""",
+        # Why each observed group was kept, skipped, deferred, trained or evicted, in words, with the band the
+        # step actually used (adaptive bands move per step). Rows written before v4 have no rule: read as band.
+        """CREATE OR REPLACE VIEW decision_reasons AS
+           SELECT o.run_id, o.step, o.round, o.prompt_id, o.stage, o.n, o.p_hat, o.decision, o.evicted,
+                  coalesce(o.rule, CASE WHEN o.stage = 'pilot' THEN 'band' ELSE 'none' END) AS rule,
+                  CASE
+                    WHEN o.rule = 'early_wave' THEN printf('first pilot wave all %s (%d rollouts): p_hat=%.3f outside the band, decided without the second wave',
+                         CASE WHEN o.p_hat > 0.5 THEN 'correct' ELSE 'wrong' END, o.n, o.p_hat)
+                    WHEN o.decision = 'kept' AND o.rule = 'adaptive_band' THEN printf('p_hat=%.3f in the widened band [%.4g, %.4g] (the batch was short)', o.p_hat, s.band_lower, s.band_upper)
+                    WHEN o.decision = 'kept' THEN printf('p_hat=%.3f in band [%.4g, %.4g]', o.p_hat, s.band_lower, s.band_upper)
+                    WHEN o.decision = 'skipped_easy' AND o.stage = 'pilot' THEN printf('p_hat=%.3f > band upper %.4g', o.p_hat, s.band_upper)
+                    WHEN o.decision = 'skipped_easy' THEN 'all rollouts correct (no signal)'
+                    WHEN o.decision = 'deferred_hard' AND o.stage = 'pilot' THEN printf('p_hat=%.3f < band lower %.4g', o.p_hat, s.band_lower)
+                    WHEN o.decision = 'deferred_hard' THEN 'all rollouts wrong (no signal)'
+                    WHEN o.decision = 'surplus' THEN 'informative, but the batch already had b_t groups'
+                    ELSE printf('trained with lag %d on %d rollouts', o.lag, o.n)
+                  END || CASE WHEN o.evicted THEN printf('; evicted: p_hat=%.3f reached p_solve', o.p_hat) ELSE '' END
+                  AS reason
+           FROM prompt_observations o LEFT JOIN steps s USING (run_id, step)""",
         """CREATE OR REPLACE VIEW step_costs AS
            SELECT run_id, step, sampled_rollouts, trained_rollouts, pilot_rollouts, commit_rollouts, full_rollouts,
                   sum(sampled_rollouts) OVER w AS cumulative_sampled,

@@ -24,11 +24,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..allocation import Allocator, Decision, Stage, StepOutcome
+from ..allocation import Allocator, Decision, Rule, Stage, StepOutcome
 from .schema import STEP_TABLES
 
 _STAGE_LABELS = np.array([s.label for s in Stage], dtype=object)
 _DECISION_LABELS = np.array([d.label for d in Decision], dtype=object)
+_RULE_LABELS = np.array([r.label for r in Rule], dtype=object)
 
 
 def step_dir_name(step: int) -> str:
@@ -121,6 +122,8 @@ def step_tables(run_id: str, outcome: StepOutcome, allocator: Allocator, extra: 
             "decision": _DECISION_LABELS[obs.decision].tolist() if k else [],
             "evicted": obs.evicted,
             "lag": obs.lag,
+            "wave": obs.wave,
+            "rule": _RULE_LABELS[obs.rule].tolist() if k else [],
         },
         schema=STEP_TABLES["prompt_observations"],
     )

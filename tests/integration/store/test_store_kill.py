@@ -44,6 +44,7 @@ TABLES_SRC = textwrap.dedent(
         "round": np.zeros(ROWS, np.int16), "call": np.zeros(ROWS, np.int16), "prompt_id": np.arange(ROWS),
         "stage": pa.array(["pilot"] * ROWS), "n_correct": _rng.random(ROWS), "p_hat": _rng.random(ROWS),
         "decision": pa.array(["kept"] * ROWS), "evicted": np.zeros(ROWS, bool), "lag": np.zeros(ROWS, np.int32),
+        "wave": np.zeros(ROWS, np.int16), "rule": pa.array(["band"] * ROWS),
     }}
 
     def make_tables(run_id, step, marker):

@@ -53,8 +53,8 @@ def columns(path, table: str) -> list[str]:
         con.close()
 
 
-def test_schema_version_is_three():
-    assert SCHEMA_VERSION == 3
+def test_schema_version_is_four():
+    assert SCHEMA_VERSION == 4
     assert sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
 
 
@@ -78,7 +78,7 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
     assert columns(path, "compacted_steps") == []
 
     st = Store(path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 3
+    assert st.schema_version() == SCHEMA_VERSION == 4
     assert {"status_reason", "compacted_through"} <= set(columns(path, "runs"))
     assert columns(path, "segments")[:5] == ["run_id", "segment", "first_step", "last_step", "status"]
     for table in STEP_TABLES:
@@ -110,9 +110,39 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
         {"n": 3, "s": 30}]
     assert st.get_run("old-run")["compacted_through"] == 2
 
-    st.init()  # a second open finds version 3 and changes nothing
-    assert st.schema_version() == 3 and len(st.list_runs()) == 2
+    st.init()  # a second open finds version 4 and changes nothing
+    assert st.schema_version() == 4 and len(st.list_runs()) == 2
     assert st.query("SELECT count(*) AS n FROM steps WHERE run_id = 'old-run'") == [{"n": 3}]
+
+
+V4_COLUMNS = {"steps": ["widened", "early_decided", "pilot_rollouts_saved", "survival"],
+              "prompt_observations": ["wave", "rule"]}
+
+
+def test_version_3_catalog_gains_the_strategy_columns_keeping_its_rows(tmp_path):
+    """v4 (issue 7): the compacted tables gain the strategy columns; compacted v3 rows read them as NULL."""
+    st = Store(tmp_path / "v3.duckdb").init()
+    st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
+                              kind="simulate"))
+    w = st.writer("r")
+    for step in range(2):
+        w.write_step(step, step_tables("r", step))
+    assert st.compact("r") == 2
+    con = duckdb.connect(str(st.path))
+    for table, cols in V4_COLUMNS.items():
+        for c in cols:
+            con.execute(f"ALTER TABLE compacted_{table} DROP COLUMN {c}")
+    con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    con.close()
+    assert "survival" not in columns(st.path, "compacted_steps")
+
+    st = Store(st.path).init()
+    assert st.schema_version() == 4
+    for table in V4_COLUMNS:
+        assert set(columns(st.path, f"compacted_{table}")) == set(STEP_TABLES[table].names), table
+    assert st.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s, count(survival) AS sv FROM steps") == [
+        {"n": 2, "s": 20, "sv": 0}]
+    assert st.query("SELECT count(*) AS n FROM decision_reasons") == [{"n": 0}]
 
 
 def test_newer_catalog_is_refused_and_left_unchanged(tmp_path):

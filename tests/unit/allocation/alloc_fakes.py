@@ -224,7 +224,7 @@ def observations_key(outcome: StepOutcome) -> dict:
     o = outcome.observations
     return {
         name: getattr(o, name).tolist()
-        for name in ("prompt_id", "round", "call", "stage", "n", "n_correct", "decision", "evicted", "lag")
+        for name in ("prompt_id", "round", "call", "stage", "n", "n_correct", "decision", "evicted", "lag", "wave", "rule")
     }
 
 
@@ -248,8 +248,10 @@ def pc_config(**kw) -> AllocatorConfig:
 # ---- hypothesis strategies -----------------------------------------------------------------------------------
 
 @st.composite
-def scenarios(draw, methods=("pc", "grpo", "dapo"), max_pool=300, evict=None, binding=None, max_steps=8):
-    """A small allocator config, a pool size, per-prompt pass rates and a step count."""
+def scenarios(draw, methods=("pc", "grpo", "dapo"), max_pool=300, evict=None, binding=None, max_steps=8,
+              strategies=False):
+    """A small allocator config, a pool size, per-prompt pass rates and a step count. ``strategies``: PC also
+    draws its band / sampling / pilot / commit strategies (the paper's otherwise)."""
     method = draw(st.sampled_from(methods))
     pool = draw(st.integers(20, max_pool))
     b_t = draw(st.integers(1, 16))
@@ -272,6 +274,18 @@ def scenarios(draw, methods=("pc", "grpo", "dapo"), max_pool=300, evict=None, bi
         kw["p_lower"] = lo
         kw["p_upper"] = draw(st.sampled_from([0.5, 0.75, 1.0]))
         kw["p_solve"] = draw(st.sampled_from([0.75, 1.0]))
+        if strategies:
+            kw["band_strategy"] = draw(st.sampled_from(["static", "adaptive"]))
+            kw["sampling_strategy"] = draw(st.sampled_from(["fixed", "survival"]))
+            kw["survival_margin"] = draw(st.sampled_from([1.0, 1.25, 2.0]))
+            if kw["n_pilot"] >= 2:
+                kw["pilot_strategy"] = draw(st.sampled_from(["single", "sequential"]))
+                kw["pilot_wave"] = draw(st.integers(1, kw["n_pilot"] - 1))
+            kw["commit_strategy"] = draw(st.sampled_from(["uniform", "variance"]))
+            if kw["commit_strategy"] == "variance":
+                kw["commit_min"] = draw(st.integers(1, 4))
+                kw["commit_mean"] = draw(st.integers(kw["commit_min"], 12))
+                kw["commit_max"] = draw(st.one_of(st.none(), st.integers(kw["commit_mean"], 24)))
     rates = make_rates(
         pool,
         draw(st.integers(0, 2**16)),
