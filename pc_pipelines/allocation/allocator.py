@@ -46,6 +46,12 @@ class AllocatorError(RuntimeError):
     """The allocator was driven in a way its protocol does not allow (the message says what to do)."""
 
 
+def tied_std(total: np.ndarray, sq: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Population std from sums, rounded so that equal pass rates tie exactly in the buffer's total order."""
+    mean = total / n
+    return np.round(np.sqrt(np.maximum(sq / n - mean**2, 0.0)), 12)
+
+
 class CallResult:
     """The rewards of one engine call, with per-request statistics computed once, vectorized."""
 
@@ -102,8 +108,7 @@ class CallResult:
         else:
             self.sum = self.sq = self.min = self.max = np.zeros(0)
         self.mean = self.sum / counts
-        # Population std, rounded so that equal pass rates tie exactly in the buffer's total order.
-        self.std = np.round(np.sqrt(np.maximum(self.sq / counts - self.mean**2, 0.0)), 12)
+        self.std = tied_std(self.sum, self.sq, counts)
 
     def __len__(self) -> int:
         return len(self.call)
@@ -301,15 +306,9 @@ class StepContext:
         parts = [*earlier, (result, rows)]
         first_id = alloc.next_entry_id
         tiebreaks = alloc.rng.random(rows.shape[0]).tolist()
-        if len(parts) == 1:
-            n = result.counts[rows]
-            rsum, rsq, std = result.sum[rows], result.sq[rows], result.std[rows]
-        else:
-            n = sum(r.counts[w] for r, w in parts)
-            rsum = sum(r.sum[w] for r, w in parts)
-            rsq = sum(r.sq[w] for r, w in parts)
-            mean = rsum / n
-            std = np.round(np.sqrt(np.maximum(rsq / n - mean**2, 0.0)), 12)  # CallResult.std's formula
+        rsum = sum(r.sum[w] for r, w in parts)
+        rsq = sum(r.sq[w] for r, w in parts)
+        std = tied_std(rsum, rsq, sum(r.counts[w] for r, w in parts))
         entries = []
         for j in range(rows.shape[0]):
             spans = tuple((int(r.call.rollout_starts[w[j]]), int(r.counts[w[j]])) for r, w in parts)

@@ -13,12 +13,6 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 
-def _uses_pilots(method: str) -> bool:
-    from .methods import METHODS
-
-    return METHODS[method].uses_pilots
-
-
 class ConfigError(ValueError):
     """A configuration that cannot work. The message names the field and the fix."""
 
@@ -166,6 +160,7 @@ class AllocatorConfig:
                 )
 
     def _check_strategies(self) -> None:
+        from .methods import METHODS
         from .strategies import STRATEGIES
 
         for kind, registered in STRATEGIES.items():
@@ -181,7 +176,7 @@ class AllocatorConfig:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise field_error(self, name, "must be an integer >= 1 or None", f"set {name} >= 1, or leave it unset")
-        if not _uses_pilots(self.method):
+        if not METHODS[self.method].uses_pilots:
             return
         if self.pilot_strategy == "sequential" and self.pilot_wave >= self.pilot_n:
             raise field_error(self, "pilot_wave", f"leaves no second wave (n_pilot={self.pilot_n})",

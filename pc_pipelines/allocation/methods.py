@@ -210,8 +210,7 @@ class PilotCommit(AllocationMethod):
         )
         led = ctx.ledger
         led.widened += int(widened.sum())
-        led.band_lower = min(led.band_lower, lo) if led.band_lower is not None else lo
-        led.band_upper = max(led.band_upper, hi) if led.band_upper is not None else hi
+        led.band_lower, led.band_upper = min(led.band_lower, lo), max(led.band_upper, hi)  # set from band()
         return int(kept.sum())
 
     def finish_pilots(

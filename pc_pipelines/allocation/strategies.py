@@ -124,14 +124,13 @@ class AdaptiveBand(BandStrategy):
     """
 
     def keep(self, p_hat, need):
-        static, _, (lo, hi) = super().keep(p_hat, need)
+        unchanged = super().keep(p_hat, need)
+        static, _, (lo, hi) = unchanged
         missing = need - int(static.sum())
-        if missing <= 0:
-            return static, np.zeros_like(static), (lo, hi)
         candidate = ~static & (p_hat > EPS) & (p_hat < 1.0 - EPS)
         idx = np.flatnonzero(candidate)
-        if idx.shape[0] == 0:
-            return static, np.zeros_like(static), (lo, hi)
+        if missing <= 0 or idx.shape[0] == 0:
+            return unchanged
         var = p_hat[idx] * (1.0 - p_hat[idx])
         chosen = idx[np.lexsort((idx, -var))[:missing]]  # highest variance first, stream order on ties
         new_lo = min(lo, float(p_hat[chosen].min()))
@@ -199,7 +198,7 @@ class PilotStrategy(Strategy):
         """Rollouts per pilot wave; they sum to n_pilot."""
         return (self.config.pilot_n,)
 
-    def decided_early(self, mean: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    def decided_early(self, mean: np.ndarray, rmin: np.ndarray, rmax: np.ndarray) -> np.ndarray:
         """Mask of first-wave pilots decided without a second wave (rewards all equal, p_hat outside the band)."""
         return np.zeros(mean.shape[0], bool)
 
@@ -217,9 +216,9 @@ class SequentialPilot(PilotStrategy):
         w = self.config.pilot_wave
         return (w, self.config.pilot_n - w)
 
-    def decided_early(self, mean, lo, hi):
+    def decided_early(self, mean, rmin, rmax):
         cfg = self.config
-        flat = hi <= lo  # every reward of the wave equal: p_hat is exactly the reward value (0 or 1 when binary)
+        flat = rmax <= rmin  # every reward of the wave equal: p_hat is exactly the reward value (0 or 1 when binary)
         outside = (mean < cfg.p_lower - EPS) | (mean > cfg.p_upper + EPS)
         return flat & outside
 
