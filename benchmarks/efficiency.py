@@ -77,7 +77,10 @@ ORACLE = "oracle (simulator bound)"
 # The oracle trains n = 64 per group; "all four" trains 16 pilot + 16 commit on average, and the simulator's learning
 # does not depend on group size, so the fair bound for it is the oracle at the same mean group size.
 ORACLE_32 = "oracle at n = 32 (all four's mean group)"
-REAL_ABLATIONS["strategies"] = STRATEGY_VARIANTS
+# Control for the real table: "all four" trains 32 rollouts per group on average (16 pilot + 16 commit) where GRPO
+# trains 64, so GRPO at n = 32 separates the saving of smaller groups from the saving of allocation.
+GRPO_32 = "GRPO at n = 32 (control)"
+REAL_ABLATIONS["strategies"] = {**STRATEGY_VARIANTS, GRPO_32: ("allocator.n=32",)}
 DEFAULT_REAL = ("band", "strategies")  # ablations run for real unless --engine sim; the others default to the simulator
 SIM_ABLATIONS: dict[str, dict[str, tuple[str, ...]]] = {
     # The pilot/commit split at equal training cost n = 64 (paper 6.1).
@@ -196,7 +199,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     if engine == "real":
         jobs = [j for name, ov in table.items() if ov
-                for j in study.variant_jobs(_slug(name), ov, args.seeds, args.steps, PRESET, ABLATE)]
+                for j in study.variant_jobs(_slug(name), ov, args.seeds, args.steps, PRESET, ABLATE, _method(name))]
         # The paper setting of every real ablation IS the primary PC run; the baselines are the primary's too.
         base = study.primary_jobs(args.seeds, args.steps, PRESET, FAMILY)
         study.run_jobs(base + jobs, store, args.out, workers=args.workers, cache_dir=args.cache_dir,
@@ -230,7 +233,10 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
 
 def _method(variant: str) -> str:
-    return "oracle" if variant.startswith("oracle") else "pc"
+    """The method a variant runs: the oracle bound, the GRPO control, or PC (every other variant)."""
+    if variant.startswith("oracle"):
+        return "oracle"
+    return "grpo" if variant.startswith("GRPO") else "pc"
 
 
 def ablation_section(store: Store, name: str, engine: str, variants: dict[str, list[str]], baseline_family: str,

@@ -84,7 +84,8 @@ def _add_config_args(p: argparse.ArgumentParser, with_method: bool = True, prese
     g.add_argument("--train-batch", type=int, help="b_t: prompts per training step")
     g.add_argument("--n", type=int, help="rollouts per trained group (matched across methods)")
     g.add_argument("--n-pilot", type=int, help="PC pilot rollouts per prompt")
-    g.add_argument("--n-commit", type=int, help="PC commit rollouts per kept prompt (n = n_pilot + n_commit)")
+    g.add_argument("--n-commit", type=int, help="PC commit rollouts per kept prompt (n = n_pilot + n_commit); with "
+                   "allocator.commit_strategy=variance (the embedded preset) commits average allocator.commit_mean instead")
     g.add_argument("--oversample", type=float, help="s: sampling batch b_g = s*b_t")
     g.add_argument("--p-lower", type=float, help="keep band lower edge, inclusive (paper 0.125)")
     g.add_argument("--p-upper", type=float, help="keep band upper edge, inclusive (paper 0.75)")

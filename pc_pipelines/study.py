@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from .reports import (
+    OTHER_COLORS,
     RunCurves,
     _new_figure,
     _save,
@@ -414,16 +415,25 @@ def plot_per_step(stats: Sequence[RunStats], out: Path, what: str = "fill") -> P
     return _save(fig, out)
 
 
+VARIANT_EXTRA_COLORS = ("#d62728", "#393b79", "#637939", "#843c39")  # after OTHER_COLORS: 9 distinct variants
+
+
 def plot_variants(curves: Mapping[str, Sequence[RunCurves]], out: Path, title: str) -> Path:
     """Accuracy vs cumulative sampled rollouts, one colour per variant (name -> its runs), e.g. the band ablation
     with the GRPO and DAPO baselines."""
     from matplotlib.ticker import FuncFormatter
 
     fig, ax = _new_figure(title, "cumulative sampled rollouts", "mean eval accuracy")
-    for i, (name, runs) in enumerate(curves.items()):
-        key = name.lower() if name.lower() in ("grpo", "dapo", "pc") else f"variant-{i}:{name}"
+    # Methods keep their report colours; variants take distinct colours in order (a hashed colour repeated one).
+    palette = (*OTHER_COLORS, *VARIANT_EXTRA_COLORS)
+    k = 0
+    for name, runs in curves.items():
+        if name.lower() in ("grpo", "dapo", "pc"):
+            color = method_color(name.lower())
+        else:
+            color, k = palette[k % len(palette)], k + 1
         for j, c in enumerate(runs):
-            ax.plot(list(c.eval_rollouts), list(c.eval_accuracy), color=method_color(key), marker="o", markersize=2.5,
+            ax.plot(list(c.eval_rollouts), list(c.eval_accuracy), color=color, marker="o", markersize=2.5,
                     linewidth=1.2, alpha=0.85, label=f"{name} ({len(runs)} seeds)" if j == 0 else f"_{c.run_id}",
                     gid=f"run:{c.run_id}")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))

@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SMALL = ["--set", "allocator.train_batch=8", "--set", "allocator.n=8", "--set", "allocator.n_pilot=2",
+         "--set", "allocator.pilot_wave=1", "--set", "allocator.commit_mean=6",
          "--set", "task.num_prompts=100",
          "--set", "training.ppo_minibatch=4", "--set", "training.eval_every=2", "--set", "training.eval_samples=1"]
 

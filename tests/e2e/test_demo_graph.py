@@ -12,7 +12,8 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = ["allocator.train_batch=8", "allocator.n=16", "allocator.n_pilot=4", "training.ppo_minibatch=4",
+SMALL = ["allocator.train_batch=8", "allocator.n=16", "allocator.n_pilot=4", "allocator.pilot_wave=2",
+         "allocator.commit_mean=12", "training.ppo_minibatch=4",
          "training.eval_every=1"]
 
 

@@ -23,7 +23,8 @@ from resources import (
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # Tiny: 4 prompts per step, n=8 as 2+6, 2-step segments, a small held-out split evaluated once per segment.
-TINY = ["allocator.train_batch=4", "allocator.n=8", "allocator.n_pilot=2", "training.ppo_minibatch=2",
+TINY = ["allocator.train_batch=4", "allocator.n=8", "allocator.n_pilot=2", "allocator.pilot_wave=1",
+        "allocator.commit_mean=6", "training.ppo_minibatch=2",
         "training.eval_every=2", "training.eval_samples=1", "task.heldout_per_length=5", "task.num_prompts=200"]
 
 

@@ -3,6 +3,7 @@ sensor requests segments in order, the assets train and evaluate them, re-materi
 rows, a retried failed segment resumes from its last checkpoint, and repeated failures pause the run."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,7 +24,8 @@ from resources.engines import RolloutEngineResource
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # Small and fast: 8 prompts per step, n=16 as 4+12, two-step segments, evaluation every step.
-SMALL = ["allocator.train_batch=8", "allocator.n=16", "allocator.n_pilot=4", "training.ppo_minibatch=4",
+SMALL = ["allocator.train_batch=8", "allocator.n=16", "allocator.n_pilot=4", "allocator.pilot_wave=2",
+         "allocator.commit_mean=12", "training.ppo_minibatch=4",
          "training.eval_every=2", "training.checkpoint_every=1", "training.keep_checkpoints=1"]
 
 
@@ -133,20 +135,23 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
 
 
 class FlakyEngineResource(TransformersEngineResource):
-    """Raises on the ``fail_at``-th generate call while ``flag`` exists (deleting the flag ends the failures)."""
+    """Raises on the first generate call made after the checkpoint of step ``after_step`` exists in ``checkpoints``,
+    while ``flag`` exists (deleting the flag ends the failures). Keyed on checkpoints, not on a call count: the number
+    of engine calls per step depends on the allocator's strategies (sequential pilots add a call per round)."""
 
     flag: str
-    fail_at: int
+    checkpoints: str
+    after_step: int
 
     def build(self, model, tokenizer):
         engine = super().build(model, tokenizer)
-        inner, calls, flag = engine.generate, [0], self.flag
+        inner, flag, ckpts = engine.generate, self.flag, Path(self.checkpoints)
 
         def generate(requests, params):
-            calls[0] += 1
             import os
 
-            if calls[0] == self.fail_at and os.path.exists(flag):
+            saved = [int(p.name[5:]) for p in ckpts.glob("step-*") if p.name[5:].isdigit()]
+            if os.path.exists(flag) and saved and max(saved) >= self.after_step:
                 raise RuntimeError("engine lost (test)")
             return inner(requests, params)
 
@@ -161,8 +166,8 @@ def test_retried_segment_resumes_from_its_last_checkpoint_and_matches(tmp_path, 
     train(instance, tmp_path, f"{ref}/seg-0000")
     flag = tmp_path / "fail"
     flag.write_text("1")
-    # generate calls: 1 = eval before training, then 1-2 per step (pilot + commit): call 5 falls in step 1 or 2.
-    engine = FlakyEngineResource(flag=str(flag), fail_at=5)
+    # fails at the first engine call of step 2 (or at step 1's eval): the run dies with step 1 checkpointed at most.
+    engine = FlakyEngineResource(flag=str(flag), checkpoints=str(tmp_path / "runs" / flaky / "checkpoints"), after_step=1)
     bad = train(instance, tmp_path, f"{flaky}/seg-0000", engine=engine, raise_on_error=False)
     assert not bad.success and "engine lost" in failure_message(bad)
     store = Store(tmp_path / "pc.duckdb")

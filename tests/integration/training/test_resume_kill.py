@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 STEPS = 7
 SETTINGS = [
-    "allocator.train_batch=8", "allocator.n=8", "allocator.n_pilot=2", "task.num_prompts=200",
+    "allocator.train_batch=8", "allocator.n=8", "allocator.n_pilot=2", "allocator.pilot_wave=1",
+    "allocator.commit_mean=6", "task.num_prompts=200",
     "training.ppo_minibatch=4", "training.checkpoint_every=2", "training.eval_every=3", "training.eval_samples=1",
 ]
 LEDGER = ("step", "rounds", "engine_calls", "pilot_rollouts", "commit_rollouts", "trained_rollouts", "kept",
