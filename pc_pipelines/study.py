@@ -415,7 +415,8 @@ def plot_per_step(stats: Sequence[RunStats], out: Path, what: str = "fill") -> P
     return _save(fig, out)
 
 
-VARIANT_EXTRA_COLORS = ("#d62728", "#393b79", "#637939", "#843c39")  # after OTHER_COLORS: 9 distinct variants
+# Variants of an ablation plot, in order: the report's other-method colours, then four more (9 distinct).
+VARIANT_COLORS = (*OTHER_COLORS, "#d62728", "#393b79", "#637939", "#843c39")
 
 
 def plot_variants(curves: Mapping[str, Sequence[RunCurves]], out: Path, title: str) -> Path:
@@ -425,13 +426,12 @@ def plot_variants(curves: Mapping[str, Sequence[RunCurves]], out: Path, title: s
 
     fig, ax = _new_figure(title, "cumulative sampled rollouts", "mean eval accuracy")
     # Methods keep their report colours; variants take distinct colours in order (a hashed colour repeated one).
-    palette = (*OTHER_COLORS, *VARIANT_EXTRA_COLORS)
     k = 0
     for name, runs in curves.items():
         if name.lower() in ("grpo", "dapo", "pc"):
             color = method_color(name.lower())
         else:
-            color, k = palette[k % len(palette)], k + 1
+            color, k = VARIANT_COLORS[k % len(VARIANT_COLORS)], k + 1
         for j, c in enumerate(runs):
             ax.plot(list(c.eval_rollouts), list(c.eval_accuracy), color=color, marker="o", markersize=2.5,
                     linewidth=1.2, alpha=0.85, label=f"{name} ({len(runs)} seeds)" if j == 0 else f"_{c.run_id}",

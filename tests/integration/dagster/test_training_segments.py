@@ -17,6 +17,7 @@ from assets.training import (
     start_run,
     training_segment,
 )
+from pc_pipelines.loop import latest_checkpoint, list_checkpoints
 from pc_pipelines.store import Store
 from resources import DataResource, LocalCheckpointResource, LocalComputeResource, StoreResource, TransformersEngineResource
 from resources.engines import RolloutEngineResource
@@ -150,8 +151,8 @@ class FlakyEngineResource(TransformersEngineResource):
         def generate(requests, params):
             import os
 
-            saved = [int(p.name[5:]) for p in ckpts.glob("step-*") if p.name[5:].isdigit()]
-            if os.path.exists(flag) and saved and max(saved) >= self.after_step:
+            latest = latest_checkpoint(ckpts)
+            if os.path.exists(flag) and latest and latest[0] >= self.after_step:
                 raise RuntimeError("engine lost (test)")
             return inner(requests, params)
 
@@ -173,7 +174,7 @@ def test_retried_segment_resumes_from_its_last_checkpoint_and_matches(tmp_path, 
     store = Store(tmp_path / "pc.duckdb")
     seg = store.segments(flaky)[0]
     assert seg["status"] == "failed" and seg["consecutive_failures"] == 1 and "engine lost" in seg["error"]
-    done = [int(p.name[5:]) for p in (tmp_path / "runs" / flaky / "checkpoints").glob("step-*")]
+    done = [step for step, _ in list_checkpoints(tmp_path / "runs" / flaky / "checkpoints")]
     assert done and max(done) < 3
     # The sensor retries it under a new run key; the retry resumes inside the segment.
     assert requests(tick(instance, tmp_path)) == [(f"{flaky}/0/retry-1", f"{flaky}/seg-0000")]
