@@ -71,10 +71,24 @@ class AlarmGuard:
         self._old_handler: Any = None
         self._old_timer: tuple[float, float] = (0.0, 0.0)
         self._entered_at = 0.0
+        self._old_unraisablehook: Any = None
 
     def _handler(self, signum, frame):
-        if self._active:
+        # Inside a finalizer the exception could not reach ``run``: Python would hand it to sys.unraisablehook and
+        # carry on. Let the 50 ms re-fire land in ordinary code instead.
+        if self._active and (frame is None or frame.f_code.co_name != "__del__"):
             raise _Deadline()
+
+    def _unraisablehook(self, args) -> None:
+        """Drops a deadline that landed where Python cannot raise (a weakref or gc callback, a C-level finalizer).
+
+        Such a deadline is lost, not harmful: the alarm re-fires every ``_REFIRE_S`` until ``run`` sees one. What
+        must not happen is reporting it: the default hook (and pytest's) formats the traceback, which at sympy's
+        recursion depth itself fails with RecursionError. Every other unraisable goes to the previous hook.
+        """
+        if args.exc_type is not None and issubclass(args.exc_type, _Deadline):
+            return
+        self._old_unraisablehook(args)
 
     def __enter__(self) -> AlarmGuard:
         if not alarm_available():
@@ -82,10 +96,14 @@ class AlarmGuard:
         self._old_handler = signal.signal(signal.SIGALRM, self._handler)
         self._old_timer = signal.setitimer(signal.ITIMER_REAL, 0)
         self._entered_at = time.monotonic()
+        self._old_unraisablehook = sys.unraisablehook
+        sys.unraisablehook = self._unraisablehook
         return self
 
     def __exit__(self, *exc) -> None:
         self._disarm()
+        if sys.unraisablehook == self._unraisablehook:  # someone may have replaced it since: leave theirs alone
+            sys.unraisablehook = self._old_unraisablehook
         signal.signal(
             signal.SIGALRM,
             self._old_handler if self._old_handler is not None else signal.SIG_DFL,

@@ -502,3 +502,78 @@ def test_previous_sigalrm_handler_and_timer_are_restored():
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+def _busy(seconds: float) -> None:
+    t = time.monotonic()
+    while time.monotonic() - t < seconds:
+        pass
+
+
+class _SlowFinalizer:
+    def __del__(self):
+        _busy(0.4)
+
+
+class _Referent:
+    pass
+
+
+def _finalized_by_del():
+    _SlowFinalizer()  # finalized at once, and the 0.1 s deadline lands inside its __del__
+
+
+def _finalized_by_weakref_callback():
+    import weakref
+
+    obj = _Referent()
+    ref = weakref.ref(obj, lambda _r: _busy(0.4))  # noqa: F841 - the callback runs when obj dies
+    del obj
+
+
+@pytest.mark.parametrize("finalize", [_finalized_by_del, _finalized_by_weakref_callback], ids=["__del__", "weakref"])
+def test_a_deadline_inside_a_finalizer_is_neither_reported_nor_lost(finalize):
+    """Python cannot raise out of a finalizer: it hands the exception to sys.unraisablehook and carries on. CI saw
+    pytest's hook fail on such a deadline (formatting a sympy-deep traceback: RecursionError). The guard must keep
+    it away from the hook, and the re-fire must still stop the work that follows."""
+    from pc_pipelines.rewards._verify import AlarmGuard
+
+    def work():
+        finalize()
+        while True:
+            pass
+
+    seen = []
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = lambda args: seen.append(args.exc_type)
+    try:
+        with AlarmGuard() as guard:
+            t0 = time.monotonic()
+            ok, out = guard.run(work, 0.1)
+            wall = time.monotonic() - t0
+        restored = sys.unraisablehook
+    finally:
+        sys.unraisablehook = old_hook
+    assert (ok, out) == (False, None)
+    assert wall < 0.4 + SLACK_S  # a re-fire stopped the loop (after the finalizer's busy 0.4 s at the latest)
+    assert seen == []
+    assert restored is not None and restored.__name__ == "<lambda>"  # the previous hook is back after the guard
+
+
+def test_other_unraisables_still_reach_the_previous_hook():
+    from pc_pipelines.rewards._verify import AlarmGuard
+
+    class Broken:
+        def __del__(self):
+            raise ValueError("from a finalizer")
+
+    seen = []
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = lambda args: seen.append(args.exc_type)
+    try:
+        with AlarmGuard() as guard:
+            ok, _ = guard.run(lambda: Broken() and None, 5.0)
+    finally:
+        sys.unraisablehook = old_hook
+    assert ok is True
+    assert seen == [ValueError]
