@@ -268,9 +268,34 @@ def ablation_section(store: Store, name: str, engine: str, variants: dict[str, l
         study.versus_markdown(rows, stats).strip(),
         "",
         *_oracle_gap(rows),
+        *_where_rollouts_went(store, base, variants, rows),
         f"![ablate_{name}_{engine}]({_rel_docs(plot)})",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _where_rollouts_went(store: Store, base: dict, variants: dict[str, list[str]], rows: dict[str, list]) -> list[str]:
+    """The rollout breakdown per variant (seeds summed) and the ceiling that free screening would reach."""
+    groups = {m.upper(): [c.run_id for (mm, _), c in sorted(base.items()) if mm == m] for m in ("grpo", "dapo")}
+    groups.update({v: list(rids) for v, rids in variants.items() if not v.startswith("oracle")})
+    parts = study.rollout_breakdown(store, [r for rids in groups.values() for r in rids])
+    table = {v: study.RolloutBreakdown.total(v, [parts[r] for r in rids if r in parts])
+             for v, rids in groups.items() if any(r in parts for r in rids)}
+    if not table:
+        return []
+    ceiling = []
+    for v, vs in rows.items():
+        by_run = [v_.grpo_over * parts[v_.run_id].headroom for v_ in vs
+                  if v_.grpo_over is not None and v_.run_id in parts]
+        if v in table and table[v].headroom > 1.0 and by_run:
+            ceiling.append(f"{v} {format_ratio(study.median(by_run))}")
+    lines = ["Where the rollouts went (all seeds, per step; `study.rollout_breakdown`, from the store's "
+             "`pass_rate_history` and `steps`):", "", study.breakdown_markdown(table).strip(), ""]
+    if ceiling:
+        lines += ["Ceiling of better screening: GRPO/variant x headroom per seed (what the variant would reach if every "
+                  "sampled rollout were trained, at the same learning per step), median: " + ", ".join(ceiling) + ".",
+                  ""]
+    return lines
 
 
 def _oracle_gap(rows: dict[str, list]) -> list[str]:

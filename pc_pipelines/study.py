@@ -295,6 +295,82 @@ def run_stats(store: Store, run_ids: Sequence[str]) -> dict[str, RunStats]:
     return out
 
 
+@dataclass(frozen=True)
+class RolloutBreakdown:
+    """Where a run's sampled rollouts went, from the store's ``pass_rate_history`` and ``steps`` (per run).
+
+    ``trained`` is what the policy update saw; the other parts add up to ``sampled - trained`` (every sampled
+    rollout is in exactly one): ``early_screen`` (first pilot waves that decided a prompt out of band, rule
+    ``early_wave``), ``screened_out`` (full pilots and GRPO/DAPO groups decided out of band: too easy or too hard),
+    ``surplus`` (DAPO groups generated past a full batch) and ``kept_unused`` (pilots kept for the buffer that
+    never reached a trained batch: left at the end, evicted as stale, or in the buffer when the run stopped).
+    ``headroom`` = sampled / trained is how much cheaper a step would be if screening cost nothing at the same
+    learning per step: an upper bound on what better screening alone can buy.
+    """
+
+    run_id: str
+    steps: int
+    sampled: int
+    trained: int
+    early_screen: int
+    screened_out: int
+    surplus: int
+    kept_unused: int
+
+    @property
+    def headroom(self) -> float:
+        return self.sampled / self.trained if self.trained else math.nan
+
+    def per_step(self, part: str) -> float:
+        return getattr(self, part) / self.steps if self.steps else math.nan
+
+    @classmethod
+    def total(cls, label: str, parts: Sequence["RolloutBreakdown"]) -> "RolloutBreakdown":
+        """Several runs (a variant's seeds) as one: every count summed, so per-step values are step-weighted."""
+        counts = ("steps", "sampled", "trained", "early_screen", "screened_out", "surplus", "kept_unused")
+        return cls(label, *(sum(getattr(p, c) for p in parts) for c in counts))
+
+
+def rollout_breakdown(store: Store, run_ids: Sequence[str]) -> dict[str, RolloutBreakdown]:
+    """:class:`RolloutBreakdown` per run (runs without steps are left out)."""
+    ids = [list(run_ids)]
+    totals = {r["run_id"]: r for r in store.query(
+        """SELECT run_id, count(*) AS steps, sum(sampled_rollouts) AS sampled, sum(trained_rollouts) AS trained
+           FROM steps WHERE list_contains(?, run_id) GROUP BY run_id""", ids)}
+    parts = {r["run_id"]: r for r in store.query(
+        """SELECT run_id,
+                  coalesce(sum(n) FILTER (WHERE rule = 'early_wave'), 0) AS early_screen,
+                  coalesce(sum(n) FILTER (WHERE coalesce(rule, '') <> 'early_wave'
+                                          AND decision IN ('skipped_easy', 'deferred_hard')), 0) AS screened_out,
+                  coalesce(sum(n) FILTER (WHERE decision = 'surplus'), 0) AS surplus
+           FROM pass_rate_history WHERE list_contains(?, run_id) GROUP BY run_id""", ids)}
+    out = {}
+    for rid, t in totals.items():
+        p = parts.get(rid, {"early_screen": 0, "screened_out": 0, "surplus": 0})
+        sampled, trained = int(t["sampled"] or 0), int(t["trained"] or 0)
+        early, screened, surplus = int(p["early_screen"]), int(p["screened_out"]), int(p["surplus"])
+        out[rid] = RolloutBreakdown(
+            run_id=rid, steps=int(t["steps"]), sampled=sampled, trained=trained, early_screen=early,
+            screened_out=screened, surplus=surplus, kept_unused=sampled - trained - early - screened - surplus)
+    return out
+
+
+def breakdown_markdown(rows: Mapping[str, RolloutBreakdown]) -> str:
+    """One row per run (label -> breakdown): rollouts per step by where they went, and the screening headroom."""
+    lines = [
+        "| run | sampled / step | trained / step | early screen / step | screened out / step | DAPO surplus / step "
+        "| kept, never trained / step | headroom (sampled / trained) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, b in rows.items():
+        lines.append(
+            f"| {label} | {b.per_step('sampled'):.0f} | {b.per_step('trained'):.0f} | {b.per_step('early_screen'):.0f} "
+            f"| {b.per_step('screened_out'):.0f} | {b.per_step('surplus'):.0f} | {b.per_step('kept_unused'):.0f} "
+            f"| {b.headroom:.2f}x |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _nanmean(vals: Sequence[Any]) -> float:
     xs = [float(v) for v in vals if v is not None and not math.isnan(float(v))]
     return sum(xs) / len(xs) if xs else math.nan

@@ -48,7 +48,14 @@ def test_primary_then_report_and_a_simulator_ablation(tmp_path, base_policy, pol
     assert res.returncode == 0, res.stderr[-3000:]
     text = (tmp_path / "B.md").read_text()
     assert "<!-- efficiency-ablate-evict-sim:begin -->" in text and "<!-- efficiency:begin -->" in text
-    rows = [line for line in text.splitlines() if line.startswith("| evict o")]
+    rows = [line for line in text.splitlines() if line.startswith("| evict o") and line.split(" | ")[1] == "0"]
     assert [r.split(" | ")[0] for r in rows] == ["| evict on", "| evict off"]
+    # The rollout breakdown: one row per variant (seeds summed), its parts adding up to what was sampled.
+    parts = [line.split(" | ") for line in text.split("Where the rollouts went")[1].splitlines()
+             if line.startswith("| evict o")]
+    assert [p[0] for p in parts] == ["| evict on", "| evict off"]
+    for p in parts:
+        sampled, trained, *rest = (float(x) for x in p[1:7])
+        assert sampled > trained > 0 and sampled == pytest.approx(trained + sum(rest), abs=3)
     evicted = {r.split(" | ")[0]: int(r.split(" | ")[10].replace(",", "")) for r in rows}
     assert evicted["| evict off"] == 0 and evicted["| evict on"] > 0

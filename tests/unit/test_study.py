@@ -89,6 +89,32 @@ def test_run_stats_agree_with_the_ledger(sim_store):
     assert "| `sim-grpo` | GRPO | 0 | 20 | 10,240 | 10,240 | 1.000 | 100% | 0% | 0 | 160 |" in md
 
 
+def test_rollout_breakdown_accounts_for_every_sampled_rollout(sim_store):
+    store, jobs = sim_store
+    strategies = ("allocator.band_strategy=adaptive", "allocator.sampling_strategy=survival",
+                  "allocator.pilot_strategy=sequential", "allocator.pilot_wave=4",
+                  "allocator.commit_strategy=variance", "allocator.commit_mean=16")
+    four = study.StudyJob("sim-pc-four", "pc", 0, 20, "simulator", "fam", jobs[0].overrides + strategies)
+    study.simulate_jobs([four], store, show_progress=False)
+    b = study.rollout_breakdown(store, [j.run_id for j in jobs] + [four.run_id, "no-such-run"])
+    assert set(b) == {"sim-grpo", "sim-dapo", "sim-pc", "sim-pc-four"}
+    for x in b.values():
+        assert min(x.early_screen, x.screened_out, x.surplus, x.kept_unused) >= 0
+        assert x.trained + x.early_screen + x.screened_out + x.surplus + x.kept_unused == x.sampled
+    g, d, p, f = b["sim-grpo"], b["sim-dapo"], b["sim-pc"], b["sim-pc-four"]
+    assert (g.sampled, g.trained, g.headroom) == (20 * 8 * 64, 20 * 8 * 64, 1.0)
+    # DAPO: b_g = 3 b_t groups a round, b_t trained; the rest were zero-variance or past a full batch.
+    assert d.surplus > 0 and d.early_screen == d.kept_unused == 0
+    # Paper PC: one pilot wave, so nothing is decided early; its pilots outside the band are screened out.
+    assert p.early_screen == 0 and p.screened_out > 0 and p.headroom > 1.0
+    # Sequential 4 + 12: each early decision cost its 4-rollout wave and saved the 12 the ledger counts.
+    saved = store.query("SELECT sum(pilot_rollouts_saved) AS s FROM steps WHERE run_id = 'sim-pc-four'")[0]["s"]
+    assert f.early_screen > 0 and f.early_screen * 12 == saved * 4
+    md = study.breakdown_markdown({"GRPO": g, "all four": f})
+    assert "| GRPO | 512 | 512 | 0 | 0 | 0 | 0 | 1.00x |" in md
+    assert f"| {f.headroom:.2f}x |" in md
+
+
 def test_simulate_jobs_reuses_finished_runs(sim_store):
     store, jobs = sim_store
     before = store.query("SELECT run_id, created_at FROM runs ORDER BY run_id")
