@@ -276,9 +276,9 @@ def segment_eval(
         res = evaluate_sets(engine.build(model, tok), grader, tr.task.eval_sets, cfg.eval_samples, cfg.eval_temperature,
                             cfg.eval_top_p, cfg.max_response_length, eval_seed(tr.config.seed, last))
     st.add_eval_results(res.rows(run_id, last))
-    rows = ["| benchmark | prompts | mean@%d |" % res.k, "|---|---|---|"]
-    rows += [f"| {name} | {res.n_prompts[name]} | {acc:.3f} |" for name, acc in res.accuracy.items()]
-    rows.append(f"| **average** | {sum(res.n_prompts.values())} | **{res.mean:.3f}** |")
+    rows = ["| benchmark | prompts | k | mean@k |", "|---|---|---|---|"]
+    rows += [f"| {name} | {res.n_prompts[name]} | {res.k_of(name)} | {acc:.3f} |" for name, acc in res.accuracy.items()]
+    rows.append(f"| **average** | {sum(res.n_prompts.values())} | | **{res.mean:.3f}** |")
     context.log.info("%s: average accuracy %.3f after step %d", context.partition_key, res.mean, last)
     return MaterializeResult(
         metadata={

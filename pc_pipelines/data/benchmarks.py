@@ -98,6 +98,10 @@ def _joined_list(row: dict) -> str | None:
     return _as_text(v)
 
 
+SMALL_SET_K = 32
+"""mean@32 for the 30-40 prompt competition sets (AIME24, AIME25, AMC23; DESIGN.md section 6)."""
+
+
 @dataclass(frozen=True)
 class BenchmarkSpec:
     name: str
@@ -106,14 +110,16 @@ class BenchmarkSpec:
     answer_of: Callable[[dict], Any]
     """Row dict -> the gold answer (str, or None/blank when the row has none)."""
     difficulty_field: str | None = None
+    eval_k: int | None = None
+    """mean@k of this benchmark's eval set (None: the run's ``training.eval_samples``)."""
 
 
 _SPECS = {
     s.name: s
     for s in (
-        BenchmarkSpec("aime24", "problem", 30, _field("answer")),
-        BenchmarkSpec("aime25", "problem", 30, _number),
-        BenchmarkSpec("amc23", "problem", 40, _number),
+        BenchmarkSpec("aime24", "problem", 30, _field("answer"), eval_k=SMALL_SET_K),
+        BenchmarkSpec("aime25", "problem", 30, _number, eval_k=SMALL_SET_K),
+        BenchmarkSpec("amc23", "problem", 40, _number, eval_k=SMALL_SET_K),
         BenchmarkSpec("math500", "problem", 500, _field("answer"), difficulty_field="level"),
         BenchmarkSpec("minerva_math", "problem", 272, _boxed_in_solution),
         BenchmarkSpec("olympiadbench", "question", 675, _joined_list),

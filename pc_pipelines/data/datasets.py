@@ -803,7 +803,8 @@ def to_task_data(
 ) -> TaskData:
     """Training prompts/golds from the ``train`` rows (file order; the allocator's prompt id is the index), one
     EvalSet ``eval_name`` from the ``heldout`` rows (none if there are none), then one EvalSet per entry of
-    ``eval_tables`` (e.g. ``load_benchmarks(...)``), all formatted with ``template.format(question=problem)``."""
+    ``eval_tables`` (e.g. ``load_benchmarks(...)``), all formatted with ``template.format(question=problem)``. A
+    known benchmark's set carries its own mean@k (``BenchmarkSpec.eval_k``: 32 for AIME24/25 and AMC23)."""
     if "{question}" not in template:
         raise ValueError(f"prompt template {template!r} has no {{question}} placeholder; include it where the "
                          "problem goes (e.g. \"{question} Let's think step by step ...\").")
@@ -813,13 +814,16 @@ def to_task_data(
     splits = table.column("split").to_pylist()
     train = [i for i, s in enumerate(splits) if s == "train"]
     held = [i for i, s in enumerate(splits) if s == "heldout"]
+    from .benchmarks import BENCHMARK_SPECS
+
     evals = []
     if held:
         evals.append(EvalSet(eval_name, [template.format(question=problems[i]) for i in held], [golds[i] for i in held]))
     for name, t in (eval_tables or {}).items():
+        spec = BENCHMARK_SPECS.get(name)
         evals.append(
             EvalSet(name, [template.format(question=p) for p in t.column("problem").to_pylist()],
-                    t.column("answer").to_pylist())
+                    t.column("answer").to_pylist(), k=spec.eval_k if spec is not None else None)
         )
     return TaskData(
         prompts=[template.format(question=problems[i]) for i in train],

@@ -17,6 +17,15 @@ class EvalSet:
     name: str  # the store's eval_results.benchmark
     prompts: list[str]  # templated
     golds: list[str]
+    k: int | None = None
+    """Samples per prompt for this set (mean@k); None: the run's ``training.eval_samples``. The small competition
+    sets (AIME24/25, AMC23: 30-40 prompts) use 32 so that one eval's noise is comparable to MATH-500's at k = 4
+    (DESIGN.md section 6)."""
+
+    def __post_init__(self) -> None:
+        if self.k is not None and self.k < 1:
+            raise ValueError(f"eval set {self.name!r}: k={self.k}; mean@k needs k >= 1 (or None for the run's "
+                             "training.eval_samples)")
 
 
 @dataclass(frozen=True)
