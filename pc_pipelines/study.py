@@ -332,27 +332,12 @@ class RolloutBreakdown:
 
 
 def rollout_breakdown(store: Store, run_ids: Sequence[str]) -> dict[str, RolloutBreakdown]:
-    """:class:`RolloutBreakdown` per run (runs without steps are left out)."""
-    ids = [list(run_ids)]
-    totals = {r["run_id"]: r for r in store.query(
-        """SELECT run_id, count(*) AS steps, sum(sampled_rollouts) AS sampled, sum(trained_rollouts) AS trained
-           FROM steps WHERE list_contains(?, run_id) GROUP BY run_id""", ids)}
-    parts = {r["run_id"]: r for r in store.query(
-        """SELECT run_id,
-                  coalesce(sum(n) FILTER (WHERE rule = 'early_wave'), 0) AS early_screen,
-                  coalesce(sum(n) FILTER (WHERE coalesce(rule, '') <> 'early_wave'
-                                          AND decision IN ('skipped_easy', 'deferred_hard')), 0) AS screened_out,
-                  coalesce(sum(n) FILTER (WHERE decision = 'surplus'), 0) AS surplus
-           FROM pass_rate_history WHERE list_contains(?, run_id) GROUP BY run_id""", ids)}
-    out = {}
-    for rid, t in totals.items():
-        p = parts.get(rid, {"early_screen": 0, "screened_out": 0, "surplus": 0})
-        sampled, trained = int(t["sampled"] or 0), int(t["trained"] or 0)
-        early, screened, surplus = int(p["early_screen"]), int(p["screened_out"]), int(p["surplus"])
-        out[rid] = RolloutBreakdown(
-            run_id=rid, steps=int(t["steps"]), sampled=sampled, trained=trained, early_screen=early,
-            screened_out=screened, surplus=surplus, kept_unused=sampled - trained - early - screened - surplus)
-    return out
+    """:class:`RolloutBreakdown` per run from the store's ``rollout_breakdown`` view (runs without steps are left
+    out). In SQL: ``SELECT * FROM rollout_breakdown WHERE run_id = '...'``."""
+    counts = ("steps", "sampled", "trained", "early_screen", "screened_out", "surplus", "kept_unused")
+    rows = store.query(f"SELECT run_id, {', '.join(counts)} FROM rollout_breakdown WHERE list_contains(?, run_id)",
+                       [list(run_ids)])
+    return {r["run_id"]: RolloutBreakdown(r["run_id"], *(int(r[c]) for c in counts)) for r in rows}
 
 
 def breakdown_markdown(rows: Mapping[str, RolloutBreakdown]) -> str:

@@ -265,6 +265,24 @@ def view_sql(runs_root: str) -> list[str]:
                   END || CASE WHEN o.evicted THEN printf('; evicted: p_hat=%.3f reached p_solve', o.p_hat) ELSE '' END
                   AS reason
            FROM prompt_observations o LEFT JOIN steps s USING (run_id, step)""",
+        # Where each run's sampled rollouts went: every one in exactly one part (trained + early_screen +
+        # screened_out + surplus + kept_unused = sampled). kept_unused: pilots kept for the buffer that never reached
+        # a trained batch. headroom = sampled / trained bounds what cheaper screening alone can buy.
+        """CREATE OR REPLACE VIEW rollout_breakdown AS
+           WITH t AS (SELECT run_id, count(*) AS steps, sum(sampled_rollouts) AS sampled,
+                             sum(trained_rollouts) AS trained FROM steps GROUP BY run_id),
+                o AS (SELECT run_id,
+                             coalesce(sum(n) FILTER (WHERE rule = 'early_wave'), 0) AS early_screen,
+                             coalesce(sum(n) FILTER (WHERE coalesce(rule, '') <> 'early_wave'
+                                                     AND decision IN ('skipped_easy', 'deferred_hard')), 0) AS screened_out,
+                             coalesce(sum(n) FILTER (WHERE decision = 'surplus'), 0) AS surplus
+                      FROM prompt_observations GROUP BY run_id)
+           SELECT t.run_id, t.steps, t.sampled, t.trained, coalesce(o.early_screen, 0) AS early_screen,
+                  coalesce(o.screened_out, 0) AS screened_out, coalesce(o.surplus, 0) AS surplus,
+                  t.sampled - t.trained - coalesce(o.early_screen, 0) - coalesce(o.screened_out, 0)
+                      - coalesce(o.surplus, 0) AS kept_unused,
+                  t.sampled / nullif(t.trained, 0) AS headroom
+           FROM t LEFT JOIN o USING (run_id)""",
         """CREATE OR REPLACE VIEW step_costs AS
            SELECT run_id, step, sampled_rollouts, trained_rollouts, pilot_rollouts, commit_rollouts, full_rollouts,
                   sum(sampled_rollouts) OVER w AS cumulative_sampled,

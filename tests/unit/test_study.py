@@ -110,6 +110,10 @@ def test_rollout_breakdown_accounts_for_every_sampled_rollout(sim_store):
     # Sequential 4 + 12: each early decision cost its 4-rollout wave and saved the 12 the ledger counts.
     saved = store.query("SELECT sum(pilot_rollouts_saved) AS s FROM steps WHERE run_id = 'sim-pc-four'")[0]["s"]
     assert f.early_screen > 0 and f.early_screen * 12 == saved * 4
+    # The same numbers in SQL, from the store's view
+    row = store.query("SELECT sampled, trained, early_screen, headroom FROM rollout_breakdown WHERE run_id = 'sim-pc-four'")
+    assert row == [{"sampled": f.sampled, "trained": f.trained, "early_screen": f.early_screen,
+                    "headroom": pytest.approx(f.headroom)}]
     md = study.breakdown_markdown({"GRPO": g, "all four": f})
     assert "| GRPO | 512 | 512 | 0 | 0 | 0 | 0 | 1.00x |" in md
     assert f"| {f.headroom:.2f}x |" in md
