@@ -283,16 +283,35 @@ def _print_rows(cols: list[str], rows: list[tuple], fmt: str, out=None) -> None:
         out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
 
 
+def _query_refreshing_views(store: Store, sql: str):
+    """``store.query_table(sql)``; on an unknown table or view, refresh the store's views once and retry.
+
+    A store written by an older pc-pipelines lacks the views added since (``rollout_breakdown``, say) until a
+    process of this version initializes it. Refreshing is idempotent (views only, no data changes); a real typo
+    fails the same way twice and its error is the one shown."""
+    import duckdb
+
+    try:
+        return store.query_table(sql)
+    except duckdb.CatalogException as first:
+        try:
+            store.init(vacuum=False)
+        except Exception:  # noqa: BLE001 - could not refresh (a writer holds the file): the query's error stands
+            raise first from None
+        return store.query_table(sql)
+
+
 def cmd_sql(args: argparse.Namespace) -> int:
     import duckdb
 
     store = Store(args.store)
     try:
-        cols, rows = store.query_table(args.query)
+        cols, rows = _query_refreshing_views(store, args.query)
     except duckdb.Error as exc:  # a SQL error is the user's to fix: show DuckDB's message, not a traceback
         sys.stderr.write(
             f"pilot-commit sql: {exc}\nTables and views: runs, steps, prompt_observations, buffer_state, evictions, "
-            "eval_results, checkpoints, pass_rate_history, step_costs, eval_curve, rollouts_to_target.\n"
+            "eval_results, checkpoints, pass_rate_history, decision_reasons, step_costs, rollout_breakdown, "
+            "eval_curve, rollouts_to_target.\n"
         )
         return 1
     _print_rows(cols, rows, "json" if args.json else "csv" if args.csv else "table")

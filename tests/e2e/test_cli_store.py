@@ -118,6 +118,27 @@ def test_sql_bad_query_shows_duckdbs_message_without_traceback(store):
     assert out.returncode != 0 and "syntax error" in out.stderr.lower() and "Traceback" not in out.stderr
 
 
+def test_sql_refreshes_views_a_store_from_an_older_version_lacks(store, tmp_path):
+    """A store written before the rollout_breakdown view existed: `sql` refreshes the views and answers; a typo
+    still fails with DuckDB's message."""
+    import shutil
+
+    import duckdb
+
+    old = tmp_path / "old.duckdb"
+    shutil.copy(store["path"], old)
+    shutil.copytree(store["path"] + ".runs", str(old) + ".runs")
+    con = duckdb.connect(str(old))
+    con.execute("DROP VIEW rollout_breakdown")
+    con.close()
+    out = json.loads(run("sql", "--store", str(old), "SELECT r.method, b.sampled, b.trained, b.headroom FROM "
+                         "rollout_breakdown b JOIN runs r USING (run_id) ORDER BY 1", "--json").stdout)
+    assert [(o["method"], o["sampled"]) for o in out] == [(r["method"], r["sampled"]) for r in expected_rows(store)]
+    assert out[1]["headroom"] == 1.0 and out[0]["headroom"] > 1.0  # GRPO trains all it samples, DAPO does not
+    bad = run("sql", "--store", str(old), "SELECT * FROM no_such_view", check=False)
+    assert bad.returncode != 0 and "no_such_view" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_sql_is_read_only(store):
     out = run("sql", "--store", store["path"], "DELETE FROM runs", check=False)
     assert out.returncode != 0 and "Traceback" not in out.stderr
