@@ -289,8 +289,7 @@ def _where_rollouts_went(store: Store, base: dict, variants: dict[str, list[str]
                   if v_.grpo_over is not None and v_.run_id in parts]
         if v in table and table[v].headroom > 1.0 and by_run:
             ceiling.append(f"{v} {format_ratio(study.median(by_run))}")
-    lines = ["Where the rollouts went (all seeds, per step; `study.rollout_breakdown`, from the store's "
-             "`pass_rate_history` and `steps`):", "", study.breakdown_markdown(table).strip(), ""]
+    lines = ["Where the rollouts went (all seeds, per step; the store's `rollout_breakdown` view):", "", study.breakdown_markdown(table).strip(), ""]
     if ceiling:
         lines += ["Ceiling of better screening: GRPO/variant x headroom per seed (what the variant would reach if every "
                   "sampled rollout were trained, at the same learning per step), median: " + ", ".join(ceiling) + ".",

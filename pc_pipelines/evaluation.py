@@ -8,7 +8,7 @@ the asset's score of a segment's last step equals the loop's own evaluation ther
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -34,11 +34,11 @@ class EvalResult:
     k: int
     """The run's default samples per prompt (``training.eval_samples``)."""
     temperature: float
-    k_per_set: dict[str, int] = field(default_factory=dict)
+    k_per_set: dict[str, int]
     """Samples per prompt actually used per set (a set's own ``EvalSet.k``, else ``k``)."""
 
     def k_of(self, name: str) -> int:
-        return self.k_per_set.get(name, self.k)
+        return self.k_per_set[name]
 
     @property
     def mean(self) -> float:

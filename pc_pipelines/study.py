@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -297,7 +297,7 @@ def run_stats(store: Store, run_ids: Sequence[str]) -> dict[str, RunStats]:
 
 @dataclass(frozen=True)
 class RolloutBreakdown:
-    """Where a run's sampled rollouts went, from the store's ``pass_rate_history`` and ``steps`` (per run).
+    """Where a run's sampled rollouts went: a row of the store's ``rollout_breakdown`` view.
 
     ``trained`` is what the policy update saw; the other parts add up to ``sampled - trained`` (every sampled
     rollout is in exactly one): ``early_screen`` (first pilot waves that decided a prompt out of band, rule
@@ -327,17 +327,18 @@ class RolloutBreakdown:
     @classmethod
     def total(cls, label: str, parts: Sequence["RolloutBreakdown"]) -> "RolloutBreakdown":
         """Several runs (a variant's seeds) as one: every count summed, so per-step values are step-weighted."""
-        counts = ("steps", "sampled", "trained", "early_screen", "screened_out", "surplus", "kept_unused")
-        return cls(label, *(sum(getattr(p, c) for p in parts) for c in counts))
+        return cls(label, *(sum(getattr(p, c) for p in parts) for c in _BREAKDOWN_COUNTS))
+
+
+_BREAKDOWN_COUNTS = tuple(f.name for f in fields(RolloutBreakdown) if f.name != "run_id")
 
 
 def rollout_breakdown(store: Store, run_ids: Sequence[str]) -> dict[str, RolloutBreakdown]:
     """:class:`RolloutBreakdown` per run from the store's ``rollout_breakdown`` view (runs without steps are left
     out). In SQL: ``SELECT * FROM rollout_breakdown WHERE run_id = '...'``."""
-    counts = ("steps", "sampled", "trained", "early_screen", "screened_out", "surplus", "kept_unused")
-    rows = store.query(f"SELECT run_id, {', '.join(counts)} FROM rollout_breakdown WHERE list_contains(?, run_id)",
-                       [list(run_ids)])
-    return {r["run_id"]: RolloutBreakdown(r["run_id"], *(int(r[c]) for c in counts)) for r in rows}
+    rows = store.query(f"SELECT run_id, {', '.join(_BREAKDOWN_COUNTS)} FROM rollout_breakdown "
+                       "WHERE list_contains(?, run_id)", [list(run_ids)])
+    return {r["run_id"]: RolloutBreakdown(r["run_id"], *(int(r[c]) for c in _BREAKDOWN_COUNTS)) for r in rows}
 
 
 def breakdown_markdown(rows: Mapping[str, RolloutBreakdown]) -> str:

@@ -74,13 +74,11 @@ class AlarmGuard:
         self._old_unraisablehook: Any = None
 
     def _handler(self, signum, frame):
-        # Inside a finalizer the exception could not reach ``run``: Python would hand it to sys.unraisablehook and
-        # carry on. Let the 50 ms re-fire land in ordinary code instead.
-        if self._active and (frame is None or frame.f_code.co_name != "__del__"):
+        if self._active:
             raise _Deadline()
 
     def _unraisablehook(self, args) -> None:
-        """Drops a deadline that landed where Python cannot raise (a weakref or gc callback, a C-level finalizer).
+        """Drops a deadline that landed where Python cannot raise (a ``__del__``, a weakref or gc callback).
 
         Such a deadline is lost, not harmful: the alarm re-fires every ``_REFIRE_S`` until ``run`` sees one. What
         must not happen is reporting it: the default hook (and pytest's) formats the traceback, which at sympy's
