@@ -192,31 +192,15 @@ class Observations:
             rule=np.zeros(0, np.int8),
         )
 
-    def reason(self, i: int, p_lower: float, p_upper: float, p_solve: float) -> str:
-        """Human-readable reason for row ``i`` (computed on demand: the columns are the record). ``p_lower`` and
-        ``p_upper`` are the band the step used (the ledger's ``band_lower`` / ``band_upper``)."""
-        d = Decision(int(self.decision[i]))
-        p = float(self.p_hat[i])
-        s = Stage(int(self.stage[i]))
-        rule = Rule(int(self.rule[i]))
-        if rule is Rule.EARLY_WAVE:
-            text = (f"first pilot wave all {'correct' if p > 0.5 else 'wrong'} ({int(self.n[i])} rollouts): "
-                    f"p_hat={p:.3f} outside the band, decided without the second wave")
-        elif d is Decision.KEPT and rule is Rule.ADAPTIVE_BAND:
-            text = f"p_hat={p:.3f} in the widened band [{p_lower:.4g}, {p_upper:.4g}] (the batch was short)"
-        elif d is Decision.KEPT:
-            text = f"p_hat={p:.3f} in band [{p_lower}, {p_upper}]"
-        elif d is Decision.SKIPPED_EASY:
-            text = f"p_hat={p:.3f} > p_upper={p_upper}" if s is Stage.PILOT else "all rollouts correct (no signal)"
-        elif d is Decision.DEFERRED_HARD:
-            text = f"p_hat={p:.3f} < p_lower={p_lower}" if s is Stage.PILOT else "all rollouts wrong (no signal)"
-        elif d is Decision.SURPLUS:
-            text = "informative, but the batch already had b_t groups"
-        else:
-            text = f"trained with lag {int(self.lag[i])}"
-        if self.evicted[i]:
-            text += f"; evicted: p_hat={p:.3f} >= p_solve={p_solve}"
-        return text
+    def reason(self, i: int, band_lower: float, band_upper: float) -> str:
+        """Human-readable reason for row ``i`` (computed on demand: the columns are the record). ``band_lower`` and
+        ``band_upper`` are the band the step used (the ledger's). The text is the store's ``decision_reasons``
+        view's, from the one template table in ``reasons.py``."""
+        from .reasons import render  # reasons imports this module
+
+        return render(Decision(int(self.decision[i])), Stage(int(self.stage[i])), Rule(int(self.rule[i])),
+                      p_hat=float(self.p_hat[i]), n=int(self.n[i]), lag=int(self.lag[i]), band_lower=band_lower,
+                      band_upper=band_upper, evicted=bool(self.evicted[i]))
 
 
 @dataclass

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from ..allocation.reasons import reason_sql
+
 SCHEMA_VERSION = 4
 
 STEP_TABLES: dict[str, pa.Schema] = {
@@ -226,6 +228,12 @@ MIGRATIONS: dict[int, list[str]] = {
 }
 
 
+_REASON = reason_sql(decision="o.decision", stage="o.stage", rule="o.rule", evicted="o.evicted",
+                     columns={"p_hat": "o.p_hat", "n": "o.n", "lag": "o.lag", "band_lower": "s.band_lower",
+                              "band_upper": "s.band_upper"})
+"""``decision_reasons.reason``: the SQL rendering of ``pc_pipelines/allocation/reasons.py``'s templates."""
+
+
 def view_sql(runs_root: str) -> list[str]:
     """Views over the step files (absolute glob, refreshed at every writable open) and the catalog tables."""
     root = runs_root.replace("'", "''")
@@ -248,23 +256,12 @@ def view_sql(runs_root: str) -> list[str]:
            FROM prompt_observations""",
         # Why each observed group was kept, skipped, deferred, trained or evicted, in words, with the band the
         # step actually used (adaptive bands move per step). Rows written before v4 have no rule: read as band.
-        """CREATE OR REPLACE VIEW decision_reasons AS
-           SELECT o.run_id, o.step, o.round, o.prompt_id, o.stage, o.n, o.p_hat, o.decision, o.evicted,
-                  coalesce(o.rule, CASE WHEN o.stage = 'pilot' THEN 'band' ELSE 'none' END) AS rule,
-                  CASE
-                    WHEN o.rule = 'early_wave' THEN printf('first pilot wave all %s (%d rollouts): p_hat=%.3f outside the band, decided without the second wave',
-                         CASE WHEN o.p_hat > 0.5 THEN 'correct' ELSE 'wrong' END, o.n, o.p_hat)
-                    WHEN o.decision = 'kept' AND o.rule = 'adaptive_band' THEN printf('p_hat=%.3f in the widened band [%.4g, %.4g] (the batch was short)', o.p_hat, s.band_lower, s.band_upper)
-                    WHEN o.decision = 'kept' THEN printf('p_hat=%.3f in band [%.4g, %.4g]', o.p_hat, s.band_lower, s.band_upper)
-                    WHEN o.decision = 'skipped_easy' AND o.stage = 'pilot' THEN printf('p_hat=%.3f > band upper %.4g', o.p_hat, s.band_upper)
-                    WHEN o.decision = 'skipped_easy' THEN 'all rollouts correct (no signal)'
-                    WHEN o.decision = 'deferred_hard' AND o.stage = 'pilot' THEN printf('p_hat=%.3f < band lower %.4g', o.p_hat, s.band_lower)
-                    WHEN o.decision = 'deferred_hard' THEN 'all rollouts wrong (no signal)'
-                    WHEN o.decision = 'surplus' THEN 'informative, but the batch already had b_t groups'
-                    ELSE printf('trained with lag %d on %d rollouts', o.lag, o.n)
-                  END || CASE WHEN o.evicted THEN printf('; evicted: p_hat=%.3f reached p_solve', o.p_hat) ELSE '' END
-                  AS reason
-           FROM prompt_observations o LEFT JOIN steps s USING (run_id, step)""",
+        f"""CREATE OR REPLACE VIEW decision_reasons AS
+           SELECT o.run_id, o.step, o.round, o.prompt_id, o.stage, o.n, o.p_hat, o.decision, o.evicted, o.rule,
+                  {_REASON} AS reason
+           FROM (SELECT * REPLACE (coalesce(rule, CASE WHEN stage = 'pilot' THEN 'band' ELSE 'none' END) AS rule)
+                 FROM prompt_observations) o
+           LEFT JOIN steps s USING (run_id, step)""",
         # Where each run's sampled rollouts went: every one in exactly one part (trained + early_screen +
         # screened_out + surplus + kept_unused = sampled). kept_unused: pilots kept for the buffer that never reached
         # a trained batch. headroom = sampled / trained bounds what cheaper screening alone can buy.

@@ -1,0 +1,126 @@
+"""Why each observed group got its decision, in words: one table of templates, rendered two ways.
+
+The record is the columns (``decision``, ``stage``, ``rule``, ``n``, ``p_hat``, ``lag``, ``evicted`` and the step's band);
+the reason is text computed from them on demand, in Python by ``Observations.reason`` and in SQL by the store's
+``decision_reasons`` view. Both come from ``REASONS`` below (``render`` and ``reason_sql``), so a wording change is
+made once and the two cannot drift; ``tests/integration/store/test_store_reasons.py`` checks them row for row.
+
+The first template whose ``decision`` / ``stage`` / ``rule`` all match (``None`` matches anything) is used. Worked
+example: a PC pilot with 4 rollouts, all correct, decided by the first sequential wave, is
+``(SKIPPED_EASY, PILOT, EARLY_WAVE)``; the first template (``rule=EARLY_WAVE``) matches, giving
+``first pilot wave all correct (4 rollouts): p_hat=1.000 outside the band, decided without the second wave``; if the
+prompt was also evicted, ``; evicted: p_hat=1.000 reached p_solve`` follows.
+
+Fields a template may use, each with the one format spec it is written with (Python ``str.format`` and DuckDB
+``printf`` agree on these): ``p_hat`` (``.3f``), ``band_lower`` / ``band_upper`` (``.4g``), ``n`` and ``lag``
+(integers) and ``outcome`` (``correct`` when ``p_hat > 0.5``, else ``wrong``).
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Mapping
+
+from .types import Decision, Rule, Stage
+
+# field -> (format spec in the templates, printf conversion)
+_FIELDS: dict[str, tuple[str, str]] = {
+    "p_hat": (".3f", "%.3f"),
+    "band_lower": (".4g", "%.4g"),
+    "band_upper": (".4g", "%.4g"),
+    "n": ("", "%d"),
+    "lag": ("", "%d"),
+    "outcome": ("", "%s"),
+}
+COLUMNS = ("p_hat", "band_lower", "band_upper", "n", "lag")
+"""The fields ``reason_sql`` takes as SQL expressions (``outcome`` is derived from ``p_hat``)."""
+
+
+@dataclass(frozen=True)
+class ReasonTemplate:
+    """The reason of every group matching ``decision`` / ``stage`` / ``rule`` (``None``: any)."""
+
+    text: str
+    decision: Decision | None = None
+    stage: Stage | None = None
+    rule: Rule | None = None
+
+    def matches(self, decision: Decision, stage: Stage, rule: Rule) -> bool:
+        return ((self.decision is None or self.decision is decision) and (self.stage is None or self.stage is stage)
+                and (self.rule is None or self.rule is rule))
+
+
+REASONS: tuple[ReasonTemplate, ...] = (
+    ReasonTemplate("first pilot wave all {outcome} ({n} rollouts): p_hat={p_hat:.3f} outside the band, "
+                   "decided without the second wave", rule=Rule.EARLY_WAVE),
+    ReasonTemplate("p_hat={p_hat:.3f} in the widened band [{band_lower:.4g}, {band_upper:.4g}] (the batch was short)",
+                   decision=Decision.KEPT, rule=Rule.ADAPTIVE_BAND),
+    ReasonTemplate("p_hat={p_hat:.3f} in band [{band_lower:.4g}, {band_upper:.4g}]", decision=Decision.KEPT),
+    ReasonTemplate("p_hat={p_hat:.3f} > band upper {band_upper:.4g}", decision=Decision.SKIPPED_EASY, stage=Stage.PILOT),
+    ReasonTemplate("all rollouts correct (no signal)", decision=Decision.SKIPPED_EASY),
+    ReasonTemplate("p_hat={p_hat:.3f} < band lower {band_lower:.4g}", decision=Decision.DEFERRED_HARD, stage=Stage.PILOT),
+    ReasonTemplate("all rollouts wrong (no signal)", decision=Decision.DEFERRED_HARD),
+    ReasonTemplate("informative, but the batch already had b_t groups", decision=Decision.SURPLUS),
+    ReasonTemplate("trained with lag {lag} on {n} rollouts", decision=Decision.TRAINED),
+)
+EVICTED = "; evicted: p_hat={p_hat:.3f} reached p_solve"
+"""Appended to the reason of a group whose prompt was evicted (marked solved) by it."""
+
+
+def template_for(decision: Decision, stage: Stage, rule: Rule) -> ReasonTemplate:
+    """The first template of ``REASONS`` that matches; every (decision, stage, rule) has one (a unit test checks)."""
+    for t in REASONS:
+        if t.matches(decision, stage, rule):
+            return t
+    raise LookupError(f"no reason template for decision={decision.label}, stage={stage.label}, rule={rule.label}: "
+                      "add one to REASONS in pc_pipelines/allocation/reasons.py")
+
+
+def render(decision: Decision, stage: Stage, rule: Rule, *, p_hat: float, n: int, lag: int,
+           band_lower: float | None, band_upper: float | None, evicted: bool) -> str:
+    """The reason in Python (``Observations.reason``). The band is None on GRPO / DAPO steps (no template of
+    theirs uses it)."""
+    values = {"p_hat": float(p_hat), "n": int(n), "lag": int(lag), "band_lower": band_lower,
+              "band_upper": band_upper, "outcome": "correct" if p_hat > 0.5 else "wrong"}
+    text = template_for(decision, stage, rule).text.format(**values)
+    return text + EVICTED.format(**values) if evicted else text
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _sql_text(template: str, columns: Mapping[str, str]) -> str:
+    """``template`` as a SQL string expression: a quoted literal, or ``printf(fmt, args...)``."""
+    fmt, plain, args = [], [], []
+    for literal, name, spec, conversion in string.Formatter().parse(template):
+        fmt.append(literal.replace("%", "%%"))
+        plain.append(literal)
+        if name is None:
+            continue
+        if name not in _FIELDS or conversion or spec != _FIELDS[name][0]:
+            raise ValueError(f"reason template field {{{name}:{spec}}} in {template!r}: use one of "
+                             + ", ".join(f"{{{k}:{s}}}" if s else f"{{{k}}}" for k, (s, _) in _FIELDS.items()))
+        fmt.append(_FIELDS[name][1])
+        args.append(f"CASE WHEN {columns['p_hat']} > 0.5 THEN 'correct' ELSE 'wrong' END" if name == "outcome"
+                    else columns[name])
+    if not args:
+        return _quote("".join(plain))
+    return f"printf({', '.join([_quote(''.join(fmt)), *args])})"
+
+
+def reason_sql(*, decision: str, stage: str, rule: str, evicted: str, columns: Mapping[str, str]) -> str:
+    """The reason as one SQL expression. ``decision`` / ``stage`` / ``rule`` are expressions holding the labels the
+    store writes (``Decision.label``, ...; ``rule`` must not be NULL), ``evicted`` a boolean one, and ``columns``
+    maps each of ``COLUMNS`` to its expression."""
+    missing = [c for c in COLUMNS if c not in columns]
+    if missing:
+        raise ValueError(f"reason_sql: no SQL expression for {missing}")
+    conds = {"decision": decision, "stage": stage, "rule": rule}
+    whens = []
+    for t in REASONS:
+        parts = [f"{conds[k]} = '{getattr(t, k).label}'" for k in conds if getattr(t, k) is not None]
+        whens.append(f"WHEN {' AND '.join(parts) or 'true'} THEN {_sql_text(t.text, columns)}")
+    case = "CASE " + " ".join(whens) + " END"
+    return f"{case} || CASE WHEN {evicted} THEN {_sql_text(EVICTED, columns)} ELSE '' END"

@@ -1,0 +1,69 @@
+"""The reason templates (pc_pipelines/allocation/reasons.py): every decision has words, and the SQL rendering is
+built from the same text (the row-for-row check against DuckDB is tests/integration/store/test_store_reasons.py)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from pc_pipelines.allocation import Decision, Rule, Stage
+from pc_pipelines.allocation import reasons
+from pc_pipelines.allocation.reasons import REASONS, ReasonTemplate, reason_sql, render, template_for
+
+COLS = {"p_hat": "o.p_hat", "n": "o.n", "lag": "o.lag", "band_lower": "s.lo", "band_upper": "s.hi"}
+
+
+@pytest.mark.parametrize("decision,stage,rule", list(itertools.product(Decision, Stage, Rule)))
+def test_every_decision_stage_and_rule_has_a_template(decision, stage, rule):
+    t = template_for(decision, stage, rule)
+    assert t.matches(decision, stage, rule)
+    assert t.decision in (None, decision)  # never a template written for another decision
+
+
+def test_the_docstrings_worked_example():
+    text = render(Decision.SKIPPED_EASY, Stage.PILOT, Rule.EARLY_WAVE, p_hat=1.0, n=4, lag=0, band_lower=0.125,
+                  band_upper=0.75, evicted=True)
+    assert text == ("first pilot wave all correct (4 rollouts): p_hat=1.000 outside the band, decided without the "
+                    "second wave; evicted: p_hat=1.000 reached p_solve")
+
+
+@pytest.mark.parametrize("decision,stage,rule,expected", [
+    (Decision.KEPT, Stage.PILOT, Rule.BAND, "p_hat=0.250 in band [0.125, 0.75]"),
+    (Decision.KEPT, Stage.PILOT, Rule.ADAPTIVE_BAND, "p_hat=0.250 in the widened band [0.125, 0.75] (the batch was short)"),
+    (Decision.SKIPPED_EASY, Stage.PILOT, Rule.BAND, "p_hat=0.250 > band upper 0.75"),
+    (Decision.DEFERRED_HARD, Stage.PILOT, Rule.BAND, "p_hat=0.250 < band lower 0.125"),
+    (Decision.SKIPPED_EASY, Stage.FULL, Rule.NONE, "all rollouts correct (no signal)"),
+    (Decision.DEFERRED_HARD, Stage.FULL, Rule.NONE, "all rollouts wrong (no signal)"),
+    (Decision.SURPLUS, Stage.FULL, Rule.NONE, "informative, but the batch already had b_t groups"),
+    (Decision.TRAINED, Stage.COMMIT, Rule.NONE, "trained with lag 3 on 12 rollouts"),
+])
+def test_render(decision, stage, rule, expected):
+    assert render(decision, stage, rule, p_hat=0.25, n=12, lag=3, band_lower=0.125, band_upper=0.75,
+                  evicted=False) == expected
+
+
+def test_sql_has_one_branch_per_template_in_order_and_quotes_its_literals(monkeypatch):
+    sql = reason_sql(decision="o.decision", stage="o.stage", rule="o.rule", evicted="o.evicted", columns=COLS)
+    assert sql.count(" WHEN ") == len(REASONS) + 2  # + the early wave's outcome word and the eviction suffix
+    assert sql.index("'early_wave'") < sql.index("'adaptive_band'") < sql.index("o.decision = 'kept' THEN")
+    assert "printf('p_hat=%.3f in band [%.4g, %.4g]', o.p_hat, s.lo, s.hi)" in sql
+    monkeypatch.setattr(reasons, "REASONS", (ReasonTemplate("it's 100% {n}"),))
+    sql = reason_sql(decision="d", stage="s", rule="r", evicted="e", columns=COLS)
+    assert "WHEN true THEN printf('it''s 100%% %d', o.n)" in sql
+    monkeypatch.setattr(reasons, "REASONS", (ReasonTemplate("it's 100%"),))
+    assert "WHEN true THEN 'it''s 100%'" in reason_sql(decision="d", stage="s", rule="r", evicted="e", columns=COLS)
+
+
+def test_a_template_field_without_a_printf_twin_is_refused(monkeypatch):
+    monkeypatch.setattr(reasons, "REASONS", (ReasonTemplate("p_hat={p_hat:.2f}"),))
+    with pytest.raises(ValueError, match=r"\{p_hat:.2f\}.*use one of \{p_hat:.3f\}"):
+        reason_sql(decision="d", stage="s", rule="r", evicted="e", columns=COLS)
+    with pytest.raises(ValueError, match=r"no SQL expression for \['lag'\]"):
+        reason_sql(decision="d", stage="s", rule="r", evicted="e", columns={k: v for k, v in COLS.items() if k != "lag"})
+
+
+def test_a_missing_template_names_the_file_to_edit(monkeypatch):
+    monkeypatch.setattr(reasons, "REASONS", REASONS[:-1])  # drop TRAINED's
+    with pytest.raises(LookupError, match="decision=trained.*pc_pipelines/allocation/reasons.py"):
+        template_for(Decision.TRAINED, Stage.COMMIT, Rule.NONE)
