@@ -249,8 +249,7 @@ def ablation_section(store: Store, name: str, engine: str, variants: dict[str, l
     for vname, rids in variants.items():
         rows[vname] = [study.versus(curves[r], base[("grpo", curves[r].seed)], base.get(("dapo", curves[r].seed)))
                        for r in rids if r in curves and ("grpo", curves[r].seed) in base]
-    plot_curves = {"GRPO": [c for (m, _), c in sorted(base.items()) if m == "grpo"],
-                   "DAPO": [c for (m, _), c in sorted(base.items()) if m == "dapo"]}
+    plot_curves = {m.upper(): _baseline_runs(base, m) for m in ("grpo", "dapo")}
     plot_curves.update({v: [curves[r] for r in rids if r in curves] for v, rids in variants.items()})
     plot = study.plot_variants(plot_curves, img_dir / f"ablate_{name}_{engine}.png",
                                f"{name} ablation ({'embedded default' if engine == 'real' else 'simulator'})")
@@ -274,9 +273,14 @@ def ablation_section(store: Store, name: str, engine: str, variants: dict[str, l
     return "\n".join(lines) + "\n"
 
 
+def _baseline_runs(base: dict, method: str) -> list:
+    """The baseline curves of ``method`` from ``study.baselines`` (keyed (method, seed)), in seed order."""
+    return [c for (m, _), c in sorted(base.items()) if m == method]
+
+
 def _where_rollouts_went(store: Store, base: dict, variants: dict[str, list[str]], rows: dict[str, list]) -> list[str]:
     """The rollout breakdown per variant (seeds summed) and the ceiling that free screening would reach."""
-    groups = {m.upper(): [c.run_id for (mm, _), c in sorted(base.items()) if mm == m] for m in ("grpo", "dapo")}
+    groups = {m.upper(): [c.run_id for c in _baseline_runs(base, m)] for m in ("grpo", "dapo")}
     groups.update({v: list(rids) for v, rids in variants.items() if not v.startswith("oracle")})
     parts = study.rollout_breakdown(store, [r for rids in groups.values() for r in rids])
     table = {v: study.RolloutBreakdown.total(v, [parts[r] for r in rids if r in parts])
