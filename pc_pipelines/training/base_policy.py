@@ -279,6 +279,8 @@ def warm_start_report(path: str | Path, task: ArithTaskConfig, template: str, pr
     """What the warm start leaves RL to learn: greedy held-out accuracy per digit length, and the pass-rate
     histogram of ``prompts`` RL prompts (``samples`` rollouts each at the training temperature), overall and per
     digit length (issue 4 asks for at least a fifth below 0.125, a fifth above 0.75 and a fifth in between)."""
+    from ..data.task import arith_eval_name, embedded_task
+    from ..evaluation import evaluate_sets
     from ..rewards import MathGrader
     from ..rollout import RolloutRequest, SamplingParams, TransformersEngine
 
@@ -286,11 +288,11 @@ def warm_start_report(path: str | Path, task: ArithTaskConfig, template: str, pr
     engine = TransformersEngine(model, tok)
     splits = build_splits(task)
     with MathGrader() as grader:
-        held = splits.heldout
-        outs = engine.generate([RolloutRequest(template.format(question=q), 1) for q in held.questions()],
-                               SamplingParams(0.0, 1.0, max_new_tokens, seed))
-        rewards = grader.rewards([o.rollouts[0].text for o in outs], held.golds(), [o.rollouts[0].truncated for o in outs])
-        greedy = {str(d): float(rewards[held.digits == d].mean()) for d in sorted(set(held.digits.tolist()))}
+        # greedy: the training evaluation's per-digit held-out sets (arith_d1 ...) at k = 1, temperature 0
+        sets = [s for s in embedded_task(task, template).eval_sets if s.prompts]
+        res = evaluate_sets(engine, grader, sets, 1, 0.0, 1.0, max_new_tokens, seed)
+        greedy = {str(d): res.accuracy[arith_eval_name(d)] for d in range(1, task.max_digits + 1)
+                  if arith_eval_name(d) in res.accuracy}
         sub = splits.train.subset(np.arange(min(prompts, len(splits.train))))
         outs = engine.generate([RolloutRequest(template.format(question=q), samples) for q in sub.questions()],
                                SamplingParams(temperature, 1.0, max_new_tokens, seed + 1))
