@@ -39,9 +39,7 @@ from pydantic import Field
 
 from pc_pipelines.config import parse_overrides, resolve
 from pc_pipelines.entrypoint import load_training_run, task_for
-from pc_pipelines.evaluation import eval_seed, evaluate_sets
 from pc_pipelines.loop import LoopError, StepRecord, TrainingRun, checkpoint_at, list_checkpoints, prepare_run
-from pc_pipelines.rewards import MathGrader
 from pc_pipelines.segments import (
     Action,
     RunView,
@@ -253,13 +251,13 @@ def segment_eval(
     store: StoreResource,
     checkpoints: CheckpointResource,
     engine: RolloutEngineResource,
+    compute: ComputeResource,
     data: DataResource,
 ) -> MaterializeResult:
     """Mean@k accuracy of the segment's final checkpoint on the run's benchmarks, into the store's
     ``eval_results``: for the embedded default its held-out split per digit length; for a real dataset its
-    500-prompt held-out split and the six benchmarks the ``benchmarks`` asset prepared."""
-    from pc_pipelines.training.base_policy import load_policy
-
+    500-prompt held-out split and the six benchmarks the ``benchmarks`` asset prepared. It runs where the segments
+    run (the compute resource: in process, or ``pilot-commit eval-segment`` in a GPU pod)."""
     st = store.get()
     run_id, k, run, seg = _segment_row(st, context.partition_key)
     last = int(seg["last_step"])
@@ -270,11 +268,10 @@ def segment_eval(
             f"{context.partition_key}: no checkpoint after step {last} in {tr.checkpoint_dir}. Fix: materialize "
             f"training_segment for {context.partition_key} first."
         )
-    cfg = tr.config.training
-    model, tok = load_policy(path / "policy")
-    with MathGrader(overlong_reward=cfg.overlong_reward) as grader:
-        res = evaluate_sets(engine.build(model, tok), grader, tr.task.eval_sets, cfg.eval_samples, cfg.eval_temperature,
-                            cfg.eval_top_p, cfg.max_response_length, eval_seed(tr.config.seed, last))
+    try:
+        res = compute.evaluate(tr, st, last, engine_factory=engine.build, context=context)
+    except LoopError as exc:
+        raise Failure(str(exc)) from exc
     st.add_eval_results(res.rows(run_id, last))
     rows = ["| benchmark | prompts | k | mean@k |", "|---|---|---|---|"]
     rows += [f"| {name} | {res.n_prompts[name]} | {res.k_of(name)} | {acc:.3f} |" for name, acc in res.accuracy.items()]
@@ -289,6 +286,7 @@ def segment_eval(
             "k": res.k,
             "temperature": res.temperature,
             "checkpoint": MetadataValue.path(str(path)),
+            "compute": type(compute).__name__,
         }
     )
 

@@ -162,6 +162,6 @@ def add_parsers(sub, add_config_args) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_base_policy)
 
-    from .entrypoint import add_parser as add_train_segment
+    from .entrypoint import add_parser as add_segment_entrypoints
 
-    add_train_segment(sub)
+    add_segment_entrypoints(sub)  # train-segment, eval-segment

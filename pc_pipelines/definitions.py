@@ -55,9 +55,9 @@ def k8s_resources(env: dict[str, str] | None = None) -> dict:
     mounted at ``/data`` (store ``/data/pc.duckdb``, run directories ``/data/runs``, prepared data ``/data/data``);
     training segments run as pods of ``PC_K8S_IMAGE`` in ``PC_K8S_NAMESPACE`` (default ``pc-pipelines``), one
     GPU pod each (``PC_K8S_COMPUTE=pod``, the default) or a KubeRay RayJob of ``PC_K8S_RAY_WORKERS`` GPU nodes
-    (``PC_K8S_COMPUTE=rayjob``, experimental). Evaluation (``segment_eval``) still runs in the run pod with the
-    transformers engine on ``PC_K8S_EVAL_DEVICE`` (default cpu: give run pods a GPU through the job's
-    ``dagster-k8s/config`` tag for real models). ``env``: the variables to read (default ``os.environ``)."""
+    (``PC_K8S_COMPUTE=rayjob``, experimental). Evaluation (``segment_eval``) runs ``pilot-commit eval-segment`` in a GPU
+    pod of the same image (one pod with the RayJob compute too). ``env``: the variables to read (default
+    ``os.environ``)."""
     env = dict(os.environ if env is None else env)
     image = env.get("PC_K8S_IMAGE")
     if not image:
@@ -75,7 +75,7 @@ def k8s_resources(env: dict[str, str] | None = None) -> dict:
     return {
         "store": StoreResource(path="/data/pc.duckdb"),
         "checkpoints": LocalCheckpointResource(root="/data/runs"),
-        "engine": TransformersEngineResource(device=env.get("PC_K8S_EVAL_DEVICE", "cpu")),
+        "engine": TransformersEngineResource(),  # in-process engines only: segments and evaluations run in pods
         "compute": compute,
         "data": DataResource(
             deepmath_path=env.get("PC_DEEPMATH_PATH") or None,

@@ -1,4 +1,5 @@
-"""``pilot-commit train-segment``: one training segment of a registered run, as a process of its own.
+"""``pilot-commit train-segment`` / ``eval-segment``: one training segment of a registered run, or the evaluation of
+its checkpoint, as a process of its own.
 
 This is the in-pod entrypoint of the scale path (DESIGN.md section 4). The Dagster ``training_segment`` asset
 launches it through a Pipes client (``PipesK8sClient`` for one GPU pod, dagster-ray's ``PipesKubeRayJobClient`` for
@@ -16,6 +17,11 @@ a Pipes custom message (the step's JSON, as ``pilot-commit train --json`` prints
 the segment as the asset materialization (steps, rollouts, accuracy, checkpoint). Run by hand, the same JSON lines
 go to stdout and the summary as a last JSON line with ``"segment": true``. ``dagster_pipes`` is the dependency-free
 half of the Pipes protocol (it does not import Dagster) and is imported only in the first case.
+
+``eval-segment`` is the same for the ``segment_eval`` asset: it evaluates the checkpoint after ``--step`` with
+:func:`~.evaluation.evaluate_checkpoint` on the engine it is given (vLLM on a GPU pod) and reports the
+:class:`~.evaluation.EvalResult` as the materialization (by hand: one JSON line); the asset writes ``eval_results``,
+so the store keeps one writer for them.
 
 Paths are those of the process that runs it: in a pod, the PVC's mount (``k8s/README.md``): the store file, run
 directories and prepared data must sit at the same paths in the Dagster run pod and the training pod.
@@ -139,8 +145,9 @@ class PipesReporter:
         self.pipes.report_asset_materialization(metadata=typed)
 
 
-def _run(args: argparse.Namespace, reporter: Callable[[], Any]) -> SegmentResult:
-    from .loop import LoopError, run_segment
+def _load(args: argparse.Namespace) -> tuple[Any, TrainingRun]:
+    """The store and the registered run the arguments name (``LoopError`` with the fix when either is missing)."""
+    from .loop import LoopError
     from .store import Store
 
     store = Store(args.store)
@@ -151,7 +158,13 @@ def _run(args: argparse.Namespace, reporter: Callable[[], Any]) -> SegmentResult
     if row is None:
         raise LoopError(f"run {args.run_id!r} is not in the store {store.path}. Fix: register it with the start_run "
                         "job (or pass the right --store).")
-    run = load_training_run(row, args.runs_root, args.data_dir)
+    return store, load_training_run(row, args.runs_root, args.data_dir)
+
+
+def _run(args: argparse.Namespace, reporter: Callable[[], Any]) -> SegmentResult:
+    from .loop import run_segment
+
+    store, run = _load(args)
     rep = reporter()
     if args.backend == "verl":  # experimental: the verl recipe on a Ray cluster (GPU nodes)
         from .training.verl_recipe import run_segment_verl
@@ -165,27 +178,68 @@ def _run(args: argparse.Namespace, reporter: Callable[[], Any]) -> SegmentResult
     return result
 
 
-def cmd_train_segment(args: argparse.Namespace) -> int:
-    from .loop import LoopError
-
+def _launched_by_pipes() -> bool:
     try:
         from dagster_pipes import PipesEnvVarParamsLoader
 
-        launched_by_pipes = PipesEnvVarParamsLoader().is_dagster_pipes_process()  # reads the env now, at run time
-    except ImportError:  # an image without dagster-pipes still trains plainly
-        launched_by_pipes = False
+        return PipesEnvVarParamsLoader().is_dagster_pipes_process()  # reads the env now, at run time
+    except ImportError:  # an image without dagster-pipes still runs plainly
+        return False
+
+
+def _main(name: str, work: Callable[[Any], None]) -> int:
+    """Run ``work(pipes)`` inside a Pipes session when launched by a Pipes client, else ``work(None)``; a
+    ``LoopError`` becomes exit code 2 with its message (which says how to fix it) on stderr."""
+    from .loop import LoopError
+
     try:
-        if launched_by_pipes:
+        if _launched_by_pipes():
             from dagster_pipes import open_dagster_pipes
 
             with open_dagster_pipes() as pipes:
-                _run(args, lambda: PipesReporter(pipes))
+                work(pipes)
         else:
-            _run(args, PlainReporter)
+            work(None)
     except LoopError as exc:
-        sys.stderr.write(f"pilot-commit train-segment: {exc}\n")
+        sys.stderr.write(f"pilot-commit {name}: {exc}\n")
         return 2
     return 0
+
+
+def cmd_train_segment(args: argparse.Namespace) -> int:
+    return _main("train-segment", lambda pipes: _run(args, (lambda: PipesReporter(pipes)) if pipes else PlainReporter))
+
+
+def eval_report(result, step: int) -> dict[str, Any]:
+    """What ``eval-segment`` reports: the step, the average and the whole :class:`~.evaluation.EvalResult`."""
+    return {"step": step, "average_accuracy": result.mean, "eval": result.to_json()}
+
+
+def cmd_eval_segment(args: argparse.Namespace) -> int:
+    from .evaluation import evaluate_checkpoint
+
+    def work(pipes) -> None:
+        _, run = _load(args)
+        result = evaluate_checkpoint(run, args.step, engine_factory(args.engine, args.device), args.device)
+        report = eval_report(result, args.step)
+        if pipes is None:
+            sys.stdout.write(json.dumps(report) + "\n")
+            return
+        pipes.log.info(f"{run.run_id} step {args.step}: average accuracy {result.mean:.4f} over "
+                       f"{len(result.accuracy)} sets")
+        pipes.report_asset_materialization(metadata={**report, "eval": {"raw_value": report["eval"], "type": "json"}})
+
+    return _main("eval-segment", work)
+
+
+def _common_args(p) -> None:
+    p.add_argument("--store", required=True, help="the store's DuckDB file, where the run is registered")
+    p.add_argument("--run-id", required=True, help="the run (registered by the start_run job)")
+    p.add_argument("--runs-root", required=True, help="directory holding <run-id>/ (checkpoints, TensorBoard)")
+    p.add_argument("--data-dir", default="runs/data", help="prepared datasets (runs on deepmath / polaris)")
+    p.add_argument("--engine", choices=ENGINES, default="transformers",
+                   help="rollout engine: transformers (CPU or GPU) or vllm (GPU, experimental)")
+    p.add_argument("--device", default="cpu", help="torch device of the policy: cpu or cuda")
 
 
 def add_parser(sub) -> None:
@@ -194,16 +248,10 @@ def add_parser(sub) -> None:
         help="train one segment of a registered run (the in-pod entrypoint; reports through Dagster Pipes)",
         description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("--store", required=True, help="the store's DuckDB file, where the run is registered")
-    p.add_argument("--run-id", required=True, help="the run (registered by the start_run job)")
-    p.add_argument("--runs-root", required=True, help="directory holding <run-id>/ (checkpoints, TensorBoard)")
+    _common_args(p)
     p.add_argument("--until-step", type=int, required=True, help="the segment's last step (inclusive)")
     p.add_argument("--from-step", type=int, default=None,
                    help="start from the checkpoint after this step (-1: the base policy; default: the latest)")
-    p.add_argument("--data-dir", default="runs/data", help="prepared datasets (runs on deepmath / polaris)")
-    p.add_argument("--engine", choices=ENGINES, default="transformers",
-                   help="rollout engine: transformers (CPU or GPU) or vllm (GPU, experimental)")
-    p.add_argument("--device", default="cpu", help="torch device of the policy: cpu or cuda")
     p.add_argument("--backend", choices=("local", "verl"), default="local",
                    help="local: the loop of `pilot-commit train` (default); verl: the verl recipe on a Ray cluster "
                         "(GPU nodes, experimental)")
@@ -212,3 +260,15 @@ def add_parser(sub) -> None:
     p.add_argument("--recipe-set", action="append", default=[], metavar="KEY=VALUE",
                    help="verl backend: Hydra override of the recipe config (repeatable)")
     p.set_defaults(func=cmd_train_segment)
+
+    p = sub.add_parser(
+        "eval-segment",
+        help="evaluate a registered run's checkpoint after one step (the in-pod entrypoint of segment_eval)",
+        description="Mean@k of the run's checkpoint after --step on its eval sets, with the run's eval settings and "
+                    "seed (equal to the training loop's own evaluation of that step). Launched by a Pipes client it "
+                    "reports the result as the materialization; by hand it prints it as one JSON line. It does not "
+                    "write the store: the segment_eval asset does.",
+    )
+    _common_args(p)
+    p.add_argument("--step", type=int, required=True, help="the checkpoint: the one taken after this step")
+    p.set_defaults(func=cmd_eval_segment)

@@ -8,14 +8,17 @@ the asset's score of a segment's last step equals the loop's own evaluation ther
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from .data.task import EvalSet
 from .rewards import MathGrader
 from .rollout import RolloutEngine, RolloutRequest, SamplingParams, derive_seed
+
+if TYPE_CHECKING:  # the loop imports this module
+    from .loop import EngineFactory, TrainingRun
 
 _EVAL_SALT = 0xE7A1
 
@@ -44,6 +47,20 @@ class EvalResult:
     def mean(self) -> float:
         """Average accuracy: the unweighted mean over sets (DESIGN.md section 6)."""
         return float(np.mean(list(self.accuracy.values()))) if self.accuracy else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON values (what an evaluation launched elsewhere reports through Dagster Pipes)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "EvalResult":
+        """The inverse of ``to_json``; a missing field names itself."""
+        missing = [f for f in ("accuracy", "n_prompts", "k", "temperature", "k_per_set") if f not in d]
+        if missing:
+            raise ValueError(f"an evaluation report without {missing}: the launched `pilot-commit eval-segment` is "
+                             "older or newer than this code. Fix: run the same pc-pipelines version in both places.")
+        return cls({k: float(v) for k, v in d["accuracy"].items()}, {k: int(v) for k, v in d["n_prompts"].items()},
+                   int(d["k"]), float(d["temperature"]), {k: int(v) for k, v in d["k_per_set"].items()})
 
     def rows(self, run_id: str, step: int) -> list[dict]:
         """``eval_results`` rows for the store."""
@@ -83,3 +100,26 @@ def evaluate_sets(
         acc[s.name] = float(rewards[pos : pos + m].mean()) if m else 0.0
         pos += m
     return EvalResult(acc, {s.name: len(s.prompts) for s in sets}, k, temperature, ks)
+
+
+def evaluate_checkpoint(run: TrainingRun, step: int, engine_factory: EngineFactory | None = None,
+                        device: str = "cpu") -> EvalResult:
+    """Mean@k of ``run``'s checkpoint after ``step`` on its eval sets, with the run's eval settings and the seed
+    of :func:`eval_seed` (so it equals the loop's own evaluation of that step). ``engine_factory`` builds the rollout
+    engine from (model, tokenizer); None: the transformers engine. Where it runs is the compute resource's choice
+    (in process, or ``pilot-commit eval-segment`` in a GPU pod)."""
+    from .loop import LoopError, checkpoint_at
+    from .rewards import MathGrader
+    from .rollout import TransformersEngine
+    from .training.base_policy import load_policy
+
+    path = checkpoint_at(run.checkpoint_dir, step)
+    if path is None:
+        raise LoopError(f"{run.run_id}: no checkpoint after step {step} in {run.checkpoint_dir}. Fix: train the "
+                        "segment that ends at that step first (materialize its training_segment).")
+    cfg = run.config.training
+    model, tok = load_policy(path / "policy")
+    engine = engine_factory(model, tok) if engine_factory is not None else TransformersEngine(model, tok, device=device)
+    with MathGrader(overlong_reward=cfg.overlong_reward) as grader:
+        return evaluate_sets(engine, grader, run.task.eval_sets, cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p,
+                             cfg.max_response_length, eval_seed(run.config.seed, step))

@@ -1,4 +1,4 @@
-"""Where a training segment runs.
+"""Where a training segment runs, and where its checkpoint is evaluated.
 
 * :class:`LocalComputeResource`: in the Dagster process, :func:`pc_pipelines.loop.run_segment` (the embedded default).
 * :class:`PipesComputeResource` implementations run the same segment as a process of its own, the in-pod entrypoint
@@ -13,7 +13,9 @@
     ``PipesKubeRayJobClient``, built from :func:`resources.kube.segment_rayjob` (experimental: the verl recipe).
 
 Every implementation returns a :class:`~pc_pipelines.loop.SegmentResult`, so the ``training_segment`` asset does
-not care where the segment ran. The step rows themselves reach the store as Parquet step logs written by the
+not care where the segment ran. ``evaluate`` is the same for the ``segment_eval`` asset: in process, or
+``pilot-commit eval-segment`` through the same Pipes client (a GPU pod on Kubernetes: a real model's mean@32 on six
+benchmarks is GPU work, not the Dagster run pod's), returning an :class:`~pc_pipelines.evaluation.EvalResult`. The step rows themselves reach the store as Parquet step logs written by the
 process that trained (on a shared volume for pods), never through Pipes.
 """
 
@@ -28,6 +30,7 @@ from dagster import ConfigurableResource, Failure, MetadataValue
 from pydantic import Field, model_validator
 
 from pc_pipelines.entrypoint import STEP_KEYS
+from pc_pipelines.evaluation import EvalResult, evaluate_checkpoint
 from pc_pipelines.loop import EngineFactory, SegmentResult, StepRecord, TrainingRun, run_segment
 from pc_pipelines.store import Store
 
@@ -49,6 +52,12 @@ class ComputeResource(ConfigurableResource):
         (None: the latest); see :func:`pc_pipelines.loop.run_segment`. ``context`` is the asset's execution
         context (Pipes clients launch and report through it; the local compute ignores it)."""
 
+    @abstractmethod
+    def evaluate(self, run: TrainingRun, store: Store, step: int, engine_factory: EngineFactory | None = None,
+                 context: Any = None) -> EvalResult:
+        """Mean@k of ``run``'s checkpoint after ``step``
+        (:func:`~pc_pipelines.evaluation.evaluate_checkpoint`); the caller writes the rows to the store."""
+
 
 class LocalComputeResource(ComputeResource):
     """Runs the segment in this process with :func:`pc_pipelines.loop.run_segment`."""
@@ -68,6 +77,10 @@ class LocalComputeResource(ComputeResource):
     ) -> SegmentResult:
         return run_segment(run, store, steps, resume=True, on_step=on_step, device=self.device,
                            engine_factory=engine_factory, from_step=from_step, until_step=until_step)
+
+    def evaluate(self, run: TrainingRun, store: Store, step: int, engine_factory: EngineFactory | None = None,
+                 context: Any = None) -> EvalResult:
+        return evaluate_checkpoint(run, step, engine_factory, self.device)
 
 
 # ---- Pipes -------------------------------------------------------------------------------------------------------
@@ -100,9 +113,19 @@ class PipesComputeResource(ComputeResource):
             args += ["--from-step", str(from_step)]
         return args
 
+    def eval_args(self, run: TrainingRun, store: Store, step: int) -> list[str]:
+        """The ``eval-segment`` arguments for the checkpoint of ``run`` after ``step``."""
+        return ["eval-segment", "--store", self.store_path or str(Path(store.path).resolve()),
+                "--run-id", run.run_id, "--runs-root", self.runs_root or str(run.run_dir.parent),
+                "--step", str(step), "--data-dir", self.data_dir, "--engine", self.engine, "--device", self.device]
+
     @abstractmethod
     def launch(self, context, args: list[str]):
         """Run the entrypoint with ``args`` through a Pipes client; return its ``PipesClientCompletedInvocation``."""
+
+    def launch_eval(self, context, args: list[str]):
+        """Run ``eval-segment`` (default: where the segments run, ``launch``)."""
+        return self.launch(context, args)
 
     def run_segment(
         self,
@@ -148,6 +171,20 @@ class PipesComputeResource(ComputeResource):
         )
 
 
+    def evaluate(self, run: TrainingRun, store: Store, step: int, engine_factory: EngineFactory | None = None,
+                 context: Any = None) -> EvalResult:
+        if context is None:
+            raise Failure(f"{type(self).__name__} evaluates for the segment_eval asset (it needs the asset's context). "
+                          "Fix: use LocalComputeResource, or pc_pipelines.evaluation.evaluate_checkpoint, outside Dagster.")
+        completed = self.launch_eval(context, self.eval_args(run, store, step))
+        meta = completed.get_materialize_result().metadata or {}
+        report = getattr(meta.get("eval"), "value", meta.get("eval"))
+        if not isinstance(report, dict):
+            raise Failure(f"the launched evaluation of {run.run_id} after step {step} reported no result. Fix: look at "
+                          "its log (the pod's or the subprocess's stderr above).")
+        return EvalResult.from_json(report)
+
+
 class SubprocessComputeResource(PipesComputeResource):
     """``pilot-commit train-segment`` as a subprocess of the Dagster process, through ``PipesSubprocessClient``."""
 
@@ -185,6 +222,8 @@ class KubeComputeBase(PipesComputeResource):
     store_path: str | None = Field(default="/data/pc.duckdb", description="The store's DuckDB file inside the pod.")
     runs_root: str | None = Field(default="/data/runs", description="Run directories inside the pod.")
     data_dir: str = Field(default="/data/data", description="Prepared datasets inside the pod.")
+    kubeconfig_file: str | None = Field(default=None, description="kubeconfig outside the cluster (None: in-cluster config).")
+    pod_wait_timeout_s: float = Field(default=24 * 3600, gt=0, description="How long to wait for a pod to finish.")
 
     @model_validator(mode="after")
     def _paths_on_the_volume(self):
@@ -199,6 +238,16 @@ class KubeComputeBase(PipesComputeResource):
             raise ValueError("engine='vllm' needs device='cuda'. Fix: set device to cuda, or engine to transformers.")
         return self
 
+    def run_pod(self, context, args: list[str], pod_spec: dict[str, Any], component: str):
+        """``pilot-commit <args>`` in one pod of ``pod_spec`` through ``PipesK8sClient``."""
+        from dagster_k8s import PipesK8sClient
+
+        client = PipesK8sClient(load_incluster_config=self.kubeconfig_file is None, kubeconfig_file=self.kubeconfig_file)
+        return client.run(context=context, image=self.image, command=["pilot-commit", *args], namespace=self.namespace,
+                          base_pod_meta={"labels": {"app.kubernetes.io/name": "pc-pipelines",
+                                                    "app.kubernetes.io/component": component}},
+                          base_pod_spec=pod_spec, pod_wait_timeout=self.pod_wait_timeout_s)
+
 
 class K8sComputeResource(KubeComputeBase):
     """One GPU pod per segment through ``PipesK8sClient`` (the pod spec: :func:`resources.kube.segment_pod_spec`)."""
@@ -206,8 +255,6 @@ class K8sComputeResource(KubeComputeBase):
     gpus: int = Field(default=1, ge=0, le=16, description="GPUs of the pod (requests = limits).")
     cpu: str = Field(default="8", description="CPU of the pod (requests = limits).")
     memory: str = Field(default="64Gi", description="Memory of the pod (requests = limits).")
-    kubeconfig_file: str | None = Field(default=None, description="kubeconfig outside the cluster (None: in-cluster config).")
-    pod_wait_timeout_s: float = Field(default=24 * 3600, gt=0, description="How long to wait for the pod to finish.")
 
     @model_validator(mode="after")
     def _gpus_for_cuda(self):
@@ -221,13 +268,10 @@ class K8sComputeResource(KubeComputeBase):
         return segment_pod_spec(self)
 
     def launch(self, context, args: list[str]):
-        from dagster_k8s import PipesK8sClient
+        return self.run_pod(context, args, self.pod_spec(), "training-segment")
 
-        client = PipesK8sClient(load_incluster_config=self.kubeconfig_file is None, kubeconfig_file=self.kubeconfig_file)
-        return client.run(context=context, image=self.image, command=["pilot-commit", *args], namespace=self.namespace,
-                          base_pod_meta={"labels": {"app.kubernetes.io/name": "pc-pipelines",
-                                                    "app.kubernetes.io/component": "training-segment"}},
-                          base_pod_spec=self.pod_spec(), pod_wait_timeout=self.pod_wait_timeout_s)
+    def launch_eval(self, context, args: list[str]):
+        return self.run_pod(context, args, self.pod_spec(), "segment-eval")  # the same GPU pod shape
 
 
 class KubeRayComputeResource(KubeComputeBase):
@@ -247,7 +291,9 @@ class KubeRayComputeResource(KubeComputeBase):
     recipe_overrides: list[str] = Field(
         default_factory=list, description="Hydra overrides for the verl recipe, e.g. actor_rollout_ref.model.path=/data/models/qwen."
     )
-    kubeconfig_file: str | None = Field(default=None, description="kubeconfig outside the cluster (None: in-cluster config).")
+    eval_gpus: int = Field(default=1, ge=1, le=16, description="GPUs of the single pod that evaluates a checkpoint.")
+    eval_cpu: str = Field(default="8", description="CPU of the evaluation pod.")
+    eval_memory: str = Field(default="64Gi", description="Memory of the evaluation pod.")
 
     def segment_args(self, run: TrainingRun, store: Store, from_step: int | None, until_step: int) -> list[str]:
         args = super().segment_args(run, store, from_step, until_step)
@@ -255,6 +301,15 @@ class KubeRayComputeResource(KubeComputeBase):
         for o in self.recipe_overrides:
             args += ["--recipe-set", o]
         return args
+
+    def eval_pod_spec(self) -> dict[str, Any]:
+        from .kube import segment_pod_spec
+
+        return segment_pod_spec(self, cpu=self.eval_cpu, memory=self.eval_memory, gpus=self.eval_gpus)
+
+    def launch_eval(self, context, args: list[str]):
+        """Evaluation needs one GPU and no Ray cluster (the RayJob's driver runs on a CPU head): one pod."""
+        return self.run_pod(context, args, self.eval_pod_spec(), "segment-eval")
 
     def rayjob(self, entrypoint: str) -> dict[str, Any]:
         from .kube import segment_rayjob

@@ -54,8 +54,11 @@ def env(cfg) -> list[dict[str, Any]]:
     return [{"name": "HF_HOME", "value": f"{root}/hf-cache"}, {"name": "HOME", "value": "/tmp"}]
 
 
-def segment_pod_spec(cfg) -> dict[str, Any]:
-    """The pod spec of one training segment (``cfg``: a :class:`resources.compute.K8sComputeResource`)."""
+def segment_pod_spec(cfg, *, cpu: str | None = None, memory: str | None = None, gpus: int | None = None) -> dict[str, Any]:
+    """The pod spec of one training segment or evaluation (``cfg``: a :class:`resources.compute.KubeComputeBase`;
+    ``cpu`` / ``memory`` / ``gpus`` default to its ``cpu`` / ``memory`` / ``gpus``)."""
+    cpu, memory = cpu or cfg.cpu, memory or cfg.memory
+    gpus = cfg.gpus if gpus is None else gpus
     return {
         "serviceAccountName": cfg.service_account,
         "automountServiceAccountToken": False,
@@ -66,7 +69,7 @@ def segment_pod_spec(cfg) -> dict[str, Any]:
         "volumes": volumes(cfg),
         "containers": [{
             "name": "trainer",
-            "resources": resources(cfg.cpu, cfg.memory, cfg.gpus),
+            "resources": resources(cpu, memory, gpus),
             "volumeMounts": volume_mounts(cfg),
             "env": env(cfg),
             "securityContext": container_security(),

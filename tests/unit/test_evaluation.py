@@ -1,11 +1,13 @@
 """pc_pipelines.evaluation: mean@k per set, a set's own k (AIME / AMC at mean@32), and the store rows."""
 
+import json
+
 import pytest
 
 from pc_pipelines.data.benchmarks import BENCHMARK_SPECS, SMALL_SET_K
 from pc_pipelines.data.datasets import to_task_data
 from pc_pipelines.data.task import EvalSet
-from pc_pipelines.evaluation import evaluate_sets
+from pc_pipelines.evaluation import EvalResult, evaluate_sets
 from pc_pipelines.rewards import MathGrader
 from pc_pipelines.rollout.base import FINISH_STOP, RequestOutput, Rollout
 
@@ -55,3 +57,13 @@ def test_prepared_benchmarks_carry_mean_at_32_for_the_small_competition_sets():
     task = to_task_data(train, "{question}", "heldout", eval_tables={"aime25": bench, "math500": bench, "mine": bench})
     assert [(s.name, s.k) for s in task.eval_sets] == [("heldout", None), ("aime25", 32), ("math500", None),
                                                         ("mine", None)]
+
+
+def test_a_result_survives_the_json_an_evaluation_pod_reports():
+    res = EvalResult({"aime24": 0.125, "math500": 0.5}, {"aime24": 30, "math500": 500}, 4, 0.7,
+                     {"aime24": 32, "math500": 4})
+    back = EvalResult.from_json(json.loads(json.dumps(res.to_json())))
+    assert back == res and back.rows("r", 9) == res.rows("r", 9)
+    assert [r["k"] for r in back.rows("r", 9)] == [32, 4]
+    with pytest.raises(ValueError, match=r"without \['k_per_set'\].*Fix: run the same pc-pipelines version"):
+        EvalResult.from_json({k: v for k, v in res.to_json().items() if k != "k_per_set"})

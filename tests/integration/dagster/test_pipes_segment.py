@@ -1,7 +1,9 @@
 """The in-pod entrypoint for real: the ``training_segment`` asset launches ``pilot-commit train-segment`` through
 ``dagster.PipesSubprocessClient`` (the same entrypoint a Kubernetes pod or a RayJob runs), on a temporary DuckDB
 store; what the subprocess reports through Dagster Pipes (one custom message per step, the materialization at the
-end) must match what it wrote to the store. Then the same entrypoint runs plainly (no Pipes) for the next segment."""
+end) must match what it wrote to the store. ``segment_eval`` then runs ``pilot-commit eval-segment`` through the
+same client and must reproduce the loop's own evaluation of that checkpoint. Then both entrypoints run plainly (no
+Pipes)."""
 
 import json
 import subprocess
@@ -10,7 +12,7 @@ import sys
 import pytest
 from dagster import DagsterInstance, materialize
 
-from assets.training import start_run, training_segment
+from assets.training import segment_eval, start_run, training_segment
 from pc_pipelines.store import Store
 from resources import (
     DataResource,
@@ -74,6 +76,18 @@ def test_train_segment_reports_through_pipes_then_runs_plainly(tmp_path, base_po
     logs = [e.message for e in instance.all_logs(out.run_id) if e.message]
     assert any(m.startswith("step 1: rollouts") for m in logs)
 
+    # segment_eval runs `eval-segment` through the same Pipes client; same checkpoint and seed as the loop's own
+    # evaluation of step 1 (eval_every 2), so the same numbers: the asset rewrites those rows unchanged.
+    evals = "SELECT benchmark, k, accuracy, n_prompts FROM eval_results WHERE run_id = 'pipes-pc' AND step = 1 ORDER BY 1"
+    by_loop = store.query(evals)
+    assert len(by_loop) == 6  # arith_d1 .. arith_d6
+    out = materialize([segment_eval], partition_key="pipes-pc/seg-0000", instance=instance, resources=res)
+    emeta = out.asset_materializations_for_node("segment_eval")[0].metadata
+    assert emeta["compute"].value == "SubprocessComputeResource" and emeta["step"].value == 1
+    assert store.query(evals) == by_loop
+    assert emeta["average_accuracy"].value == pytest.approx(ev)
+    assert any("pipes-pc step 1: average accuracy" in (e.message or "") for e in instance.all_logs(out.run_id))
+
     # Run by hand (no Pipes): the same entrypoint trains the next segment and prints JSON lines.
     r = subprocess.run([sys.executable, "-m", "pc_pipelines.cli", "train-segment", "--store", str(tmp_path / "pc.duckdb"),
                         "--run-id", "pipes-pc", "--runs-root", str(tmp_path / "runs"), "--from-step", "1",
@@ -84,6 +98,20 @@ def test_train_segment_reports_through_pipes_then_runs_plainly(tmp_path, base_po
     assert lines[-1]["steps_run"] == 1 and lines[-1]["last_step"] == 2
     total = store.query("SELECT sum(sampled_rollouts) AS s FROM steps WHERE run_id = 'pipes-pc'")[0]["s"]
     assert lines[-1]["cumulative_rollouts"] == total == lines[0]["cumulative_rollouts"]
+
+    # eval-segment by hand: one JSON line, the result it would report to segment_eval (it does not write the store).
+    r = subprocess.run([sys.executable, "-m", "pc_pipelines.cli", "eval-segment", "--store", str(tmp_path / "pc.duckdb"),
+                        "--run-id", "pipes-pc", "--runs-root", str(tmp_path / "runs"), "--step", "1"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (line,) = r.stdout.splitlines()
+    report = json.loads(line)
+    assert report["step"] == 1 and report["average_accuracy"] == pytest.approx(ev)
+    assert report["eval"]["accuracy"] == {row["benchmark"]: row["accuracy"] for row in by_loop}
+    r = subprocess.run([sys.executable, "-m", "pc_pipelines.cli", "eval-segment", "--store", str(tmp_path / "pc.duckdb"),
+                        "--run-id", "pipes-pc", "--runs-root", str(tmp_path / "runs"), "--step", "0"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "no checkpoint after step 0" in r.stderr and "Fix:" in r.stderr
 
 
 def test_train_segment_without_a_registered_run_exits_2_with_a_fix(tmp_path):

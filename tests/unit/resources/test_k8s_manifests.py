@@ -136,6 +136,36 @@ def test_the_pod_the_code_builds_validates_and_asks_for_gpus():
     assert c["command"][:2] == ["pilot-commit", "train-segment"]
 
 
+@pytest.mark.parametrize("kind", ["pod", "rayjob"])
+def test_segment_eval_runs_eval_segment_in_one_gpu_pod(kind, monkeypatch):
+    """Both Kubernetes computes evaluate in one GPU pod (a RayJob's driver sits on a CPU head), with the pod's paths."""
+    from types import SimpleNamespace
+
+    from dagster_k8s.pipes import build_pod_body
+    from kubernetes.client import ApiClient
+
+    image = "registry.example.com/pc-pipelines-gpu:0.1.0"
+    cfg = (K8sComputeResource(image=image, gpus=2) if kind == "pod"
+           else KubeRayComputeResource(image=image, workers=4, gpus_per_worker=8, eval_gpus=1))
+    seen = {}
+    monkeypatch.setattr(type(cfg), "run_pod", lambda self, context, args, spec, component: seen.update(
+        args=args, spec=spec, component=component))
+    run = SimpleNamespace(run_id="r1", run_dir=Path("/orchestrator/runs/r1"))
+    cfg.launch_eval(None, cfg.eval_args(run, SimpleNamespace(path=Path("/orchestrator/pc.duckdb")), 19))
+    assert seen["component"] == "segment-eval"
+    args = seen["args"]
+    assert args[0] == "eval-segment" and args[args.index("--step") + 1] == "19"
+    assert [args[args.index(f) + 1] for f in ("--store", "--runs-root", "--data-dir", "--engine", "--device")] == [
+        "/data/pc.duckdb", "/data/runs", "/data/data", "vllm", "cuda"]
+    body = build_pod_body("pc-eval-abc", image, ["pilot-commit", *args], {"DAGSTER_PIPES_CONTEXT": "x"},
+                          {"labels": {"app.kubernetes.io/name": "pc-pipelines"}}, seen["spec"])
+    pod = {"apiVersion": "v1", "kind": "Pod", **ApiClient().sanitize_for_serialization(body)}
+    validate_core(pod)
+    (c,) = pod["spec"]["containers"]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == ("2" if kind == "pod" else "1")
+    assert pod["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+
+
 def test_the_rayjob_the_code_builds_validates(crds):
     cfg = KubeRayComputeResource(image="registry.example.com/pc-pipelines-gpu:0.1.0", workers=4, gpus_per_worker=8)
     job = cfg.rayjob("pilot-commit train-segment --backend verl")
