@@ -8,8 +8,8 @@ the asset's score of a segment's last step equals the loop's own evaluation ther
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
