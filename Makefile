@@ -10,7 +10,7 @@ UI_HOME ?= $(CURDIR)/.dagster_home
 UI_HOST ?= 127.0.0.1
 UI_PORT ?= 3000
 
-.PHONY: install demo test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine \
+.PHONY: install demo lint test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine \
         bench-efficiency bench-efficiency-ablations clean
 
 $(BIN)/python:
@@ -29,7 +29,11 @@ install: $(STAMP)
 demo: $(STAMP) $(UI_HOME)/dagster.yaml
 	DAGSTER_HOME=$(UI_HOME) $(BIN)/python -m pc_pipelines.definitions demo --root runs
 
-test: $(STAMP) check-chromium
+# `make test` lints first, so CI (.ci/run) fails on a finding; the rules are [tool.ruff] in pyproject.toml.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP) check-chromium lint
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)

@@ -114,7 +114,7 @@ def _configured_policy(context: AssetExecutionContext, path: Path) -> Materializ
     try:
         hf = AutoConfig.from_pretrained(path)
         tok = AutoTokenizer.from_pretrained(path)
-    except Exception as exc:  # noqa: BLE001 - transformers raises many types; the message names the directory
+    except Exception as exc:  # transformers raises many types; the message names the directory
         raise Failure(f"policy_path {str(path)!r} cannot be loaded: {type(exc).__name__}: {exc}. Fix: save the model "
                       "and its tokenizer with save_pretrained into that directory.") from exc
     context.log.info("configured policy %s (%s)", path, hf.model_type)

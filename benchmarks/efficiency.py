@@ -34,17 +34,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine, write_section  # noqa: E402
+from _report import machine, write_section
 
-from pc_pipelines import study  # noqa: E402
-from pc_pipelines.reports import (  # noqa: E402
+from pc_pipelines import study
+from pc_pipelines.reports import (
     METHOD_ORDER,
     build_report,
     format_ratio,
     rollouts_to_target_markdown,
     summary_markdown,
 )
-from pc_pipelines.store import Store  # noqa: E402
+from pc_pipelines.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = "efficiency"

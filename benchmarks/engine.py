@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine, write_section  # noqa: E402
+from _report import machine, write_section
 
 
 def bench_engines(policy: Path, prompts: int, samples: int, repeats: int) -> dict:

@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine, write_section  # noqa: E402
+from _report import machine, write_section
 
-from pc_pipelines.rewards import MathGrader  # noqa: E402
+from pc_pipelines.rewards import MathGrader
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTH = 5  # the embedded task's operand width: answers have WIDTH + 1 digits

@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine, write_section  # noqa: E402
+from _report import machine, write_section
 
-from pc_pipelines.config import resolve  # noqa: E402
-from pc_pipelines.sim_runs import record_simulation  # noqa: E402
-from pc_pipelines.store import Store  # noqa: E402
+from pc_pipelines.config import resolve
+from pc_pipelines.sim_runs import record_simulation
+from pc_pipelines.store import Store
 
 
 def _timed(fn, repeats: int) -> tuple[float, float]:

@@ -17,14 +17,14 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 
 from .allocation import SELECTION_STRATEGIES, ConfigError
 from .config import RunConfig, available_presets, load_preset, parse_overrides, resolve
-from .simulate import Simulation, SimStep
+from .simulate import SimStep, Simulation
 from .store import Store, StoreError
 
 log = logging.getLogger("pc_pipelines.cli")
@@ -296,7 +296,7 @@ def _query_refreshing_views(store: Store, sql: str):
     except duckdb.CatalogException as first:
         try:
             store.init(vacuum=False)
-        except Exception:  # noqa: BLE001 - could not refresh (a writer holds the file): the query's error stands
+        except Exception:  # could not refresh (a writer holds the file): the query's error stands
             raise first from None
         return store.query_table(sql)
 

@@ -12,6 +12,7 @@ hash), so later changes of our defaults never rewrite what "paper" meant.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -236,10 +237,8 @@ def _coerce(section: str, cls: type, values: dict[str, Any]) -> dict[str, Any]:
             ok = False
         elif base is float:
             if isinstance(value, str):
-                try:
+                with contextlib.suppress(ValueError):
                     value = float(value)
-                except ValueError:
-                    pass
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             value = float(value) if ok else value
         elif base is int:
@@ -268,10 +267,8 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
             raise ConfigError(f"--set {item!r} is not key=value. Fix: e.g. --set allocator.p_upper=0.9375")
         value = yaml.safe_load(raw) if raw.strip() else None
         if isinstance(value, str):  # YAML 1.1 reads 1e-5 as a string; a number was meant
-            try:
+            with contextlib.suppress(ValueError):
                 value = float(value) if any(c in value.lower() for c in ".e") else int(value)
-            except ValueError:
-                pass
         out[key.strip()] = value
     return out
 

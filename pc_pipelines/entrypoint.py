@@ -32,9 +32,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the loop imports torch: only when a segment runs (the CLI's light commands stay light)
     from .loop import EngineFactory, SegmentResult, StepRecord, TrainingRun

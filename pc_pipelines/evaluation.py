@@ -8,8 +8,9 @@ the asset's score of a segment's last step equals the loop's own evaluation ther
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ class EvalResult:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "EvalResult":
+    def from_json(cls, d: dict[str, Any]) -> EvalResult:
         """The inverse of ``to_json``; a missing field names itself."""
         missing = [f for f in ("accuracy", "n_prompts", "k", "temperature", "k_per_set") if f not in d]
         if missing:

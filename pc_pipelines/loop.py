@@ -35,9 +35,10 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -121,7 +122,7 @@ class Sidecar:
         pq.write_table(table, path)
 
     @classmethod
-    def load(cls, path: Path) -> "Sidecar":
+    def load(cls, path: Path) -> Sidecar:
         side = cls()
         t = pq.read_table(path).to_pydict()
         for rid, p, r in zip(t["rollout_id"], t["prompt_ids"], t["response_ids"]):
@@ -202,7 +203,7 @@ class StepRecord:
     _TOP = ("loss", "mean_reward", "reward_std", "cumulative_rollouts", "eval_accuracy", "eval")
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "StepRecord":
+    def from_json(cls, d: dict[str, Any]) -> StepRecord:
         """The record back from :meth:`to_json` (what a remote segment reports per step through Dagster Pipes):
         ``time_<name>_s`` keys become timings, the rest of the non-record keys the ledger (without ``lags``)."""
         ledger = {k: v for k, v in d.items() if k not in cls._TOP and not (k.startswith("time_") and k.endswith("_s"))}

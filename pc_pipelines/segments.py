@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 SEGMENT_RE = re.compile(r"^(?P<run>[A-Za-z0-9][A-Za-z0-9_.-]*)/seg-(?P<k>\d{4,})$")
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from .config import RunConfig
-from .simulate import Simulation, SimStep
+from .simulate import SimStep, Simulation
 from .store import RunRecord, Store, step_tables
 
 log = logging.getLogger(__name__)

@@ -29,8 +29,8 @@ measured. It exists only in the simulator (the real loop has no oracle).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Iterator
 
 import numpy as np
 

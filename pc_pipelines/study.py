@@ -22,6 +22,7 @@ it at 20480, PC at 30720; GRPO/PC = 20480 / 30720 = 0.67x (PC needed more).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -154,16 +155,15 @@ def run_jobs(
         for line in proc.stdout:
             line = line.strip()
             if line.startswith("{"):
-                try:
+                with contextlib.suppress(json.JSONDecodeError):
                     events.put(("step", job, json.loads(line)))
-                except json.JSONDecodeError:
-                    pass
         events.put(("exit", job, proc.wait()))
 
     def start(job: StudyJob) -> None:
         log_path = logs / f"{job.run_id}.log"
-        proc = subprocess.Popen(job.argv(store.path, out, Path(cache_dir) if cache_dir else None),
-                                stdout=subprocess.PIPE, stderr=open(log_path, "ab"), text=True, env=env)
+        with open(log_path, "ab") as err:  # the child gets its own copy of the descriptor
+            proc = subprocess.Popen(job.argv(store.path, out, Path(cache_dir) if cache_dir else None),
+                                    stdout=subprocess.PIPE, stderr=err, text=True, env=env)
         running[job.run_id] = (job, proc, time.monotonic(), log_path)
         threading.Thread(target=reader, args=(job, proc), daemon=True).start()
         log.info("started %s (pid %d)", job.run_id, proc.pid)
@@ -325,7 +325,7 @@ class RolloutBreakdown:
         return getattr(self, part) / self.steps if self.steps else math.nan
 
     @classmethod
-    def total(cls, label: str, parts: Sequence["RolloutBreakdown"]) -> "RolloutBreakdown":
+    def total(cls, label: str, parts: Sequence[RolloutBreakdown]) -> RolloutBreakdown:
         """Several runs (a variant's seeds) as one: every count summed, so per-step values are step-weighted."""
         return cls(label, *(sum(getattr(p, c) for p in parts) for c in _BREAKDOWN_COUNTS))
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import sys
 from abc import abstractmethod
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from dagster import ConfigurableResource, Failure, MetadataValue
 from pydantic import Field, model_validator

@@ -20,7 +20,8 @@ checkpoint's point of view (a crash mid-step replays the step from the last chec
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -121,7 +122,7 @@ class CallResult:
 class StepContext:
     """Per-step bookkeeping handed to the method: ids, ledger, observations, buffer and stream access."""
 
-    def __init__(self, allocator: "Allocator", step: int) -> None:
+    def __init__(self, allocator: Allocator, step: int) -> None:
         self.allocator = allocator
         self.config = allocator.config
         self.step = step
@@ -384,7 +385,7 @@ class StepContext:
 class StepSession:
     """One step in progress: ``next_call`` / ``observe`` until no call is left, then ``finish``."""
 
-    def __init__(self, allocator: "Allocator") -> None:
+    def __init__(self, allocator: Allocator) -> None:
         self._allocator = allocator
         self.ctx = StepContext(allocator, allocator.step)
         self._plan = allocator.method.plan_step(self.ctx)
@@ -494,7 +495,7 @@ class Allocator:
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> "Allocator":
+    def from_state_dict(cls, state: dict[str, Any]) -> Allocator:
         if state.get("version") != STATE_VERSION:
             raise AllocatorError(
                 f"allocator state version {state.get('version')!r} is not {STATE_VERSION}. Fix: resume with the "

@@ -15,8 +15,9 @@ the entry was admitted. Worked example for ``max_variance`` with entries
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -68,7 +69,7 @@ class BufferEntry:
         }
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> "BufferEntry":
+    def from_dict(d: dict[str, Any]) -> BufferEntry:
         rewards = np.asarray(d["rewards"], dtype=np.float64)
         return BufferEntry(
             entry_id=int(d["entry_id"]),

@@ -201,12 +201,12 @@ class AllocatorConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AllocatorConfig":
+    def from_dict(cls, data: dict[str, Any]) -> AllocatorConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"Unknown allocator setting(s) {unknown}. Fix: use only {sorted(known)}.")
         return cls(**data)
 
-    def replace(self, **changes: Any) -> "AllocatorConfig":
+    def replace(self, **changes: Any) -> AllocatorConfig:
         return AllocatorConfig.from_dict({**self.to_dict(), **changes})

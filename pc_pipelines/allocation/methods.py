@@ -21,7 +21,8 @@ the step counter so buffer ages advance. A pool exhausted by eviction ends the s
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Callable, ClassVar, Generator
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -52,11 +53,11 @@ class AllocationMethod(ABC):
     name: ClassVar[str]
     uses_pilots: ClassVar[bool] = False  # PC-style (pilot/commit, buffer, eviction) or full groups
 
-    def __init__(self, config: "AllocatorConfig") -> None:
+    def __init__(self, config: AllocatorConfig) -> None:
         self.config = config
 
     @abstractmethod
-    def plan_step(self, ctx: "StepContext") -> StepPlan:
+    def plan_step(self, ctx: StepContext) -> StepPlan:
         """Yield engine calls for one step; record decisions and trained groups on ``ctx``."""
 
     def band(self) -> tuple[float | None, float | None]:
@@ -148,7 +149,7 @@ class PilotCommit(AllocationMethod):
 
     uses_pilots = True
 
-    def __init__(self, config: "AllocatorConfig") -> None:
+    def __init__(self, config: AllocatorConfig) -> None:
         super().__init__(config)
         self.strategies: dict[str, Strategy] = {kind: make_strategy(kind, config) for kind in STRATEGY_KINDS}
         self.band_strategy: BandStrategy = self.strategies["band"]  # type: ignore[assignment]
@@ -167,7 +168,7 @@ class PilotCommit(AllocationMethod):
             if kind in state:
                 s.load_state_dict(state[kind])
 
-    def pilot_need(self, ctx: "StepContext", committed: int) -> int:
+    def pilot_need(self, ctx: StepContext, committed: int) -> int:
         """Survivors still lacking: enough to finish this step (b_t - committed, counting this round's commits)
         and to fill the next one (b_t), less what the buffer holds after this round's pops."""
         b_t = self.config.train_batch
@@ -175,8 +176,8 @@ class PilotCommit(AllocationMethod):
 
     def screen(
         self,
-        ctx: "StepContext",
-        parts: list[tuple["CallResult", np.ndarray]],
+        ctx: StepContext,
+        parts: list[tuple[CallResult, np.ndarray]],
         epochs: np.ndarray,
         need: int,
     ) -> int:
@@ -214,7 +215,7 @@ class PilotCommit(AllocationMethod):
         return int(kept.sum())
 
     def finish_pilots(
-        self, ctx: "StepContext", first: "CallResult", rows: np.ndarray, epochs: np.ndarray, need: int
+        self, ctx: StepContext, first: CallResult, rows: np.ndarray, epochs: np.ndarray, need: int
     ) -> StepPlan:
         """Given the first wave (``rows`` of ``first``): decide early, sample the later wave, screen, learn."""
         waves = self.pilot.waves()

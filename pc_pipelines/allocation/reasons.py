@@ -19,8 +19,8 @@ Fields a template may use, each with the one format spec it is written with (Pyt
 from __future__ import annotations
 
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from .types import Decision, Rule, Stage
 

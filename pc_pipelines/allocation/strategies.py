@@ -50,7 +50,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
 EPS = 1e-9
 
 STRATEGY_KINDS = ("band", "sampling", "pilot", "commit")
-STRATEGIES: dict[str, dict[str, type["Strategy"]]] = {kind: {} for kind in STRATEGY_KINDS}
+STRATEGIES: dict[str, dict[str, type[Strategy]]] = {kind: {} for kind in STRATEGY_KINDS}
 
 
 class Strategy(ABC):
@@ -71,7 +72,7 @@ class Strategy(ABC):
     kind: ClassVar[str]
     name: ClassVar[str]
 
-    def __init__(self, config: "AllocatorConfig") -> None:
+    def __init__(self, config: AllocatorConfig) -> None:
         self.config = config
 
     def state_dict(self) -> dict[str, Any]:
@@ -96,7 +97,7 @@ def register_strategy(kind: str, name: str) -> Callable[[type[Strategy]], type[S
     return deco
 
 
-def make_strategy(kind: str, config: "AllocatorConfig") -> Strategy:
+def make_strategy(kind: str, config: AllocatorConfig) -> Strategy:
     return STRATEGIES[kind][getattr(config, f"{kind}_strategy")](config)
 
 
@@ -225,7 +226,7 @@ class SequentialPilot(PilotStrategy):
 
 # ---- commit sizes --------------------------------------------------------------------------------------------------
 class CommitStrategy(Strategy):
-    def sizes(self, entries: "list[BufferEntry]") -> np.ndarray:
+    def sizes(self, entries: list[BufferEntry]) -> np.ndarray:
         """Commit rollouts per popped entry (int64, aligned with ``entries``)."""
         return np.full(len(entries), self.config.commit_n, np.int64)
 

@@ -13,8 +13,8 @@ contiguous ids ``[r.rollout_start, r.rollout_start + n)``. Worked example: an en
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import Iterator
 
 import numpy as np
 
@@ -171,13 +171,13 @@ class Observations:
         return np.divide(self.n_correct, self.n, out=np.zeros_like(self.n_correct), where=self.n > 0)
 
     @staticmethod
-    def concat(parts: list["Observations"]) -> "Observations":
+    def concat(parts: list[Observations]) -> Observations:
         if not parts:
             return Observations.empty()
         return Observations(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Observations)})
 
     @staticmethod
-    def empty() -> "Observations":
+    def empty() -> Observations:
         return Observations(
             prompt_id=np.zeros(0, np.int64),
             round=np.zeros(0, np.int16),

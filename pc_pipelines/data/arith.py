@@ -122,7 +122,7 @@ class ArithProblems:
     def golds(self) -> list[str]:
         return [self.gold(i) for i in range(len(self))]
 
-    def subset(self, idx: np.ndarray) -> "ArithProblems":
+    def subset(self, idx: np.ndarray) -> ArithProblems:
         return ArithProblems(self.a[idx], self.b[idx], self.digits[idx], self.width, self.ids[idx])
 
     def keys(self) -> np.ndarray:

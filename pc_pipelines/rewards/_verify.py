@@ -249,7 +249,7 @@ def has_nonfinite(parsed: list) -> bool:
                 continue
             try:
                 v = e.evalf(15)
-            except Exception:  # noqa: BLE001  (cannot tell: leave it to math-verify)
+            except Exception:  # cannot tell: leave it to math-verify
                 log.debug("evalf failed in the non-finite check", exc_info=True)
                 continue
             if nonfinite_value(v):
@@ -311,7 +311,7 @@ def gold_under_guard(cache: GoldCache, guard: AlarmGuard, gold: str, timeout_s: 
         value = (True, parsed) if ok else (False, f"parsing it took longer than the {timeout_s:g} s timeout")
     except GoldError as e:
         value = (False, str(e))
-    except Exception as e:  # noqa: BLE001  (math-verify/sympy internals: any failure is "unparsable gold")
+    except Exception as e:  # math-verify/sympy internals: any failure is "unparsable gold"
         value = (False, f"parsing it raised {type(e).__name__}: {e}")
     cache.put(gold, value)
     return value

@@ -34,7 +34,7 @@ def extract_boxed(text: str) -> str | None:
     if not isinstance(text, str) or "\\" not in text:
         return None
     last = None
-    for last in _OPENER.finditer(text):
+    for last in _OPENER.finditer(text):  # noqa: B007 - keeps the last match
         pass
     if last is None:
         return None

@@ -16,7 +16,7 @@ a call draws from ``seed + c``, so a call's result depends only on its inputs, t
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -22,7 +22,8 @@ to processed log-probs; the trainer recomputes old log-probs itself, so these ar
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .base import FINISH_LENGTH, FINISH_STOP, RequestOutput, Rollout, RolloutRequest, SamplingParams, check_outputs
 
@@ -52,7 +53,7 @@ class VLLMEngine:
         self.tokenizer = tok
 
     @classmethod
-    def for_policy(cls, model, tokenizer, gpu_memory_utilization: float = 0.5, **llm_kwargs) -> "VLLMEngine":
+    def for_policy(cls, model, tokenizer, gpu_memory_utilization: float = 0.5, **llm_kwargs) -> VLLMEngine:
         """An engine serving ``model`` (a loaded HF causal LM whose directory is ``model.name_or_path``); the loop's
         engine factory. Raises ImportError with the fix when vLLM is missing."""
         try:

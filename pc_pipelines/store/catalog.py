@@ -17,9 +17,10 @@ import logging
 import random
 import shutil
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import duckdb
 
@@ -46,7 +47,7 @@ class RunRecord:
     lineage: dict[str, Any] | None = None
 
     @classmethod
-    def for_config(cls, config: Any, run_id: str, kind: str, lineage: dict[str, Any] | None = None) -> "RunRecord":
+    def for_config(cls, config: Any, run_id: str, kind: str, lineage: dict[str, Any] | None = None) -> RunRecord:
         """The record of a run of a resolved ``RunConfig`` (typed loosely: the store does not import the config)."""
         return cls(
             run_id=run_id,
@@ -105,7 +106,7 @@ class Store:
         finally:
             con.close()
 
-    def init(self, vacuum: bool = True) -> "Store":
+    def init(self, vacuum: bool = True) -> Store:
         """Create or upgrade the catalog, refresh its views. Idempotent; safe while runs write step logs.
 
         ``vacuum`` also deletes step files already compacted; processes that only look (sensors, reports) pass

@@ -29,8 +29,9 @@ does), so lagged pilot rows need no stored log-probs; rewards are binary 1/0 wit
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -133,7 +134,7 @@ def split_by_request(output, layout: RoundLayout) -> list:
 
 def response_lengths(batch) -> np.ndarray:
     """Valid response tokens per row (``response_mask`` if present, else the response part of the attention mask)."""
-    if "response_mask" in batch.batch.keys():
+    if "response_mask" in batch.batch.keys():  # noqa: SIM118 - a TensorDict; .keys() as in verl's ray_trainer
         return batch.batch["response_mask"].sum(-1).cpu().numpy().astype(np.int64)
     width = batch.batch["responses"].shape[-1]
     return batch.batch["attention_mask"][:, -width:].sum(-1).cpu().numpy().astype(np.int64)
@@ -228,7 +229,7 @@ def training_batch(outcome: StepOutcome, payloads: PayloadStore):
         return None
     batch = DataProto.concat(parts)
     rewards = np.concatenate([g.rewards for g in outcome.groups])
-    if "response_mask" not in batch.batch.keys():
+    if "response_mask" not in batch.batch.keys():  # noqa: SIM118 - a TensorDict, as above
         width = batch.batch["responses"].shape[-1]
         batch.batch["response_mask"] = batch.batch["attention_mask"][:, -width:]
     scores = token_level_scores(rewards, batch.batch["response_mask"])

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..allocation import AllocatorConfig, ConfigError, field_error
+from ..allocation import AllocatorConfig, field_error
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -106,7 +107,7 @@ class PCSettings:
             raise field_error(self, "max_rounds", "must be >= 2 for PC (step 0 pilots, then commits)", "use 10")
 
     @classmethod
-    def from_config(cls, cfg) -> "PCSettings":
+    def from_config(cls, cfg) -> PCSettings:
         pc = cfg.pc
         return cls(
             train_batch=int(cfg.data.train_batch_size), ppo_minibatch=int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size),
@@ -124,7 +125,7 @@ class PCSettings:
                                max_rounds=self.max_rounds, binding=self.binding, selection=self.selection, seed=seed)
 
 
-def run_overrides(config: "RunConfig", policy_path: str | Path | None = None, nnodes: int | None = None,
+def run_overrides(config: RunConfig, policy_path: str | Path | None = None, nnodes: int | None = None,
                   gpus_per_node: int | None = None) -> list[str]:
     """Hydra overrides that make the recipe train exactly the run's resolved config (allocator + PPO settings),
     so the store's ``runs.config_json`` stays the one record of a run. Methods other than PC keep verl's own
@@ -214,7 +215,7 @@ def trainer_class():
             batch = vb.training_batch(outcome, self.pc_payloads)
             if batch is not None:
                 batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-                if "response_mask" not in batch.batch.keys():
+                if "response_mask" not in batch.batch.keys():  # noqa: SIM118 - a TensorDict, as in verl's ray_trainer
                     batch.batch["response_mask"] = compute_response_mask(batch)
                 if self.config.trainer.balance_batch:
                     self._balance_batch(batch, metrics=metrics)
@@ -235,9 +236,9 @@ def trainer_class():
     return PCRayTrainer
 
 
-def run_segment_verl(run: "TrainingRun", store: "Store", from_step: int | None, until_step: int,
-                     on_step: Callable[["StepRecord"], None] | None = None, nnodes: int = 1, gpus_per_node: int = 8,
-                     overrides: Sequence[str] = ()) -> "SegmentResult":
+def run_segment_verl(run: TrainingRun, store: Store, from_step: int | None, until_step: int,
+                     on_step: Callable[[StepRecord], None] | None = None, nnodes: int = 1, gpus_per_node: int = 8,
+                     overrides: Sequence[str] = ()) -> SegmentResult:
     """Experimental: train steps ``.. until_step`` of ``run`` with the verl recipe on the Ray cluster this process
     is the driver of (a KubeRay RayJob's entrypoint). Resuming mid-run is not supported yet: the allocator state and
     the buffered pilots' payloads are not checkpointed with verl's checkpoint, so only a run's first segment

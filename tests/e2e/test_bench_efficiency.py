@@ -18,7 +18,7 @@ def bench(tmp_path, cache, *args):
     cmd = [sys.executable, str(ROOT / "benchmarks/efficiency.py"), "--store", str(tmp_path / "eff.duckdb"),
            "--out", str(tmp_path / "runs"), "--img-dir", str(tmp_path / "img"), "--write", str(tmp_path / "B.md"),
            "--cache-dir", str(cache), "--quiet", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, check=False)
 
 
 def test_primary_then_report_and_a_simulator_ablation(tmp_path, base_policy, policy_cache):

@@ -16,7 +16,8 @@ SMALL = ["--set", "allocator.train_batch=8", "--set", "allocator.n=8", "--set", 
 
 
 def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "pc_pipelines.cli", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "pc_pipelines.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)
 
 
 def test_train_json_out_of_the_box(base_policy, policy_cache, tmp_path):

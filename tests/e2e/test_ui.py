@@ -7,6 +7,7 @@ Chromium is required, never skipped: ``apt-get install -y chromium`` (``.ci/run`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -84,14 +85,10 @@ def kill_group(proc: subprocess.Popen, grace_s: float) -> None:
             break
         time.sleep(0.2)
     else:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def sandbox_workspace(cwd: Path) -> Path:

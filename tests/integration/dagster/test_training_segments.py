@@ -5,6 +5,7 @@ rows, a retried failed segment resumes from its last checkpoint, and repeated fa
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import torch
 from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context, materialize
@@ -19,7 +20,13 @@ from assets.training import (
 )
 from pc_pipelines.loop import latest_checkpoint, list_checkpoints
 from pc_pipelines.store import Store
-from resources import DataResource, LocalCheckpointResource, LocalComputeResource, StoreResource, TransformersEngineResource
+from resources import (
+    DataResource,
+    LocalCheckpointResource,
+    LocalComputeResource,
+    StoreResource,
+    TransformersEngineResource,
+)
 from resources.engines import RolloutEngineResource
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -209,10 +216,8 @@ def test_sensor_pauses_a_run_after_consecutive_failures(tmp_path, base_policy):
     assert requests(tick(instance, tmp_path, max_failures=2)) == []  # a paused run stays paused
 
 
-def prepared(rows: list[tuple[str, str, str]]) -> "pa.Table":
+def prepared(rows: list[tuple[str, str, str]]) -> pa.Table:
     """Rows (problem, answer, split) in the data assets' prepared schema."""
-    import pyarrow as pa
-
     from pc_pipelines.data.datasets import PREPARED_SCHEMA
 
     return pa.table(

@@ -43,7 +43,7 @@ for rec in record_simulation(cfg, Store(path), steps, run_id="live", flush_every
 
 def sql_count(store: Path) -> tuple[int, int, str]:
     out = subprocess.run([EXE, "sql", "--store", str(store), "SELECT count(*) AS n FROM steps", "--json"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, check=False)
     n = json.loads(out.stdout)[0]["n"] if out.returncode == 0 else -1
     return out.returncode, n, out.stderr
 

@@ -10,6 +10,7 @@ Two real writer processes, each killed several times:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -109,10 +110,8 @@ def start(script: Path, *args: str) -> subprocess.Popen:
 
 def kill(proc: subprocess.Popen, after_s: float) -> None:
     time.sleep(after_s)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait(timeout=30)
     proc.stdout.close()
     proc.stderr.close()

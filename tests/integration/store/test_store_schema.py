@@ -5,12 +5,10 @@ from __future__ import annotations
 import datetime as dt
 
 import duckdb
+import pyarrow as pa
 import pytest
 
-import pyarrow as pa
-
-from pc_pipelines.store import SCHEMA_VERSION, STEP_TABLES, RunRecord, Store, StoreError
-from pc_pipelines.store import schema
+from pc_pipelines.store import SCHEMA_VERSION, STEP_TABLES, RunRecord, Store, StoreError, schema
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ is what makes the determinism and checkpoint round-trip tests meaningful.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from hypothesis import strategies as st

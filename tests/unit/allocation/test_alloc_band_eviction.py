@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from alloc_fakes import FakeEngine, bernoulli_rule, constant_rule, drive_step, make_rates, pc_config  # noqa: E402
+from alloc_fakes import FakeEngine, bernoulli_rule, constant_rule, drive_step, make_rates, pc_config
 
-from pc_pipelines.allocation import Allocator, AllocatorConfig, Decision, Stage  # noqa: E402
+from pc_pipelines.allocation import Allocator, AllocatorConfig, Decision, Stage
 
 
 def scripted_pilots(k_correct: np.ndarray, commit_frac: float = 0.5):
@@ -68,7 +68,7 @@ def test_band_edges_are_inclusive(n_pilot, k, expected):
     alloc, engine, outs = run_pilots(cfg, np.full(60, k))
     rows = pilot_rows(outs)
     assert rows, "no pilot observed"
-    for prompt, n, n_correct, decision, evicted in rows:
+    for _prompt, n, n_correct, decision, evicted in rows:
         assert (n, n_correct) == (n_pilot, k)
         assert decision is expected
         assert evicted == (k == n_pilot)
@@ -87,7 +87,7 @@ def test_kept_pilot_can_also_be_evicted():
     alloc, engine, outs = run_pilots(cfg, k, steps=2)
     rows = pilot_rows(outs)
     by_k = {}
-    for prompt, n, n_correct, decision, evicted in rows:
+    for _prompt, _n, n_correct, decision, evicted in rows:
         by_k.setdefault(int(n_correct), set()).add((decision, evicted))
     assert by_k[6] == {(Decision.KEPT, True)}
     assert by_k[1] == {(Decision.KEPT, False)}
@@ -136,7 +136,7 @@ def test_band_and_eviction_for_any_grid_thresholds(n_pilot, data):
     _, _, outs = run_pilots(cfg, k_correct, steps=2)
     rows = pilot_rows(outs)
     assert rows
-    for prompt, n, n_correct, decision, evicted in rows:
+    for prompt, _n, n_correct, decision, evicted in rows:
         k = int(n_correct)
         assert k == k_correct[prompt]
         want = Decision.DEFERRED_HARD if k < k_lo else Decision.SKIPPED_EASY if k > k_hi else Decision.KEPT
@@ -210,7 +210,7 @@ def test_evicted_prompt_is_never_piloted_in_a_later_epoch(seed, rates_seed, b_t,
             {int(p) for p, ev in zip(obs.prompt_id.tolist(), obs.evicted.tolist()) if ev}
         )
         # Evictions decided in epoch e apply from e + 1 (earliest decision wins)
-        for p, (c, e) in evicted_at.items():
+        for p, (_c, e) in evicted_at.items():
             assert alloc.stream.evicted_from[p] == e + 1
 
     assume(evicted_at)  # rates with 30% solved prompts make this the overwhelming case

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from alloc_fakes import FakeEngine, drive_step, pc_config  # noqa: E402
+from alloc_fakes import FakeEngine, drive_step, pc_config
 
-from pc_pipelines.allocation import SELECTION_STRATEGIES, Allocator, BufferEntry, ReplayBuffer, Stage  # noqa: E402
+from pc_pipelines.allocation import SELECTION_STRATEGIES, Allocator, BufferEntry, ReplayBuffer, Stage
 
 # The docstring's worked example: A (std .5, born 3, tb .7), B (.5, 4, .9), C (.43, 4, .1), D (.5, 4, .2)
 NAMES = ["A", "B", "C", "D"]

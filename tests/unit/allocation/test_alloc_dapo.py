@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from alloc_fakes import FakeEngine, bernoulli_rule, drive_step, scenarios  # noqa: E402
+from alloc_fakes import FakeEngine, bernoulli_rule, drive_step, scenarios
 
-from pc_pipelines.allocation import Allocator, AllocatorConfig, Decision, Stage  # noqa: E402
+from pc_pipelines.allocation import Allocator, AllocatorConfig, Decision, Stage
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -48,7 +48,7 @@ def test_dapo_trains_first_informative_groups_in_stream_order(scenario, fmt):
         assert obs.prompt_id.tolist() == [p for p, _, _, _ in requests]
         want = []
         trained_starts = {s for _, s, _, _ in expected}
-        for p, s, inf, mean in requests:
+        for _p, s, inf, mean in requests:
             if s in trained_starts:
                 want.append(Decision.TRAINED)
             elif inf:

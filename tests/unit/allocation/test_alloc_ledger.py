@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # alloc_fakes.py sits next to this file (no __init__.py)
 
-from alloc_fakes import (  # noqa: E402
+from alloc_fakes import (
     FakeEngine,
     bernoulli_rule,
     constant_rule,
@@ -26,7 +26,7 @@ from alloc_fakes import (  # noqa: E402
     scenarios,
 )
 
-from pc_pipelines.allocation import Allocator, AllocatorConfig, Decision, Stage  # noqa: E402
+from pc_pipelines.allocation import Allocator, AllocatorConfig, Decision, Stage
 
 FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -7,8 +7,7 @@ import itertools
 
 import pytest
 
-from pc_pipelines.allocation import Decision, Rule, Stage
-from pc_pipelines.allocation import reasons
+from pc_pipelines.allocation import Decision, Rule, Stage, reasons
 from pc_pipelines.allocation.reasons import REASONS, ReasonTemplate, reason_sql, render, template_for
 
 COLS = {"p_hat": "o.p_hat", "n": "o.n", "lag": "o.lag", "band_lower": "s.lo", "band_upper": "s.hi"}

@@ -16,9 +16,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from alloc_fakes import FakeEngine, constant_rule, drive_step  # noqa: E402
+from alloc_fakes import FakeEngine, constant_rule, drive_step
 
-from pc_pipelines.allocation import Allocator, AllocatorConfig, AllocatorError, Stage  # noqa: E402
+from pc_pipelines.allocation import Allocator, AllocatorConfig, AllocatorError, Stage
 
 
 def test_engine_reusing_its_flat_reward_array_does_not_corrupt_buffered_pilots():

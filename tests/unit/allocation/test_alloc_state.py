@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from alloc_fakes import (  # noqa: E402
+from alloc_fakes import (
     FakeEngine,
     bernoulli_rule,
     drive_step,
@@ -26,7 +26,7 @@ from alloc_fakes import (  # noqa: E402
     scenarios,
 )
 
-from pc_pipelines.allocation import Allocator, AllocatorConfig, AllocatorError  # noqa: E402
+from pc_pipelines.allocation import Allocator, AllocatorConfig, AllocatorError
 
 
 def json_state(alloc: Allocator) -> dict:

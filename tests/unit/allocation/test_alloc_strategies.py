@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from alloc_fakes import (  # noqa: E402
+from alloc_fakes import (
     FakeEngine,
     bernoulli_rule,
     drive_step,
@@ -28,7 +28,7 @@ from alloc_fakes import (  # noqa: E402
     scenarios,
 )
 
-from pc_pipelines.allocation import (  # noqa: E402
+from pc_pipelines.allocation import (
     STRATEGIES,
     Allocator,
     AllocatorConfig,
@@ -38,7 +38,7 @@ from pc_pipelines.allocation import (  # noqa: E402
     Stage,
     proportional_sizes,
 )
-from pc_pipelines.allocation.strategies import AdaptiveBand, SurvivalSampling  # noqa: E402
+from pc_pipelines.allocation.strategies import AdaptiveBand, SurvivalSampling
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

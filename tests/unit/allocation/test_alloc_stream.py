@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from alloc_fakes import FakeEngine, bernoulli_rule, drive_step, make_rates  # noqa: E402
+from alloc_fakes import FakeEngine, bernoulli_rule, drive_step, make_rates
 
-from pc_pipelines.allocation import Allocator, AllocatorConfig, PromptStream, Stage  # noqa: E402
+from pc_pipelines.allocation import Allocator, AllocatorConfig, PromptStream, Stage
 
 
 def perm(seed: int, epoch: int, m: int) -> np.ndarray:

@@ -21,7 +21,7 @@ from pc_pipelines.data.expectations import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from prepared_tables import table  # noqa: E402
+from prepared_tables import table
 
 
 def test_each_check_gets_its_own_failures():

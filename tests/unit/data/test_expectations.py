@@ -18,7 +18,7 @@ from pc_pipelines.rewards import MathGrader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from prepared_tables import table  # noqa: E402
+from prepared_tables import table
 
 
 @pytest.fixture(scope="module")

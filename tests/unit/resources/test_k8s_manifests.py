@@ -188,7 +188,7 @@ def test_helm_values_use_the_charts_keys_and_select_the_k8s_environment():
     documented = {"global", "serviceAccount", "rbacEnabled", "dagsterWebserver", "dagster-user-deployments",
                   "runLauncher", "dagsterDaemon", "postgresql", "generatePostgresqlPasswordSecret", "computeLogManager",
                   "pythonLogs", "ingress", "imagePullSecrets", "busybox", "telemetry", "migrate", "flower", "redis",
-                  "rabbitmq", "scheduler", "nameOverride", "fullnameOverride", "dagster-user-deployments"}
+                  "rabbitmq", "scheduler", "nameOverride", "fullnameOverride"}
     assert set(values) <= documented
     assert values["runLauncher"]["type"] == "K8sRunLauncher"
     launcher = values["runLauncher"]["config"]["k8sRunLauncher"]

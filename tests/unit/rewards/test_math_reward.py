@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from reward_threads import run_in_thread  # noqa: E402
+from reward_threads import run_in_thread
 
 from pc_pipelines.rewards import (
     Grade,
@@ -23,7 +23,7 @@ from pc_pipelines.rewards import (
     math_reward,
 )
 
-O = GradeOutcome
+O = GradeOutcome  # noqa: E741 - short alias for the expectation tables
 SLOW_ANSWER = r"\boxed{9^{9^{9}}}"  # parses at once, verification runs for minutes: needs the timeout
 SLACK_S = 0.75  # wall-time slack over timeout_s for one call (the worker's hard deadline is timeout + 0.5 s)
 

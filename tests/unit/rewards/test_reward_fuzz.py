@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from reward_threads import run_in_thread  # noqa: E402
+from reward_threads import run_in_thread
 
 from pc_pipelines.rewards import GradeOutcome, MathGrader
 
@@ -24,7 +24,7 @@ from pc_pipelines.rewards import GradeOutcome, MathGrader
 # unraisable) and re-fires 50 ms later in the grading code, which is what these tests check. Not a failure.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
-O = GradeOutcome
+O = GradeOutcome  # noqa: E741 - short alias, as in test_math_reward.py
 TIMEOUT_S = 0.3
 SLACK_S = 2.5  # over TIMEOUT_S: extraction of 100 KB, IPC, the worker's hard deadline grace (0.5 s), and a loaded
 # 2-core CI machine (1.1 s seen under load). A grader whose timeout does not fire takes far longer than this.

@@ -3,7 +3,6 @@ settings, the cross-checks against verl's batch settings, and a run's resolved c
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -70,6 +69,7 @@ def test_a_runs_resolved_config_is_carried_over_exactly():
 
 
 def test_config_is_package_data_and_the_recipe_imports_lazily():
+    tomllib = pytest.importorskip("tomllib")  # stdlib only from Python 3.11, and requires-python allows 3.10
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert "*.yaml" in data["pc_pipelines.training.config"]
     code = ("import sys, pc_pipelines.training.verl_recipe, pc_pipelines.rollout.vllm_engine; "
