@@ -9,14 +9,14 @@ the asset's score of a segment's last step equals the loop's own evaluation ther
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .data.task import EvalSet
 from .rewards import MathGrader
-from .rollout import RolloutEngine, RolloutRequest, SamplingParams, derive_seed
+from .rollout import RolloutEngine, RolloutRequest, SamplingParams, TransformersEngine, derive_seed
 
 if TYPE_CHECKING:  # the loop imports this module
     from .loop import EngineFactory, TrainingRun
@@ -56,7 +56,7 @@ class EvalResult:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> EvalResult:
         """The inverse of ``to_json``; a missing field names itself."""
-        missing = [f for f in ("accuracy", "n_prompts", "k", "temperature", "k_per_set") if f not in d]
+        missing = [f.name for f in fields(cls) if f.name not in d]
         if missing:
             raise ValueError(f"an evaluation report without {missing}: the launched `pilot-commit eval-segment` is "
                              "older or newer than this code. Fix: run the same pc-pipelines version in both places.")
@@ -110,8 +110,6 @@ def evaluate_checkpoint(run: TrainingRun, step: int, engine_factory: EngineFacto
     engine from (model, tokenizer); None: the transformers engine. Where it runs is the compute resource's choice
     (in process, or ``pilot-commit eval-segment`` in a GPU pod)."""
     from .loop import LoopError, checkpoint_at
-    from .rewards import MathGrader
-    from .rollout import TransformersEngine
     from .training.base_policy import load_policy
 
     path = checkpoint_at(run.checkpoint_dir, step)

@@ -15,8 +15,9 @@
 Every implementation returns a :class:`~pc_pipelines.loop.SegmentResult`, so the ``training_segment`` asset does
 not care where the segment ran. ``evaluate`` is the same for the ``segment_eval`` asset: in process, or
 ``pilot-commit eval-segment`` through the same Pipes client (a GPU pod on Kubernetes: a real model's mean@32 on six
-benchmarks is GPU work, not the Dagster run pod's), returning an :class:`~pc_pipelines.evaluation.EvalResult`. The step rows themselves reach the store as Parquet step logs written by the
-process that trained (on a shared volume for pods), never through Pipes.
+benchmarks is GPU work, not the Dagster run pod's), returning an :class:`~pc_pipelines.evaluation.EvalResult`. The
+step rows themselves reach the store as Parquet step logs written by the process that trained (on a shared volume
+for pods), never through Pipes.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ from pc_pipelines.entrypoint import STEP_KEYS
 from pc_pipelines.evaluation import EvalResult, evaluate_checkpoint
 from pc_pipelines.loop import EngineFactory, SegmentResult, StepRecord, TrainingRun, run_segment
 from pc_pipelines.store import Store
+
+
+def _reported(meta: dict[str, Any], key: str) -> Any:
+    """The plain value of ``key`` in a materialization the launched process reported (None when absent)."""
+    return getattr(meta.get(key), "value", meta.get(key))
 
 
 class ComputeResource(ConfigurableResource):
@@ -104,21 +110,22 @@ class PipesComputeResource(ComputeResource):
     )
     data_dir: str = Field(default="runs/data", description="Prepared datasets as the launched process sees them.")
 
+    def _args(self, command: str, run: TrainingRun, store: Store, *specific: str) -> list[str]:
+        """``command``'s arguments for ``run`` as the launched process sees its paths, with ``specific`` ones."""
+        return [command, "--store", self.store_path or str(Path(store.path).resolve()),
+                "--run-id", run.run_id, "--runs-root", self.runs_root or str(run.run_dir.parent),
+                *specific, "--data-dir", self.data_dir, "--engine", self.engine, "--device", self.device]
+
     def segment_args(self, run: TrainingRun, store: Store, from_step: int | None, until_step: int) -> list[str]:
         """The ``train-segment`` arguments (after the program name) for one segment of ``run``."""
-        args = ["train-segment", "--store", self.store_path or str(Path(store.path).resolve()),
-                "--run-id", run.run_id, "--runs-root", self.runs_root or str(run.run_dir.parent),
-                "--until-step", str(until_step), "--data-dir", self.data_dir,
-                "--engine", self.engine, "--device", self.device]
+        args = self._args("train-segment", run, store, "--until-step", str(until_step))
         if from_step is not None:
             args += ["--from-step", str(from_step)]
         return args
 
     def eval_args(self, run: TrainingRun, store: Store, step: int) -> list[str]:
         """The ``eval-segment`` arguments for the checkpoint of ``run`` after ``step``."""
-        return ["eval-segment", "--store", self.store_path or str(Path(store.path).resolve()),
-                "--run-id", run.run_id, "--runs-root", self.runs_root or str(run.run_dir.parent),
-                "--step", str(step), "--data-dir", self.data_dir, "--engine", self.engine, "--device", self.device]
+        return self._args("eval-segment", run, store, "--step", str(step))
 
     @abstractmethod
     def launch(self, context, args: list[str]):
@@ -149,7 +156,7 @@ class PipesComputeResource(ComputeResource):
             if on_step:
                 on_step(rec)
         meta = completed.get_materialize_result().metadata or {}
-        value = lambda key: getattr(meta.get(key), "value", meta.get(key))  # noqa: E731
+        value = lambda key: _reported(meta, key)  # noqa: E731
         if value("steps_run") is None:
             raise Failure(f"the launched segment of {run.run_id} reported no materialization. Fix: look at its log "
                           "(the pod's or the subprocess's stderr above).")
@@ -171,15 +178,13 @@ class PipesComputeResource(ComputeResource):
             reported=reported,
         )
 
-
     def evaluate(self, run: TrainingRun, store: Store, step: int, engine_factory: EngineFactory | None = None,
                  context: Any = None) -> EvalResult:
         if context is None:
             raise Failure(f"{type(self).__name__} evaluates for the segment_eval asset (it needs the asset's context). "
                           "Fix: use LocalComputeResource, or pc_pipelines.evaluation.evaluate_checkpoint, outside Dagster.")
         completed = self.launch_eval(context, self.eval_args(run, store, step))
-        meta = completed.get_materialize_result().metadata or {}
-        report = getattr(meta.get("eval"), "value", meta.get("eval"))
+        report = _reported(completed.get_materialize_result().metadata or {}, "eval")
         if not isinstance(report, dict):
             raise Failure(f"the launched evaluation of {run.run_id} after step {step} reported no result. Fix: look at "
                           "its log (the pod's or the subprocess's stderr above).")

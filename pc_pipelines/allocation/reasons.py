@@ -33,7 +33,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "lag": ("", "%d"),
     "outcome": ("", "%s"),
 }
-COLUMNS = ("p_hat", "band_lower", "band_upper", "n", "lag")
+COLUMNS = tuple(f for f in _FIELDS if f != "outcome")
 """The fields ``reason_sql`` takes as SQL expressions (``outcome`` is derived from ``p_hat``)."""
 
 
