@@ -107,7 +107,14 @@ def register_training_run(
     data: DataResource,
 ) -> str:
     """Resolve the run's config, register it and its segment plan in the store, add its partitions."""
-    overrides = {**parse_overrides(config.overrides), "training.keep_every": config.segment_steps}
+    overrides = parse_overrides(config.overrides)
+    if overrides.get("training.keep_every", config.segment_steps) != config.segment_steps:
+        raise Failure(
+            f"overrides: training.keep_every={overrides['training.keep_every']!r} would be ignored: a segmented run "
+            f"keeps every segment boundary (keep_every = segment_steps = {config.segment_steps}). Fix: drop the "
+            "override, or change segment_steps."
+        )
+    overrides["training.keep_every"] = config.segment_steps
     cfg = resolve(config.preset, overrides, method=config.method, seed=config.seed, family=config.family)
     plan = SegmentPlan(config.segment_steps, config.total_steps)
     if config.dataset not in DATASETS:

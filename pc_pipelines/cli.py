@@ -79,8 +79,10 @@ def _add_config_args(p: argparse.ArgumentParser, with_method: bool = True, prese
     g.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. allocator.p_upper=0.9375")
     g.add_argument("--family", default=None, help="run family (default: the preset's)")
     if with_method:
-        g.add_argument("--method", default="pc", choices=["grpo", "dapo", "pc", "oracle"], help="allocation method")
-    g.add_argument("--seed", type=int, default=0, help="seeds the prompt stream, tie-breaks and the simulator")
+        g.add_argument("--method", default=None, choices=["grpo", "dapo", "pc", "oracle"],
+                       help="allocation method (default: --set allocator.method, else the preset's, else pc)")
+    g.add_argument("--seed", type=int, default=None,
+                   help="seeds the prompt stream, tie-breaks and the simulator (default: --set seed, else 0)")
     g.add_argument("--train-batch", type=int, help="b_t: prompts per training step")
     g.add_argument("--n", type=int, help="rollouts per trained group (matched across methods)")
     g.add_argument("--n-pilot", type=int, help="PC pilot rollouts per prompt")
@@ -99,17 +101,30 @@ def _add_config_args(p: argparse.ArgumentParser, with_method: bool = True, prese
     g.add_argument("--spread", type=float, help="simulated difficulty spread")
 
 
+def _flag_over(overrides: dict, key: str, value, flag: str) -> None:
+    """Set ``key`` from a flag; a --set of the same key with another value is refused (one would be ignored)."""
+    if key in overrides and overrides[key] != value:
+        raise ConfigError(
+            f"--set {key}={overrides[key]!r} conflicts with {flag} (= {value!r}); one of them would be ignored. "
+            f"Fix: give {key} once, either as {flag} or as --set {key}=..."
+        )
+    overrides[key] = value
+
+
 def run_config(args: argparse.Namespace, method: str | None = None) -> RunConfig:
-    """Resolve preset + --set + flags into a validated RunConfig; inconsistent n flags fail naming the flags."""
-    method = method or args.method
+    """Resolve preset + --set + flags into a validated RunConfig; inconsistent n flags fail naming the flags.
+
+    Every --set key is honoured or refused: ``--set seed=5`` and ``--set allocator.method=grpo`` are the same as
+    ``--seed 5`` and ``--method grpo``; a --set key that a flag also sets to another value is refused."""
+    method = method or getattr(args, "method", None)
     overrides = parse_overrides(args.set)
     for dest, key in FLAG_KEYS:
         if getattr(args, dest, None) is not None:
-            overrides[key] = getattr(args, dest)
+            _flag_over(overrides, key, getattr(args, dest), "--" + dest.replace("_", "-"))
     if args.no_evict:
-        overrides["allocator.evict"] = False
+        _flag_over(overrides, "allocator.evict", False, "--no-evict")
     if args.no_binding:
-        overrides["allocator.binding"] = False
+        _flag_over(overrides, "allocator.binding", False, "--no-binding")
     n, p, c = args.n, args.n_pilot, args.n_commit
     if c is not None:
         if p is not None:
@@ -118,10 +133,11 @@ def run_config(args: argparse.Namespace, method: str | None = None) -> RunConfig
                     f"--n {n} differs from --n-pilot {p} + --n-commit {c} = {p + c}. Fix: drop --n or make it "
                     f"{p + c} (training rollouts per prompt are matched across methods: n = n_pilot + n_commit)."
                 )
-            overrides["allocator.n"] = p + c
+            _flag_over(overrides, "allocator.n", p + c, f"--n-pilot {p} --n-commit {c}")
         else:
-            base_n = n if n is not None else resolve(args.preset, overrides, method="pc").allocator.n
-            overrides["allocator.n_pilot"] = base_n - c
+            base = {k: v for k, v in overrides.items() if k != "allocator.method"}
+            base_n = n if n is not None else resolve(args.preset, base, method="pc").allocator.n
+            _flag_over(overrides, "allocator.n_pilot", base_n - c, f"--n-commit {c}")
     elif n is not None and p is None and "allocator.n_pilot" not in overrides:
         overrides["allocator.n_pilot"] = None  # --n alone: PC splits it n//4 + rest
     return resolve(args.preset, overrides, method=method, seed=args.seed, family=args.family)
@@ -186,6 +202,11 @@ def _first_reaching(acc: np.ndarray, cum: np.ndarray, target: float) -> int | No
 def cmd_demo(args: argparse.Namespace) -> int:
     """GRPO, DAPO and PC (and the oracle bound) in the simulator, summarized side by side."""
     methods = ["grpo", "dapo", "pc", "oracle"]
+    if "allocator.method" in parse_overrides(args.set):
+        raise ConfigError(
+            f"--set allocator.method: demo runs every method ({', '.join(methods)}) side by side, so a method "
+            "setting would be ignored. Fix: drop it, or run one method with `pilot-commit simulate --method ...`."
+        )
     rows = []
     curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for m in methods:

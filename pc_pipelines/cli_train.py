@@ -44,7 +44,7 @@ def cmd_base_policy(args: argparse.Namespace) -> int:
     from .cli import run_config
     from .training.base_policy import build_base_policy, read_meta, warm_start_report
 
-    cfg = run_config(args, method="grpo")
+    cfg = run_config(args)  # the method does not shape the warm start; a --set allocator.* is still validated
     if cfg.task is None or cfg.policy is None:
         raise ConfigError(f"preset {cfg.preset!r} has no embedded task/policy section. Fix: use --preset embedded.")
     template = cfg.training.prompt_template
@@ -84,11 +84,11 @@ def _train(args: argparse.Namespace) -> int:
     from .loop import latest_checkpoint, prepare_run, run_segment
     from .store import Store
 
-    if args.method not in ("grpo", "dapo", "pc"):
-        raise ConfigError(f"--method {args.method}: real training runs grpo, dapo or pc (the oracle is simulator-only).")
     if args.steps < 1:
         raise ConfigError(f"--steps {args.steps}: must be >= 1 (the run's total number of training steps).")
-    cfg = run_config(args)
+    cfg = run_config(args)  # --method, else --set allocator.method, else the preset's
+    if cfg.method not in ("grpo", "dapo", "pc"):
+        raise ConfigError(f"method {cfg.method}: real training runs grpo, dapo or pc (the oracle is simulator-only).")
     out = Path(args.out)
     store = Store(args.store or out / "pc.duckdb")
     show = not args.quiet and not args.json

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from .allocation import AllocatorConfig, ConfigError, field_error
+from .allocation import AllocatorConfig, ConfigError, check_finite, field_error
 from .data.arith import ArithTaskConfig
 from .policy import PolicyConfig
 from .simulate import SimConfig
@@ -84,6 +84,7 @@ class TrainingConfig:
     set it to their length, so every segment boundary stays re-materializable. Does not change results."""
 
     def __post_init__(self) -> None:
+        check_finite(self)
         for name in ("ppo_minibatch", "max_response_length", "eval_every", "torch_threads", "eval_samples",
                      "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
@@ -91,6 +92,14 @@ class TrainingConfig:
         for name in ("lr", "weight_decay", "grad_clip", "clip_low", "clip_high", "kl_coef", "warmup_steps", "keep_every"):
             if getattr(self, name) < 0:
                 raise field_error(self, name, "must be >= 0", f"set {name} >= 0")
+        if self.lr > 1:
+            raise field_error(self, "lr", "is above 1, which diverges at once", "use e.g. 1e-6 (paper) or 1e-4 (embedded)")
+        if self.clip_low >= 1:
+            raise field_error(self, "clip_low", "must be < 1 (the ratio's lower clip is 1 - clip_low > 0)",
+                              "use 0.2 as in the paper")
+        if not -1 <= self.overlong_reward <= 1:
+            raise field_error(self, "overlong_reward", "must lie in [-1, 1] (rewards are 1 correct / 0 wrong)",
+                              "use 0.0 (ours) or -1.0 (the recipe's +-1 rewards)")
         if self.dual_clip_c <= 1:
             raise field_error(self, "dual_clip_c", "must be > 1 (verl's dual clip)", "use 3 or 10 as in the recipe")
         if self.loss_agg_mode not in LOSS_AGG_MODES:
@@ -280,6 +289,12 @@ def resolve(
     seed: int | None = None,
     family: str | None = None,
 ) -> RunConfig:
+    """The preset, then ``overrides`` (``--set``), then ``method`` / ``seed`` / ``family`` (the command's flags).
+
+    Every override key is honoured or refused, never ignored: ``seed``, ``family`` and ``allocator.method`` may be
+    given by ``--set`` or by the explicit argument; both at once with different values is a ConfigError naming
+    both (before, ``--seed``'s default silently won over ``--set seed=5``). ``allocator.seed`` / ``sim.seed`` are
+    always the run's seed."""
     data = copy.deepcopy(load_preset(preset))
     sections: dict[str, dict[str, Any]] = {name: dict(data.get(name) or {}) for name in SECTIONS}
     optional: dict[str, dict[str, Any]] = {name: dict(data[name] or {}) for name in OPTIONAL_SECTIONS if name in data}
@@ -303,13 +318,21 @@ def resolve(
                 f"--set {key}: unknown key. Fix: use family, seed, or section.field with a section in "
                 f"{sorted(ALL_SECTIONS)}."
             )
+    given = overrides or {}
+    for key, flag, value in (("family", "--family", family), ("seed", "--seed", seed),
+                             ("allocator.method", "--method", method)):
+        if value is not None and key in given and given[key] != value:
+            raise ConfigError(
+                f"--set {key}={given[key]!r} conflicts with {flag} {value} (the command's {key.split('.')[-1]}); "
+                f"one of them would be ignored. Fix: give it once, either {flag} {given[key]} or --set {key}={value}."
+            )
     if family is not None:
         top["family"] = family
     if seed is not None:
         top["seed"] = seed
     if method is not None:
         sections["allocator"]["method"] = method
-    if not isinstance(top["seed"], int) or top["seed"] < 0:
+    if isinstance(top["seed"], bool) or not isinstance(top["seed"], int) or top["seed"] < 0:
         raise ConfigError(f"seed={top['seed']!r}: must be an integer >= 0. Fix: pass --seed 0 or another.")
     for name in ("allocator", "sim"):
         if "seed" in sections[name] and sections[name]["seed"] != top["seed"]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .allocation import field_error
+from .allocation import check_finite, field_error
 
 ARCHS = ("qwen2", "llama")
 
@@ -35,6 +35,7 @@ class PolicyConfig:
     this small: measured here, a second OpenMP thread made small matmuls up to 20x slower on a busy 2-core box."""
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.arch not in ARCHS:
             raise field_error(self, "arch", "unknown architecture", f"use one of {ARCHS}")
         for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "sft_steps", "sft_batch", "torch_threads"):

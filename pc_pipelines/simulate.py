@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .allocation import Allocator, AllocatorConfig, ConfigError, Decision, Stage, StepOutcome, field_error
+from .allocation import Allocator, AllocatorConfig, ConfigError, Decision, Stage, StepOutcome, check_finite, field_error
 from .allocation.methods import AllocationMethod, register_method
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class SimConfig:
     """Seeds the population and the reward draws (the allocator has its own seed in AllocatorConfig)."""
 
     def __post_init__(self) -> None:
+        check_finite(self)
         for name in ("num_prompts", "eval_prompts"):
             if getattr(self, name) < 1:
                 raise field_error(self, name, "must be >= 1", f"set {name} >= 1")

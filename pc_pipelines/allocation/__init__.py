@@ -7,7 +7,7 @@ in :mod:`.methods`.
 
 from .allocator import Allocator, AllocatorError, CallResult, StepContext, StepSession
 from .buffer import SELECTION_STRATEGIES, BufferEntry, ReplayBuffer, SelectionStrategy, register_selection
-from .config import AllocatorConfig, ConfigError, field_error
+from .config import AllocatorConfig, ConfigError, check_finite, field_error
 from .methods import METHODS, AllocationMethod, get_method, register_method
 from .strategies import STRATEGIES, STRATEGY_KINDS, Strategy, proportional_sizes, register_strategy
 from .stream import PromptStream
@@ -52,6 +52,7 @@ __all__ = [
     "StepOutcome",
     "StepSession",
     "TrainedGroup",
+    "check_finite",
     "field_error",
     "get_method",
     "register_method",

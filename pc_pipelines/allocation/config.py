@@ -22,6 +22,27 @@ def field_error(config: Any, name: str, why: str, fix: str) -> ConfigError:
     return ConfigError(f"{type(config).__name__}.{name}={getattr(config, name)!r}: {why}. Fix: {fix}.")
 
 
+_FLOAT_TYPES = ("float", "float | None", "Optional[float]")
+
+
+def check_finite(config: Any) -> None:
+    """Refuse NaN and +-inf in every ``float`` field of a typed config (dataclass), naming the field.
+
+    Range checks written as ``value < 0`` or ``value <= 0`` let NaN through (every comparison with NaN is False),
+    and a NaN learning rate or temperature makes a run that "succeeds" having trained nothing. So each typed
+    config calls this first in its ``__post_init__``; its own range checks then see finite numbers only."""
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if f.type not in _FLOAT_TYPES and not isinstance(value, float):
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            default = f.default if isinstance(f.default, (int, float)) else None
+            raise field_error(
+                config, f.name, "must be a finite number (NaN and infinity are never valid settings)",
+                f"give {f.name} a finite value" + (f" (default {default!r})" if default is not None else ""),
+            )
+
+
 @dataclass(frozen=True)
 class AllocatorConfig:
     method: str = "pc"
@@ -114,6 +135,7 @@ class AllocatorConfig:
         from .buffer import SELECTION_STRATEGIES
         from .methods import METHODS
 
+        check_finite(self)
         if self.method not in METHODS:
             raise field_error(self, "method", "unknown method", f"use one of {sorted(METHODS)}")
         for name in ("train_batch", "n", "max_rounds"):

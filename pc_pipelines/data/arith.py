@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..allocation import field_error
+from ..allocation import check_finite, field_error
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ class ArithTaskConfig:
     """Fixes the splits. Not the run seed: every method and seed of a study trains and is evaluated on one task."""
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.num_prompts < 1:
             raise field_error(self, "num_prompts", "must be >= 1", "set num_prompts to at least the train batch")
         if not 1 <= self.min_digits <= self.max_digits:

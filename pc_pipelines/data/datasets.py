@@ -54,6 +54,18 @@ one accidental collision among 10^5 problems is ~3e-10).
    split over several grader worker processes when idle cores allow (``check_golds``: ~2-5 ms per distinct
    gold on one core, so 10,000 distinct golds take ~20-50 s).
 
+   Before quarantining, such a gold is normalized as standard math graders do (``rewards/normalize.py``:
+   ``62.5%`` -> ``62.5``, ``np.arcsin(10/13)`` -> ``\\arcsin(10/13)``, ``-1./3`` -> ``-1/3``,
+   ``$m_{\\max }=n^{2}-n-1$`` -> ``n^{2}-n-1``, ...); when the normalized gold parses the row is kept with it as
+   its ``answer`` and listed in ``stats["normalized_golds"]`` (row, gold, normalized, rules; counted in
+   ``stats["answers_normalized"]``). Only a gold that parses neither way is quarantined.
+
+Missing values: a NaN cell (pandas writes a missing string as NaN) is a missing problem/answer, never the text
+``"nan"`` (which math-verify would parse, so ``\\boxed{nan}`` would be graded correct); an answer that is the text
+``nan`` is treated as missing too. BINARY columns (text written without the UTF8 annotation) are decoded as UTF-8
+on load (a column that is not UTF-8 is refused naming file, column and row); a JSONL file that is not UTF-8 is
+refused naming the file and line.
+
 Rows removed by rule 3 are in neither output table; quarantined rows go to ``quarantine`` (original row index, id,
 problem, answer, reason, detail) and, through ``PreparedDataset.write``, to their own Parquet file: nothing is
 dropped silently. Invariant: ``rows_in == kept + quarantined + binary_removed``.
@@ -225,8 +237,39 @@ def load_table(
     _require_columns(table.column_names, required, origin, what)
     if want is not None:
         table = table.select([c for c in want if c in table.column_names])
+    table = _decode_binary(table, origin, what)
     log.info("%s: loaded %d rows x %d columns from %s in %.2f s", what, table.num_rows, table.num_columns, origin,
              time.perf_counter() - t0)
+    return table
+
+
+def _decode_binary(table: pa.Table, origin: str, what: str) -> pa.Table:
+    """BINARY / LARGE_BINARY columns (a Parquet writer that stored text without the UTF8 annotation) decoded as
+    UTF-8 strings. Without this a cell reads as ``bytes`` and becomes the text ``"b'...'"`` (a problem or gold
+    nobody can answer). A column that is not valid UTF-8 is refused, naming the file, column and row."""
+    for i, f in enumerate(table.schema):
+        if not (pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)):
+            continue
+        target = pa.large_string() if pa.types.is_large_binary(f.type) else pa.string()
+        col = table.column(i)
+        try:
+            text = col.cast(target)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            for row, v in enumerate(col.to_pylist()):
+                if v is None:
+                    continue
+                try:
+                    v.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise DatasetError(
+                        f"{what}: {origin}: column {f.name!r} is BINARY and row {row} is not UTF-8 text "
+                        f"({e.reason} at byte {e.start}: {v[max(0, e.start - 10):e.start + 10]!r}). Fix: write "
+                        f"{f.name!r} as a UTF-8 string column (e.g. re-encode the text to UTF-8 and write it with "
+                        "pyarrow type pa.string()); nothing was loaded."
+                    ) from None
+            raise  # pragma: no cover - the cast failed for another reason
+        table = table.set_column(i, pa.field(f.name, target, f.nullable), text)
+        log.info("%s: column %r of %s is BINARY; decoded it as UTF-8 text", what, f.name, origin)
     return table
 
 
@@ -342,6 +385,7 @@ def _read_json(f: Path, want: list[str] | None, *, python: bool = False) -> pa.T
     column into strings. A line that is not JSON raises DatasetError naming the file and line."""
     with open(f, "rb") as fh:
         head = fh.read(4096).lstrip()
+    _check_utf8(f)  # pyarrow's reader takes invalid UTF-8 silently: refuse it here, naming the line
     if not head.startswith(b"[") and not python:
         import pyarrow.json as pj
 
@@ -355,14 +399,16 @@ def _read_json(f: Path, want: list[str] | None, *, python: bool = False) -> pa.T
         except pa.ArrowInvalid as e:
             log.info("pyarrow could not read %s (%s); reading it line by line", f, e)
     rows: list[dict] = []
-    with open(f, encoding="utf-8") as fh:
+    with open(f, "rb") as fh:
         if head.startswith(b"["):
+            data = fh.read()
             try:
-                rows = json.load(fh)
+                rows = json.loads(_utf8(data, f, data[: _bad_utf8_at(data)].count(b"\n") + 1))
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{f}: not valid JSON ({e}). Fix: one JSON object per line (JSONL).") from None
         else:
-            for n, line in enumerate(fh, start=1):
+            for n, raw in enumerate(fh, start=1):
+                line = _utf8(raw, f, n)
                 if not line.strip():
                     continue
                 try:
@@ -384,6 +430,54 @@ def _read_json(f: Path, want: list[str] | None, *, python: bool = False) -> pa.T
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             arrays[c] = pa.array([None if v is None else _as_text(v) for v in values], pa.string())
     return pa.table(arrays) if arrays else pa.table({})
+
+
+def _check_utf8(f: Path, chunk: int = 1 << 22) -> None:
+    """Raise DatasetError naming the file and line of the first byte of ``f`` that is not UTF-8 (streamed in 4 MB
+    chunks: a big JSONL file is never held twice in memory)."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines_before = 0
+    with open(f, "rb") as fh:
+        while True:
+            data = fh.read(chunk)
+            try:
+                decoder.decode(data, final=not data)
+            except UnicodeDecodeError:
+                at = _bad_utf8_at(data)
+                start = data.rfind(b"\n", 0, at) + 1
+                end = data.find(b"\n", at)
+                _utf8(data[start:end if end >= 0 else len(data)], f, lines_before + data.count(b"\n", 0, at) + 1)
+                raise DatasetError(  # pragma: no cover - a bad sequence straddling a 4 MB chunk boundary
+                    f"{f}, near line {lines_before + 1}: not UTF-8 text. Fix: re-encode the file as UTF-8."
+                ) from None
+            if not data:
+                return
+            lines_before += data.count(b"\n")
+
+
+def _bad_utf8_at(data: bytes) -> int:
+    """Offset of the first byte that is not valid UTF-8 (``len(data)`` if all of it is)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start
+    return len(data)
+
+
+def _utf8(data: bytes, f: Path, line: int) -> str:
+    """``data`` (line ``line`` of file ``f``, or the whole file) as text; not UTF-8 -> DatasetError naming the
+    file, line and byte, and the fix (JSON is UTF-8 by definition, RFC 8259; nothing is guessed or replaced)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DatasetError(
+            f"{f}, line {line}: not UTF-8 text ({e.reason} at byte {e.start}: "
+            f"{data[max(0, e.start - 20):e.start + 10]!r}). Fix: re-encode the file as UTF-8 (e.g. `iconv -f latin1 "
+            f"-t utf-8 {f.name} > fixed.jsonl` if it is Latin-1) and point the path at the fixed copy; nothing was "
+            "loaded from it."
+        ) from None
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:
@@ -435,6 +529,12 @@ def _as_text(v: Any) -> str:
     """A cell as text: strings as is, integral floats without ``.0`` (AMC's 27.0 -> "27"), lists joined by ", "."""
     if isinstance(v, str):
         return v
+    if isinstance(v, (bytes, bytearray)):  # a BINARY cell that reached here undecoded: text, never "b'...'"
+        try:
+            return bytes(v).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DatasetError(f"a BINARY value is not UTF-8 text ({e.reason} at byte {e.start}): {bytes(v)[:40]!r}. "
+                               "Fix: store text columns as UTF-8 strings.") from None
     if isinstance(v, bool):
         return str(v)
     if isinstance(v, float) and math.isfinite(v) and v.is_integer():
@@ -445,7 +545,28 @@ def _as_text(v: Any) -> str:
 
 
 def _is_blank(v: Any) -> bool:
-    return v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, (list, tuple)) and not v)
+    return _blank_why(v) is not None
+
+
+_MISSING_TEXT = ("nan",)
+"""Answer texts that are a missing value written out (``str(float("nan"))``, pandas' ``astype(str)``), never a
+math answer: math-verify parses ``nan`` and ``\\boxed{nan}`` would then be graded correct against it."""
+
+
+def _blank_why(v: Any, *, answer: bool = False) -> str | None:
+    """Why a cell counts as missing (None: it does not). NaN floats are missing values (pandas writes a null
+    string cell as NaN), never the text "nan"; for an answer, the text "nan" itself is a missing value too."""
+    if v is None:
+        return "null"
+    if isinstance(v, float) and math.isnan(v):
+        return "NaN (a missing value in the file, e.g. a pandas null)"
+    if isinstance(v, str) and not v.strip():
+        return "blank"
+    if isinstance(v, (list, tuple)) and not v:
+        return "an empty list"
+    if answer and isinstance(v, str) and v.strip().lower() in _MISSING_TEXT:
+        return f"the text {v.strip()!r} (a missing value written as text, not a math answer)"
+    return None
 
 
 def _problem_key(problem: str) -> str:
@@ -473,8 +594,12 @@ def _usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def check_golds(golds: Iterable[str], grader=None, *, workers: int | None = None) -> dict[str, str | None]:
+def check_golds(
+    golds: Iterable[str], grader=None, *, workers: int | None = None, forms: dict[str, str] | None = None
+) -> dict[str, str | None]:
     """For each distinct gold: None if the grader can parse it, else the grader's message (why, and the fix).
+    ``forms``, if given, is filled with gold -> the string the grader grades against (``MathGrader.graded_gold``:
+    the gold itself, or its normalized form when math-verify reads nothing from it as written).
 
     Uses ``MathGrader.check_gold`` (the grader caches each parse; duplicates are checked once). One grader in this
     process (``grader``, or a new ``MathGrader()``) when ``workers`` is 1, or by default for fewer than 4,000
@@ -502,8 +627,10 @@ def check_golds(golds: Iterable[str], grader=None, *, workers: int | None = None
         out: dict[str, str | None] = {}
         for i, gold in enumerate(part, start=1):
             try:
-                g.check_gold(gold)
+                graded = g.graded_gold(gold)
                 out[gold] = None
+                if forms is not None and graded != gold.strip():
+                    forms[gold] = graded
             except ValueError as e:
                 out[gold] = str(e)
             if i % 10000 == 0:
@@ -687,13 +814,16 @@ def _prepare(
 
     for i in range(n):
         problem, answer = problems[i], answers[i]
-        if _is_blank(problem):
-            reject(i, None, problem, answer, EMPTY_PROBLEM, "the problem is null or blank")
+        why = _blank_why(problem)
+        if why is not None:
+            reject(i, None, None if why != "blank" else problem, answer, EMPTY_PROBLEM, f"the problem is {why}")
             continue
         problem = _as_text(problem).strip()
         rid = id_of(i, problem) if id_of is not None else problem_id(source, problem)
-        if _is_blank(answer):
-            reject(i, rid, problem, answer, EMPTY_ANSWER, "the answer is null or blank")
+        why = _blank_why(answer, answer=True)
+        if why is not None:
+            reject(i, rid, problem, None if isinstance(answer, float) else answer, EMPTY_ANSWER,
+                   f"the answer is {why}")
             continue
         answer_text = _as_text(answer)
         if drop_binary:
@@ -716,15 +846,29 @@ def _prepare(
         candidates.append((i, rid, problem, gold))
 
     t_gold = time.perf_counter()
-    verdicts = check_golds((c[3] for c in candidates), grader, workers=gold_workers)
+    # A gold math-verify reads nothing from as written is graded normalized as standard graders do (62.5% -> 62.5,
+    # np.arcsin -> \arcsin, ...; rewards/normalize.py): kept with the normalized gold as its answer, quarantined only
+    # when that does not parse either.
+    forms: dict[str, str] = {}
+    verdicts = check_golds((c[3] for c in candidates), grader, workers=gold_workers, forms=forms)
     gold_seconds = time.perf_counter() - t_gold
+    from pc_pipelines.rewards.normalize import normalize
+
     kept = []
+    normalized: list[dict[str, Any]] = []
     for i, rid, problem, gold in candidates:
         why = verdicts[gold]
         if why is not None:
             reject(i, rid, problem, gold, UNPARSABLE_ANSWER, why)
+        elif gold in forms:
+            normalized.append({"row_index": i, "gold": gold, "normalized": forms[gold],
+                               "rules": list(normalize(gold)[1])})
+            kept.append((i, rid, problem, forms[gold]))
         else:
             kept.append((i, rid, problem, gold))
+    if normalized:
+        log.info("%s: %d golds normalized so math-verify can grade them, e.g. %s", source, len(normalized),
+                 ", ".join(f"{d['gold']!r} -> {d['normalized']!r}" for d in normalized[:5]))
 
     diffs, unparsed = [], []
     for i, *_ in kept:
@@ -772,6 +916,8 @@ def _prepare(
         "quarantined": qtable.num_rows,
         "quarantined_by_reason": by_reason,
         "answers_rewrapped": rewrapped,
+        "answers_normalized": len(normalized),
+        "normalized_golds": normalized,
         "difficulty_unparsed": len(unparsed),
         "distinct_golds_checked": len(verdicts),
         "gold_check_seconds": round(gold_seconds, 3),

@@ -397,11 +397,16 @@ def test_polaris_difficulty_and_stats(tmp_path, grader):
 
 def test_check_golds_in_process_and_with_worker_processes():
     golds = ["1", "\\frac{1}{2}", "\\frac{", "x^2+1", "1", "(1, 2)", "\\$5", "\\boxed{}"]
-    one = check_golds(golds, workers=1)
+    forms: dict = {}
+    one = check_golds(golds, workers=1, forms=forms)
     assert list(one) == ["1", "\\frac{1}{2}", "\\frac{", "x^2+1", "(1, 2)", "\\$5", "\\boxed{}"]
-    assert {g for g, why in one.items() if why} == {"\\frac{", "\\$5", "\\boxed{}"}
+    # a bare escaped dollar parses to nothing as written; normalized (currency dropped) it is graded as 5
+    assert {g for g, why in one.items() if why} == {"\\frac{", "\\boxed{}"}
+    assert forms == {"\\$5": "5"}
     assert "cannot be graded" in one["\\frac{"]
-    two = check_golds(golds, workers=2)
+    forms2: dict = {}
+    two = check_golds(golds, workers=2, forms=forms2)
     assert {g: why is None for g, why in two.items()} == {g: why is None for g, why in one.items()}
+    assert forms2 == forms
     with pytest.raises(ValueError, match="workers"):
         check_golds(golds, workers=0)
