@@ -301,14 +301,16 @@ def benchmarks(context: AssetExecutionContext, data: DataResource) -> Materializ
     out = _out_dir(data) / BENCHMARKS_SUBDIR
     counts: dict[str, dict[str, Any]] = {}
     quarantine_md = []
-    rows_md = ["| benchmark | rows in file | README rows | kept | quarantined |", "|---|---|---|---|---|"]
+    rows_md = ["| benchmark | rows in file | README rows | kept | golds normalized | quarantined |",
+               "|---|---|---|---|---|---|"]
     for name, p in prepared.items():
         p.write(out)
         s = p.stats
         counts[name] = {"rows_in": s["rows_in"], "expected_rows": s["expected_rows"], "kept": s["kept"],
-                        "quarantined": s["quarantined"],
+                        "answers_normalized": s["answers_normalized"], "quarantined": s["quarantined"],
                         "quarantined_by_reason": {k: v for k, v in s["quarantined_by_reason"].items() if v}}
-        rows_md.append(f"| {name} | {s['rows_in']} | {s['expected_rows']} | {s['kept']} | {s['quarantined']} |")
+        rows_md.append(f"| {name} | {s['rows_in']} | {s['expected_rows']} | {s['kept']} | {s['answers_normalized']} "
+                       f"| {s['quarantined']} |")
         if p.quarantine.num_rows:
             quarantine_md.append(_quarantine_md(p.quarantine, source=name))
     context.log.info("benchmarks written to %s: %s", out, {n: (c["kept"], c["quarantined"]) for n, c in counts.items()})
@@ -320,6 +322,10 @@ def benchmarks(context: AssetExecutionContext, data: DataResource) -> Materializ
         "row_counts": MetadataValue.md("\n".join(rows_md)),
         "quarantined": sum(c["quarantined"] for c in counts.values()),
         "quarantine_examples": MetadataValue.md("\n\n".join(quarantine_md) or "No row quarantined."),
+        "golds_normalized": MetadataValue.md("\n".join(
+            ["| benchmark | row | gold | normalized | rules |", "|---|---|---|---|---|"]
+            + [f"| {n} | {d['row_index']} | `{d['gold']}` | `{d['normalized']}` | {', '.join(d['rules'])} |"
+               for n, p in prepared.items() for d in p.stats["normalized_golds"]])),
     }
     for name, c in counts.items():
         md[f"rows_{name}"] = c["kept"]

@@ -32,8 +32,12 @@ escaped ``\\$`` in ``\\boxed{}``: three MATH-500 golds such as ``\\$18.90``):
 
 Filtering: the same rules as the training sets minus the binary filter and minus de-duplication (an evaluation set
 is used as published; the shipped files hold no duplicate problems): rows with an empty problem, an empty or
-missing answer (Minerva: no complete box) or a gold the grader cannot parse are quarantined with the reason,
-and counted in ``stats``. A row count that differs from the README's logs a warning and is recorded in
+missing answer (Minerva: no complete box) or a gold the grader cannot parse even after normalization are
+quarantined with the reason, and counted in ``stats``. Golds math-verify reads nothing from as written are
+normalized as standard graders do (``rewards/normalize.py``) and kept: in the shipped files six Minerva golds
+(``np.arcsin(10/13)``, ``-1./3``, ``-3./2``, an equation ``\\frac{dM}{dt}=...`` with ``L_{\\odot}``, a stray
+``$ $``, ``E_{1},E_{2}``) and four OlympiadBench golds (``62.5%``, ``17.5%``, ``$m_{\\max }=n^{2}-n-1$``,
+``$t(0,4]$``), so every set keeps all its rows (``stats["answers_normalized"]``, ``stats["normalized_golds"]``). A row count that differs from the README's logs a warning and is recorded in
 ``stats["expected_rows"]``.
 """
 

@@ -22,6 +22,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .normalize import normalize
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -197,7 +199,8 @@ def gold_latex(gold: str) -> str:
 
 
 def parse_gold(gold: str) -> list:
-    """math-verify's parse of a gold answer; raises GoldError if it yields no sympy expression."""
+    """math-verify's parse of a gold answer; raises GoldError if it yields no sympy expression. (A gold that only
+    parses once normalized is handled a level up: ``MathGrader`` grades against the normalized string.)"""
     mv = _math_verify()
     if not gold.strip():
         raise GoldError("the gold answer is empty")
@@ -265,6 +268,12 @@ def check_answer(answer: str, gold_parsed: list) -> str:
     """CORRECT / WRONG / UNPARSABLE for an extracted boxed content against a parsed gold (gold FIRST in verify)."""
     mv = _math_verify()
     parsed = mv.parse("\\boxed{" + answer + "}", parsing_timeout=None)
+    if not _has_expr(parsed):  # the golds' fallback, so both sides are read alike (``62.5\\%`` vs gold ``62.5%``)
+        normalized, rules = normalize(answer)
+        if normalized and rules:
+            again = mv.parse("\\boxed{" + normalized + "}", parsing_timeout=None)
+            if _has_expr(again):
+                parsed = again
     if not parsed:
         return UNPARSABLE
     if mv.verify(gold_parsed, parsed, timeout_seconds=None):

@@ -8,6 +8,7 @@ Public API (re-exported by ``pc_pipelines.rewards``)::
         .grade_batch(responses, golds, truncated=None) -> list[Grade]    # one generation round
         .rewards(responses, golds, truncated=None) -> np.ndarray (float64)
         .check_gold(gold) -> None                                         # raises ValueError for a bad gold
+        .graded_gold(gold) -> str                                         # the gold as graded (maybe normalized)
         .stats -> GraderStats                                             # per-outcome counts, cache hits/misses
     GradeOutcome: CORRECT | WRONG | NO_BOXED | UNPARSABLE | TIMEOUT | TRUNCATED
     Grade(reward, outcome, answer)
@@ -34,7 +35,11 @@ What happens to one response (in this order):
 
 Gold answers: ``"357"``, ``"\\frac{1}{2}"``, ``"$x^2$"``, ``"\\boxed{12}"``. A gold already holding ``\\boxed``,
 ``\\fbox`` or ``$`` is parsed as is, anything else is wrapped in ``\\boxed{...}`` first (math-verify does not
-extract bare LaTeX: ``parse("\\frac12") == []``). Each distinct gold is parsed once (LRU), under a budget of
+extract bare LaTeX: ``parse("\\frac12") == []``). A gold math-verify reads nothing from as written is normalized
+as standard graders do (``normalize.py``: ``62.5%`` -> ``62.5``, ``np.arcsin(x)`` -> ``\\arcsin(x)``, ``-1./3`` ->
+``-1/3``, ``m_{\\max}=n^2`` -> ``n^2``, ...) and graded against that (``graded_gold`` says which string is used);
+an extracted answer with no expression gets the same normalization, so both sides read alike. Each distinct gold
+is parsed once (LRU), under a budget of
 max(timeout_s, 5 s). **A gold that yields no math expression (or whose parse exceeds that budget) raises
 ValueError** (naming the gold and the fix): that is a dataset error, not a model error, and silently scoring
 every response 0 against it would poison the run. It is the only case in which grading
@@ -89,6 +94,7 @@ import numpy as np
 
 from . import _verify as _v
 from .extract import extract_boxed
+from .normalize import normalize
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +238,8 @@ class MathGrader:
         gold_keys = [g.strip() if isinstance(g, str) else str(g).strip() for g in golds]
         with self._lock:
             use_worker = self.isolation == "process" or not _v.alarm_available()
-            self._check_golds(dict.fromkeys(gold_keys), use_worker)
+            forms = self._check_golds(dict.fromkeys(gold_keys), use_worker)
+            gold_keys = [forms[g] for g in gold_keys]  # a gold that parses only normalized is graded normalized
 
             grades: list[Grade | None] = [None] * n
             pending: dict[tuple[str, str], list[int]] = {}
@@ -283,10 +290,17 @@ class MathGrader:
         return grades  # type: ignore[return-value]
 
     def check_gold(self, gold: str) -> None:
-        """Raises ValueError (naming the gold and the fix) if math-verify cannot parse this gold answer."""
+        """Raises ValueError (naming the gold and the fix) if math-verify cannot parse this gold answer, neither as
+        written nor normalized (``normalize.normalize``)."""
+        self.graded_gold(gold)
+
+    def graded_gold(self, gold: str) -> str:
+        """The gold string this grader grades against: ``gold`` stripped if math-verify parses it, else its
+        normalized form (``62.5%`` -> ``62.5``, ``np.arcsin(x)`` -> ``\\arcsin(x)``; ``normalize.py``) if that
+        parses. Raises ValueError (naming the gold and the fix) if neither does."""
         key = gold.strip() if isinstance(gold, str) else str(gold).strip()
         with self._lock:
-            self._check_golds({key: None}, self.isolation == "process" or not _v.alarm_available())
+            return self._check_golds({key: None}, self.isolation == "process" or not _v.alarm_available())[key]
 
     @property
     def stats(self) -> GraderStats:
@@ -341,7 +355,35 @@ class MathGrader:
             self._finalizer = weakref.finalize(self, self._worker.close)
         return self._worker
 
-    def _check_golds(self, golds: dict[str, None], use_worker: bool) -> None:
+    def _check_golds(self, golds: dict[str, None], use_worker: bool) -> dict[str, str]:
+        """gold -> the string graded against it (itself, or its normalized form when only that parses); raises
+        ValueError when some gold parses neither way."""
+        bad = self._gold_reasons(golds, use_worker)
+        forms = {g: g for g in golds}
+        if bad:
+            retry = {g: t for g in bad for t, rules in (normalize(g),) if rules and t}
+            bad_again = self._gold_reasons(dict.fromkeys(retry.values()), use_worker) if retry else {}
+            still = {}
+            for g, reason in bad.items():
+                t = retry.get(g)
+                if t is not None and t not in bad_again:
+                    forms[g] = t
+                else:
+                    still[g] = reason + (f"; nor from its normalized form {t!r}" if t is not None else "")
+            bad = still
+        if bad:
+            gold, reason = next(iter(bad.items()))
+            more = f" (and {len(bad) - 1} more unparsable golds in this batch)" if len(bad) > 1 else ""
+            raise ValueError(
+                f"gold answer {gold!r} cannot be graded: {reason}{more}. This is a dataset error, not a model "
+                f"error. Fix the gold so that math-verify parses it (e.g. '357', '\\frac{{1}}{{2}}', '$x^2$'; check "
+                f"with math_verify.parse({_v.gold_latex(gold)!r})), or drop the row in the data loader "
+                "(MathGrader.check_gold raises this same error)."
+            )
+        return forms
+
+    def _gold_reasons(self, golds: dict[str, None], use_worker: bool) -> dict[str, str]:
+        """gold -> why math-verify cannot parse it as written, for the golds that fail (each parsed once, cached)."""
         bad: dict[str, str] = {}
         if use_worker:
             unknown = [g for g in golds if self._golds_worker.get(g) is None]
@@ -363,15 +405,7 @@ class MathGrader:
                 ok, val = self._golds_inline.get(g)  # type: ignore[misc]
                 if not ok:
                     bad[g] = val
-        if bad:
-            gold, reason = next(iter(bad.items()))
-            more = f" (and {len(bad) - 1} more unparsable golds in this batch)" if len(bad) > 1 else ""
-            raise ValueError(
-                f"gold answer {gold!r} cannot be graded: {reason}{more}. This is a dataset error, not a model "
-                f"error. Fix the gold so that math-verify parses it (e.g. '357', '\\frac{{1}}{{2}}', '$x^2$'; check "
-                f"with math_verify.parse({_v.gold_latex(gold)!r})), or drop the row in the data loader "
-                "(MathGrader.check_gold raises this same error)."
-            )
+        return bad
 
     def _verify_inline(self, keys: list[tuple[str, str]]) -> list[str]:
         out = []

@@ -138,8 +138,10 @@ def test_extract_boxed_is_linear_on_huge_inputs():
         (
             r"\boxed{357.}",
             "357",
-            O.UNPARSABLE,
-        ),  # math-verify only has a raw-string fallback for it
+            O.CORRECT,
+        ),  # math-verify only has a raw-string fallback for it; normalized (trailing dot dropped) it is 357
+        (r"\boxed{62.5\%}", "62.5%", O.CORRECT),  # both sides normalized alike (percent dropped)
+        (r"\boxed{37.5\%}", "62.5%", O.WRONG),
     ],
 )
 def test_grade_outcomes(grader, response, gold, outcome):
