@@ -134,6 +134,8 @@ class StepContext:
         # reward std without concatenating reward arrays).
         self._gstats: list[np.ndarray] = []
         self.evicted_prompts: list[int] = []
+        self.replaced: list[BufferEntry] = []  # buffer entries a newer pilot of their prompt replaced this step
+        self.trained_prompts: set[int] = set()  # prompts already in this step's batch: never popped again
         self._obs: list[Observations] = []
         self.rounds = 0
         self.calls = 0
@@ -255,6 +257,7 @@ class StepContext:
             call.rollout_starts[rows].tolist(),
             result.counts[rows].tolist(),
         ):
+            self.trained_prompts.add(p)
             self.groups.append(
                 TrainedGroup(
                     prompt_id=p,
@@ -279,6 +282,9 @@ class StepContext:
         for i, e, lag, start, count in zip(
             rows.tolist(), entries, lags.tolist(), call.rollout_starts[rows].tolist(), result.counts[rows].tolist()
         ):
+            if e.prompt_id in self.trained_prompts:  # invariant: pop_buffer excludes prompts trained this step
+                raise AllocatorError(f"prompt {e.prompt_id} would train twice in step {self.step}")
+            self.trained_prompts.add(e.prompt_id)
             self.groups.append(
                 TrainedGroup(
                     prompt_id=e.prompt_id,
@@ -333,12 +339,15 @@ class StepContext:
                 )
             )
         alloc.next_entry_id += len(entries)
-        alloc.buffer.add(entries)
+        replaced = alloc.buffer.add(entries)  # one live entry per prompt: the newer pilot replaces the older entry
+        self.replaced.extend(replaced)
         self.ledger.buffer_adds += len(entries)
+        self.ledger.buffer_replaced += len(replaced)
 
     def pop_buffer(self, k: int) -> list[BufferEntry]:
+        """Up to ``k`` entries in the selection order, never one whose prompt this step already trained."""
         alloc = self.allocator
-        taken = alloc.buffer.pop(k, alloc.selection, alloc.rng, self.step)
+        taken = alloc.buffer.pop(k, alloc.selection, alloc.rng, self.step, exclude=self.trained_prompts)
         self.ledger.buffer_pops += len(taken)
         return taken
 
@@ -379,6 +388,7 @@ class StepContext:
             observations=Observations.concat(self._obs),
             expired=[(e.prompt_id, e.born) for e in expired],
             evicted_prompts=self.evicted_prompts,
+            replaced=[(e.prompt_id, e.born) for e in self.replaced],
         )
 
 

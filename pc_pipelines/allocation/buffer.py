@@ -5,6 +5,22 @@ their payloads) and ``born``, the step whose pilot admitted it. Invariant: an en
 step ``t`` with ``t - born <= d``. ``expire(t)`` runs after step ``t``'s update and drops every entry with
 ``t + 1 - born > d``, so whatever survives is still trainable at step ``t + 1``.
 
+**One live entry per prompt.** A prompt has at most one entry in R: when a newer pilot of a prompt is kept while
+an older entry of the same prompt is still live (a small pool revisits the prompt the next epoch, or a sampling
+batch straddles an epoch boundary and holds it twice), the newer entry replaces the older one, as the paper
+authors' recipe does (its buffer is keyed by prompt). The newer pilot is the better estimate of the prompt under
+the current policy and its lag is smaller. The replaced entry is returned by ``add`` and counted in the ledger as
+``buffer_replaced`` (neither popped nor expired: it was never trained and did not age out). Together with the
+step's exclusion in ``pop`` (a prompt already trained in this step is not popped again in a later round of the
+same step; its fresh entry waits for the next step) no prompt trains twice in one step.
+
+**Across epochs.** R persists across epoch boundaries: Algorithm 1 of the paper sets ``R <- {}`` once, before the
+epoch loop, and "prompts in R may come from previous steps"; the authors' recipe empties R at epoch end. We follow
+the algorithm: an epoch boundary is an accident of where the stream stands (a sampling batch may even span two
+epochs, DESIGN.md section 3), not a policy change, so emptying R there would throw away paid-for pilots that are
+still within the lag bound d. The age rule (``expire``) is the only thing that retires an entry; eviction only
+stops a prompt from being drawn again (its live entry, if any, still trains).
+
 Selection is a *total* order: with binary rewards and a handful of pilot rollouts, pilot stds tie constantly
 (every 4-of-16 prompt has the same std), so each strategy ends its key with a seeded random tie-break drawn when
 the entry was admitted. Worked example for ``max_variance`` with entries
@@ -143,11 +159,38 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def add(self, entries: list[BufferEntry]) -> None:
-        self.entries.extend(entries)
+    def add(self, entries: list[BufferEntry]) -> list[BufferEntry]:
+        """Admit ``entries`` (in order); returns the entries they replaced (one live entry per prompt: a newer
+        pilot of a prompt replaces its older entry, including an earlier one of the same ``entries``)."""
+        if not entries:
+            return []
+        newest: dict[int, BufferEntry] = {}
+        replaced: list[BufferEntry] = []
+        for e in entries:
+            older = newest.get(e.prompt_id)
+            if older is not None:
+                replaced.append(older)
+            newest[e.prompt_id] = e
+        live = []
+        for e in self.entries:
+            if e.prompt_id in newest:
+                replaced.append(e)
+            else:
+                live.append(e)
+        live.extend(newest.values())
+        self.entries = live
+        return replaced
 
-    def pop(self, k: int, strategy: SelectionStrategy, rng: np.random.Generator, step: int) -> list[BufferEntry]:
-        """Remove and return the first ``k`` entries in the strategy's order.
+    def pop(
+        self,
+        k: int,
+        strategy: SelectionStrategy,
+        rng: np.random.Generator,
+        step: int,
+        exclude: set[int] | frozenset[int] = frozenset(),
+    ) -> list[BufferEntry]:
+        """Remove and return the first ``k`` entries in the strategy's order, skipping entries whose prompt is in
+        ``exclude`` (prompts already trained in this step: they stay in R for a later step).
 
         Every entry is trainable at ``step`` because ``expire`` ran after the previous step; the caller
         (``StepContext.train_commits``) re-checks the lag bound, so a broken invariant fails loudly there.
@@ -158,6 +201,9 @@ class ReplayBuffer:
         born = np.fromiter((e.born for e in self.entries), np.int64, len(self.entries))
         tb = np.fromiter((e.tiebreak for e in self.entries), np.float64, len(self.entries))
         order = strategy.order(std, born, tb, rng)
+        if exclude:
+            eligible = np.fromiter((e.prompt_id not in exclude for e in self.entries), bool, len(self.entries))
+            order = order[eligible[order]]
         chosen = order[:k]
         taken = [self.entries[i] for i in chosen.tolist()]
         keep = np.ones(len(self.entries), bool)
@@ -176,4 +222,12 @@ class ReplayBuffer:
         return [e.to_dict() for e in self.entries]
 
     def load_state_dict(self, state: list[dict[str, Any]]) -> None:
-        self.entries = [BufferEntry.from_dict(d) for d in state]
+        """Restore a checkpoint's entries. A checkpoint written before the one-entry-per-prompt rule may hold two
+        entries of one prompt: the newest (latest born, then latest admitted) is kept, as ``add`` would have."""
+        entries = [BufferEntry.from_dict(d) for d in state]
+        newest: dict[int, BufferEntry] = {}
+        for e in entries:
+            b = newest.get(e.prompt_id)
+            if b is None or (e.born, e.entry_id) > (b.born, b.entry_id):
+                newest[e.prompt_id] = e
+        self.entries = [e for e in entries if newest[e.prompt_id] is e]  # order kept: `random` selection uses it

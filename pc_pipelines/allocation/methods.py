@@ -13,6 +13,12 @@ one method per class:
   (x n_commit) and pilots for b_g fresh prompts (x n_pilot). Pilots are screened after the call, so step 0
   (empty buffer) always needs a second round. Binding off: per round a pilot call, the screen, then a commit call.
 
+The replay buffer R (``buffer.py``) holds at most one live entry per prompt (a newer kept pilot of a prompt
+replaces its older entry, counted ``buffer_replaced``), a prompt trained in one round of a step is never popped
+again in that step, so no prompt trains twice in one step; and R persists across epoch boundaries as in the
+paper's Algorithm 1 (the recipe empties it at epoch end), the age rule alone retiring entries. The reasons are
+in ``buffer.py``'s docstring.
+
 Departures from the paper's recipe, all deliberate (DESIGN.md section 3): shortfall never raises (verl's DAPO
 does): at ``max_rounds`` the step trains on what it has and is flagged; a step with zero groups still advances
 the step counter so buffer ages advance. A pool exhausted by eviction ends the step early (also a shortfall).

@@ -225,7 +225,8 @@ class StepLedger:
     buffer_adds: int = 0
     buffer_pops: int = 0
     buffer_expired: int = 0
-    buffer_size: int = 0  # after the step's expiry
+    buffer_replaced: int = 0  # entries replaced by a newer pilot of the same prompt (one live entry per prompt)
+    buffer_size: int = 0  # after the step's expiry: previous size + adds - pops - replaced - expired
     shortfall: bool = False  # fewer than b_t groups at max_rounds (or pool exhausted)
     band_lower: float | None = None  # keep band used (None for methods without one; adaptive: widest this step)
     band_upper: float | None = None
@@ -259,6 +260,8 @@ class StepOutcome:
     observations: Observations
     expired: list[tuple[int, int]]  # (prompt_id, born) of buffer entries dropped for age after this step
     evicted_prompts: list[int]  # prompts marked solved this step
+    replaced: list[tuple[int, int]] = field(default_factory=list)  # (prompt_id, born) of entries a newer pilot
+    # of the same prompt replaced in the buffer this step (never trained; see buffer.py "One live entry per prompt")
 
     @property
     def trained_rollout_ids(self) -> np.ndarray:

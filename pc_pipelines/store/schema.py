@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from ..allocation.reasons import reason_sql
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 STEP_TABLES: dict[str, pa.Schema] = {
     "steps": pa.schema(
@@ -74,6 +74,9 @@ STEP_TABLES: dict[str, pa.Schema] = {
             ("early_decided", pa.int32()),  # v4: PC sequential pilots, prompts decided by the first wave
             ("pilot_rollouts_saved", pa.int64()),  # v4: later-wave rollouts those early decisions saved
             ("survival", pa.float64()),  # v4: PC survival sampling, the survival estimate after the step
+            # v5: buffer entries replaced by a newer pilot of the same prompt (one live entry per prompt; never
+            # trained, not expired). buffer_size = previous + adds - pops - replaced - expired. NULL before v5.
+            ("buffer_replaced", pa.int32()),
         ]
     ),
     "prompt_observations": pa.schema(
@@ -225,6 +228,7 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS wave SMALLINT",
         "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS rule VARCHAR",
     ],
+    4: ["ALTER TABLE compacted_steps ADD COLUMN IF NOT EXISTS buffer_replaced INTEGER"],
 }
 
 
@@ -264,7 +268,8 @@ def view_sql(runs_root: str) -> list[str]:
            LEFT JOIN steps s USING (run_id, step)""",
         # Where each run's sampled rollouts went: every one in exactly one part (trained + early_screen +
         # screened_out + surplus + kept_unused = sampled). kept_unused: pilots kept for the buffer that never reached
-        # a trained batch. headroom = sampled / trained bounds what cheaper screening alone can buy.
+        # a trained batch (those expired for age, those replaced by a newer pilot of their prompt, and those still
+        # in the buffer). headroom = sampled / trained bounds what cheaper screening alone can buy.
         """CREATE OR REPLACE VIEW rollout_breakdown AS
            WITH t AS (SELECT run_id, count(*) AS steps, sum(sampled_rollouts) AS sampled,
                              sum(trained_rollouts) AS trained FROM steps GROUP BY run_id),

@@ -6,6 +6,7 @@ import datetime as dt
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pc_pipelines.store import SCHEMA_VERSION, STEP_TABLES, RunRecord, Store, StoreError, schema
@@ -51,8 +52,8 @@ def columns(path, table: str) -> list[str]:
         con.close()
 
 
-def test_schema_version_is_four():
-    assert SCHEMA_VERSION == 4
+def test_schema_version_is_five():
+    assert SCHEMA_VERSION == 5
     assert sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
 
 
@@ -76,7 +77,7 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
     assert columns(path, "compacted_steps") == []
 
     st = Store(path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 4
+    assert st.schema_version() == SCHEMA_VERSION == 5
     assert {"status_reason", "compacted_through"} <= set(columns(path, "runs"))
     assert columns(path, "segments")[:5] == ["run_id", "segment", "first_step", "last_step", "status"]
     for table in STEP_TABLES:
@@ -108,8 +109,8 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
         {"n": 3, "s": 30}]
     assert st.get_run("old-run")["compacted_through"] == 2
 
-    st.init()  # a second open finds version 4 and changes nothing
-    assert st.schema_version() == 4 and len(st.list_runs()) == 2
+    st.init()  # a second open finds the current version and changes nothing
+    assert st.schema_version() == SCHEMA_VERSION and len(st.list_runs()) == 2
     assert st.query("SELECT count(*) AS n FROM steps WHERE run_id = 'old-run'") == [{"n": 3}]
 
 
@@ -135,12 +136,44 @@ def test_version_3_catalog_gains_the_strategy_columns_keeping_its_rows(tmp_path)
     assert "survival" not in columns(st.path, "compacted_steps")
 
     st = Store(st.path).init()
-    assert st.schema_version() == 4
+    assert st.schema_version() == SCHEMA_VERSION
     for table in V4_COLUMNS:
         assert set(columns(st.path, f"compacted_{table}")) == set(STEP_TABLES[table].names), table
     assert st.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s, count(survival) AS sv FROM steps") == [
         {"n": 2, "s": 20, "sv": 0}]
     assert st.query("SELECT count(*) AS n FROM decision_reasons") == [{"n": 0}]
+
+
+def test_version_4_catalog_gains_buffer_replaced_keeping_its_rows(tmp_path):
+    """v5 (issue 18, one live buffer entry per prompt): steps gain ``buffer_replaced``; compacted v4 rows and v4
+    step files (written without the column) read it as NULL, new steps carry it."""
+    st = Store(tmp_path / "v4.duckdb").init()
+    st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
+                              kind="simulate"))
+    w = st.writer("r")
+    for step in range(3):
+        w.write_step(step, step_tables("r", step))
+    old_files = sorted((st.path.parent / "v4.duckdb.runs" / "r").glob("step-*/steps.parquet"))
+    assert len(old_files) == 3
+    for f in old_files:  # as a v4 writer wrote them: no buffer_replaced column
+        pq.write_table(pq.read_table(f).drop_columns(["buffer_replaced"]), f)
+    assert st.compact("r", through=1) == 2
+    con = duckdb.connect(str(st.path))
+    con.execute("ALTER TABLE compacted_steps DROP COLUMN buffer_replaced")
+    con.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    con.close()
+
+    st = Store(st.path).init()
+    assert st.schema_version() == SCHEMA_VERSION == 5
+    assert columns(st.path, "compacted_steps") == list(STEP_TABLES["steps"].names)
+    new = step_tables("r", 3)
+    new["steps"] = pa.Table.from_pylist([{"run_id": "r", "step": 3, "sampled_rollouts": 10, "buffer_replaced": 7}],
+                                        schema=STEP_TABLES["steps"])
+    st.writer("r").write_step(3, new)
+    assert st.query("SELECT step, buffer_replaced FROM steps ORDER BY step") == [
+        {"step": 0, "buffer_replaced": None}, {"step": 1, "buffer_replaced": None},
+        {"step": 2, "buffer_replaced": None}, {"step": 3, "buffer_replaced": 7}]
+    assert st.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s FROM step_costs") == [{"n": 4, "s": 40}]
 
 
 def test_newer_catalog_is_refused_and_left_unchanged(tmp_path):
