@@ -384,19 +384,24 @@ def test_benchmarks_asset_on_the_real_directory(tmp_path):
         quarantined = pq.read_table(out / f"{name}.quarantine.parquet")
         assert per[name]["kept"] == kept.num_rows == md(meta, f"rows_{name}"), name
         assert per[name]["quarantined"] == quarantined.num_rows and kept.num_rows + quarantined.num_rows == n, name
-        assert f"| {name} | {n} | {n} | {kept.num_rows} | {quarantined.num_rows} |" in md(meta, "row_counts")
-    # the shipped files: 6 Minerva and 4 OlympiadBench golds math-verify cannot parse, nothing else wrong
-    assert {n: c["quarantined"] for n, c in per.items() if c["quarantined"]} == {"minerva_math": 6, "olympiadbench": 4}
-    assert md(meta, "quarantined") == 10 and md(meta, "dagster/row_count") == sum(lines.values()) - 10
-    assert "np.arcsin(10/13)" in md(meta, "quarantine_examples")
+        normalized = per[name]["answers_normalized"]
+        assert f"| {name} | {n} | {n} | {kept.num_rows} | {normalized} | {quarantined.num_rows} |" in md(
+            meta, "row_counts")
+    # the shipped files: 6 Minerva and 4 OlympiadBench golds math-verify reads nothing from as written are graded
+    # normalized, so every set keeps every problem (nothing quarantined)
+    assert {n: c["answers_normalized"] for n, c in per.items() if c["answers_normalized"]} == {
+        "minerva_math": 6, "olympiadbench": 4}
+    assert all(c["quarantined"] == 0 and c["kept"] == lines[n] for n, c in per.items())
+    assert md(meta, "quarantined") == 0 and md(meta, "dagster/row_count") == sum(lines.values())
+    assert "np.arcsin(10/13)" in md(meta, "golds_normalized") and "\\arcsin(10/13)" in md(meta, "golds_normalized")
     checks = checks_of(r)
     assert {c for a, c in checks if a == "benchmarks"} == {
         "problem_and_answer_non_empty", "unique_ids", "row_count_in_range", "answers_parseable"}
     for (_, name), ev in checks.items():
         assert ev.passed, (name, ev.metadata)
-        assert md(ev.metadata, "rows") == sum(lines.values()) - 10
+        assert md(ev.metadata, "rows") == sum(lines.values())
     bounds = md(checks[("benchmarks", "row_count_in_range")].metadata, "bounds")
-    assert bounds["minerva_math"] == {"min_rows": 259, "max_rows": 272, "rows": 266}  # ceil(0.95 * 272)
+    assert bounds["minerva_math"] == {"min_rows": 259, "max_rows": 272, "rows": 272}  # ceil(0.95 * 272)
 
 
 def test_benchmarks_missing_directory_says_how_to_configure_it(tmp_path):
