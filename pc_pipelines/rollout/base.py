@@ -12,6 +12,7 @@ and the call index, so a resumed run draws what the uninterrupted run drew).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -40,6 +41,10 @@ class SamplingParams:
     """Fixes the sampling of this call."""
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p"):
+            if not math.isfinite(getattr(self, name)):  # NaN passes the range checks below (comparisons are False)
+                raise ValueError(f"SamplingParams.{name}={getattr(self, name)}: must be a finite number. Fix: use "
+                                 f"{'1.0 (or 0 for greedy)' if name == 'temperature' else '1.0 to disable it'}.")
         if self.temperature < 0:
             raise ValueError(f"SamplingParams.temperature={self.temperature}: must be >= 0. Fix: use 1.0, or 0 for greedy.")
         if not 0 < self.top_p <= 1:
