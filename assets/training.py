@@ -37,6 +37,7 @@ from dagster import (
 from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES, DagsterRunStatus
 from pydantic import Field
 
+from pc_pipelines.allocation import ConfigError
 from pc_pipelines.config import parse_overrides, resolve
 from pc_pipelines.entrypoint import load_training_run, task_for
 from pc_pipelines.loop import LoopError, StepRecord, TrainingRun, checkpoint_at, list_checkpoints, prepare_run
@@ -115,7 +116,10 @@ def register_training_run(
             "override, or change segment_steps."
         )
     overrides["training.keep_every"] = config.segment_steps
-    cfg = resolve(config.preset, overrides, method=config.method, seed=config.seed, family=config.family)
+    try:
+        cfg = resolve(config.preset, overrides, method=config.method, seed=config.seed, family=config.family)
+    except ConfigError as exc:  # the message names the setting and the fix: no traceback
+        raise Failure(f"configuration error: {exc}", allow_retries=False) from None
     plan = SegmentPlan(config.segment_steps, config.total_steps)
     if config.dataset not in DATASETS:
         raise Failure(f"dataset {config.dataset!r} is not one of {DATASETS}. Fix: pick one of them.")

@@ -252,3 +252,38 @@ def _good_jsonl(tmp_path: Path) -> Path:
     p.write_text(json.dumps({"problem": "What is 1+1?", "answer": "2", "difficulty": "1/2"}) + "\n"
                  + json.dumps({"problem": "What is 2+2?", "answer": "4", "difficulty": "1/2"}) + "\n")
     return p
+
+
+# ---- the same through Dagster: start_run's overrides ----------------------------------------------------------
+@pytest.mark.parametrize(
+    "overrides,needles",
+    [
+        (["seed=5"], ["--set seed=5 conflicts with --seed 0"]),
+        (["allocator.method=grpo"], ["--set allocator.method='grpo' conflicts with --method pc"]),
+        (["training.keep_every=3"], ["training.keep_every=3 would be ignored", "segment_steps"]),
+        (["training.temperature=nan"], ["TrainingConfig.temperature=nan", "finite"]),
+    ],
+    ids=["seed", "method", "keep_every", "nan"],
+)
+def test_start_run_refuses_ignored_or_nonfinite_overrides(tmp_path, overrides, needles):
+    from dagster import DagsterInstance
+
+    from assets.training import start_run
+    from resources import DataResource, LocalCheckpointResource, LocalComputeResource, StoreResource
+    from resources.engines import TransformersEngineResource
+
+    store = tmp_path / "pc.duckdb"
+    resources = {"data": DataResource(out_dir=str(tmp_path / "data")), "store": StoreResource(path=str(store)),
+                 "checkpoints": LocalCheckpointResource(root=str(tmp_path / "runs")),
+                 "compute": LocalComputeResource(), "engine": TransformersEngineResource()}
+    cfg = {"method": "pc", "overrides": overrides, "segment_steps": 2, "total_steps": 4, "run_name": "r"}
+    res = start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},
+                                       instance=DagsterInstance.ephemeral(), resources=resources, raise_on_error=False)
+    assert not res.success
+    (failure,) = [e.event_specific_data.error for e in res.all_events if e.event_type_value == "STEP_FAILURE"]
+    msg = failure.message
+    for n in needles:
+        assert n in msg, (n, msg)
+    assert "Fix" in msg
+    assert failure.cls_name == "Failure"  # a clear Failure, not a ConfigError traceback from deep inside
+    assert not (tmp_path / "runs" / "r").exists()  # nothing registered or written
