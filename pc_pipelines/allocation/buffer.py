@@ -154,7 +154,17 @@ class RandomSelection(SelectionStrategy):
 class ReplayBuffer:
     def __init__(self, max_age: int) -> None:
         self.max_age = int(max_age)
-        self.entries: list[BufferEntry] = []
+        self.entries = []
+
+    @property
+    def entries(self) -> list[BufferEntry]:
+        """The live entries, in admission order (the ``random`` strategy's order is over this list)."""
+        return self._entries
+
+    @entries.setter
+    def entries(self, entries: list[BufferEntry]) -> None:
+        self._entries = entries
+        self._prompts = {e.prompt_id for e in entries}  # live prompts: ``add`` checks clashes at C speed
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -164,15 +174,16 @@ class ReplayBuffer:
         pilot of a prompt replaces its older entry, including an earlier one of the same ``entries``)."""
         if not entries:
             return []
-        newest: dict[int, BufferEntry] = {}
+        newest = {e.prompt_id: e for e in entries}  # a later entry of a prompt wins
         replaced: list[BufferEntry] = []
-        for e in entries:
-            older = newest.get(e.prompt_id)
-            if older is not None:
-                replaced.append(older)
-            newest[e.prompt_id] = e
+        if len(newest) < len(entries):  # a prompt twice in one admission: the earlier one is replaced
+            replaced = [e for e in entries if newest[e.prompt_id] is not e]
+        if self._prompts.isdisjoint(newest):  # the common case: no live entry is replaced
+            self._entries.extend(newest.values())
+            self._prompts.update(newest)
+            return replaced
         live = []
-        for e in self.entries:
+        for e in self._entries:
             if e.prompt_id in newest:
                 replaced.append(e)
             else:
@@ -208,14 +219,16 @@ class ReplayBuffer:
         taken = [self.entries[i] for i in chosen.tolist()]
         keep = np.ones(len(self.entries), bool)
         keep[chosen] = False
-        self.entries = [e for e, k_ in zip(self.entries, keep.tolist()) if k_]
+        self._entries = [e for e, k_ in zip(self._entries, keep.tolist()) if k_]
+        self._prompts.difference_update(e.prompt_id for e in taken)
         return taken
 
     def expire(self, step: int) -> list[BufferEntry]:
         """After step ``step``'s update: drop entries that would exceed the max age at ``step + 1``."""
         expired = [e for e in self.entries if step + 1 - e.born > self.max_age]
         if expired:
-            self.entries = [e for e in self.entries if step + 1 - e.born <= self.max_age]
+            self._entries = [e for e in self._entries if step + 1 - e.born <= self.max_age]
+            self._prompts.difference_update(e.prompt_id for e in expired)
         return expired
 
     def state_dict(self) -> list[dict[str, Any]]:
