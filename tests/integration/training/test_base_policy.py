@@ -53,6 +53,8 @@ def test_shipped_files_match_their_hashes_and_damage_is_named(base_policy, tmp_p
     weights.write_bytes(bytes(data))
     with pytest.raises(WarmStartError, match="model.safetensors does not match its sha256.*Fix"):
         verify_sums(copy)
+    shutil.copy(base_policy / "model.safetensors", weights)
+    verify_sums(copy)
     (copy / "tokenizer.json").unlink()
     with pytest.raises(WarmStartError, match="tokenizer.json is missing"):
         verify_sums(copy)
