@@ -42,15 +42,19 @@ class _SFTProgress:
 
 def cmd_base_policy(args: argparse.Namespace) -> int:
     from .cli import run_config
-    from .training.base_policy import build_base_policy, read_meta, warm_start_report
+    from .training.base_policy import SHIPPED_DIR, build_base_policy, read_meta, recipe_hash, warm_start_report
 
     cfg = run_config(args)  # the method does not shape the warm start; a --set allocator.* is still validated
     if cfg.task is None or cfg.policy is None:
         raise ConfigError(f"preset {cfg.preset!r} has no embedded task/policy section. Fix: use --preset embedded.")
+    if (args.out is None) == (not args.ship):
+        raise ConfigError("base-policy needs exactly one of --out DIR (a build of your own) or --ship (replace the "
+                          "warm start that ships with the package). Fix: pass one of them.")
     template = cfg.training.prompt_template
+    out = args.out or SHIPPED_DIR / f"base-policy-{recipe_hash(cfg.task, cfg.policy, template)}"
     progress = _SFTProgress(cfg.policy.sft_steps, not args.quiet)
     path = build_base_policy(
-        args.out, cfg.task, cfg.policy, template, progress=progress,
+        out, cfg.task, cfg.policy, template, progress=progress,
         measure=lambda p: warm_start_report(p, cfg.task, template, max_new_tokens=cfg.training.max_response_length),
     )
     progress.close()
@@ -59,7 +63,13 @@ def cmd_base_policy(args: argparse.Namespace) -> int:
         print(json.dumps(meta))
         return 0
     ws = meta["warm_start"]
-    print(f"base policy: {path}  ({meta['parameters']:,} parameters, SFT {meta['sft_seconds']:.0f} s)")
+    print(f"base policy: {path}  ({meta['parameters']:,} parameters, {meta['sft_steps_run']} SFT steps in "
+          f"{meta['sft_seconds']:.0f} s, CPU kernels {meta['cpu_capability']})")
+    if meta["sft_probes"]:
+        at = meta["sft_target_reached_at"]
+        print(f"stop rule: probe pass rate {meta['sft_probes'][-1][1]:.3f} at step {meta['sft_probes'][-1][0]} "
+              + (f"reached sft_target {cfg.policy.sft_target}" if at
+                 else f"did NOT reach sft_target {cfg.policy.sft_target}: raise policy.sft_max_steps"))
     print("greedy held-out accuracy per digit length: " + "  ".join(f"{d}: {a:.2f}" for d, a in ws["greedy_heldout_accuracy"].items()))
     print(f"pass-rate histogram of {ws['histogram_prompts']} RL prompts x {ws['histogram_samples']} samples "
           "(share below 0.125 / in [0.125, 0.75] / above 0.75):")
@@ -157,7 +167,10 @@ def add_parsers(sub, add_config_args) -> None:
 
     p = sub.add_parser("base-policy", help="build the embedded SFT warm start into a Hugging Face model directory")
     add_config_args(p, with_method=False, preset="embedded")
-    p.add_argument("--out", required=True, help="the model directory to write")
+    p.add_argument("--out", help="the model directory to write (a build of your own; CPUs' kernels change the result)")
+    p.add_argument("--ship", action="store_true",
+                   help="maintainers: write pc_pipelines/warm_starts/base-policy-<recipe hash>, the canonical warm "
+                        "start every machine then uses for this recipe (commit it)")
     p.add_argument("--json", action="store_true", help="print the build's metadata as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_base_policy)

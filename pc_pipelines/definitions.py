@@ -147,7 +147,7 @@ def demo(argv: list[str] | None = None) -> int:
     instance = DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
     say = lambda msg: print(f"[demo {time.monotonic() - t0:6.0f}s] {msg}", flush=True)  # noqa: E731
 
-    say("data + warm start: arith_task, benchmarks (+ checks), base_policy (first time: ~2-3 min of SFT)")
+    say("data + warm start: arith_task, benchmarks (+ checks), base_policy (the shipped warm start: no SFT)")
     data_checks = [c for c in DATA_CHECKS if any(k.asset_key == benchmarks.key for k in c.check_keys)]
     cache = {"cache_dir": args.cache_dir}
     out = materialize([arith_task, benchmarks, base_policy, *data_checks], instance=instance, resources=res,

@@ -1,8 +1,9 @@
-"""Shared fixtures. The embedded base policy is built once per test session, into a temporary cache (never the
-user's ``~/.cache``), exactly as ``pilot-commit train`` builds it on first use.
+"""Shared fixtures. The embedded base policy is the canonical warm start shipped with the package
+(``pc_pipelines/warm_starts/``), exactly what ``pilot-commit train`` uses: the same weights on every machine, so no
+test depends on which CPU kernels (AVX2 or AVX-512) built it. Builds of other recipes (tests that shrink the SFT)
+go to a temporary cache, never the user's ``~/.cache``.
 
-``PC_PIPELINES_TEST_CACHE=DIR`` reuses a policy cache across sessions while developing (CI leaves it unset, so
-every CI run builds the warm start from scratch)."""
+``PC_PIPELINES_TEST_CACHE=DIR`` reuses that cache across sessions while developing (CI leaves it unset)."""
 
 import os
 from pathlib import Path
@@ -18,7 +19,7 @@ def policy_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def base_policy(policy_cache) -> Path:
-    """The embedded default's SFT warm start (about 2 minutes on 2 cores, once per session)."""
+    """The embedded default's SFT warm start: the shipped one (verified against its SHA256SUMS)."""
     from pc_pipelines.config import resolve
     from pc_pipelines.training.base_policy import ensure_base_policy
 

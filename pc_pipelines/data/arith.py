@@ -197,3 +197,12 @@ def build_splits(config: ArithTaskConfig) -> ArithSplits:
             d = int(heldout.digits[i])
             overlap[d] = overlap.get(d, 0) + 1
     return ArithSplits(train=train, heldout=heldout, sft=sft, heldout_overlap=overlap)
+
+
+def probe_problems(config: ArithTaskConfig, n: int) -> ArithProblems:
+    """``n`` problems of the lengths the SFT set barely covers (``sft_max_digits + 1 .. max_digits``), from a
+    stream of their own (neither the RL pool's nor the SFT set's). The SFT warm start's stopping rule measures its
+    pass rate on them, so the probe depends only on the fields the warm start depends on (``sft_fields``)."""
+    lo = min(config.sft_max_digits + 1, config.max_digits)
+    rng = np.random.default_rng([config.data_seed, 0xA817, 3])
+    return _problems(rng, rng.choice(np.arange(lo, config.max_digits + 1), size=n), config.width)

@@ -11,12 +11,25 @@ seconds on 2 cores.
 
 The warm start must leave RL something to learn (DESIGN.md section 4): SFT sees mostly short problems
 (``sft_max_digits``) and a few long ones, so RL prompts of the longest lengths start mostly wrong but not hopeless.
-``pass_rate_histogram`` measures the spread the issue asks for (a fifth below 0.125, a fifth above 0.75, a fifth
-in between, 16 samples per prompt at the training temperature).
+``pass_rate_histogram`` measures that spread (share below 0.125, in the band, above 0.75; 16 samples per prompt at
+the training temperature).
 
-Caching: ``ensure_base_policy`` builds into ``<cache>/base-policy-<hash>`` where the hash covers the task config
-and the policy config (their own seeds included), so the CLI works out of the box and builds only once per recipe. A build writes to
-a temporary directory and renames it into place: a killed build leaves nothing that looks finished.
+**The same everywhere** (issue 16). How far SFT gets on the long lengths is chaotic in the step count: the same
+recipe built with AVX2 or AVX-512 kernels (or another init seed) learns them at different speeds, and recipe v1
+(a fixed 800 steps) gave 0.29 / 0.44 / 0.28 below / in / above on one CPU and 0.52 / 0.32 / 0.16 on another. Two
+things fix that:
+
+* **A stop rule instead of a step count** (recipe v2): SFT holds a moderate learning rate after a short cosine and
+  stops at the first probe whose pass rate on the long lengths reaches ``sft_target``. Builds traverse one path at
+  different speeds; stopping on the path's coordinate puts them at the same point (measured by
+  ``benchmarks/warm_start.py``: docs/BENCHMARKS.md, "Warm start: the same everywhere").
+* **One canonical artifact**: the build of the embedded recipe ships in ``pc_pipelines/warm_starts/`` with its
+  recipe, its report and a ``SHA256SUMS``. ``ensure_base_policy`` returns it (verified) whenever the recipe matches,
+  so ``train``, the demo, the study and the tests start every run from the same weights on any machine; other
+  recipes build into the cache (``<cache>/base-policy-<recipe hash>``, the hash covering the task's SFT fields, the
+  policy recipe and the prompt template) on first use. ``pilot-commit base-policy --out DIR`` rebuilds from the
+  recipe; ``--ship`` replaces the shipped one (maintainers). A build writes to a temporary directory and renames it
+  into place: a killed build leaves nothing that looks finished.
 """
 
 from __future__ import annotations
@@ -34,14 +47,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..data.arith import ArithProblems, ArithTaskConfig, build_splits
+from ..data.arith import ArithProblems, ArithTaskConfig, build_splits, probe_problems
 from ..data.tokenizer import INSTRUCTION, build_tokenizer, load_tokenizer
 from ..policy import PolicyConfig
 
 log = logging.getLogger(__name__)
 
 META_FILE = "pc_base_policy.json"
-RECIPE_VERSION = 1
+SUMS_FILE = "SHA256SUMS"
+RECIPE_VERSION = 2
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "warm_starts"
+"""Canonical warm starts that ship with the package, one ``base-policy-<recipe hash>`` directory each."""
+
+
+class WarmStartError(RuntimeError):
+    """A warm-start directory whose files do not match its ``SHA256SUMS``."""
 
 
 def model_config(policy: PolicyConfig, vocab_size: int, pad_id: int, eos_id: int, max_positions: int = 128):
@@ -73,9 +93,10 @@ def new_model(policy: PolicyConfig, tokenizer, seed: int):
     return AutoModelForCausalLM.from_config(cfg)
 
 
-def recipe_hash(task: ArithTaskConfig, policy: PolicyConfig) -> str:
+def recipe_hash(task: ArithTaskConfig, policy: PolicyConfig, template: str) -> str:
+    """Everything the warm start depends on: the SFT fields of the task, the policy recipe and the prompt template."""
     blob = json.dumps(
-        {"v": RECIPE_VERSION, "task": task.sft_fields(), "policy": policy.to_dict()}, sort_keys=True
+        {"v": RECIPE_VERSION, "task": task.sft_fields(), "policy": policy.to_dict(), "template": template}, sort_keys=True
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -98,6 +119,24 @@ def encode_sft(problems: ArithProblems, tokenizer, template: str) -> tuple[torch
     return ids, mask
 
 
+def lr_share(policy: PolicyConfig, step: int, stop_rule: bool, onset: int | None) -> float:
+    """The SFT learning rate at ``step`` as a share of ``sft_lr`` (see :func:`sft`). Worked example with
+    sft_steps 1000 (warmup 100), sft_hold_lr 0.25, sft_decay_steps 100 and the stop rule: step 49 -> 0.5; step 400
+    before the onset -> 1.0; onset at 430: step 430 -> 1.0, step 480 -> 0.625, steps >= 530 -> 0.25."""
+    warm = min(100, policy.sft_steps // 10 + 1)
+    hold = policy.sft_hold_lr
+    if step < warm:
+        return (step + 1) / warm
+    if not stop_rule:
+        start, length = warm, max(1, policy.sft_steps - warm)
+    elif onset is None:
+        return 1.0
+    else:
+        start, length = onset, max(1, policy.sft_decay_steps)
+    frac = min(1.0, (step - start) / length)
+    return hold + (1 - hold) * 0.5 * (1 + math.cos(math.pi * frac))
+
+
 def sft(
     model,
     ids: torch.Tensor,
@@ -105,47 +144,99 @@ def sft(
     policy: PolicyConfig,
     seed: int,
     progress: Callable[[int, float], None] | None = None,
-) -> list[float]:
-    """Teacher-forced cross-entropy on response tokens; returns the loss every 50 steps."""
+    probe: Callable[[], float] | None = None,
+) -> dict:
+    """Teacher-forced cross-entropy on response tokens.
+
+    Without a stop rule (``sft_target`` None, or no ``probe``): linear warmup, then a cosine decay to ``sft_hold_lr``
+    of the peak at ``sft_steps``, the end. With it: ``probe()`` (the mean pass rate on the probe problems) runs every
+    ``sft_probe_every`` steps after the warmup; the rate stays at its peak until a probe reaches ``sft_onset``, then
+    decays over ``sft_decay_steps`` to ``sft_hold_lr`` of it and is held; SFT ends at the first probe that reaches
+    ``sft_target`` with the weights of that probe or of the one before, whichever is nearer the target.
+
+    Returns the losses (every 50 steps), the steps run, the probe trajectory [(step, pass rate)], the step of the
+    onset and the step whose weights were kept at the target (None: not reached).
+    """
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=policy.sft_lr, weight_decay=0.01)
     warm = min(100, policy.sft_steps // 10 + 1)
+    target = policy.sft_target if probe is not None else None
+    budget = policy.sft_max_steps if target is not None else policy.sft_steps
+    onset: int | None = None
 
-    def lr_at(step: int) -> float:
-        if step < warm:
-            return (step + 1) / warm
-        frac = (step - warm) / max(1, policy.sft_steps - warm)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     model.train()
     losses: list[float] = []
+    probes: list[tuple[int, float]] = []
+    reached: int | None = None
+    prev: tuple[int, float, dict] | None = None  # the last probe below the target: (step, rate, weights)
     n = ids.shape[0]
     perm = torch.randperm(n, generator=gen)
     cursor = 0
-    for step in range(policy.sft_steps):
+    step = 0
+    for step in range(budget):
+        for g in opt.param_groups:
+            g["lr"] = policy.sft_lr * lr_share(policy, step, target is not None, onset)
         if cursor + policy.sft_batch > n:
             perm, cursor = torch.randperm(n, generator=gen), 0
         idx = perm[cursor : cursor + policy.sft_batch]
         cursor += policy.sft_batch
         x, m = ids[idx], mask[idx]
         logits = model(input_ids=x).logits[:, :-1]
-        target = x[:, 1:]
-        tok_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none")
+        target_ids = x[:, 1:]
+        tok_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target_ids.reshape(-1), reduction="none")
         w = m[:, 1:].reshape(-1).float()
         loss = (tok_loss * w).sum() / w.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        sched.step()
         value = float(loss.detach())
-        if step % 50 == 0 or step == policy.sft_steps - 1:
+        if step % 50 == 0 or step == budget - 1:
             losses.append(value)
         if progress:
             progress(step, value)
+        if target is None or step + 1 < warm or (step + 1) % policy.sft_probe_every:
+            continue
+        rate = probe()  # type: ignore[misc]
+        model.train()
+        probes.append((step + 1, rate))
+        log.info("SFT step %d: probe pass rate %.3f (onset %.3f, stop rule %.3f)", step + 1, rate, policy.sft_onset, target)
+        if onset is None and rate >= policy.sft_onset:
+            onset = step + 1
+        if rate >= target:
+            # the path moves in jumps between two probes: keep whichever of the two is nearer the target
+            if prev is not None and target - prev[1] < rate - target:
+                model.load_state_dict(prev[2])
+                reached = prev[0]
+            else:
+                reached = step + 1
+            break
+        prev = (step + 1, rate, {k: v.detach().clone() for k, v in model.state_dict().items()})
     model.eval()
-    return losses
+    if target is not None and reached is None:
+        log.warning("SFT ran all %d steps without the probe reaching sft_target=%.3f (last %.3f): the warm start is "
+                    "weaker than the recipe intends. Fix: raise policy.sft_max_steps.", budget, target,
+                    probes[-1][1] if probes else float("nan"))
+    return {"losses": losses, "steps": step + 1, "probes": probes, "onset_at": onset, "target_reached_at": reached}
+
+
+def probe_pass_rate(model, tokenizer, task: ArithTaskConfig, policy: PolicyConfig, template: str, grader,
+                    max_new_tokens: int = 12) -> Callable[[], float]:
+    """The stop rule's probe: mean pass rate of ``model`` (as it is when called) on the probe problems."""
+    from ..rollout import RolloutRequest, SamplingParams, TransformersEngine
+
+    probs = probe_problems(task, policy.sft_probe_prompts)
+    k = policy.sft_probe_samples
+    requests = [RolloutRequest(template.format(question=q), k) for q in probs.questions()]
+    golds = [g for g in probs.golds() for _ in range(k)]
+    engine = TransformersEngine(model, tokenizer)
+
+    def measure() -> float:
+        outs = engine.generate(requests, SamplingParams(1.0, 1.0, max_new_tokens, policy.init_seed))
+        rolls = [r for o in outs for r in o.rollouts]
+        return float(grader.rewards([r.text for r in rolls], golds, [r.truncated for r in rolls]).mean())
+
+    return measure
 
 
 def pass_rate_histogram(pass_rates: np.ndarray, digits: np.ndarray, lower: float = 0.125, upper: float = 0.75) -> dict:
@@ -186,7 +277,11 @@ def build_base_policy(
     splits = build_splits(task)
     model = new_model(policy, tokenizer, policy.init_seed)
     ids, mask = encode_sft(splits.sft, tokenizer, template)
-    losses = sft(model, ids, mask, policy, policy.init_seed, progress)
+    from ..rewards import MathGrader
+
+    with MathGrader() as grader:
+        probe = probe_pass_rate(model, tokenizer, task, policy, template, grader) if policy.sft_target is not None else None
+        run = sft(model, ids, mask, policy, policy.init_seed, progress, probe)
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -196,17 +291,23 @@ def build_base_policy(
     tokenizer.save_pretrained(tmp)
     meta = {
         "recipe_version": RECIPE_VERSION,
-        "recipe_hash": recipe_hash(task, policy),
+        "recipe_hash": recipe_hash(task, policy, template),
         "task": task.to_dict(),
         "policy": policy.to_dict(),
         "template": template,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "sft_losses": losses,
+        "sft_losses": run["losses"],
+        "sft_steps_run": run["steps"],
+        "sft_probes": run["probes"],
+        "sft_onset_at": run["onset_at"],
+        "sft_target_reached_at": run["target_reached_at"],
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "sft_seconds": time.perf_counter() - t0,
     }
     if measure is not None:
         meta["warm_start"] = measure(tmp)
     (tmp / META_FILE).write_text(json.dumps(meta, indent=1))
+    write_sums(tmp)
     if out_dir.exists():
         old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
         out_dir.rename(old)
@@ -231,6 +332,43 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pc-pipelines"
 
 
+def write_sums(path: str | Path) -> None:
+    """``SHA256SUMS`` (``sha256sum`` format) over every other file of the directory, written last."""
+    path = Path(path)
+    lines = [f"{_sha256(f)}  {f.name}\n" for f in sorted(path.iterdir()) if f.is_file() and f.name != SUMS_FILE]
+    (path / SUMS_FILE).write_text("".join(lines))
+
+
+def verify_sums(path: str | Path) -> None:
+    """Raise :class:`WarmStartError` naming the first file that is missing or differs from ``SHA256SUMS``."""
+    path = Path(path)
+    sums = path / SUMS_FILE
+    fix = (f"Fix: restore it (`git checkout -- {path}` for the shipped one) or rebuild it with "
+           f"`pilot-commit base-policy --out {path}`.")
+    if not sums.is_file():
+        raise WarmStartError(f"warm start {path} has no {SUMS_FILE}, so its files cannot be verified. {fix}")
+    for line in sums.read_text().splitlines():
+        digest, _, name = line.partition("  ")
+        f = path / name
+        if not f.is_file():
+            raise WarmStartError(f"warm start {path}: {name} is missing. {fix}")
+        if _sha256(f) != digest:
+            raise WarmStartError(f"warm start {path}: {name} does not match its sha256 in {SUMS_FILE}. {fix}")
+
+
+def _sha256(f: Path) -> str:
+    return hashlib.sha256(f.read_bytes()).hexdigest()
+
+
+def shipped_base_policy(task: ArithTaskConfig, policy: PolicyConfig, template: str) -> Path | None:
+    """The canonical warm start shipped with the package for this recipe (verified), or None if none ships."""
+    path = SHIPPED_DIR / f"base-policy-{recipe_hash(task, policy, template)}"
+    if not (path / META_FILE).is_file():
+        return None
+    verify_sums(path)
+    return path
+
+
 def ensure_base_policy(
     task: ArithTaskConfig,
     policy: PolicyConfig,
@@ -239,12 +377,17 @@ def ensure_base_policy(
     progress: Callable[[int, float], None] | None = None,
     measure: Callable[[Path], dict] | None = None,
 ) -> Path:
-    """The cached base policy for this recipe, built on first use."""
+    """The warm start for this recipe: the shipped one when the recipe is the shipped recipe (the same weights on
+    every machine), else the cached build, built on first use (SFT results differ between CPUs' kernels: such a
+    build is this machine's own)."""
+    shipped = shipped_base_policy(task, policy, template)
+    if shipped is not None:
+        return shipped
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    path = cache / f"base-policy-{recipe_hash(task, policy)}"
-    if (path / META_FILE).exists():
+    path = cache / f"base-policy-{recipe_hash(task, policy, template)}"
+    if (path / META_FILE).exists() and (path / SUMS_FILE).exists():
         return path
-    log.info("building the embedded base policy (first use) into %s", path)
+    log.info("building the embedded base policy (first use; no shipped warm start has this recipe) into %s", path)
     return build_base_policy(path, task, policy, template, progress, measure)
 
 

@@ -76,7 +76,7 @@ def test_train_bad_input_exits_2_with_a_fix(args, message, tmp_path):
 def test_base_policy_writes_a_hugging_face_directory(tmp_path):
     out = tmp_path / "bp"
     r = cli("base-policy", "--out", str(out), "--json", "--quiet", "--set", "policy.sft_steps=20",
-            "--set", "task.sft_examples=2000")
+            "--set", "policy.sft_target=null", "--set", "task.sft_examples=2000")
     assert r.returncode == 0, r.stderr[-2000:]
     meta = json.loads(r.stdout)
     hist = meta["warm_start"]["pass_rate_histogram"]

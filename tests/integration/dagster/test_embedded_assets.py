@@ -10,7 +10,7 @@ from resources import DataResource
 
 pytestmark = pytest.mark.integration
 
-TINY = ["task.num_prompts=300", "task.sft_examples=2000", "policy.sft_steps=20"]
+TINY = ["task.num_prompts=300", "task.sft_examples=2000", "policy.sft_steps=20", "policy.sft_target=null"]
 
 
 def test_definitions_hold_the_embedded_assets():
