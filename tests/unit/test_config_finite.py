@@ -36,7 +36,7 @@ def test_every_config_has_float_fields_found():
     assert "temperature" in found["TrainingConfig"] and "lr" in found["TrainingConfig"]
     assert {"oversample", "p_lower", "p_upper", "p_solve", "survival_margin"} <= set(found["AllocatorConfig"])
     assert {"difficulty_mean", "local_rate", "global_rate"} <= set(found["SimConfig"])
-    assert found["PolicyConfig"] == ["sft_lr"] and found["ArithTaskConfig"] == ["sft_long_share"]
+    assert found["PolicyConfig"] == ["sft_lr", "sft_hold_lr", "sft_target", "sft_onset"] and found["ArithTaskConfig"] == ["sft_long_share"]
 
 
 @pytest.mark.parametrize("cls,name,bad", CASES, ids=[f"{c.__name__}.{n}={b}" for c, n, b in CASES])
