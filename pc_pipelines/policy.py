@@ -81,8 +81,13 @@ class PolicyConfig:
                               "e.g. sft_onset=0.05 with sft_target=0.3")
         if not 0.0 < self.sft_hold_lr <= 1.0:
             raise field_error(self, "sft_hold_lr", "must lie in (0, 1] (a share of sft_lr)", "e.g. 0.1")
-        if self.sft_target is not None and self.sft_max_steps <= min(100, self.sft_steps // 10 + 1):
+        if self.sft_target is not None and self.sft_max_steps <= self.sft_warmup_steps:
             raise field_error(self, "sft_max_steps", "must exceed the warmup (the stop rule's budget)", "e.g. 3000")
+
+    @property
+    def sft_warmup_steps(self) -> int:
+        """Linear warmup of the SFT learning rate (derived): min(100, sft_steps / 10 + 1) steps."""
+        return min(100, self.sft_steps // 10 + 1)
 
     def to_dict(self) -> dict:
         return asdict(self)

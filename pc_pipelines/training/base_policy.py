@@ -19,10 +19,11 @@ recipe built with AVX2 or AVX-512 kernels (or another init seed) learns them at 
 (a fixed 800 steps) gave 0.29 / 0.44 / 0.28 below / in / above on one CPU and 0.52 / 0.32 / 0.16 on another. Two
 things fix that:
 
-* **A stop rule instead of a step count** (recipe v2): SFT holds a moderate learning rate after a short cosine and
-  stops at the first probe whose pass rate on the long lengths reaches ``sft_target``. Builds traverse one path at
-  different speeds; stopping on the path's coordinate puts them at the same point (measured by
-  ``benchmarks/warm_start.py``: docs/BENCHMARKS.md, "Warm start: the same everywhere").
+* **A stop rule instead of a step count** (recipe v2): SFT keeps its peak learning rate until a probe of the long
+  lengths reaches ``sft_onset``, decays it to ``sft_hold_lr`` and stops at the probe nearest ``sft_target``. Builds
+  traverse one path at different speeds; stopping on the path's coordinate puts them at the same mean pass rate
+  (not the same spread: docs/BENCHMARKS.md, "Warm start: the same everywhere", measured with
+  ``benchmarks/warm_start.py``).
 * **One canonical artifact**: the build of the embedded recipe ships in ``pc_pipelines/warm_starts/`` with its
   recipe, its report and a ``SHA256SUMS``. ``ensure_base_policy`` returns it (verified) whenever the recipe matches,
   so ``train``, the demo, the study and the tests start every run from the same weights on any machine; other
@@ -123,7 +124,7 @@ def lr_share(policy: PolicyConfig, step: int, stop_rule: bool, onset: int | None
     """The SFT learning rate at ``step`` as a share of ``sft_lr`` (see :func:`sft`). Worked example with
     sft_steps 1000 (warmup 100), sft_hold_lr 0.25, sft_decay_steps 100 and the stop rule: step 49 -> 0.5; step 400
     before the onset -> 1.0; onset at 430: step 430 -> 1.0, step 480 -> 0.625, steps >= 530 -> 0.25."""
-    warm = min(100, policy.sft_steps // 10 + 1)
+    warm = policy.sft_warmup_steps
     hold = policy.sft_hold_lr
     if step < warm:
         return (step + 1) / warm
@@ -159,7 +160,7 @@ def sft(
     """
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=policy.sft_lr, weight_decay=0.01)
-    warm = min(100, policy.sft_steps // 10 + 1)
+    warm = policy.sft_warmup_steps
     target = policy.sft_target if probe is not None else None
     budget = policy.sft_max_steps if target is not None else policy.sft_steps
     onset: int | None = None
@@ -220,23 +221,25 @@ def sft(
     return {"losses": losses, "steps": step + 1, "probes": probes, "onset_at": onset, "target_reached_at": reached}
 
 
+def sampled_pass_rates(engine, grader, problems: ArithProblems, template: str, samples: int, params) -> np.ndarray:
+    """Per problem, the share of ``samples`` rollouts (sampled with ``params``) that the grader marks correct."""
+    from ..rollout import RolloutRequest
+
+    outs = engine.generate([RolloutRequest(template.format(question=q), samples) for q in problems.questions()], params)
+    golds = [g for g in problems.golds() for _ in range(samples)]
+    rolls = [r for o in outs for r in o.rollouts]
+    return grader.rewards([r.text for r in rolls], golds, [r.truncated for r in rolls]).reshape(len(problems), samples).mean(1)
+
+
 def probe_pass_rate(model, tokenizer, task: ArithTaskConfig, policy: PolicyConfig, template: str, grader,
                     max_new_tokens: int = 12) -> Callable[[], float]:
     """The stop rule's probe: mean pass rate of ``model`` (as it is when called) on the probe problems."""
-    from ..rollout import RolloutRequest, SamplingParams, TransformersEngine
+    from ..rollout import SamplingParams, TransformersEngine
 
     probs = probe_problems(task, policy.sft_probe_prompts)
-    k = policy.sft_probe_samples
-    requests = [RolloutRequest(template.format(question=q), k) for q in probs.questions()]
-    golds = [g for g in probs.golds() for _ in range(k)]
     engine = TransformersEngine(model, tokenizer)
-
-    def measure() -> float:
-        outs = engine.generate(requests, SamplingParams(1.0, 1.0, max_new_tokens, policy.init_seed))
-        rolls = [r for o in outs for r in o.rollouts]
-        return float(grader.rewards([r.text for r in rolls], golds, [r.truncated for r in rolls]).mean())
-
-    return measure
+    params = SamplingParams(1.0, 1.0, max_new_tokens, policy.init_seed)
+    return lambda: float(sampled_pass_rates(engine, grader, probs, template, policy.sft_probe_samples, params).mean())
 
 
 def pass_rate_histogram(pass_rates: np.ndarray, digits: np.ndarray, lower: float = 0.125, upper: float = 0.75) -> dict:
@@ -425,7 +428,7 @@ def warm_start_report(path: str | Path, task: ArithTaskConfig, template: str, pr
     from ..data.task import arith_eval_name, embedded_task
     from ..evaluation import evaluate_sets
     from ..rewards import MathGrader
-    from ..rollout import RolloutRequest, SamplingParams, TransformersEngine
+    from ..rollout import SamplingParams, TransformersEngine
 
     model, tok = load_policy(path)
     engine = TransformersEngine(model, tok)
@@ -437,11 +440,8 @@ def warm_start_report(path: str | Path, task: ArithTaskConfig, template: str, pr
         greedy = {str(d): res.accuracy[arith_eval_name(d)] for d in range(1, task.max_digits + 1)
                   if arith_eval_name(d) in res.accuracy}
         sub = splits.train.subset(np.arange(min(prompts, len(splits.train))))
-        outs = engine.generate([RolloutRequest(template.format(question=q), samples) for q in sub.questions()],
-                               SamplingParams(temperature, 1.0, max_new_tokens, seed + 1))
-        golds = [g for g in sub.golds() for _ in range(samples)]
-        rolls = [r for o in outs for r in o.rollouts]
-        rates = grader.rewards([r.text for r in rolls], golds, [r.truncated for r in rolls]).reshape(len(sub), samples).mean(1)
+        rates = sampled_pass_rates(engine, grader, sub, template, samples,
+                                   SamplingParams(temperature, 1.0, max_new_tokens, seed + 1))
     return {
         "greedy_heldout_accuracy": greedy,
         "pass_rate_histogram": pass_rate_histogram(rates, sub.digits),
