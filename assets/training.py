@@ -40,7 +40,15 @@ from pydantic import Field
 from pc_pipelines.allocation import ConfigError
 from pc_pipelines.config import parse_overrides, resolve
 from pc_pipelines.entrypoint import load_training_run, task_for
-from pc_pipelines.loop import LoopError, StepRecord, TrainingRun, checkpoint_at, list_checkpoints, prepare_run
+from pc_pipelines.loop import (
+    LoopError,
+    StepRecord,
+    TrainingRun,
+    checkpoint_at,
+    list_checkpoints,
+    prepare_run,
+    verify_checkpoint,
+)
 from pc_pipelines.segments import (
     Action,
     RunView,
@@ -52,7 +60,8 @@ from pc_pipelines.segments import (
     partition_key,
     resume_step,
 )
-from pc_pipelines.store import Store
+from pc_pipelines.store import Store, StoreError
+from pc_pipelines.store.names import RUN_ID_RULE, RunIdError, validate_run_id
 from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
 
 from .data import benchmarks, deepmath, polaris
@@ -77,7 +86,7 @@ class StartRunConfig(Config):
     segment_steps: int = Field(default=10, ge=1, le=100_000, description="Training steps per segment (partition).")
     total_steps: int = Field(default=50, ge=1, le=10_000_000, description="Training steps of the whole run.")
     run_name: str | None = Field(
-        default=None, description="Run id (default: <family>-<method>-s<seed>-<config hash>)."
+        default=None, description=f"Run id (default: <family>-<method>-s<seed>-<config hash>); {RUN_ID_RULE}."
     )
     policy_path: str | None = Field(
         default=None, description="An HF causal LM directory to start from (default: the embedded SFT warm start)."
@@ -120,6 +129,12 @@ def register_training_run(
         cfg = resolve(config.preset, overrides, method=config.method, seed=config.seed, family=config.family)
     except ConfigError as exc:  # the message names the setting and the fix: no traceback
         raise Failure(f"configuration error: {exc}", allow_retries=False) from None
+    try:  # before the warm start: a bad name fails in a second, naming the field (the store checks it again)
+        validate_run_id(config.run_name if config.run_name is not None else cfg.default_run_id(),
+                        field="start_run config run_name" if config.run_name is not None
+                        else "default run id (from start_run config family)")
+    except RunIdError as exc:
+        raise Failure(str(exc)) from None
     plan = SegmentPlan(config.segment_steps, config.total_steps)
     if config.dataset not in DATASETS:
         raise Failure(f"dataset {config.dataset!r} is not one of {DATASETS}. Fix: pick one of them.")
@@ -222,6 +237,8 @@ def training_segment(
     except BaseException as exc:
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
         st.segment_failed(run_id, k, reason[:2000])
+        if isinstance(exc, (LoopError, StoreError)):  # refused (another writer, no intact checkpoint): say why
+            raise Failure(f"{context.partition_key}: {exc}") from exc
         raise
     st.segment_done(run_id, k, result.cumulative_rollouts, result.last_eval_accuracy, result.mean_reward_std)
     if all(r["status"] == "done" for r in st.segments(run_id)):
@@ -278,6 +295,13 @@ def segment_eval(
         raise Failure(
             f"{context.partition_key}: no checkpoint after step {last} in {tr.checkpoint_dir}. Fix: materialize "
             f"training_segment for {context.partition_key} first."
+        )
+    problem = verify_checkpoint(path)
+    if problem is not None:
+        raise Failure(
+            f"{context.partition_key}: the checkpoint after step {last} ({path}) is damaged: {problem}. Fix: "
+            f"re-materialize training_segment for {context.partition_key} (it replays from the newest intact "
+            "checkpoint), then this evaluation."
         )
     try:
         res = compute.evaluate(tr, st, last, engine_factory=engine.build, context=context)

@@ -7,6 +7,7 @@ Subcommands so far:
 * ``demo``: GRPO, DAPO, PC (and the oracle bound) side by side in the simulator, as ``make demo`` runs it.
 * ``train`` / ``base-policy``: real training on the embedded default (:mod:`.cli_train`).
 * ``sql`` / ``runs`` / ``report``: read a store (read-only; works while runs write), ``presets``: list or show.
+* ``check``: every damaged or missing step of a store, with how to repair it (exit 1 when there is any).
 
 Output a user asked for goes to stdout; progress bars and logs go to stderr, so ``--json`` output pipes cleanly.
 """
@@ -14,6 +15,7 @@ Output a user asked for goes to stdout; progress bars and logs go to stderr, so 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import sys
@@ -25,7 +27,9 @@ import numpy as np
 from .allocation import SELECTION_STRATEGIES, ConfigError
 from .config import RunConfig, available_presets, load_preset, parse_overrides, resolve
 from .simulate import SimStep, Simulation
-from .store import Store, StoreError
+from .stopping import StopFlag, StopRequested, run_outcome, stop_on_signals
+from .store import RunBusyError, Store, StoreError
+from .store.names import RunIdError, validate_run_id
 
 log = logging.getLogger("pc_pipelines.cli")
 
@@ -143,27 +147,64 @@ def run_config(args: argparse.Namespace, method: str | None = None) -> RunConfig
     return resolve(args.preset, overrides, method=method, seed=args.seed, family=args.family)
 
 
+def run_name_arg(value: str) -> str:
+    """argparse ``type`` of ``--run-name``: a bad name is refused before anything runs, with the allowed set."""
+    try:
+        return validate_run_id(value, field="--run-name")
+    except RunIdError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _add_sim_args(p: argparse.ArgumentParser, steps: int) -> None:
     p.add_argument("--steps", type=int, default=steps, help=f"training steps (default {steps})")
 
 
 # ---- simulate ---------------------------------------------------------------------------------------------------
-def _sim_steps(cfg: RunConfig, steps: int, store: str | None, run_id: str | None = None) -> Iterator[SimStep]:
-    """Simulated steps of ``cfg``, recorded in ``store`` when one is given (as a training run would be)."""
+def _sim_steps(cfg: RunConfig, steps: int, store: str | None, run_id: str | None = None, overwrite: bool = False,
+               stop: StopFlag | None = None) -> Iterator[SimStep]:
+    """Simulated steps of ``cfg``, recorded in ``store`` when one is given (as a training run would be). With a
+    store, the run is opened (locked, checked against an existing run of that name) before this returns: a refusal
+    comes before any output."""
     if not store:
-        return Simulation(cfg.allocator, cfg.sim).run(steps)
+        return _stoppable(Simulation(cfg.allocator, cfg.sim).run(steps), stop)
     from .sim_runs import record_simulation
 
-    return (r.sim_step for r in record_simulation(cfg, Store(store), steps, run_id=run_id))
+    recorded = record_simulation(cfg, Store(store), steps, run_id=run_id, overwrite=overwrite, stop=stop)
+    first = next(recorded, None)
+    return (r.sim_step for r in itertools.chain([] if first is None else [first], recorded))
+
+
+def _stoppable(steps: Iterator[SimStep], stop: StopFlag | None) -> Iterator[SimStep]:
+    for st in steps:
+        yield st
+        if stop is not None:
+            stop.check()
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     cfg = run_config(args)
+    run_id = args.run_name or cfg.default_run_id()
+    with stop_on_signals() as stop:
+        try:
+            return _simulate(args, cfg, run_id, stop)
+        except StopRequested as exc:
+            where = (f"; run {run_id} is `stopped` in {args.store} with the steps written so far (a simulation does "
+                     "not resume: record it again with --overwrite)") if args.store else ""
+            sys.stderr.write(f"pilot-commit simulate: {exc.reason}{where}\n")
+            return exc.exit_code
+        except OSError as exc:
+            if isinstance(exc, BrokenPipeError):
+                raise
+            _, reason = run_outcome(exc, where=args.store, then="record it again with --overwrite")
+            sys.stderr.write(f"pilot-commit simulate: run {run_id} failed: {reason}\n")
+            return 1
+
+
+def _simulate(args: argparse.Namespace, cfg: RunConfig, run_id: str, stop: StopFlag) -> int:
     ac = cfg.allocator
     out = sys.stdout
     every = max(1, args.steps // 20)
-    run_id = args.run_name or cfg.default_run_id()
-    steps_iter = _sim_steps(cfg, args.steps, args.store, run_id)
+    steps_iter = _sim_steps(cfg, args.steps, args.store, run_id, overwrite=args.overwrite, stop=stop)
     if not args.json:
         out.write(
             f"simulate {ac.method}: b_t={ac.train_batch} b_g={ac.sampling_batch} n={ac.n}"
@@ -211,7 +252,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for m in methods:
         rc = run_config(args, method=m)
-        steps_iter = _sim_steps(rc, args.steps, args.store)
+        steps_iter = _sim_steps(rc, args.steps, args.store, overwrite=args.overwrite)
         acc, cum, std, multi, evicted = [], [], [], 0, 0
         with _progress(args.steps, f"demo {m:>6}", enabled=True) as bar:
             for st in steps_iter:
@@ -304,46 +345,85 @@ def _print_rows(cols: list[str], rows: list[tuple], fmt: str, out=None) -> None:
         out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
 
 
-def _query_refreshing_views(store: Store, sql: str):
-    """``store.query_table(sql)``; on an unknown table or view, refresh the store's views once and retry.
-
-    A store written by an older pc-pipelines lacks the views added since (``rollout_breakdown``, say) until a
-    process of this version initializes it. Refreshing is idempotent (views only, no data changes); a real typo
-    fails the same way twice and its error is the one shown."""
-    import duckdb
-
-    try:
-        return store.query_table(sql)
-    except duckdb.CatalogException as first:
-        try:
-            store.init(vacuum=False)
-        except Exception:  # could not refresh (a writer holds the file): the query's error stands
-            raise first from None
-        return store.query_table(sql)
+SQL_TABLES = (
+    "Tables and views: runs, steps, prompt_observations, buffer_state, evictions, eval_results, checkpoints, "
+    "segments, pass_rate_history, decision_reasons, step_costs, rollout_breakdown, eval_curve, rollouts_to_target, "
+    "damaged_steps."
+)
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
+    """One read-only query. The session cannot write anything: the catalog is opened read-only and DuckDB's
+    external access is off with its configuration locked (see Store.connect), so COPY, EXPORT, ATTACH, INSTALL
+    and file readers fail with DuckDB's permission error; nothing here ever opens the catalog for writing."""
     import duckdb
 
     store = Store(args.store)
     try:
-        cols, rows = _query_refreshing_views(store, args.query)
+        cols, rows = store.query_table(args.query)
     except duckdb.Error as exc:  # a SQL error is the user's to fix: show DuckDB's message, not a traceback
-        sys.stderr.write(
-            f"pilot-commit sql: {exc}\nTables and views: runs, steps, prompt_observations, buffer_state, evictions, "
-            "eval_results, checkpoints, pass_rate_history, decision_reasons, step_costs, rollout_breakdown, "
-            "eval_curve, rollouts_to_target.\n"
-        )
+        hint = SQL_TABLES
+        text = str(exc)
+        if isinstance(exc, duckdb.PermissionException) or "read-only" in text or "locked" in text:
+            hint = ("`pilot-commit sql` is read-only: SELECT (and WITH, DESCRIBE, SUMMARIZE, EXPLAIN, temporary views) "
+                    "over the store's tables and views; it cannot write, read other files, attach databases or "
+                    "change settings. To export, use --csv or --json and redirect stdout.\n" + SQL_TABLES)
+        sys.stderr.write(f"pilot-commit sql: {text}\n{hint}\n")
         return 1
     _print_rows(cols, rows, "json" if args.json else "csv" if args.csv else "table")
+    _warn_problems(store, args.store)
     return 0
+
+
+def _warn_problems(store: Store, path: str) -> None:
+    scan = store.last_scan
+    if scan is not None and scan.problems:
+        runs = sorted({p.run_id for p in scan.problems})
+        sys.stderr.write(
+            f"pilot-commit: warning: {len(scan.problems)} step(s) of run(s) {', '.join(runs)} are damaged or missing "
+            f"and were left out; cumulative figures of those runs are lower bounds. See `pilot-commit check --store "
+            f"{path}`.\n"
+        )
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    runs = Store(args.store).list_runs()
+    store = Store(args.store)
+    runs = store.list_runs()
     cols = ["run_id", "family", "method", "seed", "steps", "cumulative_sampled", "cumulative_trained", "status"]
-    _print_rows(cols, [tuple(r[c] for c in cols) for r in runs], "json" if args.json else "table")
+    if args.json:  # the reason a run is stopped, failed or paused comes with it; damaged or missing steps too
+        cols += ["status_reason", "missing_steps", "damaged_steps", "problems"]
+        _print_rows(cols, [tuple(r[c] for c in cols) for r in runs], "json")
+        _warn_problems(store, args.store)
+        return 0
+    if any(r["missing_steps"] for r in runs):
+        cols += ["problems"]
+    _print_rows(cols, [tuple(r[c] for c in cols) for r in runs], "table")
+    for r in runs:  # below the table: one line per run that did not end well, with its reason and fix
+        if r["status"] in ("stopped", "failed", "paused") and r["status_reason"]:
+            sys.stdout.write(f"{r['run_id']} {r['status']}: {r['status_reason']}\n")
+    _warn_problems(store, args.store)
     return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Every damaged or missing step, with how to repair it; exit 1 when there is any, 0 when the store is whole."""
+    scan = Store(args.store).check()
+    if args.json:
+        sys.stdout.write(json.dumps({"store": args.store, "runs": scan.runs, "steps_checked": scan.steps_checked,
+                                     "problems": [p.to_dict() for p in scan.problems]}, indent=1) + "\n")
+    elif not scan.problems:
+        sys.stdout.write(f"{args.store}: {scan.runs} run(s), {scan.steps_checked} uncompacted step director(ies) "
+                         "checked against their manifests (compacted steps live in the catalog), no damaged or "
+                         "missing step.\n")
+    else:
+        sys.stdout.write(f"{args.store}: {len(scan.problems)} damaged or missing step(s) "
+                         f"({scan.steps_checked} uncompacted step director(ies) checked):\n")
+        for p in scan.problems:
+            sys.stdout.write(f"\nrun {p.run_id} step {p.step}: {p.kind}: {p.detail}\n")
+            if p.path:
+                sys.stdout.write(f"  path: {p.path}\n")
+            sys.stdout.write(f"  fix:  {p.fix}\n")
+    return 1 if scan.problems else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -351,6 +431,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     store = Store(args.store)
     report = store.report(args.family)
+    _warn_problems(store, args.store)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=1) + "\n")
     elif not report:
@@ -387,6 +468,12 @@ def _print_report(report: dict) -> None:
         rows.append(("median", "", "", "", "", format_ratio(fam["median_grpo_over_pc"]),
                      format_ratio(fam["median_dapo_over_pc"])))
         _print_rows(cols, rows, "table")
+        short = [f"seed {s['seed']}: {s['missing_steps']}" for s in fam["seeds"] if s.get("missing_steps")]
+        if short:
+            sys.stdout.write(
+                f"warning: runs behind this table lack steps ({', '.join(short)} missing); their rollout counts are "
+                "lower bounds. Fix: see `pilot-commit check --store <this store>`.\n"
+            )
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
@@ -410,13 +497,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sim_args(p, steps=200)
     p.add_argument("--json", action="store_true", help="one JSON object per step on stdout")
     p.add_argument("--store", help="record the run in this store (a DuckDB file; step logs go beside it)")
-    p.add_argument("--run-name", help="run id in the store (default: family-method-seed-confighash)")
+    p.add_argument("--run-name", type=run_name_arg,
+                   help="run id in the store (default: family-method-seed-confighash); letters, digits, '.', '_', "
+                   "'-', starting with a letter or digit, at most 128 characters")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing run of this name in the store (its rows and step files are deleted first)")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("demo", help="GRPO vs DAPO vs PC (vs oracle) in the simulator, side by side")
     _add_config_args(p, with_method=False)
     _add_sim_args(p, steps=300)
     p.add_argument("--store", help="also record the runs in this store (a DuckDB file)")
+    p.add_argument("--overwrite", action="store_true", help="replace runs of the same names already in the store")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("sql", help="run a read-only SQL query against a store (works while runs write)")
@@ -427,10 +519,16 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--json", action="store_true", help="a JSON array of row objects on stdout")
     p.set_defaults(func=cmd_sql)
 
-    p = sub.add_parser("runs", help="list a store's runs with steps, cumulative rollouts and status")
+    p = sub.add_parser("runs", help="list a store's runs with steps, cumulative rollouts, status and damaged steps")
     p.add_argument("--store", required=True)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("check", help="verify every step against its manifest; list damaged or missing steps with "
+                       "how to repair them (exit 1 when there is any)")
+    p.add_argument("--store", required=True)
+    p.add_argument("--json", action="store_true", help="a JSON object: runs, steps_checked, problems")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("report", help="rollouts-to-target table per family and seed (paper Table 2)")
     p.add_argument("--store", required=True)
@@ -464,9 +562,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         sys.stderr.write(f"pilot-commit: configuration error: {exc}\n")
         return 2
-    except StoreError as exc:
+    except RunBusyError as exc:  # another process writes the run: the message names it and the fix
+        sys.stderr.write(f"pilot-commit: {exc}\n")
+        return 2
+    except (StoreError, RunIdError) as exc:
         sys.stderr.write(f"pilot-commit: store error: {exc}\n")
         return 2
+    except StopRequested as exc:  # a stop before any run was opened (still deciding what to do)
+        sys.stderr.write(f"pilot-commit: {exc.reason}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("pilot-commit: interrupted (Ctrl-C)\n")
+        return 130
     except BrokenPipeError:  # `pilot-commit simulate --json | head`
         return 0
     except FileNotFoundError as exc:  # e.g. --policy pointing at no model directory; the message says the fix

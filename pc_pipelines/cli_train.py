@@ -2,9 +2,12 @@
 
 Kept apart from :mod:`.cli` so the light subcommands (simulate, sql, report) never import torch.
 
-``train --steps N`` means the run's total: ``--resume`` after a crash continues from the last checkpoint up to N
-steps, so re-typing the same command with ``--resume`` finishes the run. Without ``--resume`` a run that already
-has checkpoints is refused (nothing is overwritten by accident).
+``train --steps N`` means the run's total: ``--resume`` after a crash continues from the newest intact checkpoint up
+to N steps, so re-typing the same command with ``--resume`` finishes the run. Without ``--resume`` a run that
+already has checkpoints or steps is refused (nothing is overwritten by accident); ``--overwrite`` deletes it and
+starts over. Another process writing the same run is refused with its pid and host. SIGTERM or Ctrl-C stops at
+the next step boundary with a checkpoint (status ``stopped``, exit 143 / 130, one line on stderr); a full disk or
+another I/O error ends the run ``failed`` with the reason and the fix (exit 1).
 """
 
 from __future__ import annotations
@@ -81,21 +84,36 @@ def cmd_base_policy(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from .loop import LoopError
+    from .stopping import StopRequested, run_outcome, stop_on_signals
 
-    try:
-        return _train(args)
-    except LoopError as exc:
-        sys.stderr.write(f"pilot-commit: {exc}\n")
-        return 2
+    run_name = args.run_name or "the run"
+    with stop_on_signals() as stop:
+        try:
+            return _train(args, stop)
+        except LoopError as exc:
+            sys.stderr.write(f"pilot-commit: {exc}\n")
+            return 2
+        except StopRequested as exc:
+            sys.stderr.write(f"pilot-commit train: run {run_name} {exc.reason}\n")
+            return exc.exit_code
+        except OSError as exc:
+            if isinstance(exc, (BrokenPipeError, FileNotFoundError)):
+                raise
+            _, reason = run_outcome(exc, where=args.out, then="run the same command with --resume")
+            sys.stderr.write(f"pilot-commit train: run {run_name} failed: {reason}\n")
+            return 1
 
 
-def _train(args: argparse.Namespace) -> int:
+def _train(args: argparse.Namespace, stop) -> int:
     from .cli import _progress, run_config
     from .loop import latest_checkpoint, prepare_run, run_segment
-    from .store import Store
+    from .store import Store, hold_run
 
     if args.steps < 1:
         raise ConfigError(f"--steps {args.steps}: must be >= 1 (the run's total number of training steps).")
+    if args.resume and args.overwrite:
+        raise ConfigError("--resume and --overwrite contradict each other. Fix: --resume continues the run, "
+                          "--overwrite deletes it and starts over; pass one.")
     cfg = run_config(args)  # --method, else --set allocator.method, else the preset's
     if cfg.method not in ("grpo", "dapo", "pc"):
         raise ConfigError(f"method {cfg.method}: real training runs grpo, dapo or pc (the oracle is simulator-only).")
@@ -108,28 +126,30 @@ def _train(args: argparse.Namespace) -> int:
                           progress=progress)
     finally:
         progress.close()
-    latest = latest_checkpoint(run.checkpoint_dir)
-    done = latest[0] + 1 if (latest and args.resume) else 0
-    todo = max(0, args.steps - done)
-    if latest and args.resume and todo == 0:
-        sys.stderr.write(f"run {run.run_id} already has {done} steps (>= --steps {args.steps}); nothing to do.\n")
-    bar = _progress(todo, f"{cfg.method} {run.run_id}", show)
+    args.run_name = run.run_id
+    with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command="pilot-commit train"):
+        latest = latest_checkpoint(run.checkpoint_dir) if args.resume else None  # the bar's estimate only
+        bar = _progress(max(0, args.steps - (latest[0] + 1 if latest else 0)), f"{cfg.method} {run.run_id}", show)
 
-    def on_step(rec) -> None:
-        if args.json:
-            print(json.dumps(rec.to_json()), flush=True)
-        bar.update(1)
-        post = {"reward": f"{rec.mean_reward:.3f}", "rollouts": f"{rec.cumulative_rollouts:,}"}
-        if rec.eval_accuracy is not None:
-            post["eval"] = f"{rec.eval_accuracy:.3f}"
-        bar.set_postfix(post)
+        def on_step(rec) -> None:
+            if args.json:
+                print(json.dumps(rec.to_json()), flush=True)
+            bar.update(1)
+            post = {"reward": f"{rec.mean_reward:.3f}", "rollouts": f"{rec.cumulative_rollouts:,}"}
+            if rec.eval_accuracy is not None:
+                post["eval"] = f"{rec.eval_accuracy:.3f}"
+            bar.set_postfix(post)
 
-    try:
-        res = run_segment(run, store, todo, resume=args.resume, on_step=on_step)
-    finally:
-        bar.close()
-    if res.last_step + 1 >= args.steps:
-        store.set_status(run.run_id, "finished")
+        try:
+            res = run_segment(run, store, until_step=args.steps - 1, resume=args.resume, overwrite=args.overwrite,
+                              on_step=on_step, stop=stop)
+        finally:
+            bar.close()
+        if args.resume and res.steps_run == 0:
+            sys.stderr.write(f"run {run.run_id} already has {res.last_step + 1} steps (>= --steps {args.steps}); "
+                             "nothing to do.\n")
+        if res.last_step + 1 >= args.steps:
+            store.set_status(run.run_id, "finished")
     if args.json:
         return 0
     curve = store.query(
@@ -155,12 +175,17 @@ def add_parsers(sub, add_config_args) -> None:
     p = sub.add_parser("train", help="train the embedded policy with GRPO, DAPO or PC (checkpointed, resumable)")
     add_config_args(p, preset="embedded")
     p.add_argument("--steps", type=int, default=200, help="the run's total training steps (default 200)")
-    p.add_argument("--run-name", help="run id (default: family-method-seed-confighash)")
+    from .cli import run_name_arg
+
+    p.add_argument("--run-name", type=run_name_arg, help="run id (default: family-method-seed-confighash); letters, "
+                   "digits, '.', '_', '-', starting with a letter or digit, at most 128 characters")
     p.add_argument("--out", default="runs", help="runs directory: <out>/<run-name>/ holds checkpoints and TensorBoard")
     p.add_argument("--store", help="the store's DuckDB file (default <out>/pc.duckdb)")
     p.add_argument("--policy", help="a Hugging Face model directory to start from (default: the embedded base policy)")
     p.add_argument("--cache-dir", help="where the embedded base policy is cached (default ~/.cache/pc-pipelines)")
-    p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue from the run's newest intact checkpoint")
+    p.add_argument("--overwrite", action="store_true",
+                   help="delete an existing run of this name (its rows, checkpoints, TensorBoard) and start it over")
     p.add_argument("--json", action="store_true", help="one JSON object per step on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_train)

@@ -162,19 +162,24 @@ def _load(args: argparse.Namespace) -> tuple[Any, TrainingRun]:
     return store, load_training_run(row, args.runs_root, args.data_dir)
 
 
-def _run(args: argparse.Namespace, reporter: Callable[[], Any]) -> SegmentResult:
+def _run(args: argparse.Namespace, reporter: Callable[[], Any], stop=None) -> SegmentResult:
     from .loop import run_segment
+    from .store import hold_run
 
     store, run = _load(args)
     rep = reporter()
-    if args.backend == "verl":  # experimental: the verl recipe on a Ray cluster (GPU nodes)
-        from .training.verl_recipe import run_segment_verl
+    # One writer per run (the local backend's run_segment takes the same lock again; it counts per process).
+    with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command="pilot-commit train-segment"):
+        if args.backend == "verl":  # experimental: the verl recipe on a Ray cluster (GPU nodes)
+            from .training.verl_recipe import run_segment_verl
 
-        result = run_segment_verl(run, store, from_step=args.from_step, until_step=args.until_step, on_step=rep.step,
-                                  nnodes=args.nnodes, gpus_per_node=args.gpus_per_node, overrides=args.recipe_set)
-    else:
-        result = run_segment(run, store, from_step=args.from_step, until_step=args.until_step, on_step=rep.step,
-                             device=args.device, engine_factory=engine_factory(args.engine, args.device))
+            result = run_segment_verl(run, store, from_step=args.from_step, until_step=args.until_step,
+                                      on_step=rep.step, nnodes=args.nnodes, gpus_per_node=args.gpus_per_node,
+                                      overrides=args.recipe_set)
+        else:
+            result = run_segment(run, store, from_step=args.from_step, until_step=args.until_step, on_step=rep.step,
+                                 device=args.device, engine_factory=engine_factory(args.engine, args.device),
+                                 stop=stop)
     rep.finish(result)
     return result
 
@@ -190,8 +195,12 @@ def _launched_by_pipes() -> bool:
 
 def _main(name: str, work: Callable[[Any], None]) -> int:
     """Run ``work(pipes)`` inside a Pipes session when launched by a Pipes client, else ``work(None)``; a
-    ``LoopError`` becomes exit code 2 with its message (which says how to fix it) on stderr."""
+    ``LoopError`` or a store refusal (another writer holds the run, say) becomes exit code 2 with its message (which
+    says how to fix it) on stderr; a stop (SIGTERM, as Kubernetes sends to a pod it deletes, or Ctrl-C) exits
+    128 + the signal after one line."""
     from .loop import LoopError
+    from .stopping import StopRequested
+    from .store import StoreError
 
     try:
         if _launched_by_pipes():
@@ -201,14 +210,21 @@ def _main(name: str, work: Callable[[Any], None]) -> int:
                 work(pipes)
         else:
             work(None)
-    except LoopError as exc:
+    except (LoopError, StoreError) as exc:
         sys.stderr.write(f"pilot-commit {name}: {exc}\n")
         return 2
+    except StopRequested as exc:
+        sys.stderr.write(f"pilot-commit {name}: {exc.reason}\n")
+        return exc.exit_code
     return 0
 
 
 def cmd_train_segment(args: argparse.Namespace) -> int:
-    return _main("train-segment", lambda pipes: _run(args, (lambda: PipesReporter(pipes)) if pipes else PlainReporter))
+    from .stopping import stop_on_signals
+
+    with stop_on_signals() as stop:
+        return _main("train-segment",
+                     lambda pipes: _run(args, (lambda: PipesReporter(pipes)) if pipes else PlainReporter, stop))
 
 
 def eval_report(result, step: int) -> dict[str, Any]:

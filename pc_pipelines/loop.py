@@ -20,6 +20,19 @@ normal HF directory, the optimizer state, the allocator state (stream, buffer, R
 global RNG states and the cumulative ledger. They are written to a temporary directory and renamed into place, so
 a killed write leaves the previous checkpoint intact; the newest ``keep_checkpoints`` are kept.
 
+**Checkpoints verify themselves.** The last file written (atomically, after every other file is synced) is
+``manifest.json``: every file's name, size and sha256. A checkpoint is intact only when its files match it
+(:func:`verify_checkpoint`). Resuming restores the newest intact checkpoint: a damaged newer one (an emptied
+``meta.json``, truncated weights, a lost optimizer or allocator file, ...) is named in a warning and moved aside to
+``damaged-step-NNNNNNNN`` (kept for inspection, invisible to the loop). Everything is loaded before the run is
+touched, so a resume that fails (every checkpoint damaged, another config, a bad ``--policy``) leaves the run's
+status and rows as they were.
+
+**One writer, honest ends.** :func:`run_segment` holds the run's writer lock (:mod:`.store.runlock`) on the
+store's run directory and on the run directory while it trains, so a second writer is refused. A stop request
+(``stop``, set by SIGTERM / Ctrl-C in the CLI) ends the segment at the next step boundary with a checkpoint and
+status ``stopped``; any error ends it ``failed`` with the reason (a full disk says so, with the fix).
+
 **Resume is exact**: every random draw of a step is seeded from (run seed, step[, call]) and the policy, optimizer
 and allocator state are restored bit for bit, so a run killed anywhere (even with SIGKILL mid-step) and resumed
 from its last checkpoint produces the same parameters and ledger as the uninterrupted run with the same seed and
@@ -29,11 +42,14 @@ TensorBoard purges its events after it (``purge_step``).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
 import os
 import random
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,12 +67,18 @@ from .data.task import TaskData
 from .evaluation import eval_seed, evaluate_sets
 from .rewards import MathGrader
 from .rollout import RolloutEngine, RolloutRequest, SamplingParams, TransformersEngine, derive_seed
-from .store import RunRecord, Store, step_tables
+from .stopping import SpaceReserve, StopFlag, StopRequested, run_outcome
+from .store import RunRecord, Store, hold_run, remove_run, run_has_data, step_tables
+from .store.runlock import holds
 from .training import PolicyTrainer, RolloutBatch
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: manifest.json (files, sizes, sha256) written last; 1: meta.json last, no manifest
+READABLE_FORMATS = (1, 2)
+MANIFEST = "manifest.json"
+# What every checkpoint holds besides the weights (policy/*.safetensors or *.bin).
+REQUIRED_FILES = ("meta.json", "trainer.pt", "allocator.json", "sidecar.parquet", "rng.pt", "policy/config.json")
 _CALL_SALT = 0x6E6E
 
 
@@ -136,16 +158,132 @@ def checkpoint_name(step: int) -> str:
 
 
 def list_checkpoints(checkpoint_dir: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints (``meta.json`` is written last), oldest first."""
+    """Checkpoints (``step-N`` directories with a ``manifest.json`` or, format 1, a ``meta.json``), oldest first.
+    Cheap: it does not verify them (:func:`verify_checkpoint`, :func:`newest_intact_checkpoint` do)."""
     out = []
     if checkpoint_dir.is_dir():
         for p in checkpoint_dir.iterdir():
-            if p.name.startswith("step-") and (p / "meta.json").exists():
+            if p.name.startswith("step-") and ((p / MANIFEST).exists() or (p / "meta.json").exists()):
                 try:
                     out.append((int(p.name[5:]), p))
                 except ValueError:
                     continue
     return sorted(out)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(directory: Path) -> dict[str, Any]:
+    """Sync every file of a checkpoint being written, then write its manifest (name, size, sha256 of each file)
+    atomically: the last file of the checkpoint."""
+    files = {}
+    for p in sorted(directory.rglob("*")):
+        if p.is_file() and p.name not in (MANIFEST, MANIFEST + ".tmp"):
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+            files[p.relative_to(directory).as_posix()] = {"size": p.stat().st_size, "sha256": _sha256(p)}
+    manifest = {"format": CHECKPOINT_FORMAT, "files": files}
+    tmp = directory / (MANIFEST + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(manifest, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / MANIFEST)
+    return manifest
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path.name} is missing") from None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path.name} is not valid JSON ({exc})") from None
+
+
+def verify_checkpoint(path: Path) -> str | None:
+    """None when the checkpoint at ``path`` is intact, else what is wrong with it (one line).
+
+    A checkpoint of format 2 is intact when every file its manifest lists has the listed size and sha256 and the
+    manifest lists the files every checkpoint needs; one of format 1 (no manifest, written before checkpoints
+    verified themselves) when its required files are there and not empty."""
+    path = Path(path)
+    try:
+        step = int(path.name.split("-", 1)[1])
+    except (IndexError, ValueError):
+        return f"{path.name} is not named step-<N>"
+    if (path / MANIFEST).exists():
+        try:
+            manifest = _read_json(path / MANIFEST)
+            files = manifest["files"]
+            assert isinstance(files, dict)
+        except (ValueError, KeyError, TypeError, AssertionError):
+            return f"{MANIFEST} is not a valid manifest"
+        for rel, want in files.items():
+            f = path / rel
+            if not f.is_file():
+                return f"{rel} is missing"
+            size = f.stat().st_size
+            if size != want.get("size"):
+                return f"{rel} has {size} bytes, its manifest says {want.get('size')} (truncated or replaced)"
+        for rel, want in files.items():
+            if _sha256(path / rel) != want.get("sha256"):
+                return f"{rel} does not match its sha256 in the manifest (corrupted)"
+        lacking = [r for r in REQUIRED_FILES if r not in files]
+        if lacking or not any(r.startswith("policy/") and r.endswith((".safetensors", ".bin")) for r in files):
+            return f"its manifest lists no {', '.join(lacking) or 'policy weights'}"
+    else:
+        try:
+            meta = _read_json(path / "meta.json")
+        except ValueError as exc:
+            return str(exc)
+        if not isinstance(meta, dict) or meta.get("format", 1) != 1:
+            return f"{MANIFEST} is missing (a checkpoint of format {CHECKPOINT_FORMAT} writes it last)"
+        for rel in REQUIRED_FILES:
+            f = path / rel
+            if not f.is_file() or f.stat().st_size == 0:
+                return f"{rel} is {'empty' if f.is_file() else 'missing'}"
+        if not [p for p in (path / "policy").iterdir() if p.suffix in (".safetensors", ".bin") and p.stat().st_size]:
+            return "policy/ has no weights"
+    try:
+        meta = _read_json(path / "meta.json")
+    except ValueError as exc:
+        return str(exc)
+    if not isinstance(meta, dict) or meta.get("step") != step or "totals" not in meta:
+        return f"meta.json does not describe step {step}"
+    return None
+
+
+def quarantine_checkpoint(path: Path) -> Path:
+    """Move a damaged checkpoint aside to ``damaged-step-NNNNNNNN[-k]`` (kept for inspection; no listing sees it)."""
+    for k in range(1000):
+        target = path.with_name(f"damaged-{path.name}" + (f"-{k}" if k else ""))
+        if not target.exists():
+            os.rename(path, target)
+            return target
+    raise LoopError(f"cannot move the damaged checkpoint {path} aside: too many damaged copies. Fix: delete them.")
+
+
+def newest_intact_checkpoint(
+    checkpoint_dir: Path, at_most: int | None = None
+) -> tuple[tuple[int, Path] | None, list[tuple[Path, str]]]:
+    """The newest intact checkpoint (taken after a step ``<= at_most``, when given) and the damaged ones newer
+    than it, each with what is wrong with it."""
+    damaged: list[tuple[Path, str]] = []
+    for step, path in reversed(list_checkpoints(checkpoint_dir)):
+        if at_most is not None and step > at_most:
+            continue
+        problem = verify_checkpoint(path)
+        if problem is None:
+            return (step, path), damaged
+        damaged.append((path, problem))
+    return None, damaged
 
 
 def latest_checkpoint(checkpoint_dir: Path) -> tuple[int, Path] | None:
@@ -282,6 +420,7 @@ class Trainer:
         )
         self.writer = store.writer(run.run_id)
         self._tb = None
+        self.restored_from: Path | None = None  # the checkpoint open_run restored, if any
 
     # -- generation + grading --------------------------------------------------------------------------------------
     def _execute(self, call: EngineCall, timings: dict[str, float]) -> list[np.ndarray]:
@@ -438,22 +577,28 @@ class Trainer:
         tmp = root / f".tmp-{checkpoint_name(step)}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        self.model.save_pretrained(tmp / "policy")
-        self.tokenizer.save_pretrained(tmp / "policy")
-        torch.save(self.trainer.state_dict(), tmp / "trainer.pt")
-        (tmp / "allocator.json").write_text(json.dumps(self.allocator.state_dict()))
-        self.sidecar.save(tmp / "sidecar.parquet")
-        torch.save(
-            {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}, tmp / "rng.pt"
-        )
-        meta = {
-            "format": CHECKPOINT_FORMAT,
-            "run_id": self.run.run_id,
-            "config_hash": self.run.config.config_hash,
-            "step": step,
-            "totals": self.totals.__dict__,
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta))  # last: a checkpoint without meta.json is incomplete
+        try:
+            self.model.save_pretrained(tmp / "policy")
+            self.tokenizer.save_pretrained(tmp / "policy")
+            torch.save(self.trainer.state_dict(), tmp / "trainer.pt")
+            (tmp / "allocator.json").write_text(json.dumps(self.allocator.state_dict()))
+            self.sidecar.save(tmp / "sidecar.parquet")
+            torch.save(
+                {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+                tmp / "rng.pt",
+            )
+            meta = {
+                "format": CHECKPOINT_FORMAT,
+                "run_id": self.run.run_id,
+                "config_hash": self.run.config.config_hash,
+                "step": step,
+                "totals": self.totals.__dict__,
+            }
+            (tmp / "meta.json").write_text(json.dumps(meta))
+            write_manifest(tmp)  # last: a checkpoint is intact when its files match its manifest
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a full disk gets the partial checkpoint's space back
+            raise
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
@@ -512,10 +657,61 @@ def prepare_run(
     )
 
 
-def _load_model(path: Path, device: str):
+def _load_model(path: Path, device: str, what: str = "the base policy"):
+    """The model and tokenizer at ``path``; a directory that does not hold a loadable causal LM is a
+    :class:`LoopError` naming it and the fix (before anything of the run changes)."""
     from .training.base_policy import load_policy
 
-    return load_policy(path, device)
+    try:
+        return load_policy(path, device)
+    except FileNotFoundError as exc:
+        raise LoopError(str(exc)) from None
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LoopError(
+            f"{what} at {path} cannot be loaded ({type(exc).__name__}: {first}). Fix: pass --policy a directory "
+            "written by `pilot-commit base-policy --out DIR` or any `save_pretrained` causal LM with a valid "
+            "config.json, weights and tokenizer."
+        ) from None
+
+
+def _restore(run: TrainingRun, store: Store, path: Path, device: str, engine_factory: EngineFactory | None) -> Trainer:
+    """A trainer with the checkpoint at ``path`` loaded; changes nothing of the run (its rows, its status)."""
+    try:
+        meta = _read_json(path / "meta.json")
+    except ValueError as exc:
+        raise LoopError(f"checkpoint {path}: {exc}. Fix: resume from an earlier checkpoint.") from None
+    if meta.get("format") not in READABLE_FORMATS:
+        raise LoopError(f"checkpoint {path} has format {meta.get('format')}, this version reads {READABLE_FORMATS}.")
+    if meta.get("config_hash") != run.config.config_hash:
+        raise LoopError(
+            f"checkpoint {path} belongs to config {meta.get('config_hash')}, not {run.config.config_hash}. Fix: resume "
+            "with the run's original preset and --set overrides, or start a new --run-name."
+        )
+    model, tok = _load_model(path / "policy", device, what=f"the policy of checkpoint {path.name}")
+    try:
+        allocator = Allocator.from_state_dict(json.loads((path / "allocator.json").read_text()))
+        sidecar = Sidecar.load(path / "sidecar.parquet")
+        trainer_state = torch.load(path / "trainer.pt", weights_only=False)
+        rng = torch.load(path / "rng.pt", weights_only=False)
+    except Exception as exc:  # an unverifiable (format 1) checkpoint can still be unreadable
+        raise LoopError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}). Fix: move it aside "
+                        "(e.g. to damaged-" + path.name + ") to resume from the one before it.") from None
+    trainer = Trainer(run, store, model, tok, allocator, sidecar, Totals(**meta["totals"]), engine_factory, device)
+    trainer.trainer.load_state_dict(trainer_state)
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
+    trainer.restored_from = path
+    return trainer
+
+
+def _set_aside(run: TrainingRun, damaged: list[tuple[Path, str]], using: str) -> None:
+    """Warn about each damaged checkpoint skipped, and move it aside when this process holds the run's lock."""
+    for path, problem in damaged:
+        moved = quarantine_checkpoint(path) if holds(run.run_dir) else None
+        log.warning("run %s: checkpoint %s is damaged: %s; %s; resuming from %s", run.run_id, path.name, problem,
+                    f"moved it aside to {moved.name} (delete it once inspected)" if moved else "ignored it", using)
 
 
 def open_run(
@@ -528,61 +724,66 @@ def open_run(
 ) -> tuple[Trainer, bool]:
     """Restore the run from a checkpoint or start it from the base policy.
 
-    ``from_step`` None: the latest checkpoint (``resume``) or the base policy; the store forgets every row after the
-    restored step (a crashed run's tail). ``from_step`` k: exactly the checkpoint after step k (-1: the base
-    policy), keeping the rows of later steps: a training segment replayed in the middle of a run rewrites only its
-    own steps (see :func:`run_segment`). Returns the trainer and whether a checkpoint was restored.
+    ``from_step`` None: the newest intact checkpoint (``resume``) or the base policy; the store forgets every row
+    after the restored step (a crashed run's tail). Without ``resume`` a run that has checkpoints or steps is
+    refused. ``from_step`` k: the checkpoint after step k (-1: the base policy), keeping the rows of later steps: a
+    training segment replayed in the middle of a run rewrites only its own steps (see :func:`run_segment`). A
+    damaged checkpoint is skipped for the newest intact one before it (or, for ``from_step``, the base policy),
+    with a warning naming it; see the module docstring. Everything is loaded before the run's status or rows
+    change, so a refusal changes nothing. Returns the trainer and whether a checkpoint was restored.
     """
     torch.set_num_threads(run.config.training.torch_threads)
     store.init(vacuum=False)  # vacuuming other runs could race their replays (Store.replace_steps)
-    store.register_run(run.record())
-    store.vacuum(run.run_id)
+    chosen: tuple[int, Path] | None = None
+    damaged: list[tuple[Path, str]] = []
     if from_step is None:
-        latest = latest_checkpoint(run.checkpoint_dir)
-        if latest is not None and not resume:
-            raise LoopError(
-                f"run {run.run_id!r} already has checkpoints in {run.checkpoint_dir}. Fix: pass --resume to continue "
-                "it, choose another --run-name, or delete that directory to start over."
-            )
-    elif from_step < 0:
-        latest = None
-    else:
-        path = checkpoint_at(run.checkpoint_dir, from_step)
-        if path is None:
+        if not resume:
+            if list_checkpoints(run.checkpoint_dir):
+                raise LoopError(
+                    f"run {run.run_id!r} already has checkpoints in {run.checkpoint_dir}. Fix: pass --resume to "
+                    "continue it, --overwrite to delete it and start over, or choose another --run-name."
+                )
+            have = run_has_data(store, run.run_id)
+            if have:
+                raise LoopError(
+                    f"run {run.run_id!r} already has {have} steps in {store.path} (no checkpoint yet). Fix: pass "
+                    "--resume to continue it, --overwrite to delete it and start over, or choose another --run-name."
+                )
+        else:
+            chosen, damaged = newest_intact_checkpoint(run.checkpoint_dir)
+            if chosen is None and damaged:
+                listing = "; ".join(f"{p.name}: {why}" for p, why in damaged)
+                raise LoopError(
+                    f"run {run.run_id!r} has no intact checkpoint to resume from ({listing}). Nothing was changed. "
+                    "Fix: restore a checkpoint from a backup, or pass --overwrite (instead of --resume) to start the "
+                    "run over from the base policy."
+                )
+    elif from_step >= 0:
+        if checkpoint_at(run.checkpoint_dir, from_step) is None:
             have = [s for s, _ in list_checkpoints(run.checkpoint_dir)]
             raise LoopError(
                 f"run {run.run_id!r} has no checkpoint after step {from_step} in {run.checkpoint_dir} (it has "
                 f"{have or 'none'}). Fix: train the steps up to {from_step} first."
             )
-        latest = (from_step, path)
-    if latest is None:
+        chosen, damaged = newest_intact_checkpoint(run.checkpoint_dir, at_most=from_step)
+    if chosen is None:
         model, tok = _load_model(run.policy_path, device)
-        allocator = Allocator(run.config.allocator, len(run.task.prompts))
+        trainer = Trainer(run, store, model, tok, Allocator(run.config.allocator, len(run.task.prompts)), Sidecar(),
+                          Totals(), engine_factory, device)
+    else:
+        trainer = _restore(run, store, chosen[1], device, engine_factory)
+    # Loaded: from here on the run changes.
+    _set_aside(run, damaged, chosen[1].name if chosen else "the base policy")
+    store.register_run(run.record())
+    store.vacuum(run.run_id)
+    if chosen is None:
         if from_step is None:
             store.reopen_after(run.run_id, -2)  # a fresh start forgets any earlier attempt's rows
             shutil.rmtree(run.tensorboard_dir, ignore_errors=True)
-        return Trainer(run, store, model, tok, allocator, Sidecar(), Totals(), engine_factory, device), False
-    step, path = latest
-    meta = json.loads((path / "meta.json").read_text())
-    if meta.get("format") != CHECKPOINT_FORMAT:
-        raise LoopError(f"checkpoint {path} has format {meta.get('format')}, this version reads {CHECKPOINT_FORMAT}.")
-    if meta.get("config_hash") != run.config.config_hash:
-        raise LoopError(
-            f"checkpoint {path} belongs to config {meta.get('config_hash')}, not {run.config.config_hash}. Fix: resume "
-            "with the run's original preset and --set overrides, or start a new --run-name."
-        )
-    model, tok = _load_model(path / "policy", device)
-    allocator = Allocator.from_state_dict(json.loads((path / "allocator.json").read_text()))
-    trainer = Trainer(run, store, model, tok, allocator, Sidecar.load(path / "sidecar.parquet"), Totals(**meta["totals"]),
-                      engine_factory, device)
-    trainer.trainer.load_state_dict(torch.load(path / "trainer.pt", weights_only=False))
-    rng = torch.load(path / "rng.pt", weights_only=False)
-    torch.set_rng_state(rng["torch"])
-    np.random.set_state(rng["numpy"])
-    random.setstate(rng["python"])
+        return trainer, False
     if from_step is None:
-        store.reopen_after(run.run_id, step)
-    log.info("resumed run %s from %s (step %d)", run.run_id, path, step)
+        store.reopen_after(run.run_id, chosen[0])
+    log.info("resumed run %s from %s (step %d)", run.run_id, chosen[1], chosen[0])
     return trainer, True
 
 
@@ -596,6 +797,8 @@ def run_segment(
     engine_factory: EngineFactory | None = None,
     from_step: int | None = None,
     until_step: int | None = None,
+    overwrite: bool = False,
+    stop: StopFlag | None = None,
 ) -> SegmentResult:
     """Advance ``run`` by ``steps`` training steps, or through step ``until_step`` (see the module docstring);
     checkpoint at the end.
@@ -604,12 +807,40 @@ def run_segment(
     and keeps the rows of later steps: the steps replayed replace their own rows only, atomically at the end
     (``Store.replace_steps``), so re-materializing a Dagster segment in the middle of a run leaves the segments
     after it intact (with the same seed the replay reproduces them bit for bit). ``engine_factory`` builds the
-    rollout engine for the loaded policy (default: :class:`TransformersEngine`)."""
+    rollout engine for the loaded policy (default: :class:`TransformersEngine`).
+
+    The run's writer lock is held throughout (a second writer gets :class:`~.store.RunBusyError`). ``overwrite``
+    deletes the run's rows and files first and starts it over. ``stop`` (a :class:`~.stopping.StopFlag`) is looked
+    at between steps: once set, the segment checkpoints and ends with :class:`~.stopping.StopRequested`, the run
+    ``stopped``."""
     if (steps is None) == (until_step is None):
         raise LoopError("run_segment needs exactly one of steps (a count) or until_step (the last step to train).")
     if steps is not None and steps < 0:
         raise LoopError(f"steps={steps}: must be >= 0.")
-    trainer, _ = open_run(run, store, resume=resume, device=device, engine_factory=engine_factory, from_step=from_step)
+    with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command=_command()):
+        if overwrite:
+            if from_step is not None:
+                raise LoopError("overwrite starts a run over: it cannot be combined with from_step.")
+            store.init(vacuum=False)
+            remove_run(store, run.run_id, store.run_dir(run.run_id), run.run_dir)
+            resume = False
+        reserve = SpaceReserve(store.run_dir(run.run_id))  # room to record the end even on a full disk
+        try:
+            trainer, _ = open_run(run, store, resume=resume, device=device, engine_factory=engine_factory,
+                                  from_step=from_step)
+            return _train_segment(run, store, trainer, steps, until_step, from_step, on_step, stop, reserve)
+        finally:
+            reserve.release()
+
+
+def _command() -> str:
+    return " ".join(["pilot-commit" if sys.argv and sys.argv[0].endswith(("cli.py", "pilot-commit")) else
+                     os.path.basename(sys.argv[0] if sys.argv else "python"), *sys.argv[1:2]])
+
+
+def _train_segment(run: TrainingRun, store: Store, trainer: Trainer, steps: int | None, until_step: int | None,
+                   from_step: int | None, on_step: Callable[[StepRecord], None] | None,
+                   stop: StopFlag | None, reserve: SpaceReserve) -> SegmentResult:
     cfg = run.config.training
     first = trainer.allocator.step
     if until_step is not None:
@@ -621,10 +852,14 @@ def run_segment(
     try:
         # Purging TensorBoard events from `first` on would also drop the later segments a mid-run replay keeps.
         tb = trainer.tensorboard(purge_step=None if later else first)
+        if stop is not None:
+            stop.check()
         if first == 0:
             acc = trainer.evaluate(-1)
             tb.add_scalar("eval/accuracy", float(np.mean(list(acc.values()))), -1)
         for _ in range(steps):
+            if stop is not None:
+                stop.check()
             rec = trainer.step()
             if (rec.step + 1) % cfg.eval_every == 0:
                 acc = trainer.evaluate(rec.step)
@@ -636,24 +871,34 @@ def run_segment(
                 on_step(rec)
             if (rec.step + 1) % cfg.checkpoint_every == 0:
                 last_ckpt, saved_at = trainer.save_checkpoint(), rec.step
+            if stop is not None and stop.requested and records:
+                if saved_at != rec.step:  # nothing done is lost: the stop boundary gets its checkpoint
+                    last_ckpt, saved_at = trainer.save_checkpoint(), rec.step
+                raise StopRequested(stop.signum, detail=f"after step {rec.step} (checkpoint {last_ckpt.name}); "
+                                                        "resume it with --resume")
         if records and saved_at != records[-1].step:
             last_ckpt = trainer.save_checkpoint()
         elif not records:
-            if from_step is not None:
-                last_ckpt = checkpoint_at(run.checkpoint_dir, from_step)
-            else:
-                latest = latest_checkpoint(run.checkpoint_dir)
-                last_ckpt = latest[1] if latest else None
+            last_ckpt = trainer.restored_from
         if from_step is not None and records:
             store.replace_steps(run.run_id, records[0].step, records[-1].step)
         store.compact(run.run_id)
         store.set_status(run.run_id, "running")
     except BaseException as exc:
-        reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, StopRequested) and not exc.detail:
+            done = f"after step {records[-1].step}" if records else "before its first step"
+            exc = exc.with_detail(f"{done}; resume it with --resume (from its last checkpoint)")
+        status, reason = run_outcome(exc, where=f"{run.run_dir} and {store.runs_root}",
+                                     then="resume it with --resume (from its last checkpoint)")
+        with contextlib.suppress(Exception):
+            trainer.writer.sweep()  # a step write cut short (a full disk): give its space back first
+        reserve.release()
         try:
-            store.set_status(run.run_id, "failed", reason)
-        except Exception:  # the original error matters more
-            log.exception("could not record the failure of run %s", run.run_id)
+            store.set_status(run.run_id, status, reason)
+        except Exception as rec_exc:  # the original error matters more (a full disk may refuse this too)
+            log.error("could not record the end of run %s (%s: %s): %s", run.run_id, status, reason, rec_exc)
+        if exc is not sys.exc_info()[1]:
+            raise exc from None
         raise
     finally:
         trainer.close()

@@ -5,6 +5,13 @@ compacted into the catalog (see ``store.schema``), so queries over it open no st
 
 Eval rows go to the catalog in short transactions, batched at most every ``flush_every_s`` seconds so a
 1000-step simulation does not open the catalog a thousand times; step logs never touch the catalog.
+
+One writer per run (:mod:`.store.runlock`): the run's lock is held from before the run is looked up until its
+status is final, so a second writer of the same run is refused (:class:`~.store.RunBusyError`) instead of
+interleaving its steps. A run that already has steps is never replaced silently: it is refused unless
+``overwrite`` (``--overwrite``), which deletes its rows and files first. A stop request (``stop``, set by SIGTERM
+or Ctrl-C) ends the run at the next step boundary with status ``stopped``; errors end it ``failed`` with the reason
+(a full disk says so, with the fix).
 """
 
 from __future__ import annotations
@@ -16,11 +23,13 @@ from dataclasses import dataclass
 
 from .config import RunConfig
 from .simulate import SimStep, Simulation
-from .store import RunRecord, Store, step_tables
+from .stopping import SpaceReserve, StopFlag, StopRequested, run_outcome
+from .store import RunRecord, Store, StoreError, hold_run, remove_run, run_has_data, step_tables
 
 log = logging.getLogger(__name__)
 
 SIM_BENCHMARK = "sim_heldout"
+_AGAIN = "record it again with --overwrite (a simulation does not resume)"
 
 
 @dataclass(frozen=True)
@@ -38,28 +47,63 @@ def record_simulation(
     flush_every_s: float = 2.0,
     compact_every: int | None = 250,
     on_step: Callable[[RecordedStep], None] | None = None,
+    overwrite: bool = False,
+    stop: StopFlag | None = None,
 ) -> Iterator[RecordedStep]:
     """Run ``steps`` simulated steps of ``config`` into ``store``; yields each step as it is written.
 
     Every ``compact_every`` steps and at the end the written steps are compacted into the catalog (None: never),
-    which bounds how many step files a query over a running run has to open.
+    which bounds how many step files a query over a running run has to open. A run ``run_id`` that already has
+    steps is refused (:class:`StoreError`) unless ``overwrite``; another process writing it is refused
+    (:class:`~.store.RunBusyError`). Nothing is checked or locked before the first step is asked for.
     """
     run_id = run_id or config.default_run_id()
     store.init()
+    run_dir = store.run_dir(run_id)
+    with hold_run(run_id, run_dir, command="pilot-commit simulate"):
+        existing = store.get_run(run_id)
+        if existing is not None and not overwrite:
+            have = run_has_data(store, run_id)
+            if existing["config_hash"] != config.config_hash:
+                raise StoreError(
+                    f"run {run_id!r} already exists with a different config (hash {existing['config_hash']} != "
+                    f"{config.config_hash}) and {have} steps. Fix: pick another --run-name, or pass --overwrite to "
+                    "delete it and record this one."
+                )
+            if have:
+                raise StoreError(
+                    f"run {run_id!r} already exists in {store.path} with {have} steps (status {existing['status']}); "
+                    "it is not replaced silently. Fix: pick another --run-name, or pass --overwrite to delete it and "
+                    "record it again."
+                )
+        if existing is not None and overwrite:
+            remove_run(store, run_id, run_dir)
+            log.info("run %s: overwritten (its rows and step files were deleted)", run_id)
+        yield from _record(config, store, steps, run_id, flush_every_s, compact_every, on_step, stop)
+
+
+def _record(config: RunConfig, store: Store, steps: int, run_id: str, flush_every_s: float,
+            compact_every: int | None, on_step: Callable[[RecordedStep], None] | None,
+            stop: StopFlag | None) -> Iterator[RecordedStep]:
+    reserve = SpaceReserve(store.run_dir(run_id))  # room to record the end even on a full disk
     store.register_run(RunRecord.for_config(config, run_id, "simulate"))
-    # A simulated run always starts from step 0: forget whatever an earlier run of the same id wrote.
+    # A simulated run always starts from step 0: forget whatever an earlier attempt of the same id wrote.
     store.reopen_after(run_id, -2)
     writer = store.writer(run_id)
     sim = Simulation(config.allocator, config.sim)
     every = config.training.eval_every
     pending = [_eval_row(run_id, -1, sim.population.accuracy(), config)]
     last_flush = time.monotonic()
+    done = 0
     try:
         for i in range(steps):
+            if stop is not None:
+                stop.check()
             st = sim.step()
             t0 = time.perf_counter()
             writer.write_step(st.outcome.step, step_tables(run_id, st.outcome, sim.allocator))
             dt = time.perf_counter() - t0
+            done = i + 1
             evaluated = (st.outcome.step + 1) % every == 0 or i == steps - 1
             if evaluated:
                 pending.append(_eval_row(run_id, st.outcome.step, st.accuracy, config))
@@ -75,11 +119,23 @@ def record_simulation(
         store.add_eval_results(pending)
         if compact_every:
             store.compact(run_id)
+        reserve.release()
         store.set_status(run_id, "finished")
     except BaseException as exc:
-        store.add_eval_results(pending)
-        reason = "interrupted" if isinstance(exc, (GeneratorExit, KeyboardInterrupt)) else f"{type(exc).__name__}: {exc}"
-        store.set_status(run_id, "failed", reason)
+        if isinstance(exc, GeneratorExit):  # the consumer stopped asking for steps
+            status, reason = "failed", "interrupted"
+        else:
+            status, reason = run_outcome(exc, where=str(store.run_dir(run_id)), then=_AGAIN)
+            if isinstance(exc, (StopRequested, KeyboardInterrupt)):
+                reason += (f": {done} of {steps} steps written. A simulation does not resume: record it again with "
+                           "--overwrite")
+        writer.sweep()  # a write cut short leaves a temporary directory: give its space back first (disk full)
+        reserve.release()
+        for record in (lambda: store.add_eval_results(pending), lambda: store.set_status(run_id, status, reason)):
+            try:
+                record()
+            except Exception as rec_exc:  # the original error matters more (a full disk may refuse these too)
+                log.error("run %s: could not record its end (%s: %s): %s", run_id, status, reason, rec_exc)
         raise
 
 

@@ -5,15 +5,20 @@ read-only (DESIGN.md section 5). So every connection here is short: open, do one
 that find the file locked retry with backoff until ``lock_timeout_s``; the step logs themselves never touch the
 catalog, so SQL works while any number of runs write steps.
 
-User-supplied values (run names, families, prompt ids) reach SQL only as bound parameters.
+User-supplied values (run names, families, prompt ids) reach SQL only as bound parameters, and paths never reach
+DuckDB as patterns: a reading session (:meth:`Store.connect`) lists the step directories, verifies each against its
+manifest, and registers the verified files as Arrow datasets behind TEMP views; it then switches DuckDB's external
+access off and locks the configuration, so nothing in a session can write or read any other file (issue 18).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime as dt
 import json
 import logging
+import os
 import random
 import shutil
 import time
@@ -23,9 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
 
+from .names import RunIdError, validate_run_id
 from .schema import DDL, MIGRATIONS, SCHEMA_VERSION, STEP_TABLES, view_sql
-from .steplog import StepLogWriter, empty_tables, list_step_dirs
+from .steplog import QUARANTINE, StepLogWriter, list_step_dirs, quarantine_step_dir, verify_step_dir
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +75,46 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+@dataclass(frozen=True)
+class StepProblem:
+    """A step the store should have and cannot serve: ``damaged`` (its directory fails its manifest; left out of
+    every query), ``missing`` (no directory and no catalog rows: a gap in the run's step numbers)."""
+
+    run_id: str
+    step: int
+    kind: str
+    detail: str
+    path: str | None
+    fix: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "step": self.step, "kind": self.kind, "detail": self.detail,
+                "path": self.path, "fix": self.fix}
+
+
+PROBLEM_SCHEMA = pa.schema([("run_id", pa.string()), ("step", pa.int64()), ("kind", pa.string()),
+                            ("detail", pa.string()), ("path", pa.string()), ("fix", pa.string())])
+
+
+@dataclass
+class StoreScan:
+    """What one reading session found: the verified step files per table, and the problems."""
+
+    files: dict[str, list[str]]
+    problems: list[StepProblem]
+    runs: int
+    steps_checked: int
+
+
+_VANISHED = ("no such file", "errno 2", "does not exist", "not found")
+
+
+def _vanished_step_file(exc: BaseException, runs_root: Path) -> bool:
+    """Whether a DuckDB error is about one of the store's step files having vanished (a retryable race)."""
+    msg = str(exc)
+    return str(runs_root) in msg and any(k in msg.lower() for k in _VANISHED)
+
+
 class Store:
     """A store at ``path`` (the catalog file); step logs live in ``<path>.runs/``."""
 
@@ -73,15 +122,18 @@ class Store:
         self.path = Path(path).resolve()
         self.runs_root = self.path.with_name(self.path.name + ".runs")
         self.lock_timeout_s = lock_timeout_s
-        if any(c in str(self.runs_root) for c in "[]"):
+        self.last_scan: StoreScan | None = None
+        # Glob characters ('*', '[', ']') are fine: no path is ever a pattern. DuckDB itself cannot open a database
+        # file whose path holds '?' (it takes the rest for URI parameters) or a backslash (a separator to it).
+        bad = sorted({c for c in str(self.path) if c in "?\\"})
+        if bad:
             raise StoreError(
-                f"store path {self.path} contains '[' or ']', which DuckDB's file globs read as a character class, so "
-                "the views could never find the step files. Fix: put the store in a directory without brackets."
+                f"store path {self.path} contains {' and '.join(repr(c) for c in bad)}, which DuckDB cannot use in a "
+                "database file's path. Fix: choose a store path without '?' or '\\' (e.g. rename that directory)."
             )
 
     # ---- connections ----------------------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def connect(self, read_only: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
+    def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         if read_only and not self.path.exists():
             raise StoreError(
                 f"no store at {self.path}. Fix: write one first (e.g. `pilot-commit simulate --store {self.path}`) "
@@ -91,8 +143,7 @@ class Store:
         delay = 0.01
         while True:
             try:
-                con = duckdb.connect(str(self.path), read_only=read_only)
-                break
+                return duckdb.connect(str(self.path), read_only=read_only)
             except duckdb.IOException as exc:  # "Could not set lock on file": another process holds it
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                     raise StoreError(
@@ -101,10 +152,161 @@ class Store:
                     ) from exc
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 0.5)
+
+    @contextlib.contextmanager
+    def connect(self, read_only: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection to the catalog. Read-only (the default) is a *reading session*: the catalog opened
+        read-only, the step files verified and registered behind TEMP views (see :mod:`.schema`), then DuckDB's
+        external access switched off and its configuration locked: no statement in the session can write a file,
+        read a file outside the verified step files, attach a database or install an extension."""
+        con = self._open(read_only)
         try:
+            if read_only:
+                self.last_scan = self._prepare_session(con)
             yield con
         finally:
             con.close()
+
+    def _prepare_session(self, con: duckdb.DuckDBPyConnection) -> StoreScan:
+        tables = {r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'").fetchall()}
+        run_cols = {r[0] for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'").fetchall()}
+        compacted = all(f"compacted_{t}" in tables for t in STEP_TABLES)
+        watermark = "compacted_through" in run_cols
+        scan = self._scan(con, tables, watermark, compacted, checksums=True)
+        fs = pafs.LocalFileSystem()
+        names = {}
+        for t, schema in STEP_TABLES.items():
+            name = f"_step_files_{t}"
+            # exact paths, read by pyarrow: nothing here is ever a glob pattern
+            ds = pads.FileSystemDataset.from_paths(scan.files[t], schema=schema, format=pads.ParquetFileFormat(),
+                                                   filesystem=fs)
+            con.register(name, ds)
+            names[t] = name
+        con.register("_step_problems", pa.Table.from_pylist([p.to_dict() for p in scan.problems],
+                                                            schema=PROBLEM_SCHEMA))
+        if "runs" in tables:
+            # the scan already took each run's files above its watermark only: no per-row watermark test needed
+            # (which would also keep DuckDB from pushing filters down into the file scans)
+            for sql in view_sql(names, compacted=compacted, watermark=False):
+                con.execute(sql)
+        con.execute("CREATE OR REPLACE TEMP VIEW damaged_steps AS SELECT * FROM _step_problems")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        return scan
+
+    # ---- integrity ----------------------------------------------------------------------------------------------
+    def _run_dirs(self) -> list[Path]:
+        if not self.runs_root.is_dir():
+            return []
+        return sorted(p for p in self.runs_root.iterdir()
+                      if p.is_dir() and not p.name.startswith((".", "_")))
+
+    def _scan(self, con: duckdb.DuckDBPyConnection, tables: set[str], watermark: bool, compacted: bool,
+              checksums: bool) -> StoreScan:
+        """List and verify every step directory above its run's watermark; find the gaps in each run's steps."""
+        runs: dict[str, dict[str, Any]] = {}
+        if "runs" in tables:
+            cols = "run_id, kind" + (", compacted_through" if watermark else ", NULL")
+            for run_id, kind, mark in con.execute(f"SELECT {cols} FROM runs").fetchall():
+                runs[run_id] = {"kind": kind, "mark": -1 if mark is None else int(mark)}
+        present: dict[str, set[int]] = {}
+        if compacted:
+            for run_id, n, lo, hi in con.execute(
+                    "SELECT run_id, count(DISTINCT step), min(step), max(step) FROM compacted_steps GROUP BY run_id"
+            ).fetchall():
+                if n == hi + 1 and lo == 0:
+                    present[run_id] = set(range(n))
+                else:
+                    present[run_id] = {r[0] for r in con.execute(
+                        "SELECT DISTINCT step FROM compacted_steps WHERE run_id = ?", [run_id]).fetchall()}
+        expected_last: dict[str, int] = {}
+        if "eval_results" in tables:
+            for run_id, hi in con.execute("SELECT run_id, max(step) FROM eval_results GROUP BY run_id").fetchall():
+                expected_last[run_id] = max(expected_last.get(run_id, -1), int(hi))
+        if "segments" in tables:
+            for run_id, hi in con.execute(
+                    "SELECT run_id, max(last_step) FROM segments WHERE status = 'done' GROUP BY run_id").fetchall():
+                expected_last[run_id] = max(expected_last.get(run_id, -1), int(hi))
+
+        files: dict[str, list[str]] = {t: [] for t in STEP_TABLES}
+        problems: list[StepProblem] = []
+        damaged: dict[str, dict[int, tuple[str, Path]]] = {}
+        run_dirs = {d.name: d for d in self._run_dirs()}
+        todo = []
+        for run_id, run_dir in run_dirs.items():
+            mark = runs.get(run_id, {}).get("mark", -1)
+            present.setdefault(run_id, set())
+            # at or below the watermark the catalog rows are the step; such files are leftovers for vacuum
+            todo += [(run_id, n, d) for n, d in list_step_dirs(run_dir) if n > mark]
+        checked = len(todo)
+        # hashing releases the GIL: a few threads verify many small step directories faster than one
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+            verdicts = list(pool.map(lambda item: verify_step_dir(item[2], checksums=checksums), todo))
+        for (run_id, n, d), problem in zip(todo, verdicts):
+            if problem is not None:
+                damaged.setdefault(run_id, {})[n] = (problem, d)
+                continue
+            present[run_id].add(n)
+            for t in STEP_TABLES:
+                files[t].append(os.path.join(d, f"{t}.parquet"))
+        for run_id in sorted(set(present) | set(damaged)):
+            seen = present.get(run_id, set())
+            bad = damaged.get(run_id, {})
+            last = max([*seen, *bad, expected_last.get(run_id, -1)], default=-1)
+            kind = runs.get(run_id, {}).get("kind")
+            quarantined = self._quarantined(run_dirs.get(run_id))
+            for n in range(last + 1):
+                if n in seen:
+                    continue
+                if n in bad:
+                    detail, d = bad[n]
+                    problems.append(StepProblem(run_id, n, "damaged", f"{detail}; left out of every query",
+                                                str(d), self._fix(run_id, n, kind, d)))
+                else:
+                    q = quarantined.get(n)
+                    detail = ("no step directory and no catalog rows"
+                              + (f"; a damaged copy was quarantined in {q}" if q else ""))
+                    fix = self._fix(run_id, n, kind, None)
+                    if q:
+                        fix += f"; the quarantined copy is kept for inspection only: `rm -r '{q}'` deletes it"
+                    problems.append(StepProblem(run_id, n, "missing", detail, str(q) if q else None, fix))
+        return StoreScan(files=files, problems=problems, runs=len(set(runs) | set(run_dirs)), steps_checked=checked)
+
+    @staticmethod
+    def _quarantined(run_dir: Path | None) -> dict[int, Path]:
+        out: dict[int, Path] = {}
+        if run_dir is None or not (run_dir / QUARANTINE).is_dir():
+            return out
+        for p in sorted((run_dir / QUARANTINE).iterdir()):
+            try:
+                out[int(p.name.split(".", 1)[0].split("-", 1)[1])] = p
+            except (IndexError, ValueError):
+                continue
+        return out
+
+    def _fix(self, run_id: str, step: int, kind: str | None, step_dir: Path | None) -> str:
+        if kind == "simulate":
+            redo = (f"re-record the run: repeat its `pilot-commit simulate --store {self.path} --run-name {run_id} ...` "
+                    "command with the same flags and --overwrite (a simulation replays every step; its config is in "
+                    f"`SELECT config_json FROM runs WHERE run_id = '{run_id}'`)")
+        else:
+            redo = (f"replay it from a checkpoint before step {step}: re-materialize the run's Dagster segment "
+                    f"partition that holds step {step}, or `pilot-commit train --run-name {run_id} --resume` when "
+                    f"the run's latest checkpoint is before step {step} (`SELECT step FROM checkpoints WHERE run_id = "
+                    f"'{run_id}'`)")
+        if step_dir is not None:
+            return (f"{redo}; or give the step up: `rm -r '{step_dir}'` (queries already skip it; the run's "
+                    "cumulative figures report it in missing_steps)")
+        return f"{redo}; or accept the gap (cumulative figures report it in missing_steps)"
+
+    def check(self) -> StoreScan:
+        """Every damaged or missing step of every run, with full checksums (``pilot-commit check``)."""
+        with self.connect(read_only=True):
+            scan = self.last_scan
+        assert scan is not None
+        return scan
 
     def init(self, vacuum: bool = True) -> Store:
         """Create or upgrade the catalog, refresh its views. Idempotent; safe while runs write step logs.
@@ -112,8 +314,6 @@ class Store:
         ``vacuum`` also deletes step files already compacted; processes that only look (sensors, reports) pass
         False, so they never race a segment that is replaying compacted steps into fresh step files."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if not (self.runs_root / "_schema" / "step-empty").exists():
-            StepLogWriter(self.runs_root / "_schema").write_dir("step-empty", empty_tables())
         with self.connect(read_only=False) as con:
             con.execute("BEGIN")
             tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
@@ -141,7 +341,7 @@ class Store:
                     version += 1
                     log.info("upgraded %s to schema version %d", self.path, version)
                 con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(version)])
-            for sql in view_sql(str(self.runs_root)):
+            for sql in view_sql():  # the catalog's views name no file (see schema.view_sql)
                 con.execute(sql)
             con.execute("COMMIT")
         if vacuum:
@@ -154,13 +354,25 @@ class Store:
 
     # ---- runs -----------------------------------------------------------------------------------------------------
     def run_dir(self, run_id: str) -> Path:
-        if not run_id or "/" in run_id or run_id.startswith((".", "_")):
-            raise StoreError(f"run id {run_id!r} cannot name a directory. Fix: use letters, digits, '-' and '_'.")
+        """The step-log directory of an existing run. Runs registered before run ids were validated keep their
+        directory as long as it is one path component; new runs go through :meth:`register_run`."""
+        if not run_id or "/" in run_id or "\0" in run_id or run_id.startswith((".", "_")):
+            raise StoreError(
+                f"run id {run_id!r} cannot name a directory. Fix: use letters, digits, '.', '_' and '-' "
+                "(starting with a letter or a digit)."
+            )
         return self.runs_root / run_id
+
+    @staticmethod
+    def validate_run_id(run_id: str) -> str:
+        try:
+            return validate_run_id(run_id)
+        except RunIdError as exc:
+            raise StoreError(str(exc)) from None
 
     def register_run(self, run: RunRecord) -> Path:
         """Insert the run, or mark an existing run with the same id as running again (resume / replay)."""
-        run_dir = self.run_dir(run.run_id)
+        run_dir = self.run_dir(self.validate_run_id(run.run_id))
         run_dir.mkdir(parents=True, exist_ok=True)
         now = _now()
         with self.connect(read_only=False) as con:
@@ -198,8 +410,8 @@ class Store:
         return run_dir
 
     def set_status(self, run_id: str, status: str, reason: str | None = None) -> None:
-        if status not in {"running", "finished", "failed", "paused"}:
-            raise StoreError(f"unknown run status {status!r}. Fix: use running, finished, failed or paused.")
+        if status not in {"running", "finished", "failed", "paused", "stopped"}:
+            raise StoreError(f"unknown run status {status!r}. Fix: use running, finished, failed, paused or stopped.")
         with self.connect(read_only=False) as con:
             con.execute(
                 "UPDATE runs SET status = ?, status_reason = ?, updated_at = ? WHERE run_id = ?",
@@ -211,7 +423,7 @@ class Store:
         return rows[0] if rows else None
 
     def writer(self, run_id: str) -> StepLogWriter:
-        return StepLogWriter(self.run_dir(run_id))
+        return StepLogWriter(self.run_dir(self.validate_run_id(run_id)))
 
     # ---- compaction --------------------------------------------------------------------------------------------
     def compact(self, run_id: str, through: int | None = None) -> int:
@@ -226,8 +438,7 @@ class Store:
         with self.connect(read_only=False) as con:
             con.execute("BEGIN")
             low = self._watermark(con, run_id)
-            todo = [d for n, d in step_dirs if low < n <= through]
-            _insert_step_files(con, todo)
+            todo = _insert_step_files(con, [d for n, d in step_dirs if low < n <= through])
             if through > low:
                 con.execute("UPDATE runs SET compacted_through = ? WHERE run_id = ?", [through, run_id])
             con.execute("COMMIT")
@@ -248,18 +459,21 @@ class Store:
             con.execute("BEGIN")
             mark = self._watermark(con, run_id)
             todo = [(n, d) for n, d in list_step_dirs(self.run_dir(run_id)) if first <= n <= min(last, mark)]
+            good = set(_verified(todo))
+            todo = [(n, d) for n, d in todo if d in good]
             if todo:
                 steps = [n for n, _ in todo]
                 for table in STEP_TABLES:
                     con.execute(f"DELETE FROM compacted_{table} WHERE run_id = ? AND list_contains(?, step)",
                                 [run_id, steps])
-                _insert_step_files(con, [d for _, d in todo])
+                _insert_step_files(con, [d for _, d in todo], verify=False)
             con.execute("COMMIT")
         return len(todo)
 
     def _watermark(self, con: duckdb.DuckDBPyConnection, run_id: str) -> int:
         """The run's compaction watermark (-1: nothing compacted), inside a caller's open transaction."""
-        row = con.execute("SELECT compacted_through FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        rows = con.execute("SELECT compacted_through FROM runs WHERE run_id = ?", [run_id]).fetchall()
+        row = rows[0] if rows else None
         if row is None:
             con.execute("ROLLBACK")
             raise StoreError(f"no run {run_id!r} in {self.path}. Fix: check the run id (`pilot-commit runs`).")
@@ -383,27 +597,39 @@ class Store:
 
     def query_table(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[tuple]]:
         """Run a read-only query. A step file that vanished between the views' glob and its open (a replayed step
-        renamed aside, a compacted step deleted) is a moment's race, not an error: the query is retried."""
+        renamed aside, a compacted step deleted) is a moment's race, not an error: the query is retried. Any other
+        error (a statement refused by the session's settings, which may also name a step file) is raised at once."""
         deadline = time.monotonic() + self.lock_timeout_s
         while True:
             try:
                 with self.connect(read_only=True) as con:
                     cur = con.execute(sql, params or [])
                     return [d[0] for d in cur.description], cur.fetchall()
-            except duckdb.IOException as exc:
-                # Each retry re-globs, so it converges as soon as the deleting or replaying writer is done.
-                if str(self.runs_root) not in str(exc) or time.monotonic() > deadline:
+            except duckdb.Error as exc:
+                # Each retry lists the step directories again, so it converges as soon as the deleting or replaying
+                # writer is done. (Only errors about the store's own step files are retried.)
+                if not _vanished_step_file(exc, self.runs_root) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.005 + 0.02 * random.random())
 
     def list_runs(self) -> list[dict[str, Any]]:
+        """Each run with its steps and cumulative rollouts. ``missing_steps``: steps it should have and the store
+        cannot serve (damaged or gone; its cumulative figures are then lower bounds), ``damaged_steps`` those of
+        them whose directory is there but fails its manifest, ``problems`` both in words (``pilot-commit check``
+        says how to repair them)."""
         return self.query(
             """SELECT r.run_id, r.family, r.method, r.preset, r.seed, r.kind, r.status,
                       coalesce(s.steps, 0) AS steps, coalesce(s.sampled, 0) AS cumulative_sampled,
-                      coalesce(s.trained, 0) AS cumulative_trained, r.config_hash, r.status_reason
+                      coalesce(s.trained, 0) AS cumulative_trained, r.config_hash, r.status_reason,
+                      coalesce(d.missing, 0) AS missing_steps, coalesce(d.damaged, 0) AS damaged_steps,
+                      d.problems
                FROM runs r LEFT JOIN (
                    SELECT run_id, count(*) AS steps, sum(sampled_rollouts) AS sampled, sum(trained_rollouts) AS trained
                    FROM steps GROUP BY run_id) s USING (run_id)
+               LEFT JOIN (
+                   SELECT run_id, count(*) AS missing, count(*) FILTER (WHERE kind = 'damaged') AS damaged,
+                          string_agg(format('step {} {}', step, kind), ', ' ORDER BY step) AS problems
+                   FROM damaged_steps GROUP BY run_id) d USING (run_id)
                ORDER BY r.family, r.method, r.seed, r.created_at"""
         )
 
@@ -422,6 +648,8 @@ class Store:
                     "rollouts": {"grpo": r["grpo"], "dapo": r["dapo"], "pc": r["pc"]},
                     "grpo_over_pc": r["grpo_over_pc"],
                     "dapo_over_pc": r["dapo_over_pc"],
+                    # > 0: a compared run lacks steps, so its rollout counts are lower bounds (`pilot-commit check`)
+                    "missing_steps": r["missing_steps"],
                 }
             )
         for fam in out.values():
@@ -431,13 +659,44 @@ class Store:
         return out
 
 
-def _insert_step_files(con: duckdb.DuckDBPyConnection, step_dirs: Sequence[Path]) -> None:
-    """Append the rows of these step directories to the ``compacted_*`` tables (inside an open transaction)."""
+def _verified(step_dirs: Sequence[tuple[int, Path]]) -> list[Path]:
+    """The step directories that pass their manifest; each damaged one is moved into its run's ``.quarantine/``
+    (it never enters the catalog) and logged. Called by compaction, i.e. by the run's own writer."""
+    good = []
+    for _, d in step_dirs:
+        problem = verify_step_dir(d)
+        if problem is None:
+            good.append(d)
+            continue
+        try:
+            dest = quarantine_step_dir(d)
+        except OSError as exc:  # e.g. a read-only volume: the reads leave it out anyway
+            log.warning("step %s is damaged (%s) and could not be quarantined: %s", d, problem, exc)
+        else:
+            log.warning("step %s is damaged (%s): quarantined in %s; `pilot-commit check` says how to repair it",
+                        d, problem, dest)
+    return good
+
+
+def _insert_step_files(con: duckdb.DuckDBPyConnection, step_dirs: Sequence[Path], verify: bool = True) -> list[Path]:
+    """Append the rows of the intact ones of these step directories to the ``compacted_*`` tables (inside an open
+    transaction); returns the directories inserted. Files are read by pyarrow at their exact paths."""
+    if verify:
+        step_dirs = _verified([(0, d) for d in step_dirs])
     if not step_dirs:
-        return
-    for table in STEP_TABLES:
+        return []
+    fs = pafs.LocalFileSystem()
+    for table, schema in STEP_TABLES.items():
         files = [str(d / f"{table}.parquet") for d in step_dirs]
-        con.execute(f"INSERT INTO compacted_{table} BY NAME SELECT * FROM read_parquet(?, union_by_name=true)", [files])
+        rows = pads.FileSystemDataset.from_paths(files, schema=schema, format=pads.ParquetFileFormat(),
+                                                 filesystem=fs).to_table()
+        name = f"_compact_{table}"
+        con.register(name, rows)
+        try:
+            con.execute(f"INSERT INTO compacted_{table} BY NAME SELECT * FROM {name}")
+        finally:
+            con.unregister(name)
+    return step_dirs
 
 
 def _median(vals: list[float]) -> float | None:

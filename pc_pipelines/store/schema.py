@@ -8,7 +8,13 @@ Layout of a store at ``PATH`` (e.g. ``benchmarks/out/efficiency.duckdb``)::
         prompt_observations.parquet       one row per observed group (pilot, commit, full group)
         buffer_state.parquet              the replay buffer after the step's expiry
         evictions.parquet                 prompts marked solved this step
-    PATH.runs/_schema/step-empty/         zero-row files so the views bind before any run exists
+        MANIFEST.json                     each file's size and sha256, written last (v5)
+    PATH.runs/<run_id>/.quarantine/       damaged step directories moved aside by compaction (v5)
+
+Reading (v5, issue 18): paths are never patterns. A reading session lists the step directories itself, checks each
+against its manifest, and hands DuckDB the verified files as Arrow datasets (exact paths, read by pyarrow) behind
+TEMP views; DuckDB itself gets no file access at all (``enable_external_access`` off, configuration locked). The
+catalog's own views cover the compacted rows only and name no file, so a moved or copied store reads its own files.
 
 Compaction: a query over a run must open every step file, so a 1000-step run costs 1000 file opens per query.
 ``Store.compact(run_id, through)`` moves steps ``<= through`` into ``compacted_<table>`` catalog tables and sets
@@ -30,7 +36,7 @@ import pyarrow as pa
 
 from ..allocation.reasons import reason_sql
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 STEP_TABLES: dict[str, pa.Schema] = {
     "steps": pa.schema(
@@ -132,7 +138,7 @@ DDL = [
         config_hash VARCHAR NOT NULL,
         lineage_json VARCHAR,
         kind VARCHAR NOT NULL,            -- simulate | train
-        status VARCHAR NOT NULL,          -- running | finished | failed | paused
+        status VARCHAR NOT NULL,          -- running | finished | failed | paused | stopped
         status_reason VARCHAR,            -- v2: why a run failed or was paused
         compacted_through BIGINT,         -- v2: steps <= this live in compacted_* tables (NULL: none)
         run_dir VARCHAR NOT NULL,
@@ -228,7 +234,11 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS wave SMALLINT",
         "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS rule VARCHAR",
     ],
-    4: ["ALTER TABLE compacted_steps ADD COLUMN IF NOT EXISTS buffer_replaced INTEGER"],
+    # v5 (issue 18): the catalog's views name no file (compacted rows only; sessions add the step files), so the
+    # views of v4 (absolute glob patterns) are replaced by Store.init's view refresh; nothing else changes.
+    4: [],
+    # v6 (issue 18, one live buffer entry per prompt): steps count the entries a newer pilot replaced.
+    5: ["ALTER TABLE compacted_steps ADD COLUMN IF NOT EXISTS buffer_replaced INTEGER"],
 }
 
 
@@ -238,29 +248,38 @@ _REASON = reason_sql(decision="o.decision", stage="o.stage", rule="o.rule", evic
 """``decision_reasons.reason``: the SQL rendering of ``pc_pipelines/allocation/reasons.py``'s templates."""
 
 
-def view_sql(runs_root: str) -> list[str]:
-    """Views over the step files (absolute glob, refreshed at every writable open) and the catalog tables."""
-    root = runs_root.replace("'", "''")
+def view_sql(files: dict[str, str] | None = None, compacted: bool = True, watermark: bool = True) -> list[str]:
+    """The views, in dependency order.
 
-    def parquet(table: str) -> str:
-        return f"read_parquet('{root}/*/step-*/{table}.parquet', union_by_name=true)"
+    ``files`` None: the catalog's own (persistent) views, over the ``compacted_*`` tables only. They name no file,
+    so a moved or copied catalog stays correct, and plain ``duckdb`` sessions see every compacted step (all of a
+    finished run's). ``files`` maps each step table to a relation of its verified step files (registered per
+    session by :meth:`.Store.connect`); the views are then TEMP views of that session, which shadow the persistent
+    ones, and take catalog rows at or below each run's watermark and file rows above it. ``compacted`` /
+    ``watermark``: whether the catalog has the ``compacted_*`` tables / ``runs.compacted_through`` (older versions
+    read without being upgraded).
+    """
+    create = "CREATE OR REPLACE VIEW" if files is None else "CREATE OR REPLACE TEMP VIEW"
 
-    # Catalog rows at or below each run's watermark, Parquet rows above it: every step exactly once.
-    sqls = [
-        f"""CREATE OR REPLACE VIEW {t} AS
-            SELECT * FROM compacted_{t}
-            UNION ALL BY NAME
-            SELECT p.* FROM {parquet(t)} p
-            WHERE p.step > coalesce((SELECT r.compacted_through FROM runs r WHERE r.run_id = p.run_id), -1)"""
-        for t in STEP_TABLES
-    ]
+    def step_view(t: str) -> str:
+        if files is None:
+            return f"{create} {t} AS SELECT * FROM compacted_{t}"
+        src = f"SELECT p.* FROM {files[t]} p"
+        if watermark:
+            src += " WHERE p.step > coalesce((SELECT r.compacted_through FROM runs r WHERE r.run_id = p.run_id), -1)"
+        if not compacted:
+            return f"{create} {t} AS {src}"
+        # Catalog rows at or below each run's watermark, file rows above it: every step exactly once.
+        return f"{create} {t} AS SELECT * FROM compacted_{t} UNION ALL BY NAME {src}"
+
+    sqls = [step_view(t) for t in STEP_TABLES]
     sqls += [
-        """CREATE OR REPLACE VIEW pass_rate_history AS
+        f"""{create} pass_rate_history AS
            SELECT run_id, prompt_id, step, round, stage, n, n_correct, p_hat, decision, evicted, lag, wave, rule
            FROM prompt_observations""",
         # Why each observed group was kept, skipped, deferred, trained or evicted, in words, with the band the
         # step actually used (adaptive bands move per step). Rows written before v4 have no rule: read as band.
-        f"""CREATE OR REPLACE VIEW decision_reasons AS
+        f"""{create} decision_reasons AS
            SELECT o.run_id, o.step, o.round, o.prompt_id, o.stage, o.n, o.p_hat, o.decision, o.evicted, o.rule,
                   {_REASON} AS reason
            FROM (SELECT * REPLACE (coalesce(rule, CASE WHEN stage = 'pilot' THEN 'band' ELSE 'none' END) AS rule)
@@ -270,7 +289,7 @@ def view_sql(runs_root: str) -> list[str]:
         # screened_out + surplus + kept_unused = sampled). kept_unused: pilots kept for the buffer that never reached
         # a trained batch (those expired for age, those replaced by a newer pilot of their prompt, and those still
         # in the buffer). headroom = sampled / trained bounds what cheaper screening alone can buy.
-        """CREATE OR REPLACE VIEW rollout_breakdown AS
+        f"""{create} rollout_breakdown AS
            WITH t AS (SELECT run_id, count(*) AS steps, sum(sampled_rollouts) AS sampled,
                              sum(trained_rollouts) AS trained FROM steps GROUP BY run_id),
                 o AS (SELECT run_id,
@@ -285,24 +304,27 @@ def view_sql(runs_root: str) -> list[str]:
                       - coalesce(o.surplus, 0) AS kept_unused,
                   t.sampled / nullif(t.trained, 0) AS headroom
            FROM t LEFT JOIN o USING (run_id)""",
-        """CREATE OR REPLACE VIEW step_costs AS
+        f"""{create} step_costs AS
            SELECT run_id, step, sampled_rollouts, trained_rollouts, pilot_rollouts, commit_rollouts, full_rollouts,
                   sum(sampled_rollouts) OVER w AS cumulative_sampled,
-                  sum(trained_rollouts) OVER w AS cumulative_trained
+                  sum(trained_rollouts) OVER w AS cumulative_trained,
+                  step + 1 - count(*) OVER w AS missing_steps
            FROM steps
            WINDOW w AS (PARTITION BY run_id ORDER BY step ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)""",
         # Average accuracy = mean over the run's benchmarks at each eval step; cost = cumulative sampled
-        # rollouts through that step (0 before training).
-        """CREATE OR REPLACE VIEW eval_curve AS
+        # rollouts through that step (0 before training). missing_steps: steps 0..step the store lacks (damaged or
+        # deleted); when it is > 0 the costs are lower bounds (taken at the last step present).
+        f"""{create} eval_curve AS
            SELECT e.run_id, r.family, r.method, r.seed, e.step, avg(e.accuracy) AS accuracy,
                   coalesce(max(c.cumulative_sampled), 0) AS cumulative_sampled,
-                  coalesce(max(c.cumulative_trained), 0) AS cumulative_trained
+                  coalesce(max(c.cumulative_trained), 0) AS cumulative_trained,
+                  greatest(e.step + 1, 0) - coalesce(max(c.step + 1 - c.missing_steps), 0) AS missing_steps
            FROM eval_results e JOIN runs r USING (run_id)
-           LEFT JOIN step_costs c ON c.run_id = e.run_id AND c.step = e.step
+           ASOF LEFT JOIN step_costs c ON c.run_id = e.run_id AND e.step >= c.step
            GROUP BY e.run_id, r.family, r.method, r.seed, e.step""",
         # Paper Table 2, per family and seed (the latest run of each method): target = min(GRPO peak, PC peak);
         # each method's cumulative sampled rollouts at its first eval at or above the target (NULL = never).
-        """CREATE OR REPLACE VIEW rollouts_to_target AS
+        f"""{create} rollouts_to_target AS
            WITH latest AS (
                SELECT run_id FROM runs
                QUALIFY row_number() OVER (PARTITION BY family, method, seed ORDER BY created_at DESC, run_id) = 1),
@@ -318,7 +340,8 @@ def view_sql(runs_root: str) -> list[str]:
            hits AS (
                SELECT c.family, c.seed, c.method,
                       min(c.cumulative_sampled) FILTER (WHERE c.accuracy >= t.target - 1e-12) AS rollouts
-               FROM curve c JOIN targets t USING (family, seed) GROUP BY ALL)
+               FROM curve c JOIN targets t USING (family, seed) GROUP BY ALL),
+           gaps AS (SELECT family, seed, max(missing_steps) AS missing_steps FROM curve GROUP BY ALL)
            SELECT t.family, t.seed, t.target,
                   max(h.rollouts) FILTER (WHERE h.method = 'grpo') AS grpo,
                   max(h.rollouts) FILTER (WHERE h.method = 'dapo') AS dapo,
@@ -326,8 +349,10 @@ def view_sql(runs_root: str) -> list[str]:
                   max(h.rollouts) FILTER (WHERE h.method = 'grpo')::DOUBLE
                       / nullif(max(h.rollouts) FILTER (WHERE h.method = 'pc'), 0) AS grpo_over_pc,
                   max(h.rollouts) FILTER (WHERE h.method = 'dapo')::DOUBLE
-                      / nullif(max(h.rollouts) FILTER (WHERE h.method = 'pc'), 0) AS dapo_over_pc
-           FROM targets t LEFT JOIN hits h USING (family, seed)
+                      / nullif(max(h.rollouts) FILTER (WHERE h.method = 'pc'), 0) AS dapo_over_pc,
+                  -- > 0: a compared run lacks steps (damaged or deleted); its rollout counts are lower bounds
+                  coalesce(max(g.missing_steps), 0) AS missing_steps
+           FROM targets t LEFT JOIN hits h USING (family, seed) LEFT JOIN gaps g USING (family, seed)
            WHERE t.target IS NOT NULL
            GROUP BY t.family, t.seed, t.target""",
     ]

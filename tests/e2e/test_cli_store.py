@@ -118,9 +118,10 @@ def test_sql_bad_query_shows_duckdbs_message_without_traceback(store):
     assert out.returncode != 0 and "syntax error" in out.stderr.lower() and "Traceback" not in out.stderr
 
 
-def test_sql_refreshes_views_a_store_from_an_older_version_lacks(store, tmp_path):
-    """A store written before the rollout_breakdown view existed: `sql` refreshes the views and answers; a typo
-    still fails with DuckDB's message."""
+def test_sql_answers_with_views_a_store_from_an_older_version_lacks_without_writing_it(store, tmp_path):
+    """A store written before the rollout_breakdown view existed: `sql` defines this version's views for its own
+    session and answers; a typo still fails with DuckDB's message; the catalog is never written (issue 18: the
+    old "refresh the views and retry" opened it for writing and migrated it)."""
     import shutil
 
     import duckdb
@@ -137,6 +138,11 @@ def test_sql_refreshes_views_a_store_from_an_older_version_lacks(store, tmp_path
     assert out[1]["headroom"] == 1.0 and out[0]["headroom"] > 1.0  # GRPO trains all it samples, DAPO does not
     bad = run("sql", "--store", str(old), "SELECT * FROM no_such_view", check=False)
     assert bad.returncode != 0 and "no_such_view" in bad.stderr and "Traceback" not in bad.stderr
+    con = duckdb.connect(str(old), read_only=True)
+    try:  # still without the view: nothing was written
+        assert con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'rollout_breakdown'").fetchone() == (0,)
+    finally:
+        con.close()
 
 
 def test_sql_is_read_only(store):
@@ -190,12 +196,14 @@ def test_simulate_store_replayed_with_the_same_run_name_has_no_doubled_steps(tmp
     args = ["simulate", "--store", path, "--method", "pc", "--prompts", "3000", "--train-batch", "16", "--n", "8",
             "--run-name", "again", "--json"]
     first = run(*args, "--steps", "12").stdout
-    second = run(*args, "--steps", "12").stdout
+    refused = run(*args, "--steps", "12", check=False)  # an existing run is never replaced silently (issue 18)
+    assert refused.returncode == 2 and "--overwrite" in refused.stderr and refused.stdout == ""
+    second = run(*args, "--steps", "12", "--overwrite").stdout
     assert first == second
     counts = json.loads(run("sql", "--store", path, "SELECT run_id, count(*) AS n, count(DISTINCT step) AS d "
                                                     "FROM steps GROUP BY run_id", "--json").stdout)
     assert counts == [{"run_id": "again", "n": 12, "d": 12}]
-    run(*args, "--steps", "5")  # a shorter replay replaces the run
+    run(*args, "--steps", "5", "--overwrite")  # a shorter replay asked for replaces the run
     counts = json.loads(run("sql", "--store", path, "SELECT count(*) AS n, count(DISTINCT step) AS d, max(step) AS m "
                                                     "FROM steps", "--json").stdout)
     assert counts == [{"n": 5, "d": 5, "m": 4}]

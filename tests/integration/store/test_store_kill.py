@@ -26,6 +26,7 @@ import pytest
 from pc_pipelines.config import resolve
 from pc_pipelines.sim_runs import record_simulation
 from pc_pipelines.store import STEP_TABLES, RunRecord, StepLogWriter, Store
+from pc_pipelines.store.steplog import MANIFEST, verify_step_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -122,12 +123,15 @@ def step_dirs(run_dir: Path) -> dict[int, Path]:
 
 
 def hidden(run_dir: Path) -> list[str]:
-    return [p.name for p in run_dir.iterdir() if p.name.startswith(".")]
+    """Leftovers of killed writes; the writer's lock file and space reserve (issue 18) are the run's own and stay."""
+    return [p.name for p in run_dir.iterdir() if p.name.startswith(".") and p.name not in (".writer.lock",
+                                                                                         ".space-reserve")]
 
 
 def read_step_dir(d: Path, step: int) -> int:
-    """All four files present and readable, all carrying one write's marker; returns the marker."""
-    assert sorted(p.name for p in d.iterdir()) == sorted(f"{t}.parquet" for t in STEP_TABLES), d
+    """All four files and the manifest present and intact, all carrying one write's marker; returns the marker."""
+    assert sorted(p.name for p in d.iterdir()) == sorted([MANIFEST, *(f"{t}.parquet" for t in STEP_TABLES)]), d
+    assert verify_step_dir(d) is None, d
     tables = {t: pq.read_table(d / f"{t}.parquet") for t in STEP_TABLES if t != "prompt_observations"}
     tables["prompt_observations"] = pq.read_table(d / "prompt_observations.parquet", columns=["step", "n"])
     for name, t in tables.items():
@@ -224,7 +228,8 @@ def test_killed_simulation_with_compaction_leaves_a_consistent_store(tmp_path):
         run_dir = store.run_dir(run_id)
         for step, d in step_dirs(run_dir).items():
             if step > watermark:
-                assert sorted(p.name for p in d.iterdir()) == sorted(f"{t}.parquet" for t in STEP_TABLES)
+                assert sorted(p.name for p in d.iterdir()) == sorted([MANIFEST, *(f"{t}.parquet" for t in STEP_TABLES)])
+                assert verify_step_dir(d) is None, d
                 for t in STEP_TABLES:
                     pq.read_table(d / f"{t}.parquet")
         obs = store.query(
@@ -243,7 +248,7 @@ def test_killed_simulation_with_compaction_leaves_a_consistent_store(tmp_path):
     clean = [r.sim_step.outcome.ledger.sampled_rollouts
              for r in record_simulation(cfg, store, 30, run_id="clean", compact_every=None)]
     for run_id in killed[-1:]:
-        list(record_simulation(cfg, store, 30, run_id=run_id, compact_every=7))
+        list(record_simulation(cfg, store, 30, run_id=run_id, compact_every=7, overwrite=True))
         rows = store.query("SELECT step, sampled_rollouts FROM steps WHERE run_id = ? ORDER BY step", [run_id])
         assert [r["step"] for r in rows] == list(range(30))
         assert [r["sampled_rollouts"] for r in rows] == clean

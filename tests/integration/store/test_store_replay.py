@@ -88,7 +88,12 @@ def test_record_simulation_twice_with_the_same_run_id_has_no_doubled_steps(tmp_p
     cfg = small_config()
     first = list(record_simulation(cfg, st, 10, run_id="replayed"))
     sampled_first = [r.sim_step.outcome.ledger.sampled_rollouts for r in first]
-    second = list(record_simulation(cfg, st, 10, run_id="replayed"))
+    # a replay must be asked for (issue 18: an existing run is never replaced silently) ...
+    with pytest.raises(StoreError, match="already exists .* with 10 steps.*--overwrite"):
+        list(record_simulation(cfg, st, 10, run_id="replayed"))
+    assert per_run_counts(st) == {"replayed": (10, 10)}
+    # ... with overwrite
+    second = list(record_simulation(cfg, st, 10, run_id="replayed", overwrite=True))
     # the simulator is deterministic: the replay wrote the same steps again, once each
     assert [r.sim_step.outcome.ledger.sampled_rollouts for r in second] == sampled_first
     assert per_run_counts(st) == {"replayed": (10, 10)}
@@ -102,7 +107,7 @@ def test_record_simulation_twice_with_the_same_run_id_has_no_doubled_steps(tmp_p
     assert len(st.query("SELECT * FROM runs")) == 1
 
     # a shorter replay forgets the steps (and evals) it did not redo
-    list(record_simulation(cfg, st, 4, run_id="replayed"))
+    list(record_simulation(cfg, st, 4, run_id="replayed", overwrite=True))
     assert per_run_counts(st) == {"replayed": (4, 4)}
     assert [r["step"] for r in st.query("SELECT step FROM eval_results ORDER BY step")] == [-1, 2, 3]
 
@@ -112,7 +117,7 @@ def test_replays_of_several_runs_stay_separate(tmp_path):
     for method in ("grpo", "pc"):
         cfg = small_config(method=method)
         for _ in range(2):
-            list(record_simulation(cfg, st, 6))
+            list(record_simulation(cfg, st, 6, overwrite=True))
     counts = per_run_counts(st)
     assert len(counts) == 2 and all(v == (6, 6) for v in counts.values())
     assert set(counts) == {small_config(method=m).default_run_id() for m in ("grpo", "pc")}
@@ -166,11 +171,15 @@ def test_set_status_refuses_unknown_statuses(tmp_path):
     assert (st.get_run("r1")["status"], st.get_run("r1")["status_reason"]) == ("running", None)
 
 
-@pytest.mark.parametrize("bad", ["", "a/b", ".hidden", "_schema", "../up"])
-def test_run_ids_that_cannot_name_a_directory_are_refused(tmp_path, bad):
+@pytest.mark.parametrize("bad", ["", "a/b", ".hidden", "_schema", "../up", "*", "[a-z]*", "?ictim", "x" * 300])
+def test_run_ids_outside_the_allowed_set_are_refused(tmp_path, bad):
     st = Store(tmp_path / "s.duckdb").init()
-    with pytest.raises(StoreError, match="cannot name a directory"):
+    with pytest.raises(StoreError, match=r"letters, digits, '\.', '_' and '-'.*Fix:"):
         st.register_run(record(run_id=bad))
+    with pytest.raises(StoreError, match="Fix:"):
+        st.writer(bad)
+    assert st.query("SELECT count(*) AS n FROM runs") == [{"n": 0}]
+    assert (sorted(p.name for p in st.runs_root.iterdir()) if st.runs_root.exists() else []) == []
 
 
 def test_replace_steps_swaps_compacted_rows_of_a_mid_run_replay_only(tmp_path):

@@ -53,7 +53,7 @@ def columns(path, table: str) -> list[str]:
 
 
 def test_schema_version_is_five():
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
     assert sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
 
 
@@ -77,7 +77,7 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
     assert columns(path, "compacted_steps") == []
 
     st = Store(path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 5
+    assert st.schema_version() == SCHEMA_VERSION == 6
     assert {"status_reason", "compacted_through"} <= set(columns(path, "runs"))
     assert columns(path, "segments")[:5] == ["run_id", "segment", "first_step", "last_step", "status"]
     for table in STEP_TABLES:
@@ -144,8 +144,8 @@ def test_version_3_catalog_gains_the_strategy_columns_keeping_its_rows(tmp_path)
     assert st.query("SELECT count(*) AS n FROM decision_reasons") == [{"n": 0}]
 
 
-def test_version_4_catalog_gains_buffer_replaced_keeping_its_rows(tmp_path):
-    """v5 (issue 18, one live buffer entry per prompt): steps gain ``buffer_replaced``; compacted v4 rows and v4
+def test_version_5_catalog_gains_buffer_replaced_keeping_its_rows(tmp_path):
+    """v6 (issue 18, one live buffer entry per prompt): steps gain ``buffer_replaced``; compacted v5 rows and v5
     step files (written without the column) read it as NULL, new steps carry it."""
     st = Store(tmp_path / "v4.duckdb").init()
     st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
@@ -155,16 +155,17 @@ def test_version_4_catalog_gains_buffer_replaced_keeping_its_rows(tmp_path):
         w.write_step(step, step_tables("r", step))
     old_files = sorted((st.path.parent / "v4.duckdb.runs" / "r").glob("step-*/steps.parquet"))
     assert len(old_files) == 3
-    for f in old_files:  # as a v4 writer wrote them: no buffer_replaced column
+    for f in old_files:  # as a v5 writer wrote them: no buffer_replaced column (and no manifest before v5)
         pq.write_table(pq.read_table(f).drop_columns(["buffer_replaced"]), f)
+        (f.parent / "MANIFEST.json").unlink()
     assert st.compact("r", through=1) == 2
     con = duckdb.connect(str(st.path))
     con.execute("ALTER TABLE compacted_steps DROP COLUMN buffer_replaced")
-    con.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    con.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
     con.close()
 
     st = Store(st.path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 5
+    assert st.schema_version() == SCHEMA_VERSION == 6
     assert columns(st.path, "compacted_steps") == list(STEP_TABLES["steps"].names)
     new = step_tables("r", 3)
     new["steps"] = pa.Table.from_pylist([{"run_id": "r", "step": 3, "sampled_rollouts": 10, "buffer_replaced": 7}],
@@ -208,3 +209,41 @@ def test_catalog_without_an_upgrade_path_is_refused(tmp_path):
     con = duckdb.connect(str(path), read_only=True)
     assert con.execute("SELECT value FROM meta").fetchall() == [("0",)]
     con.close()
+
+
+def view_definitions(path) -> dict[str, str]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return dict(con.execute("SELECT view_name, sql FROM duckdb_views() WHERE NOT internal").fetchall())
+    finally:
+        con.close()
+
+
+def test_version_4_catalog_is_read_without_writing_and_upgraded_to_file_free_views(tmp_path):
+    """v5 (issue 18): a v4 catalog's views embed an absolute glob over the step files. Reading it (the `sql` path)
+    neither writes nor uses those views; the next writable open replaces them with views that name no file."""
+    st = Store(tmp_path / "v4.duckdb").init()
+    st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
+                              kind="simulate"))
+    w = st.writer("r")
+    for step in range(3):
+        w.write_step(step, step_tables("r", step))
+    con = duckdb.connect(str(st.path))
+    glob = str(st.runs_root) + "/*/step-*/steps.parquet"
+    con.execute(f"CREATE OR REPLACE VIEW steps AS SELECT * FROM read_parquet('{glob}', union_by_name=true)")
+    con.execute("DROP VIEW rollout_breakdown")
+    con.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    con.close()
+    before = (st.path.stat().st_mtime_ns, st.path.read_bytes())
+
+    reader = Store(st.path)
+    assert reader.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s FROM steps") == [{"n": 3, "s": 30}]
+    assert reader.query("SELECT steps FROM rollout_breakdown") == [{"steps": 3}]  # a view v4 lacked, per session
+    assert (st.path.stat().st_mtime_ns, st.path.read_bytes()) == before  # nothing written
+    assert reader.schema_version() == 4
+
+    Store(st.path).init()
+    assert Store(st.path).schema_version() == SCHEMA_VERSION
+    views = view_definitions(st.path)
+    assert "rollout_breakdown" in views
+    assert not any("read_parquet" in sql or str(st.runs_root) in sql for sql in views.values()), views

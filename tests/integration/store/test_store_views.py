@@ -267,9 +267,14 @@ def test_get_run_with_a_quote_in_the_id(store):
     assert store.get_run("fam-pc-s0")["method"] == "pc"
 
 
-def test_run_ids_with_quotes_are_stored_verbatim(tmp_path):
+def test_values_with_quotes_are_stored_verbatim(tmp_path):
+    """Families and benchmarks with quotes go through as bound parameters; a run id with a quote is refused (run
+    ids are held to letters, digits, '.', '_' and '-' since issue 18)."""
     st = Store(tmp_path / "q.duckdb").init()
-    rid = "o'brien-run"
+    with pytest.raises(StoreError, match="Fix:"):
+        st.register_run(RunRecord(run_id="o'brien-run", family="f", method="pc", preset="p", seed=0, config={},
+                                  config_hash="h", kind="simulate"))
+    rid = "obrien-run"
     st.register_run(RunRecord(run_id=rid, family="it's", method="pc", preset="p", seed=0, config={}, config_hash="h",
                               kind="simulate"))
     st.writer(rid).write_step(0, step_tables(rid, 0, 5, 4))
@@ -295,18 +300,21 @@ def test_family_without_a_pc_run_has_no_target(tmp_path):
 
 
 # ---- store paths -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("dirname", ["it's here", "with space", "star*dir", "runs[2024]"])
+@pytest.mark.parametrize("dirname", ["it's here", "with space", "star*dir", "runs[2024]", "[a-z]*", "{a,b}"])
 def test_store_path_with_special_characters(tmp_path, dirname):
-    """The views embed the runs directory in a ``read_parquet`` glob. Quotes are escaped; glob metacharacters are
-    not: under a directory like ``runs[2024]`` the pattern ``.../runs[2024]/x.duckdb.runs/*/step-*/...`` matches
-    nothing, and ``Store.init()`` dies with a raw ``duckdb.IOException: No files found that match the pattern``
-    (schema.py, view_sql: only ``'`` is escaped in ``root``). A store there must work, or at least be refused
-    with a StoreError that says how to fix it."""
+    """No path reaches DuckDB as a pattern (issue 18): a store under glob metacharacters works, and a sibling
+    store whose path the glob would also have matched is never read."""
     path = tmp_path / dirname / "x.duckdb"
-    try:
-        st = Store(path).init()
-    except StoreError as exc:
-        assert "Fix" in str(exc)
-        return
+    st = Store(path).init()
     write_run(st, "fam-pc-s0", "pc", 0, [5, 6, 7], [4, 4, 4], [(0.125, 0.125), (0.25, 0.25), (0.5, 0.5), (0.5, 0.5)])
+    decoy = Store(tmp_path / "a" / "x.duckdb").init()  # '[a-z]*' would match it as a pattern
+    write_run(decoy, "fam-pc-s0", "pc", 0, [100, 100], [4, 4], [(0.125, 0.125), (0.25, 0.25), (0.5, 0.5)])
     assert st.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s FROM steps") == [{"n": 3, "s": 18}]
+    assert st.compact("fam-pc-s0") == 3
+    assert st.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s FROM steps") == [{"n": 3, "s": 18}]
+
+
+@pytest.mark.parametrize("dirname", ["what?", "back\\slash"])
+def test_store_path_duckdb_cannot_open_is_refused_with_a_fix(tmp_path, dirname):
+    with pytest.raises(StoreError, match="Fix: choose a store path without"):
+        Store(tmp_path / dirname / "x.duckdb")

@@ -273,11 +273,11 @@ def test_rewards_array_and_math_reward():
 
 
 def test_overlong_answer_is_unparsable_without_sympy():
-    g = MathGrader(timeout_s=1.0, max_answer_chars=1000)
+    # the timeout is generous: on a loaded machine math-verify may need seconds for the 799-char sum below (what
+    # matters is that the 1201-char answer never reaches it, not how fast anything is: no timing asserts)
+    g = MathGrader(timeout_s=30.0, max_answer_chars=1000)
     long_answer = "1+" * 600 + "1"  # 1201 chars, and it would even be a number
-    t0 = time.perf_counter()
     out = g.grade(r"\boxed{" + long_answer + "}", "1201")
-    assert time.perf_counter() - t0 < 0.2
     assert (out.outcome, out.reward) == (O.UNPARSABLE, 0.0)
     assert g.stats.cache_misses == 0  # never reached math-verify
     ok = g.grade(r"\boxed{" + "+".join(["1"] * 400) + "}", "400")  # 799 chars: verified

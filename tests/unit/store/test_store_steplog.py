@@ -5,6 +5,8 @@ No DuckDB catalog here (see tests/integration/store/ for the views over these fi
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 
 from pc_pipelines.store import STEP_TABLES, StepLogWriter
 from pc_pipelines.store import steplog as steplog_mod
-from pc_pipelines.store.steplog import empty_tables, step_dir_name
+from pc_pipelines.store.steplog import MANIFEST, empty_tables, quarantine_step_dir, step_dir_name, verify_step_dir
 
 
 def tables(run_id: str, step: int, marker: int, n_obs: int) -> dict[str, pa.Table]:
@@ -54,7 +56,7 @@ def test_write_step_writes_all_four_files_with_the_schema(tmp_path):
     w = StepLogWriter(tmp_path / "run")
     d = w.write_step(5, tables("r", 5, marker=10, n_obs=3))
     assert d == tmp_path / "run" / "step-00000005"
-    assert sorted(p.name for p in d.iterdir()) == sorted(f"{t}.parquet" for t in STEP_TABLES)
+    assert sorted(p.name for p in d.iterdir()) == sorted([MANIFEST, *(f"{t}.parquet" for t in STEP_TABLES)])
     for name, schema in STEP_TABLES.items():
         t = pq.read_table(d / f"{name}.parquet")
         assert t.schema.equals(schema, check_metadata=False), name
@@ -149,3 +151,88 @@ def test_empty_tables_match_the_schemas(tmp_path):
     for name, schema in STEP_TABLES.items():
         t = pq.read_table(d / f"{name}.parquet")
         assert t.num_rows == 0 and t.schema.equals(schema, check_metadata=False)
+
+
+def test_manifest_lists_every_file_with_its_size_and_sha256(tmp_path):
+    d = StepLogWriter(tmp_path / "run").write_step(2, tables("r", 2, marker=7, n_obs=4))
+    manifest = json.loads((d / MANIFEST).read_text())
+    assert manifest["format"] == 1 and manifest["step"] == "step-00000002"
+    assert sorted(manifest["files"]) == sorted(f"{t}.parquet" for t in STEP_TABLES)
+    for name, entry in manifest["files"].items():
+        data = (d / name).read_bytes()
+        assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, name
+    assert verify_step_dir(d) is None
+
+
+def test_manifest_is_written_last_and_everything_is_fsynced_before_the_rename(tmp_path, monkeypatch):
+    """The order of durable operations: each file fsynced, then the manifest, then the temp dir, then the rename,
+    then the run dir. (A power loss before the rename leaves only a .tmp dir; after it, complete files.)"""
+    events: list[str] = []
+    real_fsync, real_rename = os.fsync, os.rename
+
+    def fsync(fd):
+        events.append("fsync:" + Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        return real_fsync(fd)
+
+    def rename(a, b):
+        events.append(f"rename:{Path(a).name[:9]}->{Path(b).name}")
+        return real_rename(a, b)
+
+    monkeypatch.setattr(steplog_mod.os, "fsync", fsync)
+    monkeypatch.setattr(steplog_mod.os, "rename", rename)
+    StepLogWriter(tmp_path / "run").write_step(1, tables("r", 1, marker=3, n_obs=2))
+    files = [e for e in events if e.endswith(".parquet")]
+    assert sorted(files) == sorted(f"fsync:{t}.parquet" for t in STEP_TABLES)
+    i_manifest = events.index(f"fsync:{MANIFEST}")
+    assert all(events.index(f) < i_manifest for f in files)
+    i_rename = events.index("rename:.tmp-step->step-00000001")
+    assert events[i_manifest + 1].startswith("fsync:.tmp-step-00000001-") and i_manifest + 1 < i_rename
+    assert events[i_rename + 1] == "fsync:run"
+
+
+@pytest.mark.parametrize("damage, expect", [
+    ("truncate", "steps.parquet is 0 bytes, the manifest says"),
+    ("flip", "sha256"),
+    ("delete", "steps.parquet is missing"),
+    ("manifest", "MANIFEST.json is damaged"),
+])
+def test_verify_step_dir_names_the_damage(tmp_path, damage, expect):
+    d = StepLogWriter(tmp_path / "run").write_step(0, tables("r", 0, marker=5, n_obs=3))
+    f = d / "steps.parquet"
+    if damage == "truncate":
+        f.write_bytes(b"")
+    elif damage == "flip":
+        data = bytearray(f.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        f.write_bytes(bytes(data))
+    elif damage == "delete":
+        f.unlink()
+    else:
+        (d / MANIFEST).write_text("{not json")
+    problem = verify_step_dir(d)
+    assert problem is not None and expect in problem, problem
+    if damage == "flip":
+        assert verify_step_dir(d, checksums=False) is None  # sizes alone do not see flipped bytes
+
+
+def test_step_without_manifest_is_checked_for_parquet_framing(tmp_path):
+    """Step directories written before manifests existed: presence and PAR1 framing."""
+    d = StepLogWriter(tmp_path / "run").write_step(0, tables("r", 0, marker=5, n_obs=3))
+    (d / MANIFEST).unlink()
+    assert verify_step_dir(d) is None
+    (d / "evictions.parquet").write_bytes((d / "evictions.parquet").read_bytes()[:-10])
+    assert "evictions.parquet is not a complete Parquet file" in verify_step_dir(d)
+    (d / "evictions.parquet").write_bytes(b"")
+    assert "evictions.parquet is 0 bytes" in verify_step_dir(d)
+
+
+def test_quarantine_moves_a_step_aside_where_no_reader_or_sweep_looks(tmp_path):
+    run = tmp_path / "run"
+    w = StepLogWriter(run)
+    for s in range(3):
+        w.write_step(s, tables("r", s, marker=s + 1, n_obs=1))
+    dest = quarantine_step_dir(run / "step-00000001")
+    assert dest.parent == run / ".quarantine" and dest.name.startswith("step-00000001.")
+    assert [n for n, _ in steplog_mod.list_step_dirs(run)] == [0, 2]
+    StepLogWriter(run)  # the sweep leaves quarantined steps alone
+    assert dest.is_dir() and verify_step_dir(dest) is None

@@ -1,0 +1,172 @@
+"""Clean stops and honest statuses: what a writer of a run does on SIGTERM / Ctrl-C, and what status and reason a
+run ends with when it does not finish.
+
+* :func:`stop_on_signals` (the CLI's writers: ``simulate``, ``train``, ``train-segment``) turns the first SIGINT or
+  SIGTERM into a request, which the loops honour at the next step boundary (training also writes a checkpoint
+  there, so nothing is lost); a second signal abandons the step at once. Either way :class:`StopRequested` ends the
+  run with status ``stopped``, and the command exits with 128 + the signal number (130 for Ctrl-C, 143 for
+  SIGTERM) after one line on stderr, never a traceback.
+* :func:`run_outcome` maps the exception a run ended with to its status and reason: ``stopped`` for a stop or an
+  interrupt, ``failed`` otherwise, with a disk full (ENOSPC, also when a library wraps it, as torch does) or another
+  I/O error spelled out together with the fix.
+* :class:`SpaceReserve`: recording that a disk filled up needs a little room on that disk (the catalog's status
+  update). A writer sets a small file aside when it starts and gives that room back before it records its end.
+
+No signal handler is installed at import time, and none outside the main thread (Dagster's run workers handle
+their own signals; an interrupt reaches the loop there as ``KeyboardInterrupt``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class StopRequested(BaseException):
+    """A signal asked the run to stop (a BaseException, like KeyboardInterrupt: ``except Exception`` lets it by)."""
+
+    def __init__(self, signum: int, abandoned: bool = False, detail: str = "") -> None:
+        self.signum, self.abandoned, self.detail = signum, abandoned, detail
+        super().__init__(self.reason)
+
+    @property
+    def signal_name(self) -> str:
+        try:
+            return signal.Signals(self.signum).name
+        except ValueError:
+            return f"signal {self.signum}"
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+    @property
+    def reason(self) -> str:
+        how = "abandoning the step in progress" if self.abandoned else "at a step boundary"
+        return f"stopped by {self.signal_name} ({how}){': ' + self.detail if self.detail else ''}"
+
+    def with_detail(self, detail: str) -> StopRequested:
+        return StopRequested(self.signum, self.abandoned, detail)
+
+
+class StopFlag:
+    """Set by the first signal; the loops call :meth:`check` at every step boundary."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def request(self, signum: int) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def check(self) -> None:
+        if self.signum is not None:
+            raise StopRequested(self.signum)
+
+
+@contextlib.contextmanager
+def stop_on_signals(flag: StopFlag | None = None) -> Iterator[StopFlag]:
+    """SIGINT and SIGTERM set ``flag`` (the first) or raise :class:`StopRequested` (the second) while the block
+    runs; the previous handlers come back afterwards. Outside the main thread this installs nothing."""
+    flag = flag or StopFlag()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum, frame) -> None:
+        if flag.requested:
+            raise StopRequested(signum, abandoned=True)
+        flag.request(signum)
+        log.info("%s received: stopping at the end of the current step (send it again to abandon the step)",
+                    signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield flag
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+# ---- statuses -------------------------------------------------------------------------------------------------
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+_DISK_FULL_TEXT = ("no space left on device", "disk quota exceeded")
+
+
+def io_error(exc: BaseException) -> OSError | None:
+    """The OSError behind ``exc`` (itself, its cause or context), or one made from a library's wrapped message
+    (torch reports a full disk as ``RuntimeError: ... file write failed`` / ``No space left on device``)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError):
+            return e
+        text = str(e).lower()
+        if any(t in text for t in _DISK_FULL_TEXT):
+            return OSError(errno.ENOSPC, f"No space left on device ({type(e).__name__}: {str(e)[:300]})")
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def is_disk_full(err: OSError) -> bool:
+    return err.errno in _DISK_FULL
+
+
+def describe_io_error(err: OSError, where: str | None = None, then: str = "resume the run") -> str:
+    """A one-line reason with the fix for a failed write; ``where`` names the directory that was written, ``then``
+    what to do once the disk is fixed."""
+    place = where or (str(err.filename) if err.filename else "the run's directories and the store")
+    if is_disk_full(err):
+        return (f"disk full: {err.strerror or err}{' (' + str(err.filename) + ')' if err.filename else ''}. Fix: free "
+                f"space on the disk holding {place} (or point --out/--store at a bigger one), then {then}.")
+    return (f"I/O error: {err}. Fix: check that {place} is writable and its disk healthy (`dmesg`, `df -h`), then "
+            f"{then}.")
+
+
+def run_outcome(exc: BaseException, where: str | None = None, then: str = "resume the run") -> tuple[str, str]:
+    """(status, reason) of a run that ended with ``exc``; ``where`` and ``then`` complete an I/O error's fix."""
+    if isinstance(exc, StopRequested):
+        return "stopped", exc.reason
+    if isinstance(exc, KeyboardInterrupt):
+        return "stopped", "interrupted (SIGINT / Ctrl-C)"
+    err = io_error(exc)
+    if err is not None:
+        return "failed", describe_io_error(err, where, then)
+    return "failed", f"{type(exc).__name__}: {exc}"
+
+
+class SpaceReserve:
+    """``nbytes`` set aside in ``directory`` (``.space-reserve``) while a run writes, given back by :meth:`release`
+    (before recording the run's end, so a full disk still lets the status be written). Creating it on a disk that
+    is already full raises the OSError, before the run is touched."""
+
+    NAME = ".space-reserve"
+
+    def __init__(self, directory: str | Path, nbytes: int = 2 << 20) -> None:
+        self.path = Path(directory) / self.NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(self.path, "wb") as f:
+                f.write(b"\0" * nbytes)  # real blocks (a sparse file or a lazy fallocate would reserve nothing)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
