@@ -40,8 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXE = [sys.executable, "-m", "pc_pipelines.cli"]
 RUNS = {"soak-pc-s0": ("pc", 0), "soak-pc-s1": ("pc", 1), "soak-grpo-s0": ("grpo", 0), "soak-dapo-s0": ("dapo", 0)}
 # A tiny run: a step takes a second or two on one core, so a 30-minute soak writes hundreds of steps per run.
-TRAIN = ["--set", "allocator.train_batch=8", "--set", "allocator.n=8", "--set", "allocator.n_pilot=2",
-         "--set", "allocator.pilot_wave=1", "--set", "allocator.commit_mean=6", "--set", "task.num_prompts=200",
+TRAIN = ["--set", "allocator.train_batch=8", "--set", "allocator.n=8", "--set", "allocator.pilot_wave=1", "--set", "allocator.commit_mean=6", "--set", "task.num_prompts=200",
          "--set", "training.ppo_minibatch=4",
          "--set", "training.eval_every=20", "--set", "training.eval_samples=1",
          "--set", "training.checkpoint_every=1", "--set", "training.keep_checkpoints=3"]
@@ -68,7 +67,8 @@ class Writer:
         self.incarnation += 1
         i = self.incarnation
         cmd = [*EXE, "train", "--method", self.method, "--seed", str(self.seed), "--steps", str(STEPS), "--out",
-               str(self.out), "--run-name", self.run_id, "--json", "--quiet", *TRAIN, *(["--resume"] if resume else [])]
+               str(self.out), "--run-name", self.run_id, "--json", "--quiet", *TRAIN,
+               *(["--set", "allocator.n_pilot=2"] if self.method == "pc" else []), *(["--resume"] if resume else [])]
         with self.log(i, "out").open("w") as out, self.log(i, "err").open("w") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
 

@@ -340,7 +340,13 @@ def resolve(
         sections[name]["seed"] = top["seed"]
     method_name = sections["allocator"].get("method", AllocatorConfig.method)
     if method_name != "pc":
-        sections["allocator"].pop("n_pilot", None)  # a PC-only setting; GRPO/DAPO train n per prompt
+        if given.get("allocator.n_pilot") is not None:  # asked for explicitly: it would be ignored, so refuse
+            raise ConfigError(
+                f"--set allocator.n_pilot={given['allocator.n_pilot']} (or --n-pilot / --n-commit) is a PC setting: a "
+                f"{method_name} run trains allocator.n rollouts per prompt and would ignore it. Fix: drop it, or use "
+                "--method pc."
+            )
+        sections["allocator"].pop("n_pilot", None)  # the preset's PC default; GRPO/DAPO train n per prompt
     built = {}
     for name, cls in SECTIONS.items():
         known = {f.name for f in fields(cls)}

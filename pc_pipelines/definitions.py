@@ -131,7 +131,8 @@ def demo(argv: list[str] | None = None) -> int:
     p.add_argument("--segment-steps", type=int, default=10, help="training steps per segment (default 10)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--set", dest="overrides", action="append", default=["training.eval_every=5"],
-                   help="config override for every run, e.g. allocator.n_pilot=8 (repeatable)")
+                   help="config override for every run, e.g. training.lr=2e-4 (repeatable); PC-only settings "
+                        "(allocator.n_pilot=8) apply to the PC run only")
     p.add_argument("--root", default="runs", help="store, run directories, data and plots go here (default runs/)")
     p.add_argument("--cache-dir", default=None, help="warm-start cache (default ~/.cache/pc-pipelines)")
     args = p.parse_args(argv)
@@ -158,7 +159,8 @@ def demo(argv: list[str] | None = None) -> int:
 
     run_ids = []
     for method in args.methods.split(","):
-        cfg = {"method": method, "seed": args.seed, "overrides": args.overrides, "segment_steps": args.segment_steps,
+        overrides = [o for o in args.overrides if method == "pc" or not o.startswith("allocator.n_pilot=")]
+        cfg = {"method": method, "seed": args.seed, "overrides": overrides, "segment_steps": args.segment_steps,
                "total_steps": args.segments * args.segment_steps, "cache_dir": args.cache_dir}
         r = start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},
                                          instance=instance, resources=res)

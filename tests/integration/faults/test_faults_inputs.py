@@ -83,8 +83,12 @@ def test_set_allocator_method_is_honoured_like_the_method_flag():
         (["--set", "allocator.seed=3"], ["allocator.seed", "--seed"]),
         (["--set", "nonsense=3"], ["--set nonsense"]),
         (["--set", "training.no_such_field=3"], ["training has no field 'no_such_field'"]),
+        (["--method", "grpo", "--set", "allocator.n_pilot=4"], ["allocator.n_pilot=4", "PC setting", "grpo run"]),
+        (["--method", "dapo", "--n-pilot", "4"], ["allocator.n_pilot=4", "PC setting", "dapo run"]),
+        (["--method", "grpo", "--n-commit", "12"], ["--n-commit", "PC setting", "--method pc"]),
     ],
-    ids=["seed", "method", "family", "flag-vs-set", "no-evict-vs-set", "section-seed", "unknown-key", "unknown-field"],
+    ids=["seed", "method", "family", "flag-vs-set", "no-evict-vs-set", "section-seed", "unknown-key", "unknown-field",
+         "n_pilot-grpo", "n-pilot-dapo", "n-commit-grpo"],
 )
 def test_conflicting_or_unknown_set_keys_are_refused(args, needles):
     refused(cli("simulate", "--steps", "2", *args), *needles)
