@@ -211,20 +211,24 @@ def section(res: dict, cmd: str) -> str:
         f"**{'every run complete, each step exactly once' if res['ok'] else 'FAILED (see below)'}**.",
         "",
         "| run | steps | exactly once | values = last printed | kills (SIGKILL + `--resume`) | replayed steps "
-        "(identical) | eval rows (duplicates) | final status | unexpected exits |",
+        "(identical) | eval rows (duplicates) | final SIGTERM: exit, status | unexpected exits |",
         "|---|---:|---|---|---:|---:|---:|---|---:|",
     ]
     for r in res["runs"]:
         lines.append(f"| {r['run_id']} | {r['steps']} | {'yes' if r['exactly_once'] else 'NO'} | "
                      f"{'yes' if r['values_match'] else 'NO'} | {r['kills']} | {r['replayed']} "
                      f"({r['replayed'] - r['replays_differing']}) | {r['eval_rows']} ({r['eval_duplicates']}) | "
-                     f"{r['status']} | {len(r['unexpected'])} |")
+                     f"{r['final_exit']}, {r['status']} | {len(r['unexpected'])} |")
     lines += [
         "",
         f"Reader (a thread querying `runs` and the steps' duplicate / gap check in a loop): {rd['queries']} queries, "
         f"{rd['errors']} failed, {rd['duplicates_seen']} saw a duplicated step, {rd['gaps_seen']} saw a gap. "
         f"`pilot-commit check` afterwards: {len(res['check_problems'])} problems.",
     ]
+    if any(r["final_exit"] == -signal.SIGTERM for r in res["runs"]):
+        lines.append("Exit -15: the final SIGTERM reached a writer still starting up (a `--resume` after a SIGKILL, "
+                     "before it installs its handler): it ends at once having written nothing, and the run keeps the "
+                     "status its SIGKILLed predecessor left (`running`), as after any SIGKILL.")
     if rd["first_error"]:
         lines.append(f"First reader error: `{rd['first_error']}`.")
     for r in res["runs"]:
@@ -241,8 +245,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks/out/soak"), help="a fresh directory for runs and store")
     ap.add_argument("--write", default=str(ROOT / "docs/RELIABILITY.md"), help="the Markdown file ('' = none)")
     ap.add_argument("--fresh", action="store_true", help="delete --out first")
+    ap.add_argument("--render", action="store_true", help="re-render the section from <out>/soak.json, run nothing")
     args = ap.parse_args(argv)
     out = Path(args.out)
+    if args.render:
+        saved = json.loads((out / "soak.json").read_text())
+        body = section(saved["result"], saved["command"])
+        print(body)
+        if args.write:
+            write_section(Path(args.write), "soak", body)
+        return 0 if saved["result"]["ok"] else 1
     if args.fresh and out.exists():
         import shutil
 
@@ -251,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = f"python benchmarks/soak.py --minutes {args.minutes:g} --kill-every {args.kill_every:g} --seed {args.seed}"
     body = section(res, cmd)
     print(body)
-    (out / "soak.json").write_text(json.dumps(res, indent=1))
+    (out / "soak.json").write_text(json.dumps({"command": cmd, "result": res}, indent=1))
     if args.write:
         write_section(Path(args.write), "soak", body)
     return 0 if res["ok"] else 1
