@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import json
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -163,6 +164,11 @@ def soak(minutes: float, kill_every: float, seed: int, out: Path, progress: bool
     return verify(Store(store), writers, reader, wall)
 
 
+def values(row: dict) -> tuple:
+    """What a step row and its printed line must agree on."""
+    return row["sampled_rollouts"], row["trained_rollouts"], row["loss"]
+
+
 def verify(store: Store, writers: list[Writer], reader: Reader, wall: float) -> dict:
     runs = {r["run_id"]: r for r in store.list_runs()}
     per_run = []
@@ -174,12 +180,8 @@ def verify(store: Store, writers: list[Writer], reader: Reader, wall: float) -> 
         for p in w.printed():
             printed.setdefault(p["step"], []).append(p)
         replayed = [s for s, ps in printed.items() if len(ps) > 1]
-        differing = [s for s in replayed if len({(p["sampled_rollouts"], p["trained_rollouts"], p["loss"])
-                                                  for p in printed[s]}) > 1]
-        mismatched = [r["step"] for r in rows if r["step"] in printed and (
-            r["sampled_rollouts"], r["trained_rollouts"], r["loss"]) != (
-            printed[r["step"]][-1]["sampled_rollouts"], printed[r["step"]][-1]["trained_rollouts"],
-            printed[r["step"]][-1]["loss"])]
+        differing = [s for s in replayed if len({values(p) for p in printed[s]}) > 1]
+        mismatched = [r["step"] for r in rows if r["step"] in printed and values(r) != values(printed[r["step"]][-1])]
         evals = store.query("SELECT count(*) AS n, count(DISTINCT (step, benchmark)) AS d FROM eval_results "
                             "WHERE run_id = ?", [w.run_id])[0]
         per_run.append({
@@ -256,8 +258,6 @@ def main(argv: list[str] | None = None) -> int:
             write_section(Path(args.write), "soak", body)
         return 0 if saved["result"]["ok"] else 1
     if args.fresh and out.exists():
-        import shutil
-
         shutil.rmtree(out)
     res = soak(args.minutes, args.kill_every, args.seed, out)
     cmd = f"python benchmarks/soak.py --minutes {args.minutes:g} --kill-every {args.kill_every:g} --seed {args.seed}"

@@ -24,6 +24,17 @@ def step_tables(run_id: str, step: int) -> dict[str, pa.Table]:
     return {"steps": steps, **{t: STEP_TABLES[t].empty_table() for t in STEP_TABLES if t != "steps"}}
 
 
+def store_with_steps(path, steps: int) -> Store:
+    """A fresh store holding run ``r`` with ``steps`` step directories (uncompacted)."""
+    st = Store(path).init()
+    st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
+                              kind="simulate"))
+    w = st.writer("r")
+    for step in range(steps):
+        w.write_step(step, step_tables("r", step))
+    return st
+
+
 def build_v1(path) -> None:
     """A catalog as version 1 wrote it: meta, the v1 runs table (no status_reason), checkpoints, eval_results."""
     con = duckdb.connect(str(path))
@@ -120,12 +131,7 @@ V4_COLUMNS = {"steps": ["widened", "early_decided", "pilot_rollouts_saved", "sur
 
 def test_version_3_catalog_gains_the_strategy_columns_keeping_its_rows(tmp_path):
     """v4 (issue 7): the compacted tables gain the strategy columns; compacted v3 rows read them as NULL."""
-    st = Store(tmp_path / "v3.duckdb").init()
-    st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
-                              kind="simulate"))
-    w = st.writer("r")
-    for step in range(2):
-        w.write_step(step, step_tables("r", step))
+    st = store_with_steps(tmp_path / "v3.duckdb", 2)
     assert st.compact("r") == 2
     con = duckdb.connect(str(st.path))
     for table, cols in V4_COLUMNS.items():
@@ -147,12 +153,7 @@ def test_version_3_catalog_gains_the_strategy_columns_keeping_its_rows(tmp_path)
 def test_version_5_catalog_gains_buffer_replaced_keeping_its_rows(tmp_path):
     """v6 (issue 18, one live buffer entry per prompt): steps gain ``buffer_replaced``; compacted v5 rows and v5
     step files (written without the column) read it as NULL, new steps carry it."""
-    st = Store(tmp_path / "v4.duckdb").init()
-    st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
-                              kind="simulate"))
-    w = st.writer("r")
-    for step in range(3):
-        w.write_step(step, step_tables("r", step))
+    st = store_with_steps(tmp_path / "v4.duckdb", 3)
     old_files = sorted((st.path.parent / "v4.duckdb.runs" / "r").glob("step-*/steps.parquet"))
     assert len(old_files) == 3
     for f in old_files:  # as a v5 writer wrote them: no buffer_replaced column (and no manifest before v5)
@@ -222,12 +223,7 @@ def view_definitions(path) -> dict[str, str]:
 def test_version_4_catalog_is_read_without_writing_and_upgraded_to_file_free_views(tmp_path):
     """v5 (issue 18): a v4 catalog's views embed an absolute glob over the step files. Reading it (the `sql` path)
     neither writes nor uses those views; the next writable open replaces them with views that name no file."""
-    st = Store(tmp_path / "v4.duckdb").init()
-    st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
-                              kind="simulate"))
-    w = st.writer("r")
-    for step in range(3):
-        w.write_step(step, step_tables("r", step))
+    st = store_with_steps(tmp_path / "v4.duckdb", 3)
     con = duckdb.connect(str(st.path))
     glob = str(st.runs_root) + "/*/step-*/steps.parquet"
     con.execute(f"CREATE OR REPLACE VIEW steps AS SELECT * FROM read_parquet('{glob}', union_by_name=true)")
