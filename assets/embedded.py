@@ -15,7 +15,6 @@ from pydantic import Field
 
 from pc_pipelines.config import parse_overrides, resolve
 from pc_pipelines.data.arith import ArithProblems, build_splits
-from pc_pipelines.training.base_policy import ensure_base_policy, read_meta, warm_start_report
 from resources import DataResource
 
 
@@ -77,10 +76,13 @@ def arith_task(context: AssetExecutionContext, config: EmbeddedConfig, data: Dat
 def base_policy(context: AssetExecutionContext, config: EmbeddedConfig) -> MaterializeResult:
     """The SFT warm start as a Hugging Face directory (cached per recipe), with its warm-start report; or, with
     ``policy_path``, a configured local HF model checked for a causal LM config and a tokenizer."""
+    from pc_pipelines.training.base_policy import ensure_base_policy, read_meta, warm_start_report  # torch: when built
+
     if config.policy_path is not None:
         return _configured_policy(context, Path(config.policy_path))
     cfg = _resolved(config)
     template = cfg.training.prompt_template
+
     def measure(p: Path) -> dict:
         return warm_start_report(p, cfg.task, template, max_new_tokens=cfg.training.max_response_length)
 

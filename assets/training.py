@@ -2,8 +2,8 @@
 partitioned by ``<run>/seg-NNNN``, and the sensor that advances runs segment by segment.
 
 Thin: the segment arithmetic and the sensor's decisions live in :mod:`pc_pipelines.segments`, the training in
-:func:`pc_pipelines.loop.run_segment` (through the compute resource), the evaluation in
-:mod:`pc_pipelines.evaluation`. The store's ``segments`` table is the run's plan and each segment's last outcome;
+:func:`pc_pipelines.run.run_segment` (through the compute resource), the evaluation in
+:func:`pc_pipelines.run.evaluate_checkpoint`. The store's ``segments`` table is the run's plan and each segment's last outcome;
 Dagster's partitions mirror it. Partitions added by hand in the UI carry no config, so the assets refuse any key
 the store has no plan for.
 """
@@ -37,16 +37,17 @@ from dagster import (
 from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES, DagsterRunStatus
 from pydantic import Field
 
-from pc_pipelines.allocation import ConfigError
+from pc_pipelines.allocation import check_config, training_methods
 from pc_pipelines.config import parse_overrides, resolve
-from pc_pipelines.entrypoint import load_training_run, task_for
-from pc_pipelines.loop import (
-    LoopError,
+from pc_pipelines.errors import ConfigError, RunError
+from pc_pipelines.run import (
     StepRecord,
     TrainingRun,
     checkpoint_at,
     list_checkpoints,
+    load_training_run,
     prepare_run,
+    task_for,
     verify_checkpoint,
 )
 from pc_pipelines.segments import (
@@ -76,7 +77,9 @@ RUN_TAG = "pc/run"  # one training segment in flight per run: the run queue limi
 
 # ---- start_run ----------------------------------------------------------------------------------------------------
 class StartRunConfig(Config):
-    method: Literal["grpo", "dapo", "pc"] = Field(description="Allocation method: grpo, dapo or pc.")
+    method: Literal[tuple(training_methods())] = Field(  # type: ignore[valid-type]
+        description=f"Allocation method, one of the registered training methods: {', '.join(training_methods())}."
+    )
     preset: str = Field(default="embedded", description="Versioned preset file (`pilot-commit presets`).")
     overrides: list[str] = Field(
         default_factory=list, description="--set style overrides, e.g. allocator.n_pilot=8 or training.lr=2e-4."
@@ -104,7 +107,7 @@ def _task_for(dataset: str, cfg, data: DataResource):
     """None for the embedded task (prepare_run builds it), else the prepared dataset's task."""
     try:
         return task_for(dataset, cfg, data.out_dir)
-    except LoopError as exc:
+    except RunError as exc:
         raise Failure(str(exc)) from exc
 
 
@@ -127,6 +130,7 @@ def register_training_run(
     overrides["training.keep_every"] = config.segment_steps
     try:
         cfg = resolve(config.preset, overrides, method=config.method, seed=config.seed, family=config.family)
+        check_config(cfg.allocator)  # the strategy names against their registries, before the warm start
     except ConfigError as exc:  # the message names the setting and the fix: no traceback
         raise Failure(f"configuration error: {exc}", allow_retries=False) from None
     try:  # before the warm start: a bad name fails in a second, naming the field (the store checks it again)
@@ -145,7 +149,7 @@ def register_training_run(
             progress=lambda s, loss: s % 200 == 0 and context.log.info("warm start SFT step %d loss %.4f", s, loss),
             task=_task_for(dataset, cfg, data),
         )
-    except LoopError as exc:
+    except RunError as exc:
         raise Failure(str(exc)) from exc
     run = replace(run, run_dir=checkpoints.run_dir(run.run_id), lineage={
         **run.lineage, "preset": config.preset, "overrides": config.overrides, "segment_steps": plan.segment_steps,
@@ -186,7 +190,7 @@ def _segment_row(st: Store, key: str) -> tuple[str, int, dict, dict]:
 def _training_run(run: dict, checkpoints: CheckpointResource, data: DataResource) -> TrainingRun:
     try:
         tr = load_training_run(run, checkpoints.runs_root(), data.out_dir)
-    except LoopError as exc:
+    except RunError as exc:
         raise Failure(str(exc)) from exc
     return replace(tr, run_dir=checkpoints.run_dir(tr.run_id))
 
@@ -237,7 +241,7 @@ def training_segment(
     except BaseException as exc:
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
         st.segment_failed(run_id, k, reason[:2000])
-        if isinstance(exc, (LoopError, StoreError)):  # refused (another writer, no intact checkpoint): say why
+        if isinstance(exc, (RunError, StoreError)):  # refused (another writer, no intact checkpoint): say why
             raise Failure(f"{context.partition_key}: {exc}") from exc
         raise
     st.segment_done(run_id, k, result.cumulative_rollouts, result.last_eval_accuracy, result.mean_reward_std)
@@ -305,7 +309,7 @@ def segment_eval(
         )
     try:
         res = compute.evaluate(tr, st, last, engine_factory=engine.build, context=context)
-    except LoopError as exc:
+    except RunError as exc:
         raise Failure(str(exc)) from exc
     st.add_eval_results(res.rows(run_id, last))
     rows = ["| benchmark | prompts | k | mean@k |", "|---|---|---|---|"]

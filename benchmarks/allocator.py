@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import machine, write_section
 
 from pc_pipelines.allocation import Allocator, AllocatorConfig
-from pc_pipelines.simulate import SimConfig, Simulation
+from pc_pipelines.config import SimConfig
+from pc_pipelines.simulate import Simulation
 
 
 def bookkeeping(method: str, steps: int, warmup: int = 20) -> dict:

@@ -32,7 +32,8 @@ def bench_engines(policy: Path, prompts: int, samples: int, repeats: int) -> dic
 
     from pc_pipelines.config import resolve
     from pc_pipelines.data.task import embedded_task
-    from pc_pipelines.rollout import RolloutRequest, SamplingParams, TransformersEngine, naive_generate
+    from pc_pipelines.rollout import RolloutRequest, SamplingParams
+    from pc_pipelines.rollout.transformers_engine import TransformersEngine, naive_generate
     from pc_pipelines.training.base_policy import load_policy
 
     cfg = resolve("embedded", method="pc")
@@ -66,7 +67,7 @@ def bench_engines(policy: Path, prompts: int, samples: int, repeats: int) -> dic
 
 def bench_split(policy: Path, steps: int) -> dict[str, dict]:
     from pc_pipelines.config import resolve
-    from pc_pipelines.loop import prepare_run, run_segment
+    from pc_pipelines.run import prepare_run, run_segment
     from pc_pipelines.store import Store
 
     result = {}

@@ -18,7 +18,9 @@ import logging
 import sys
 from pathlib import Path
 
-from .allocation import ConfigError
+from .allocation import training_methods
+from .cli_args import add_config_args, progress_bar, run_config, run_name_arg
+from .errors import ConfigError
 
 log = logging.getLogger("pc_pipelines.cli")
 
@@ -31,9 +33,7 @@ class _SFTProgress:
 
     def __call__(self, step: int, loss: float) -> None:
         if self.bar is None:
-            from .cli import _progress
-
-            self.bar = _progress(self.total, "SFT warm start (first use)", self.enabled)
+            self.bar = progress_bar(self.total, "SFT warm start (first use)", self.enabled)
         self.bar.update(1)
         if step % 50 == 0:
             self.bar.set_postfix(loss=f"{loss:.4f}")
@@ -44,7 +44,6 @@ class _SFTProgress:
 
 
 def cmd_base_policy(args: argparse.Namespace) -> int:
-    from .cli import run_config
     from .training.base_policy import SHIPPED_DIR, build_base_policy, read_meta, recipe_hash, warm_start_report
 
     cfg = run_config(args)  # the method does not shape the warm start; a --set allocator.* is still validated
@@ -83,14 +82,14 @@ def cmd_base_policy(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .loop import LoopError
+    from .errors import RunError
     from .stopping import StopRequested, run_outcome, stop_on_signals
 
     run_name = args.run_name or "the run"
     with stop_on_signals() as stop:
         try:
             return _train(args, stop)
-        except LoopError as exc:
+        except RunError as exc:
             sys.stderr.write(f"pilot-commit: {exc}\n")
             return 2
         except StopRequested as exc:
@@ -105,8 +104,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, stop) -> int:
-    from .cli import _progress, run_config
-    from .loop import latest_checkpoint, prepare_run, run_segment
+    from .run import latest_checkpoint, prepare_run, run_segment
     from .store import Store, hold_run
 
     if args.steps < 1:
@@ -115,8 +113,9 @@ def _train(args: argparse.Namespace, stop) -> int:
         raise ConfigError("--resume and --overwrite contradict each other. Fix: --resume continues the run, "
                           "--overwrite deletes it and starts over; pass one.")
     cfg = run_config(args)  # --method, else --set allocator.method, else the preset's
-    if cfg.method not in ("grpo", "dapo", "pc"):
-        raise ConfigError(f"method {cfg.method}: real training runs grpo, dapo or pc (the oracle is simulator-only).")
+    if cfg.method not in training_methods():
+        raise ConfigError(f"method {cfg.method} is simulator-only. Fix: real training runs one of "
+                          f"{', '.join(training_methods())}.")
     out = Path(args.out)
     store = Store(args.store or out / "pc.duckdb")
     show = not args.quiet and not args.json
@@ -129,7 +128,7 @@ def _train(args: argparse.Namespace, stop) -> int:
     args.run_name = run.run_id
     with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command="pilot-commit train"):
         latest = latest_checkpoint(run.checkpoint_dir) if args.resume else None  # the bar's estimate only
-        bar = _progress(max(0, args.steps - (latest[0] + 1 if latest else 0)), f"{cfg.method} {run.run_id}", show)
+        bar = progress_bar(max(0, args.steps - (latest[0] + 1 if latest else 0)), f"{cfg.method} {run.run_id}", show)
 
         def on_step(rec) -> None:
             if args.json:
@@ -171,12 +170,10 @@ def _train(args: argparse.Namespace, stop) -> int:
     return 0
 
 
-def add_parsers(sub, add_config_args) -> None:
-    p = sub.add_parser("train", help="train the embedded policy with GRPO, DAPO or PC (checkpointed, resumable)")
+def add_parsers(sub) -> None:
+    p = sub.add_parser("train", help="train the embedded policy with a registered method (GRPO, DAPO, PC; checkpointed, resumable)")
     add_config_args(p, preset="embedded")
     p.add_argument("--steps", type=int, default=200, help="the run's total training steps (default 200)")
-    from .cli import run_name_arg
-
     p.add_argument("--run-name", type=run_name_arg, help="run id (default: family-method-seed-confighash); letters, "
                    "digits, '.', '_', '-', starting with a letter or digit, at most 128 characters")
     p.add_argument("--out", default="runs", help="runs directory: <out>/<run-name>/ holds checkpoints and TensorBoard")

@@ -3,8 +3,9 @@ its checkpoint, as a process of its own.
 
 This is the in-pod entrypoint of the scale path (DESIGN.md section 4). The Dagster ``training_segment`` asset
 launches it through a Pipes client (``PipesK8sClient`` for one GPU pod, dagster-ray's ``PipesKubeRayJobClient`` for
-a multi-node RayJob, ``PipesSubprocessClient`` on one machine) instead of calling :func:`~.loop.run_segment` in the
-orchestrator's process. It calls the very same :func:`~.loop.run_segment` the local compute uses:
+a multi-node RayJob, ``PipesSubprocessClient`` on one machine) instead of calling :func:`~.run.run_segment` in the
+orchestrator's process. It is a thin command line over the run layer, and calls the very same
+:func:`~.run.run_segment` the local compute uses:
 
 1. the run is read back from the store (its resolved config and lineage, registered by the ``start_run`` job), the
    task rebuilt (embedded, or the prepared dataset under ``--data-dir``), the run directory is
@@ -19,7 +20,7 @@ go to stdout and the summary as a last JSON line with ``"segment": true``. ``dag
 half of the Pipes protocol (it does not import Dagster) and is imported only in the first case.
 
 ``eval-segment`` is the same for the ``segment_eval`` asset: it evaluates the checkpoint after ``--step`` with
-:func:`~.evaluation.evaluate_checkpoint` on the engine it is given (vLLM on a GPU pod) and reports the
+:func:`~.run.evaluate_checkpoint` on the engine it is given (vLLM on a GPU pod) and reports the
 :class:`~.evaluation.EvalResult` as the materialization (by hand: one JSON line); the asset writes ``eval_results``,
 so the store keeps one writer for them.
 
@@ -33,58 +34,21 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # the loop imports torch: only when a segment runs (the CLI's light commands stay light)
-    from .loop import EngineFactory, SegmentResult, StepRecord, TrainingRun
+from .errors import RunError
+from .rollout import EngineFactory
+from .run import SegmentResult, StepRecord, TrainingRun, evaluate_checkpoint, load_training_run, run_segment
+from .stopping import StopRequested, stop_on_signals
+from .store import Store, StoreError, hold_run
 
-DATASETS = ("embedded", "deepmath", "polaris")
 ENGINES = ("transformers", "vllm")
 
 
-def task_for(dataset: str, config, data_dir: str | Path):
-    """The task of a run on ``dataset``: None for the embedded task (:func:`~.loop.prepare_run` builds it), else the
-    prepared dataset under ``data_dir``. Raises :class:`LoopError` saying how to fix a missing one."""
-    from .data.datasets import DatasetError, load_prepared_task
-    from .loop import LoopError
-
-    if dataset not in DATASETS:
-        raise LoopError(f"dataset {dataset!r} is not one of {DATASETS}. Fix: start the run with one of them.")
-    if dataset == "embedded":
-        if config.task is None:
-            raise LoopError(f"preset {config.preset!r} has no embedded task section. Fix: use dataset deepmath or "
-                            "polaris (with policy_path), or the embedded preset.")
-        return None
-    try:
-        return load_prepared_task(data_dir, dataset, config.training.prompt_template)
-    except DatasetError as exc:
-        raise LoopError(str(exc)) from exc
-
-
-def load_training_run(run: dict[str, Any], runs_root: str | Path, data_dir: str | Path) -> TrainingRun:
-    """The :class:`TrainingRun` of a store ``runs`` row registered by ``start_run``: its stored config, its base
-    policy (lineage ``policy``), its task, and its directory ``<runs_root>/<run_id>``."""
-    from .config import from_dict
-    from .loop import LoopError, prepare_run
-
-    cfg = from_dict(json.loads(run["config_json"]))
-    lineage = json.loads(run["lineage_json"] or "{}")
-    if "policy" not in lineage:
-        raise LoopError(f"run {run['run_id']!r} has no base policy in its lineage. Fix: start it with the start_run job.")
-    root = Path(runs_root)
-    tr = prepare_run(cfg, root, run["run_id"], policy_path=lineage["policy"],
-                     task=task_for(lineage.get("dataset", "embedded"), cfg, data_dir))
-    return replace(tr, run_dir=root.resolve() / tr.run_id, lineage=lineage)
-
-
 def engine_factory(name: str, device: str) -> EngineFactory | None:
-    """The rollout engine ``--engine`` names: None (the loop's default, :class:`TransformersEngine`) or vLLM."""
-    from .loop import LoopError
-
+    """The rollout engine ``--engine`` names: None (the local backend's default, the transformers engine) or vLLM."""
     if name not in ENGINES:
-        raise LoopError(f"--engine {name!r}: use one of {ENGINES}.")
+        raise RunError(f"--engine {name!r}: use one of {ENGINES}.")
     if name == "transformers":
         return None
     from .rollout.vllm_engine import VLLMEngine  # experimental: GPU hosts only; vllm is imported when built
@@ -93,25 +57,6 @@ def engine_factory(name: str, device: str) -> EngineFactory | None:
 
 
 # ---- reporting ----------------------------------------------------------------------------------------------------
-STEP_KEYS = ("step", "sampled_rollouts", "trained_rollouts", "pilot_rollouts", "commit_rollouts", "full_rollouts",
-             "rounds", "kept", "buffer_size", "loss", "mean_reward", "reward_std", "cumulative_rollouts")
-
-
-def summary(result: SegmentResult) -> dict[str, Any]:
-    """The segment's materialization metadata, as plain JSON values."""
-    return {
-        "first_step": result.first_step,
-        "last_step": result.last_step,
-        "steps_run": result.steps_run,
-        "cumulative_rollouts": result.cumulative_rollouts,
-        "segment_rollouts": int(sum(r.ledger["sampled_rollouts"] for r in result.records)),
-        "eval_accuracy": result.last_eval_accuracy,
-        "mean_reward_std": result.mean_reward_std,
-        "checkpoint": str(result.checkpoint) if result.checkpoint else None,
-        "tensorboard": str(result.tensorboard_dir),
-    }
-
-
 class PlainReporter:
     """Run by hand: one JSON line per step on stdout, then the summary line (``"segment": true``)."""
 
@@ -123,7 +68,7 @@ class PlainReporter:
         self.out.flush()
 
     def finish(self, result: SegmentResult) -> None:
-        self.out.write(json.dumps({"segment": True, **summary(result)}) + "\n")
+        self.out.write(json.dumps({"segment": True, **result.summary()}) + "\n")
         self.out.flush()
 
 
@@ -140,38 +85,32 @@ class PipesReporter:
                             f"{rec.cumulative_rollouts:,}), reward std {rec.reward_std:.3f}, loss {rec.loss}")
 
     def finish(self, result: SegmentResult) -> None:
-        meta = summary(result)
+        meta = result.summary()
         typed = {k: ({"raw_value": v, "type": "path"} if k in ("checkpoint", "tensorboard") and v else v)
                  for k, v in meta.items()}
         self.pipes.report_asset_materialization(metadata=typed)
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, TrainingRun]:
-    """The store and the registered run the arguments name (``LoopError`` with the fix when either is missing)."""
-    from .loop import LoopError
-    from .store import Store
-
+    """The store and the registered run the arguments name (``RunError`` with the fix when either is missing)."""
     store = Store(args.store)
     if not store.path.exists():
-        raise LoopError(f"no store at {store.path}. Fix: pass the store the run was registered in (--store).")
+        raise RunError(f"no store at {store.path}. Fix: pass the store the run was registered in (--store).")
     store.init(vacuum=False)
     row = store.get_run(args.run_id)
     if row is None:
-        raise LoopError(f"run {args.run_id!r} is not in the store {store.path}. Fix: register it with the start_run "
-                        "job (or pass the right --store).")
+        raise RunError(f"run {args.run_id!r} is not in the store {store.path}. Fix: register it with the start_run "
+                       "job (or pass the right --store).")
     return store, load_training_run(row, args.runs_root, args.data_dir)
 
 
 def _run(args: argparse.Namespace, reporter: Callable[[], Any], stop=None) -> SegmentResult:
-    from .loop import run_segment
-    from .store import hold_run
-
     store, run = _load(args)
     rep = reporter()
     # One writer per run (the local backend's run_segment takes the same lock again; it counts per process).
     with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command="pilot-commit train-segment"):
         if args.backend == "verl":  # experimental: the verl recipe on a Ray cluster (GPU nodes)
-            from .training.verl_recipe import run_segment_verl
+            from .run.verl import run_segment_verl
 
             result = run_segment_verl(run, store, from_step=args.from_step, until_step=args.until_step,
                                       on_step=rep.step, nnodes=args.nnodes, gpus_per_node=args.gpus_per_node,
@@ -195,12 +134,9 @@ def _launched_by_pipes() -> bool:
 
 def _main(name: str, work: Callable[[Any], None]) -> int:
     """Run ``work(pipes)`` inside a Pipes session when launched by a Pipes client, else ``work(None)``; a
-    ``LoopError`` or a store refusal (another writer holds the run, say) becomes exit code 2 with its message (which
+    ``RunError`` or a store refusal (another writer holds the run, say) becomes exit code 2 with its message (which
     says how to fix it) on stderr; a stop (SIGTERM, as Kubernetes sends to a pod it deletes, or Ctrl-C) exits
     128 + the signal after one line."""
-    from .loop import LoopError
-    from .stopping import StopRequested
-    from .store import StoreError
 
     try:
         if _launched_by_pipes():
@@ -210,7 +146,7 @@ def _main(name: str, work: Callable[[Any], None]) -> int:
                 work(pipes)
         else:
             work(None)
-    except (LoopError, StoreError) as exc:
+    except (RunError, StoreError) as exc:
         sys.stderr.write(f"pilot-commit {name}: {exc}\n")
         return 2
     except StopRequested as exc:
@@ -220,8 +156,6 @@ def _main(name: str, work: Callable[[Any], None]) -> int:
 
 
 def cmd_train_segment(args: argparse.Namespace) -> int:
-    from .stopping import stop_on_signals
-
     with stop_on_signals() as stop:
         return _main("train-segment",
                      lambda pipes: _run(args, (lambda: PipesReporter(pipes)) if pipes else PlainReporter, stop))
@@ -233,8 +167,6 @@ def eval_report(result, step: int) -> dict[str, Any]:
 
 
 def cmd_eval_segment(args: argparse.Namespace) -> int:
-    from .evaluation import evaluate_checkpoint
-
     def work(pipes) -> None:
         _, run = _load(args)
         result = evaluate_checkpoint(run, args.step, engine_factory(args.engine, args.device), args.device)

@@ -1,25 +1,22 @@
 """Evaluation: mean@k accuracy of a policy on evaluation sets, graded by the same verifier as training.
 
-One function serves the training loop's periodic evaluation (``loop.Trainer.evaluate``) and the Dagster
-evaluation asset that scores a training segment's final checkpoint. Both draw their samples with the seed
-:func:`eval_seed` derives from (run seed, step), so evaluating the same checkpoint twice gives the same numbers:
-the asset's score of a segment's last step equals the loop's own evaluation there when ``eval_every`` hits it.
+One function (:func:`evaluate_sets`) serves the segment driver's periodic evaluation and the evaluation of a saved
+checkpoint (:func:`pc_pipelines.run.evaluate.evaluate_checkpoint`, the Dagster ``segment_eval`` asset). Both draw
+their samples with the seed :func:`eval_seed` derives from (run seed, step), so evaluating the same checkpoint
+twice gives the same numbers: a segment's last step scores what the driver's own evaluation there gave.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .data.task import EvalSet
 from .rewards import MathGrader
-from .rollout import RolloutEngine, RolloutRequest, SamplingParams, TransformersEngine, derive_seed
-
-if TYPE_CHECKING:  # the loop imports this module
-    from .loop import EngineFactory, TrainingRun
+from .rollout.base import RolloutEngine, RolloutRequest, SamplingParams, derive_seed
 
 _EVAL_SALT = 0xE7A1
 
@@ -101,24 +98,3 @@ def evaluate_sets(
         acc[s.name] = float(rewards[pos : pos + m].mean()) if m else 0.0
         pos += m
     return EvalResult(acc, {s.name: len(s.prompts) for s in sets}, k, temperature, ks)
-
-
-def evaluate_checkpoint(run: TrainingRun, step: int, engine_factory: EngineFactory | None = None,
-                        device: str = "cpu") -> EvalResult:
-    """Mean@k of ``run``'s checkpoint after ``step`` on its eval sets, with the run's eval settings and the seed
-    of :func:`eval_seed` (so it equals the loop's own evaluation of that step). ``engine_factory`` builds the rollout
-    engine from (model, tokenizer); None: the transformers engine. Where it runs is the compute resource's choice
-    (in process, or ``pilot-commit eval-segment`` in a GPU pod)."""
-    from .loop import LoopError, checkpoint_at
-    from .training.base_policy import load_policy
-
-    path = checkpoint_at(run.checkpoint_dir, step)
-    if path is None:
-        raise LoopError(f"{run.run_id}: no checkpoint after step {step} in {run.checkpoint_dir}. Fix: train the "
-                        "segment that ends at that step first (materialize its training_segment).")
-    cfg = run.config.training
-    model, tok = load_policy(path / "policy")
-    engine = engine_factory(model, tok) if engine_factory is not None else TransformersEngine(model, tok, device=device)
-    with MathGrader(overlong_reward=cfg.overlong_reward) as grader:
-        return evaluate_sets(engine, grader, run.task.eval_sets, cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p,
-                             cfg.max_response_length, eval_seed(run.config.seed, step))

@@ -26,12 +26,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .allocation import training_methods
 from .store import Store, StoreError
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
-METHOD_ORDER = ("grpo", "dapo", "pc")
+METHOD_ORDER = tuple(training_methods())  # grpo, dapo, pc: the registry's order
 METHOD_COLORS = {"grpo": "#1f77b4", "dapo": "#ff7f0e", "pc": "#2ca02c", "oracle": "#7f7f7f"}
 METHOD_LABELS = {"grpo": "GRPO", "dapo": "DAPO", "pc": "PC", "oracle": "oracle"}
 OTHER_COLORS = ("#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
@@ -279,7 +280,8 @@ def _targets(report: Mapping[str, Any], family: str) -> dict[int, float]:
     return {int(s["seed"]): float(s["target"]) for s in fam["seeds"] if s["target"] is not None} if fam else {}
 
 
-def _new_figure(title: str, xlabel: str, ylabel: str):
+def new_figure(title: str, xlabel: str, ylabel: str):
+    """A report figure (fixed size, grid, titled axes) drawn off-screen: (figure, axes)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -324,7 +326,7 @@ def make_figures(
     }
     figures: dict[str, Figure] = {}
     for name, (title, xlabel, ylabel, data, is_eval) in specs.items():
-        fig, ax = _new_figure(f"{family}: {title}", xlabel, ylabel)
+        fig, ax = new_figure(f"{family}: {title}", xlabel, ylabel)
         labelled: set[str] = set()
         drawn = 0
         for c in curves:
@@ -372,7 +374,8 @@ def _safe_name(family: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", family).strip("._") or "family"
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save_figure(fig: Figure, path: Path) -> Path:
+    """Write ``fig`` as a PNG at ``path`` atomically; returns ``path``."""
     tmp = path.with_name(f".{path.name}.tmp")
     fig.savefig(tmp, format="png")
     os.replace(tmp, path)  # a reader never sees half a PNG
@@ -404,7 +407,7 @@ def _plot_all(curves: Sequence[RunCurves], report: Mapping[str, Any], out_dir: P
         fam_curves = [c for c in curves if c.family == fam]
         prefix = f"{_safe_name(fam)}_" if len(families) > 1 else ""
         for name, fig in make_figures(fam_curves, _targets(report, fam), fam).items():
-            paths.append(_save(fig, out_dir / f"{prefix}{name}.png"))
+            paths.append(save_figure(fig, out_dir / f"{prefix}{name}.png"))
     return paths
 
 

@@ -21,53 +21,24 @@ The model (deliberately simple, every term documented):
 ``difficulty_spread`` is the knob for how spread out the pass rates are: small puts every prompt near the same
 pass rate, large gives the U-shape (many unsolvable, many solved) where filtering pays most.
 
-The ``oracle`` method registered here knows every prompt's true pass rate and spends n rollouts on each of the
-b_t prompts nearest 0.5, with no pilot cost: the limit any allocator can reach, against which PC's overhead is
-measured. It exists only in the simulator (the real loop has no oracle).
+The ``oracle`` method (:class:`~pc_pipelines.allocation.methods.Oracle`) runs only here: the simulation hands it
+every prompt's true pass rate, and it spends n rollouts on each of the b_t prompts nearest 0.5 with no pilot cost,
+the limit any allocator can reach, against which PC's overhead is measured.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
-from .allocation import Allocator, AllocatorConfig, ConfigError, Decision, Stage, StepOutcome, check_finite, field_error
-from .allocation.methods import AllocationMethod, register_method
+from .allocation import Allocator, AllocatorConfig, StepOutcome
+from .allocation.methods import Oracle
+from .config.sim import SimConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    num_prompts: int = 85_000
-    """Training prompt pool size (DeepMath-103K without binary questions has about 85K)."""
-    difficulty_mean: float = 1.5
-    """Mean difficulty logit: the average prompt starts at pass rate sigmoid(-difficulty_mean)."""
-    difficulty_spread: float = 2.5
-    """Std of the difficulty logits: the spread of initial pass rates (0 = all alike)."""
-    local_rate: float = 0.5
-    """Per-prompt logit gain per unit of trained group reward std."""
-    global_rate: float = 1e-4
-    """Shared-skill logit gain per unit of trained group reward std (transfer to every prompt)."""
-    eval_prompts: int = 2_000
-    """Held-out population for the accuracy curve."""
-    seed: int = 0
-    """Seeds the population and the reward draws (the allocator has its own seed in AllocatorConfig)."""
-
-    def __post_init__(self) -> None:
-        check_finite(self)
-        for name in ("num_prompts", "eval_prompts"):
-            if getattr(self, name) < 1:
-                raise field_error(self, name, "must be >= 1", f"set {name} >= 1")
-        for name in ("difficulty_spread", "local_rate", "global_rate"):
-            if getattr(self, name) < 0:
-                raise field_error(self, name, "must be >= 0", "use a value >= 0")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -108,26 +79,6 @@ class PromptPopulation:
         return float(_sigmoid(self.skill + self.eval_difficulty).mean())
 
 
-@register_method("oracle")
-class Oracle(AllocationMethod):
-    """Simulator-only: n rollouts for each of the b_t prompts whose true pass rate is nearest 0.5, no pilots."""
-
-    population: PromptPopulation | None = None  # set by Simulation; the allocator cannot know pass rates
-
-    def plan_step(self, ctx):
-        if self.population is None:
-            raise ConfigError("method 'oracle' needs true pass rates: it only runs inside Simulation.")
-        distance = np.abs(self.population.pass_rates() - 0.5)
-        k = self.config.train_batch
-        ids = np.argpartition(distance, k - 1)[:k]
-        ids = ids[np.lexsort((ids, distance[ids]))]  # nearest first, prompt id breaks ties: a total order
-        ctx.begin_round()
-        result = yield ctx.make_call([(ids.astype(np.int64), self.config.n, Stage.FULL)])
-        rows = np.arange(len(result))
-        ctx.train_full(result, rows)
-        ctx.observe(result, rows, np.full(rows.shape[0], Decision.TRAINED, np.int8))
-
-
 @dataclass(frozen=True)
 class SimStep:
     outcome: StepOutcome
@@ -154,7 +105,7 @@ class Simulation:
         self.population = PromptPopulation(sim_config)
         self.allocator = Allocator(alloc_config, sim_config.num_prompts)
         if isinstance(self.allocator.method, Oracle):
-            self.allocator.method.population = self.population
+            self.allocator.method.pass_rates = self.population.pass_rates
         self.cumulative_sampled = 0
         self.cumulative_trained = 0
 

@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import queue
+import statistics
 import subprocess
 import sys
 import threading
@@ -37,19 +38,19 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .allocation import training_methods
 from .reports import (
     OTHER_COLORS,
     RunCurves,
-    _new_figure,
-    _save,
     format_count,
     format_ratio,
     load_curves,
     method_color,
     method_label,
+    new_figure,
+    save_figure,
 )
 from .store import Store
-from .store.catalog import _median
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,9 @@ class StudyJob:
 
 
 def primary_jobs(seeds: Sequence[int], steps: int, preset: str, family: str,
-                 methods: Sequence[str] = ("grpo", "dapo", "pc")) -> list[StudyJob]:
+                 methods: Sequence[str] | None = None) -> list[StudyJob]:
+    """One run per seed and method (default: every registered training method: GRPO, DAPO, PC)."""
+    methods = training_methods() if methods is None else methods
     return [StudyJob(f"{family}-{m}-s{s}", m, s, steps, preset, family) for s in seeds for m in methods]
 
 
@@ -364,7 +367,8 @@ def _nanmean(vals: Sequence[Any]) -> float:
 
 def median(vals: Sequence[float | None]) -> float | None:
     """Median of the values that are not None (None when there are none)."""
-    return _median(sorted(v for v in vals if v is not None))
+    present = [v for v in vals if v is not None]
+    return statistics.median(present) if present else None
 
 
 # ---- rollouts to target for any pair of runs ------------------------------------------------------------------
@@ -461,7 +465,7 @@ def versus_markdown(rows: Mapping[str, Sequence[Versus]], stats: Mapping[str, Ru
 def plot_per_step(stats: Sequence[RunStats], out: Path, what: str = "fill") -> Path:
     """Fill rate of b_t (``what="fill"``) or generation rounds (``"rounds"``) per step, one line per run."""
     title = "fill rate of b_t per step (trained groups / b_t)" if what == "fill" else "generation rounds per step"
-    fig, ax = _new_figure(title, "training step", "trained groups / b_t" if what == "fill" else "rounds")
+    fig, ax = new_figure(title, "training step", "trained groups / b_t" if what == "fill" else "rounds")
     seen: set[str] = set()
     for s in stats:
         y = s.fill_per_step if what == "fill" else s.rounds_per_step
@@ -474,7 +478,7 @@ def plot_per_step(stats: Sequence[RunStats], out: Path, what: str = "fill") -> P
     if seen:
         ax.legend(loc="best", fontsize="small")
     out.parent.mkdir(parents=True, exist_ok=True)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 # Variants of an ablation plot, in order: the report's other-method colours, then four more (9 distinct).
@@ -486,11 +490,11 @@ def plot_variants(curves: Mapping[str, Sequence[RunCurves]], out: Path, title: s
     with the GRPO and DAPO baselines."""
     from matplotlib.ticker import FuncFormatter
 
-    fig, ax = _new_figure(title, "cumulative sampled rollouts", "mean eval accuracy")
+    fig, ax = new_figure(title, "cumulative sampled rollouts", "mean eval accuracy")
     # Methods keep their report colours; variants take distinct colours in order (a hashed colour repeated one).
     k = 0
     for name, runs in curves.items():
-        if name.lower() in ("grpo", "dapo", "pc"):
+        if name.lower() in training_methods():
             color = method_color(name.lower())
         else:
             color, k = VARIANT_COLORS[k % len(VARIANT_COLORS)], k + 1
@@ -501,4 +505,4 @@ def plot_variants(curves: Mapping[str, Sequence[RunCurves]], out: Path, title: s
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
     ax.legend(loc="best", fontsize="small")
     out.parent.mkdir(parents=True, exist_ok=True)
-    return _save(fig, out)
+    return save_figure(fig, out)

@@ -1,6 +1,6 @@
 """Where a training segment runs, and where its checkpoint is evaluated.
 
-* :class:`LocalComputeResource`: in the Dagster process, :func:`pc_pipelines.loop.run_segment` (the embedded default).
+* :class:`LocalComputeResource`: in the Dagster process, :func:`pc_pipelines.run.run_segment` (the embedded default).
 * :class:`PipesComputeResource` implementations run the same segment as a process of its own, the in-pod entrypoint
   ``pilot-commit train-segment`` (:mod:`pc_pipelines.entrypoint`), and read back what it reports through Dagster
   Pipes (one custom message per step, the materialization at the end):
@@ -12,7 +12,7 @@
   - :class:`KubeRayComputeResource`: a multi-node KubeRay ``RayJob`` through dagster-ray's
     ``PipesKubeRayJobClient``, built from :func:`resources.kube.segment_rayjob` (experimental: the verl recipe).
 
-Every implementation returns a :class:`~pc_pipelines.loop.SegmentResult`, so the ``training_segment`` asset does
+Every implementation returns a :class:`~pc_pipelines.run.SegmentResult`, so the ``training_segment`` asset does
 not care where the segment ran. ``evaluate`` is the same for the ``segment_eval`` asset: in process, or
 ``pilot-commit eval-segment`` through the same Pipes client (a GPU pod on Kubernetes: a real model's mean@32 on six
 benchmarks is GPU work, not the Dagster run pod's), returning an :class:`~pc_pipelines.evaluation.EvalResult`. The
@@ -31,9 +31,9 @@ from typing import Any, Literal
 from dagster import ConfigurableResource, Failure, MetadataValue
 from pydantic import Field, model_validator
 
-from pc_pipelines.entrypoint import STEP_KEYS
-from pc_pipelines.evaluation import EvalResult, evaluate_checkpoint
-from pc_pipelines.loop import EngineFactory, SegmentResult, StepRecord, TrainingRun, run_segment
+from pc_pipelines.evaluation import EvalResult
+from pc_pipelines.rollout import EngineFactory
+from pc_pipelines.run import STEP_KEYS, SegmentResult, StepRecord, TrainingRun, evaluate_checkpoint, run_segment
 from pc_pipelines.store import Store
 
 
@@ -56,18 +56,18 @@ class ComputeResource(ConfigurableResource):
         context: Any = None,
     ) -> SegmentResult:
         """Advance ``run`` by ``steps`` steps or through ``until_step``, from the checkpoint after ``from_step``
-        (None: the latest); see :func:`pc_pipelines.loop.run_segment`. ``context`` is the asset's execution
+        (None: the latest); see :func:`pc_pipelines.run.run_segment`. ``context`` is the asset's execution
         context (Pipes clients launch and report through it; the local compute ignores it)."""
 
     @abstractmethod
     def evaluate(self, run: TrainingRun, store: Store, step: int, engine_factory: EngineFactory | None = None,
                  context: Any = None) -> EvalResult:
         """Mean@k of ``run``'s checkpoint after ``step``
-        (:func:`~pc_pipelines.evaluation.evaluate_checkpoint`); the caller writes the rows to the store."""
+        (:func:`~pc_pipelines.run.evaluate_checkpoint`); the caller writes the rows to the store."""
 
 
 class LocalComputeResource(ComputeResource):
-    """Runs the segment in this process with :func:`pc_pipelines.loop.run_segment`."""
+    """Runs the segment in this process with :func:`pc_pipelines.run.run_segment` (the local backend)."""
 
     device: str = Field(default="cpu", description="torch device: cpu or cuda.")
 
@@ -156,33 +156,20 @@ class PipesComputeResource(ComputeResource):
             if on_step:
                 on_step(rec)
         meta = completed.get_materialize_result().metadata or {}
-        value = lambda key: _reported(meta, key)  # noqa: E731
-        if value("steps_run") is None:
+        if _reported(meta, "steps_run") is None:
             raise Failure(f"the launched segment of {run.run_id} reported no materialization. Fix: look at its log "
                           "(the pod's or the subprocess's stderr above).")
-        checkpoint = value("checkpoint")
         reported = {k: v for k, v in meta.items()}
         reported["pipes_steps"] = MetadataValue.json([{k: m.get(k) for k in STEP_KEYS} for m in rows])
         reported.update({f"launch/{k}": v for k, v in (completed.metadata or {}).items()})
-        return SegmentResult(
-            run_id=run.run_id,
-            first_step=int(value("first_step")),
-            last_step=int(value("last_step")),
-            steps_run=int(value("steps_run")),
-            cumulative_rollouts=int(value("cumulative_rollouts")),
-            last_eval_accuracy=value("eval_accuracy"),
-            mean_reward_std=value("mean_reward_std"),
-            checkpoint=Path(checkpoint) if checkpoint else None,
-            tensorboard_dir=run.tensorboard_dir,
-            records=records,
-            reported=reported,
-        )
+        summary = {k: _reported(meta, k) for k in meta}
+        return SegmentResult.from_summary(run.run_id, summary, records, run.tensorboard_dir, reported)
 
     def evaluate(self, run: TrainingRun, store: Store, step: int, engine_factory: EngineFactory | None = None,
                  context: Any = None) -> EvalResult:
         if context is None:
             raise Failure(f"{type(self).__name__} evaluates for the segment_eval asset (it needs the asset's context). "
-                          "Fix: use LocalComputeResource, or pc_pipelines.evaluation.evaluate_checkpoint, outside Dagster.")
+                          "Fix: use LocalComputeResource, or pc_pipelines.run.evaluate_checkpoint, outside Dagster.")
         completed = self.launch_eval(context, self.eval_args(run, store, step))
         report = _reported(completed.get_materialize_result().metadata or {}, "eval")
         if not isinstance(report, dict):

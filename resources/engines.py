@@ -1,4 +1,4 @@
-"""Rollout engines as resources: the local loop asks for an engine bound to its policy."""
+"""Rollout engines as resources: the local backend asks for an engine bound to its policy."""
 
 
 from abc import abstractmethod
@@ -6,7 +6,7 @@ from abc import abstractmethod
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from pc_pipelines.rollout import RolloutEngine, TransformersEngine
+from pc_pipelines.rollout import RolloutEngine
 
 
 class RolloutEngineResource(ConfigurableResource):
@@ -23,4 +23,6 @@ class TransformersEngineResource(RolloutEngineResource):
     max_batch_sequences: int = Field(default=4096, ge=1, description="Sequences per generate() chunk.")
 
     def build(self, model, tokenizer) -> RolloutEngine:
+        from pc_pipelines.rollout.transformers_engine import TransformersEngine  # torch: when an engine is built
+
         return TransformersEngine(model, tokenizer, device=self.device, max_batch_sequences=self.max_batch_sequences)

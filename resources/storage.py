@@ -7,7 +7,7 @@ from pathlib import Path
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from pc_pipelines.loop import latest_checkpoint
+from pc_pipelines.run.checkpoints import latest_checkpoint
 from pc_pipelines.store import Store
 
 

@@ -1,14 +1,14 @@
 """Rollout allocation: GRPO, DAPO and Pilot-Commit as pure, numpy-only bookkeeping (DESIGN.md section 3).
 
 This package is where the paper lives. It never sees tokens or tensors, only prompt ids, rollout counts, rollout
-ids and rewards, and it imports nothing heavier than numpy. Start with :class:`Allocator` and the method classes
-in :mod:`.methods`.
+ids and rewards, and it imports nothing heavier than numpy (its config, :class:`AllocatorConfig`, lives in the
+config layer below it). Start with :class:`Allocator` and the method classes in :mod:`.methods`.
 """
 
-from .allocator import Allocator, AllocatorError, CallResult, StepContext, StepSession
+from ..config.allocator import AllocatorConfig
+from .allocator import Allocator, AllocatorError, CallResult, StepContext, StepSession, check_config
 from .buffer import SELECTION_STRATEGIES, BufferEntry, ReplayBuffer, SelectionStrategy, register_selection
-from .config import AllocatorConfig, ConfigError, check_finite, field_error
-from .methods import METHODS, AllocationMethod, get_method, register_method
+from .methods import METHODS, AllocationMethod, get_method, register_method, training_methods
 from .strategies import STRATEGIES, STRATEGY_KINDS, Strategy, proportional_sizes, register_strategy
 from .stream import PromptStream
 from .types import (
@@ -30,7 +30,6 @@ __all__ = [
     "AllocationMethod",
     "BufferEntry",
     "CallResult",
-    "ConfigError",
     "Decision",
     "EngineCall",
     "GenerationRequest",
@@ -52,9 +51,9 @@ __all__ = [
     "StepOutcome",
     "StepSession",
     "TrainedGroup",
-    "check_finite",
-    "field_error",
+    "check_config",
     "get_method",
     "register_method",
     "register_selection",
+    "training_methods",
 ]

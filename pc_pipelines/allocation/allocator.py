@@ -25,9 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from ..config.allocator import AllocatorConfig
+from ..errors import field_error
 from .buffer import SELECTION_STRATEGIES, BufferEntry, ReplayBuffer
-from .config import AllocatorConfig
-from .methods import AllocationMethod, get_method
+from .methods import METHODS, AllocationMethod, get_method
+from .strategies import STRATEGIES
 from .stream import PromptStream
 from .types import (
     Decision,
@@ -45,6 +47,22 @@ STATE_VERSION = 1
 
 class AllocatorError(RuntimeError):
     """The allocator was driven in a way its protocol does not allow (the message says what to do)."""
+
+
+def check_config(config: AllocatorConfig) -> None:
+    """The checks of ``config`` that need the registries: its method, buffer selection and PC strategies are
+    registered names, and the method (with its strategies) accepts the settings (PC: at least one pilot and one
+    commit rollout, two rounds, ...). :class:`Allocator` runs it; so do the commands that resolve a config from
+    their user, before any work starts. Raises :class:`~pc_pipelines.errors.ConfigError` naming field and fix."""
+    if config.method not in METHODS:
+        raise field_error(config, "method", "unknown method", f"use one of {sorted(METHODS)}")
+    if config.selection not in SELECTION_STRATEGIES:
+        raise field_error(config, "selection", "unknown buffer selection strategy",
+                          f"use one of {sorted(SELECTION_STRATEGIES)}")
+    for kind, registered in STRATEGIES.items():
+        if getattr(config, f"{kind}_strategy") not in registered:
+            raise field_error(config, f"{kind}_strategy", f"unknown {kind} strategy", f"use one of {sorted(registered)}")
+    METHODS[config.method].check_config(config)
 
 
 def tied_std(total: np.ndarray, sq: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -438,6 +456,7 @@ class Allocator:
     """Owns the cross-step state and runs one registered method."""
 
     def __init__(self, config: AllocatorConfig, num_prompts: int) -> None:
+        check_config(config)
         config.check_pool(num_prompts)
         self.config = config
         self.num_prompts = int(num_prompts)

@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from ..errors import ConfigError, field_error
 from .strategies import (
+    STRATEGIES,
     STRATEGY_KINDS,
     BandStrategy,
     CommitStrategy,
@@ -44,8 +46,8 @@ from .strategies import (
 from .types import Decision, EngineCall, Rule, Stage
 
 if TYPE_CHECKING:
+    from ..config.allocator import AllocatorConfig
     from .allocator import CallResult, StepContext
-    from .config import AllocatorConfig
 
 StepPlan = Generator[EngineCall, "CallResult", None]
 
@@ -58,9 +60,15 @@ class AllocationMethod(ABC):
 
     name: ClassVar[str]
     uses_pilots: ClassVar[bool] = False  # PC-style (pilot/commit, buffer, eviction) or full groups
+    simulator_only: ClassVar[bool] = False  # needs what only the simulator knows (true pass rates)
 
     def __init__(self, config: AllocatorConfig) -> None:
         self.config = config
+
+    @classmethod
+    def check_config(cls, config: AllocatorConfig) -> None:
+        """Refuse settings this method cannot run (a :class:`ConfigError` naming the field and the fix)."""
+        return None
 
     @abstractmethod
     def plan_step(self, ctx: StepContext) -> StepPlan:
@@ -154,6 +162,22 @@ class PilotCommit(AllocationMethod):
     """
 
     uses_pilots = True
+
+    @classmethod
+    def check_config(cls, config: AllocatorConfig) -> None:
+        if config.pilot_n < 1:
+            raise field_error(config, "n_pilot", "PC needs at least one pilot rollout per prompt to estimate p_hat",
+                              "set n_pilot >= 1")
+        if config.commit_n < 1:
+            raise field_error(config, "n_pilot",
+                              f"leaves n_commit = n - n_pilot = {config.commit_n}; PC needs at least one commit rollout",
+                              f"set n_pilot < n={config.n} (paper: n=64 as 16+48)")
+        if config.max_rounds < 2:
+            raise field_error(config, "max_rounds",
+                              "PC needs at least 2 rounds: with an empty buffer the first round can only pilot",
+                              "set max_rounds >= 2 (default 10)")
+        for kind, name in config.strategies.items():
+            STRATEGIES[kind][name].check_config(config)
 
     def __init__(self, config: AllocatorConfig) -> None:
         super().__init__(config)
@@ -284,3 +308,38 @@ class PilotCommit(AllocationMethod):
                     ctx.train_commits(result, np.arange(len(commits)), commits)
             committed += len(commits)
         ctx.ledger.survival = self.sampling.summary()
+
+
+@register_method("oracle")
+class Oracle(AllocationMethod):
+    """Simulator-only bound: n rollouts for each of the b_t prompts whose true pass rate is nearest 0.5, no pilots.
+
+    It spends nothing on finding informative prompts, so it is the limit any allocator can reach (the gap to it is
+    PC's overhead). Only the simulator knows true pass rates: it sets :attr:`pass_rates`
+    (:class:`pc_pipelines.simulate.Simulation`); the real loop has no oracle."""
+
+    simulator_only = True
+
+    def __init__(self, config: AllocatorConfig) -> None:
+        super().__init__(config)
+        self.pass_rates: Callable[[], np.ndarray] | None = None
+        """Every prompt's true pass rate, by prompt id (set by whoever knows them)."""
+
+    def plan_step(self, ctx):
+        if self.pass_rates is None:
+            raise ConfigError("method 'oracle' needs true pass rates: it only runs inside Simulation.")
+        distance = np.abs(self.pass_rates() - 0.5)
+        k = self.config.train_batch
+        ids = np.argpartition(distance, k - 1)[:k]
+        ids = ids[np.lexsort((ids, distance[ids]))]  # nearest first, prompt id breaks ties: a total order
+        ctx.begin_round()
+        result = yield ctx.make_call([(ids.astype(np.int64), self.config.n, Stage.FULL)])
+        rows = np.arange(len(result))
+        ctx.train_full(result, rows)
+        ctx.observe(result, rows, np.full(rows.shape[0], Decision.TRAINED, np.int8))
+
+
+def training_methods() -> list[str]:
+    """The registered methods a real training run can use (every one but the simulator-only), in registry order."""
+    return [name for name, cls in METHODS.items() if not cls.simulator_only]
+

@@ -1,7 +1,7 @@
 """Why each observed group got its decision, in words: one table of templates, rendered two ways.
 
 The record is the columns (``decision``, ``stage``, ``rule``, ``n``, ``p_hat``, ``lag``, ``evicted`` and the step's band);
-the reason is text computed from them on demand, in Python by ``Observations.reason`` and in SQL by the store's
+the reason is text computed from them on demand, in Python by :func:`observation_reason` and in SQL by the store's
 ``decision_reasons`` view. Both come from ``REASONS`` below (``render`` and ``reason_sql``), so a wording change is
 made once and the two cannot drift; ``tests/integration/store/test_store_reasons.py`` checks them row for row.
 
@@ -22,7 +22,7 @@ import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .types import Decision, Rule, Stage
+from .types import Decision, Observations, Rule, Stage
 
 # field -> (format spec in the templates, printf conversion)
 _FIELDS: dict[str, tuple[str, str]] = {
@@ -85,6 +85,14 @@ def render(decision: Decision, stage: Stage, rule: Rule, *, p_hat: float, n: int
               "band_upper": band_upper, "outcome": "correct" if p_hat > 0.5 else "wrong"}
     text = template_for(decision, stage, rule).text.format(**values)
     return text + EVICTED.format(**values) if evicted else text
+
+
+def observation_reason(obs: Observations, i: int, band_lower: float, band_upper: float) -> str:
+    """The reason for row ``i`` of ``obs``; ``band_lower`` / ``band_upper`` are the band the step used (its
+    ledger's)."""
+    return render(Decision(int(obs.decision[i])), Stage(int(obs.stage[i])), Rule(int(obs.rule[i])),
+                  p_hat=float(obs.p_hat[i]), n=int(obs.n[i]), lag=int(obs.lag[i]), band_lower=band_lower,
+                  band_upper=band_upper, evicted=bool(obs.evicted[i]))
 
 
 def _quote(text: str) -> str:

@@ -55,14 +55,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from ..config.allocator import STRATEGY_KINDS
+from ..errors import field_error
+
 if TYPE_CHECKING:
+    from ..config.allocator import AllocatorConfig
     from .buffer import BufferEntry
-    from .config import AllocatorConfig
 
 # Inclusive band edges under float error (the same tolerance as the static band's).
 EPS = 1e-9
 
-STRATEGY_KINDS = ("band", "sampling", "pilot", "commit")
 STRATEGIES: dict[str, dict[str, type[Strategy]]] = {kind: {} for kind in STRATEGY_KINDS}
 
 
@@ -74,6 +76,11 @@ class Strategy(ABC):
 
     def __init__(self, config: AllocatorConfig) -> None:
         self.config = config
+
+    @classmethod
+    def check_config(cls, config: AllocatorConfig) -> None:
+        """Refuse settings this strategy cannot run (a :class:`ConfigError` naming the field and the fix)."""
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -213,6 +220,12 @@ class SinglePilot(PilotStrategy):
 class SequentialPilot(PilotStrategy):
     """``pilot_wave`` rollouts first; the rest only for prompts the first wave left undecided."""
 
+    @classmethod
+    def check_config(cls, config):
+        if config.pilot_wave >= config.pilot_n:
+            raise field_error(config, "pilot_wave", f"leaves no second wave (n_pilot={config.pilot_n})",
+                              f"set pilot_wave < n_pilot, e.g. pilot_wave={max(1, config.pilot_n // 4)}")
+
     def waves(self):
         w = self.config.pilot_wave
         return (w, self.config.pilot_n - w)
@@ -239,6 +252,13 @@ class UniformCommit(CommitStrategy):
 @register_strategy("commit", "variance")
 class VarianceCommit(CommitStrategy):
     """``len(entries) * commit_mean`` rollouts spread in proportion to the pilot std, within [min, max]."""
+
+    @classmethod
+    def check_config(cls, config):
+        if not (config.commit_min <= config.commit_mean_n <= config.commit_max_n):
+            raise field_error(config, "commit_mean",
+                              f"must lie in [commit_min={config.commit_min}, commit_max={config.commit_max_n}]",
+                              "choose commit_min <= commit_mean <= commit_max")
 
     def sizes(self, entries):
         cfg = self.config

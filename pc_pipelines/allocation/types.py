@@ -192,16 +192,6 @@ class Observations:
             rule=np.zeros(0, np.int8),
         )
 
-    def reason(self, i: int, band_lower: float, band_upper: float) -> str:
-        """Human-readable reason for row ``i`` (computed on demand: the columns are the record). ``band_lower`` and
-        ``band_upper`` are the band the step used (the ledger's). The text is the store's ``decision_reasons``
-        view's, from the one template table in ``reasons.py``."""
-        from .reasons import render  # reasons imports this module
-
-        return render(Decision(int(self.decision[i])), Stage(int(self.stage[i])), Rule(int(self.rule[i])),
-                      p_hat=float(self.p_hat[i]), n=int(self.n[i]), lag=int(self.lag[i]), band_lower=band_lower,
-                      band_upper=band_upper, evicted=bool(self.evicted[i]))
-
 
 @dataclass
 class StepLedger:

@@ -58,10 +58,10 @@ from pc_pipelines.rewards.extract import extract_boxed
 from .datasets import (
     DatasetError,
     PreparedDataset,
-    _as_text,
-    _parse_number,
-    _prepare,
-    _read_json,
+    as_text,
+    parse_number,
+    prepare_rows,
+    read_json_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def _field(name: str) -> Callable[[dict], Any]:
 
 def _number(row: dict) -> str | None:
     v = row.get("answer")
-    return None if v is None else _as_text(v)  # 70 -> "70", 27.0 -> "27"
+    return None if v is None else as_text(v)  # 70 -> "70", 27.0 -> "27"
 
 
 def _boxed_in_solution(row: dict) -> str | None:
@@ -98,8 +98,8 @@ def _joined_list(row: dict) -> str | None:
     if v is None:
         return None
     if isinstance(v, (list, tuple)):
-        return ", ".join(_as_text(x).strip() for x in v if x is not None and _as_text(x).strip())
-    return _as_text(v)
+        return ", ".join(as_text(x).strip() for x in v if x is not None and as_text(x).strip())
+    return as_text(v)
 
 
 SMALL_SET_K = 32
@@ -166,7 +166,7 @@ def prepare_benchmark(directory: str | os.PathLike | None, name: str, grader=Non
     path = d / name / "test.jsonl"
     if not path.is_file():
         raise DatasetError(f"benchmark {name!r}: {path} (resolved to {path.resolve()}) does not exist. " + _how_to(d))
-    rows = _read_json(path, None, python=True).to_pylist()
+    rows = read_json_rows(path, None, python=True).to_pylist()
     if rows and spec.problem_field not in rows[0]:
         raise DatasetError(
             f"benchmark {name!r}: {path} has no {spec.problem_field!r} field (fields: {sorted(rows[0])}); this "
@@ -175,12 +175,12 @@ def prepare_benchmark(directory: str | os.PathLike | None, name: str, grader=Non
     problems = [r.get(spec.problem_field) for r in rows]
     answers = [spec.answer_of(r) for r in rows]
     difficulties = [r.get(spec.difficulty_field) if spec.difficulty_field else None for r in rows]
-    prepared = _prepare(
+    prepared = prepare_rows(
         name,
         problems,
         answers,
         difficulties,
-        _parse_number,
+        parse_number,
         drop_binary=False,
         heldout=0,
         seed=0,

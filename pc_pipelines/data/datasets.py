@@ -13,7 +13,6 @@ Nothing is downloaded, ever. Public API::
     prepare_polaris(table, heldout=0, seed=0, grader=None, *, gold_workers=None) -> PreparedDataset
     problem_id(source, problem) -> str                         # the stable id (see below)
     PreparedDataset(rows, quarantine, stats)                   # .write(out_dir) -> {"rows": path, "quarantine": path}
-    to_task_data(prepared, template, eval_name="heldout", *, eval_tables=None) -> TaskData
     PREPARED_SCHEMA, QUARANTINE_SCHEMA, QUARANTINE_REASONS, BINARY_PARTS
 
 **Loading** (``load_table``): a ``.parquet`` file or a directory of Parquet files (e.g. a Hub snapshot's
@@ -98,7 +97,7 @@ import os
 import re
 import string
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,8 +105,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from .task import EvalSet, TaskData
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +126,6 @@ __all__ = [
     "prepare_deepmath",
     "prepare_polaris",
     "problem_id",
-    "to_task_data",
     "verifier_gold",
 ]
 
@@ -299,7 +295,7 @@ def _read_file(p: Path, want: list[str] | None, required: Sequence[str], what: s
     if suffix == ".parquet":
         return _read_parquet([p], want, required, what)
     if suffix in (".jsonl", ".json", ".ndjson"):
-        return _read_json(p, None)  # projected by load_table, after the required-column check
+        return read_json_rows(p, None)  # projected by load_table, after the required-column check
     if suffix == ".arrow":
         return _read_arrow(p)
     raise DatasetError(
@@ -318,7 +314,7 @@ def _read_dir(
         return _read_parquet(parquet, want, required, what), f"{len(parquet)} Parquet file(s) under {p}"
     jsonl = sorted(f for f in p.rglob("*.jsonl") if f.is_file())
     if jsonl:
-        return _concat([_read_json(f, None) for f in jsonl]), f"{len(jsonl)} JSONL file(s) under {p}"
+        return _concat([read_json_rows(f, None) for f in jsonl]), f"{len(jsonl)} JSONL file(s) under {p}"
     arrow = sorted(f for f in p.rglob("*.arrow") if f.is_file() and not f.name.startswith("cache-"))
     if arrow:
         parents = sorted({f.parent for f in arrow})
@@ -337,7 +333,6 @@ def _read_dir(
 
 
 def _read_parquet(files: list[Path], want: list[str] | None, required: Sequence[str], what: str) -> pa.Table:
-    import pyarrow.parquet as pq
 
     tables = []
     for f in files:
@@ -378,7 +373,7 @@ def _read_saved_dataset(p: Path, want: list[str] | None, required: Sequence[str]
     return ds.with_format("arrow")[:]
 
 
-def _read_json(f: Path, want: list[str] | None, *, python: bool = False) -> pa.Table:
+def read_json_rows(f: Path, want: list[str] | None, *, python: bool = False) -> pa.Table:
     """JSON lines (or one JSON array). pyarrow's reader first (unless ``python``); on a type conflict between rows
     (e.g. an answer that is a number in one row and a string in another), or if pyarrow turned strings into
     dates/times (an answer such as "2021-01-01" must stay text), a per-line Python reader that turns a mixed
@@ -428,7 +423,7 @@ def _read_json(f: Path, want: list[str] | None, *, python: bool = False) -> pa.T
         try:
             arrays[c] = pa.array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
-            arrays[c] = pa.array([None if v is None else _as_text(v) for v in values], pa.string())
+            arrays[c] = pa.array([None if v is None else as_text(v) for v in values], pa.string())
     return pa.table(arrays) if arrays else pa.table({})
 
 
@@ -500,7 +495,7 @@ def normalize_final_answer(s: Any) -> str:
     dropped, whitespace collapsed, lowercased. ``normalize_final_answer("$\\\\text{No}$") == "no"``."""
     if s is None:
         return ""
-    s = _as_text(s)
+    s = as_text(s)
     while True:
         unwrapped = _UNWRAP.sub(r"\1", s)
         if unwrapped == s:
@@ -525,7 +520,7 @@ def verifier_gold(s: str) -> str:
     return g
 
 
-def _as_text(v: Any) -> str:
+def as_text(v: Any) -> str:
     """A cell as text: strings as is, integral floats without ``.0`` (AMC's 27.0 -> "27"), lists joined by ", "."""
     if isinstance(v, str):
         return v
@@ -540,7 +535,7 @@ def _as_text(v: Any) -> str:
     if isinstance(v, float) and math.isfinite(v) and v.is_integer():
         return str(int(v))
     if isinstance(v, (list, tuple)):
-        return ", ".join(_as_text(x) for x in v if x is not None)
+        return ", ".join(as_text(x) for x in v if x is not None)
     return str(v)
 
 
@@ -616,7 +611,7 @@ def check_golds(
     """
     from pc_pipelines.rewards import MathGrader
 
-    unique = list(dict.fromkeys(g if isinstance(g, str) else _as_text(g) for g in golds))
+    unique = list(dict.fromkeys(g if isinstance(g, str) else as_text(g) for g in golds))
     if workers is None:
         workers = 1 if len(unique) < _PARALLEL_FROM else max(1, min(_usable_cpus() - 1, 8))
     if workers < 1:
@@ -678,7 +673,6 @@ class PreparedDataset:
     def write(self, out_dir: str | os.PathLike) -> dict[str, Path]:
         """Writes ``<source>.parquet`` and ``<source>.quarantine.parquet`` (+ ``<source>.stats.json``) under
         ``out_dir``, each via a temporary file and an atomic rename; returns their paths."""
-        import pyarrow.parquet as pq
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -708,12 +702,12 @@ def prepare_deepmath(
     """DeepMath-103K (``question``, ``final_answer``, ``difficulty``) -> prepared rows, with the binary-answer
     filter, quarantine and a ``heldout``-row held-out split (rules: module docstring)."""
     _require_columns(table.column_names, DEEPMATH_COLUMNS, "the DeepMath table", "DeepMath-103K")
-    return _prepare(
+    return prepare_rows(
         "deepmath",
         table.column("question").to_pylist(),
         table.column("final_answer").to_pylist(),
         table.column("difficulty").to_pylist(),
-        _parse_number,
+        parse_number,
         drop_binary=True,
         heldout=heldout,
         seed=seed,
@@ -733,7 +727,7 @@ def prepare_polaris(
     """Polaris-53K (``problem``, ``answer``, ``difficulty`` like ``"7/8"``) -> prepared rows with quarantine and an
     optional held-out split (no binary filter: the paper applies it to DeepMath only)."""
     _require_columns(table.column_names, POLARIS_COLUMNS, "the Polaris table", "Polaris-53K")
-    return _prepare(
+    return prepare_rows(
         "polaris",
         table.column("problem").to_pylist(),
         table.column("answer").to_pylist(),
@@ -757,10 +751,10 @@ def _parse_fraction(v: Any) -> float | None:
         if m:
             den = float(m.group(2))
             return float(m.group(1)) / den if den > 0 else None
-    return _parse_number(v)
+    return parse_number(v)
 
 
-def _parse_number(v: Any) -> float | None:
+def parse_number(v: Any) -> float | None:
     if v is None or isinstance(v, bool):
         return None
     try:
@@ -770,7 +764,7 @@ def _parse_number(v: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _prepare(
+def prepare_rows(
     source: str,
     problems: list,
     answers: list,
@@ -805,8 +799,8 @@ def _prepare(
             {
                 "row_index": i,
                 "id": rid,
-                "problem": None if problem is None else _as_text(problem),
-                "answer": None if answer is None else _as_text(answer),
+                "problem": None if problem is None else as_text(problem),
+                "answer": None if answer is None else as_text(answer),
                 "reason": reason,
                 "detail": detail,
             }
@@ -818,14 +812,14 @@ def _prepare(
         if why is not None:
             reject(i, None, None if why != "blank" else problem, answer, EMPTY_PROBLEM, f"the problem is {why}")
             continue
-        problem = _as_text(problem).strip()
+        problem = as_text(problem).strip()
         rid = id_of(i, problem) if id_of is not None else problem_id(source, problem)
         why = _blank_why(answer, answer=True)
         if why is not None:
             reject(i, rid, problem, None if isinstance(answer, float) else answer, EMPTY_ANSWER,
                    f"the answer is {why}")
             continue
-        answer_text = _as_text(answer)
+        answer_text = as_text(answer)
         if drop_binary:
             part = binary_part(answer_text)
             if part is not None:
@@ -834,10 +828,10 @@ def _prepare(
         if dedupe:
             first = first_of.get(rid)
             if first is not None:
-                same = _as_text(answers[first]).strip() == answer_text.strip()
+                same = as_text(answers[first]).strip() == answer_text.strip()
                 reject(i, rid, problem, answer_text, DUPLICATE_PROBLEM,
                        f"same problem as row {first} (kept), {'same answer' if same else 'different answer'}: "
-                       f"{_as_text(answers[first]).strip()[:80]!r}")
+                       f"{as_text(answers[first]).strip()[:80]!r}")
                 continue
             first_of[rid] = i
         gold = verifier_gold(answer_text)
@@ -937,63 +931,3 @@ def _prepare(
 
 # ------------------------------------------------------------------------------------------------------------------
 # To the training loop
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def to_task_data(
-    prepared: PreparedDataset | pa.Table,
-    template: str,
-    eval_name: str = "heldout",
-    *,
-    eval_tables: Mapping[str, pa.Table] | None = None,
-) -> TaskData:
-    """Training prompts/golds from the ``train`` rows (file order; the allocator's prompt id is the index), one
-    EvalSet ``eval_name`` from the ``heldout`` rows (none if there are none), then one EvalSet per entry of
-    ``eval_tables`` (e.g. ``load_benchmarks(...)``), all formatted with ``template.format(question=problem)``. A
-    known benchmark's set carries its own mean@k (``BenchmarkSpec.eval_k``: 32 for AIME24/25 and AMC23)."""
-    if "{question}" not in template:
-        raise ValueError(f"prompt template {template!r} has no {{question}} placeholder; include it where the "
-                         "problem goes (e.g. \"{question} Let's think step by step ...\").")
-    table = prepared.rows if isinstance(prepared, PreparedDataset) else prepared
-    problems = table.column("problem").to_pylist()
-    golds = table.column("answer").to_pylist()
-    splits = table.column("split").to_pylist()
-    train = [i for i, s in enumerate(splits) if s == "train"]
-    held = [i for i, s in enumerate(splits) if s == "heldout"]
-    from .benchmarks import BENCHMARK_SPECS
-
-    evals = []
-    if held:
-        evals.append(EvalSet(eval_name, [template.format(question=problems[i]) for i in held], [golds[i] for i in held]))
-    for name, t in (eval_tables or {}).items():
-        spec = BENCHMARK_SPECS.get(name)
-        evals.append(
-            EvalSet(name, [template.format(question=p) for p in t.column("problem").to_pylist()],
-                    t.column("answer").to_pylist(), k=spec.eval_k if spec is not None else None)
-        )
-    return TaskData(
-        prompts=[template.format(question=problems[i]) for i in train],
-        golds=[golds[i] for i in train],
-        eval_sets=evals,
-    )
-
-
-def load_prepared_task(data_dir: str | os.PathLike, dataset: str, template: str) -> TaskData:
-    """The training task of a prepared dataset as the Dagster data assets wrote it under ``data_dir``: the
-    ``train`` rows of ``<dataset>.parquet`` as the prompt pool, its ``heldout`` rows as the eval set
-    ``<dataset>_heldout``, and every benchmark in ``benchmarks/<name>.parquet`` as one eval set each."""
-    from .benchmarks import BENCHMARKS
-
-    root = Path(data_dir)
-    path = root / f"{dataset}.parquet"
-    if not path.is_file():
-        raise DatasetError(
-            f"no prepared {dataset} at {path}. Fix: materialize the `{dataset}` asset first (its data resource "
-            f"writes to {root}), then start the run."
-        )
-    evals = {name: pq.read_table(root / "benchmarks" / f"{name}.parquet") for name in BENCHMARKS
-             if (root / "benchmarks" / f"{name}.parquet").is_file()}
-    if not evals:
-        log.warning("no prepared benchmarks under %s: the run evaluates on %s_heldout only (materialize "
-                    "`benchmarks` to add them)", root / "benchmarks", dataset)
-    return to_task_data(pq.read_table(path), template, f"{dataset}_heldout", eval_tables=evals)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .arith import ArithTaskConfig, build_splits
+from ..config.task import ArithTaskConfig
+from .arith import build_splits
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,13 @@
-"""Rollout engines: the :class:`RolloutEngine` protocol and its implementations (see :mod:`.base`)."""
+"""Rollout engines: the :class:`RolloutEngine` protocol and its implementations (see :mod:`.base`).
+
+Importing the package is light (no torch): the engines are imported from their modules,
+:class:`~.transformers_engine.TransformersEngine` and :class:`~.vllm_engine.VLLMEngine`.
+"""
 
 from .base import (
     FINISH_LENGTH,
     FINISH_STOP,
+    EngineFactory,
     RequestOutput,
     Rollout,
     RolloutEngine,
@@ -11,18 +16,17 @@ from .base import (
     check_outputs,
     derive_seed,
 )
-from .transformers_engine import TransformersEngine, naive_generate
 
 __all__ = [
     "FINISH_LENGTH",
     "FINISH_STOP",
+    "EngineFactory",
     "RequestOutput",
     "Rollout",
     "RolloutEngine",
     "RolloutRequest",
     "SamplingParams",
-    "TransformersEngine",
     "check_outputs",
     "derive_seed",
-    "naive_generate",
 ]
+

@@ -13,9 +13,9 @@ and the call index, so a resumed run draws what the uninterrupted run drew).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -82,6 +82,10 @@ class RolloutEngine(Protocol):
     """Anything that turns a round's requests into rollouts (see module docstring)."""
 
     def generate(self, requests: Sequence[RolloutRequest], params: SamplingParams) -> list[RequestOutput]: ...
+
+
+EngineFactory = Callable[[Any, Any], RolloutEngine]
+"""(model, tokenizer) -> an engine bound to that policy: how a run chooses its engine for the policy it loads."""
 
 
 def check_outputs(requests: Sequence[RolloutRequest], outputs: Sequence[RequestOutput]) -> None:

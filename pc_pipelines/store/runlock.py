@@ -16,7 +16,7 @@ it holds its flock, that the path still names the file it locked; if not, the lo
 retries.
 
 A process may hold the same run's lock more than once (``pilot-commit train`` holds it while it decides, and
-:func:`pc_pipelines.loop.run_segment` takes it again): the lock is counted per process and released with the last
+:func:`pc_pipelines.run.run_segment` takes it again): the lock is counted per process and released with the last
 holder.
 
 :func:`remove_run` deletes a run's rows from the catalog and its files (``--overwrite``); call it while holding

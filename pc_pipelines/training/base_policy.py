@@ -48,9 +48,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..data.arith import ArithProblems, ArithTaskConfig, build_splits, probe_problems
+from ..config import ArithTaskConfig, PolicyConfig
+from ..data.arith import ArithProblems, build_splits, probe_problems
 from ..data.tokenizer import INSTRUCTION, build_tokenizer, load_tokenizer
-from ..policy import PolicyConfig
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +234,8 @@ def sampled_pass_rates(engine, grader, problems: ArithProblems, template: str, s
 def probe_pass_rate(model, tokenizer, task: ArithTaskConfig, policy: PolicyConfig, template: str, grader,
                     max_new_tokens: int = 12) -> Callable[[], float]:
     """The stop rule's probe: mean pass rate of ``model`` (as it is when called) on the probe problems."""
-    from ..rollout import SamplingParams, TransformersEngine
+    from ..rollout import SamplingParams
+    from ..rollout.transformers_engine import TransformersEngine
 
     probs = probe_problems(task, policy.sft_probe_prompts)
     engine = TransformersEngine(model, tokenizer)
@@ -428,7 +429,8 @@ def warm_start_report(path: str | Path, task: ArithTaskConfig, template: str, pr
     from ..data.task import arith_eval_name, embedded_task
     from ..evaluation import evaluate_sets
     from ..rewards import MathGrader
-    from ..rollout import SamplingParams, TransformersEngine
+    from ..rollout import SamplingParams
+    from ..rollout.transformers_engine import TransformersEngine
 
     model, tok = load_policy(path)
     engine = TransformersEngine(model, tok)

@@ -53,8 +53,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..allocation import ConfigError
 from ..config import TrainingConfig
+from ..errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

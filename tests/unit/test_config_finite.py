@@ -12,12 +12,10 @@ from dataclasses import fields, replace
 
 import pytest
 
-from pc_pipelines.allocation import AllocatorConfig, ConfigError
-from pc_pipelines.config import TrainingConfig
-from pc_pipelines.data.arith import ArithTaskConfig
-from pc_pipelines.policy import PolicyConfig
+from pc_pipelines.allocation import AllocatorConfig
+from pc_pipelines.config import ArithTaskConfig, PolicyConfig, SimConfig, TrainingConfig
+from pc_pipelines.errors import ConfigError
 from pc_pipelines.rollout.base import SamplingParams
-from pc_pipelines.simulate import SimConfig
 
 CONFIGS = [AllocatorConfig, TrainingConfig, SimConfig, ArithTaskConfig, PolicyConfig]
 

@@ -1,21 +1,250 @@
-"""DESIGN.md section 2: allocation/ imports nothing heavier than numpy; only definitions.py imports Dagster."""
+"""The package's layer order (``LAYERS``, bottom first), checked on the source: every import points down or within
+its layer and the import graph has no cycle, function-local imports included; allocation/ imports nothing heavier
+than numpy; only definitions.py imports Dagster.
+
+The checker reads the code with ``ast`` (nothing is imported). An edge is one module importing another of the
+checked packages, wherever the import statement sits (module level, inside a function, under ``if TYPE_CHECKING``).
+Type-only imports (under ``if TYPE_CHECKING:``) never run, so they are left out of the cycle check, but they still
+count for the layer order: a lower layer must not even name a higher one's types.
+"""
+
+from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parents[2] / "pc_pipelines"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = ROOT / "pc_pipelines"
+
+# Bottom first. A module belongs to the layer of the longest entry that names it or a package above it ("x$": x
+# only); it may import its own layer and those below. Within a layer, the cycle check keeps the order one way.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("errors and config", ("pc_pipelines$", "pc_pipelines.errors", "pc_pipelines.config", "pc_pipelines.presets")),
+    ("allocation (numpy only)", ("pc_pipelines.allocation",)),
+    ("components", ("pc_pipelines.data", "pc_pipelines.rewards", "pc_pipelines.rollout", "pc_pipelines.training",
+                    "pc_pipelines.store", "pc_pipelines.simulate", "pc_pipelines.evaluation", "pc_pipelines.reports")),
+    ("run", ("pc_pipelines.run", "pc_pipelines.stopping", "pc_pipelines.segments", "pc_pipelines.sim_runs",
+             "pc_pipelines.study")),
+    ("command line", ("pc_pipelines.cli", "pc_pipelines.cli_args", "pc_pipelines.cli_train",
+                      "pc_pipelines.entrypoint")),
+    ("dagster", ("resources", "assets", "pc_pipelines.definitions")),
+)
 
 
+# ---- the checker --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    line: int
+    type_only: bool
+
+    def __str__(self) -> str:
+        return f"{self.source} imports {self.target} (line {self.line}{', type-only' if self.type_only else ''})"
+
+
+def find_modules(root: Path, packages: tuple[str, ...]) -> dict[str, tuple[Path, bool]]:
+    """Dotted module name -> (file, is a package ``__init__``) for every ``.py`` file of ``packages`` under ``root``."""
+    mods = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            is_pkg = parts[-1] == "__init__"
+            mods[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
+    return mods
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the import nodes inside ``if TYPE_CHECKING:`` blocks."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            test = node.test
+            name = test.id if isinstance(test, ast.Name) else test.attr if isinstance(test, ast.Attribute) else None
+            if name == "TYPE_CHECKING":
+                out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return out
+
+
+def _known(name: str, mods: dict) -> str | None:
+    """The longest prefix of ``name`` that is a module of the graph."""
+    while name and name not in mods:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_edges(mods: dict[str, tuple[Path, bool]]) -> list[Edge]:
+    """Every import of one checked module by another, function-local and type-only ones included."""
+    edges = []
+    for name, (path, is_pkg) in mods.items():
+        package = name if is_pkg else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text(), str(path))
+        typing_only = _type_checking_nodes(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [_known(a.name, mods) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                # `from pkg import sub` imports the module pkg.sub; `from pkg import name` the package pkg
+                targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in mods else _known(module, mods)
+                           for a in node.names]
+            else:
+                continue
+            for target in dict.fromkeys(t for t in targets if t and t != name):
+                edges.append(Edge(name, target, node.lineno, id(node) in typing_only))
+    return edges
+
+
+def layer_of(module: str, layers=LAYERS) -> int | None:
+    best, rank = "", None
+    for i, (_, entries) in enumerate(layers):
+        for entry in entries:
+            p = entry.rstrip("$")
+            if (module == p or (module.startswith(p + ".") and not entry.endswith("$"))) and len(p) > len(best):
+                best, rank = p, i
+    return rank
+
+
+def layer_problems(mods: dict, edges: list[Edge], layers=LAYERS) -> list[str]:
+    """Modules in no layer, and imports that point up."""
+    problems = [f"{m} is in no layer: add it to LAYERS" for m in mods if layer_of(m, layers) is None]
+    for e in edges:
+        src, dst = layer_of(e.source, layers), layer_of(e.target, layers)
+        if src is not None and dst is not None and dst > src:
+            problems.append(f"{e}: {layers[src][0]} may not import {layers[dst][0]}, a layer above it")
+    return problems
+
+
+def cycles(mods: dict, edges: list[Edge]) -> list[list[str]]:
+    """The strongly connected components with more than one module of the runtime import graph (Tarjan)."""
+    graph: dict[str, list[str]] = {m: [] for m in mods}
+    for e in edges:
+        if not e.type_only:
+            graph[e.source].append(e.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for m in graph:
+        if m not in index:
+            visit(m)
+    return found
+
+
+# ---- the checker on a planted package ----------------------------------------------------------------------------
+FAKE_LAYERS = (("low", ("pkg$", "pkg.low")), ("high", ("pkg.high",)))
+
+
+def fake_package(tmp_path: Path, low_source: str) -> dict:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low.py").write_text(low_source)
+    (pkg / "high.py").write_text("from .low import base\n\n\ndef top():\n    return base() + 1\n")
+    return find_modules(tmp_path, ("pkg",))
+
+
+def test_a_clean_package_passes(tmp_path):
+    mods = fake_package(tmp_path, "def base():\n    return 1\n")
+    edges = import_edges(mods)
+    assert [str(e) for e in edges] == ["pkg.high imports pkg.low (line 1)"]
+    assert layer_problems(mods, edges, FAKE_LAYERS) == []
+    assert cycles(mods, edges) == []
+
+
+def test_a_planted_function_local_upward_import_is_a_cycle_and_a_layer_violation(tmp_path):
+    mods = fake_package(tmp_path, "def base():\n    from pkg.high import top  # hidden in a function\n\n    return 1\n")
+    edges = import_edges(mods)
+    assert layer_problems(mods, edges, FAKE_LAYERS) == [
+        "pkg.low imports pkg.high (line 2): low may not import high, a layer above it"
+    ]
+    assert cycles(mods, edges) == [["pkg.high", "pkg.low"]]
+
+
+def test_a_type_only_upward_import_breaks_the_layers_but_is_no_cycle(tmp_path):
+    mods = fake_package(tmp_path, "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from . import high\n\n\n"
+                                  "def base():\n    return 1\n")
+    edges = import_edges(mods)
+    assert layer_problems(mods, edges, FAKE_LAYERS) == [
+        "pkg.low imports pkg.high (line 4, type-only): low may not import high, a layer above it"
+    ]
+    assert cycles(mods, edges) == []
+
+
+def test_a_module_in_no_layer_is_reported(tmp_path):
+    mods = fake_package(tmp_path, "def base():\n    return 1\n")
+    (tmp_path / "pkg" / "stray.py").write_text("")
+    mods = find_modules(tmp_path, ("pkg",))
+    assert layer_problems(mods, import_edges(mods), (("low", ("pkg.low",)), ("high", ("pkg.high",)))) == [
+        "pkg is in no layer: add it to LAYERS", "pkg.stray is in no layer: add it to LAYERS"
+    ]
+
+
+# ---- the checker on this project ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def project():
+    mods = find_modules(ROOT, ("pc_pipelines", "assets", "resources"))
+    return mods, import_edges(mods)
+
+
+def test_every_import_points_down(project):
+    mods, edges = project
+    assert layer_problems(mods, edges) == []
+
+
+def test_the_import_graph_has_no_cycle(project):
+    assert cycles(*project) == []
+
+
+# ---- allocation: numpy only; Dagster: definitions.py only -------------------------------------------------------
 def test_allocation_imports_only_numpy_at_runtime():
     code = (
         "import sys, pc_pipelines.allocation as a; "
-        "heavy = sorted(m for m in ('torch','dagster','verl','pandas','transformers','duckdb','pyarrow','pydantic') "
-        "if m in sys.modules); print(','.join(heavy))"
+        "heavy = sorted(m for m in ('torch','dagster','verl','pandas','transformers','duckdb','pyarrow','pydantic',"
+        "'yaml') if m in sys.modules); print(','.join(heavy))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "", f"allocation pulled in heavy modules: {out}"
+
+
+@pytest.mark.parametrize("module", ["resources", "pc_pipelines.definitions", "pc_pipelines.run", "pc_pipelines.cli"])
+def test_loading_the_code_location_does_not_import_torch(module):
+    """torch (seconds to import) comes with the local backend, the warm start and the engines, when they run."""
+    code = f"import sys, {module}; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out.splitlines()[-1] == "False"
 
 
 def test_allocation_sources_import_only_stdlib_and_numpy():

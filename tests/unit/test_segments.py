@@ -2,7 +2,7 @@
 
 import pytest
 
-from pc_pipelines.loop import stale_checkpoints
+from pc_pipelines.run import stale_checkpoints
 from pc_pipelines.segments import (
     Action,
     RunView,

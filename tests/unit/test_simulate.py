@@ -3,8 +3,10 @@
 import numpy as np
 import pytest
 
-from pc_pipelines.allocation import AllocatorConfig, ConfigError, Stage
-from pc_pipelines.simulate import PromptPopulation, SimConfig, Simulation
+from pc_pipelines.allocation import AllocatorConfig, Stage
+from pc_pipelines.config import SimConfig
+from pc_pipelines.errors import ConfigError
+from pc_pipelines.simulate import PromptPopulation, Simulation
 
 
 def test_pass_rate_follows_documented_model():

@@ -18,7 +18,7 @@ from assets.training import (
     start_run,
     training_segment,
 )
-from pc_pipelines.loop import latest_checkpoint, list_checkpoints
+from pc_pipelines.run import latest_checkpoint, list_checkpoints
 from pc_pipelines.store import Store
 from resources import (
     DataResource,

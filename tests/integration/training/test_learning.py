@@ -7,9 +7,10 @@ import torch
 from safetensors.torch import load_file
 
 from pc_pipelines.config import resolve
-from pc_pipelines.loop import prepare_run, run_segment
 from pc_pipelines.rewards import MathGrader
-from pc_pipelines.rollout import RolloutRequest, SamplingParams, TransformersEngine
+from pc_pipelines.rollout import RolloutRequest, SamplingParams
+from pc_pipelines.rollout.transformers_engine import TransformersEngine
+from pc_pipelines.run import prepare_run, run_segment
 from pc_pipelines.store import Store
 from pc_pipelines.training.base_policy import load_policy
 

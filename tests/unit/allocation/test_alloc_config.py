@@ -1,5 +1,7 @@
 """AllocatorConfig validates itself: each bad value fails at construction with a ConfigError naming the field and
-saying how to fix it. Acceptance criterion 10 of the allocator issue (DESIGN.md section 2: errors say how to fix).
+saying how to fix it; what needs the registries (method and strategy names, what PC's method accepts) fails where
+the allocator is built, with the same message format. Acceptance criterion 10 of the allocator issue (DESIGN.md
+section 2: errors say how to fix).
 """
 
 from __future__ import annotations
@@ -8,7 +10,8 @@ import math
 
 import pytest
 
-from pc_pipelines.allocation import Allocator, AllocatorConfig, ConfigError
+from pc_pipelines.allocation import Allocator, AllocatorConfig
+from pc_pipelines.errors import ConfigError
 
 BAD = [
     # (kwargs, field the message must name)
@@ -20,12 +23,12 @@ BAD = [
     (dict(p_upper=-0.5), "p_upper"),
     (dict(p_solve=1.01), "p_solve"),
     (dict(p_solve=-0.01), "p_solve"),
-    (dict(method="pc", n=8, n_pilot=0), "n_pilot"),
-    (dict(method="pc", n=8, n_pilot=-2), "n_pilot"),
-    (dict(method="pc", n=8, n_pilot=8), "n_pilot"),  # n_pilot >= n leaves no commit rollout
-    (dict(method="pc", n=8, n_pilot=9), "n_pilot"),
-    (dict(method="pc", n=1), "n_pilot"),  # default n_pilot = max(1, n // 4) = 1 = n
-    (dict(method="pc", max_rounds=1), "max_rounds"),
+    (dict(method="pc", n=8, n_pilot=0), "n_pilot", "allocator"),
+    (dict(method="pc", n=8, n_pilot=-2), "n_pilot", "allocator"),
+    (dict(method="pc", n=8, n_pilot=8), "n_pilot", "allocator"),  # n_pilot >= n leaves no commit rollout
+    (dict(method="pc", n=8, n_pilot=9), "n_pilot", "allocator"),
+    (dict(method="pc", n=1), "n_pilot", "allocator"),  # default n_pilot = max(1, n // 4) = 1 = n
+    (dict(method="pc", max_rounds=1), "max_rounds", "allocator"),
     (dict(max_rounds=0), "max_rounds"),
     (dict(train_batch=-1), "train_batch"),
     (dict(train_batch=0), "train_batch"),
@@ -36,16 +39,26 @@ BAD = [
     (dict(max_age=-1), "max_age"),
     (dict(oversample=0.5), "oversample"),
     (dict(oversample=math.inf), "oversample"),
-    (dict(method="ppo"), "method"),
-    (dict(selection="fifo"), "selection"),
+    (dict(method="ppo"), "method", "allocator"),
+    (dict(selection="fifo"), "selection", "allocator"),
     (dict(seed=-1), "seed"),
 ]
 
 
-@pytest.mark.parametrize("kwargs,field", BAD, ids=[f"{f}:{k}" for k, f in BAD])
-def test_bad_config_fails_at_construction_naming_the_field(kwargs, field):
-    with pytest.raises(ConfigError) as info:
-        AllocatorConfig(**kwargs)
+BAD = [case if len(case) == 3 else (*case, "config") for case in BAD]  # where it fails: config or allocator
+
+
+@pytest.mark.parametrize("kwargs,field,where", BAD, ids=[f"{f}:{k}" for k, f, _ in BAD])
+def test_bad_config_fails_naming_the_field(kwargs, field, where):
+    """Values no method can run fail at construction; what needs the registries fails where the allocator is built
+    (``check_config``, which ``Allocator`` runs)."""
+    if where == "config":
+        with pytest.raises(ConfigError) as info:
+            AllocatorConfig(**kwargs)
+    else:
+        cfg = AllocatorConfig(**kwargs)  # constructs: the config layer does not know the registries
+        with pytest.raises(ConfigError) as info:
+            Allocator(cfg, num_prompts=1000)
     msg = str(info.value)
     assert f"AllocatorConfig.{field}=" in msg
     assert "Fix" in msg

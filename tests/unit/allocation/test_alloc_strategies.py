@@ -32,13 +32,14 @@ from pc_pipelines.allocation import (
     STRATEGIES,
     Allocator,
     AllocatorConfig,
-    ConfigError,
     Decision,
     Rule,
     Stage,
     proportional_sizes,
 )
+from pc_pipelines.allocation.reasons import observation_reason
 from pc_pipelines.allocation.strategies import AdaptiveBand, SurvivalSampling
+from pc_pipelines.errors import ConfigError
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -137,7 +138,7 @@ def test_adaptive_band_fills_batches_the_static_band_leaves_short():
     obs = adaptive[0].observations
     pilots = obs.stage == Stage.PILOT
     assert np.all(obs.rule[pilots & (obs.decision == Decision.KEPT)] == Rule.ADAPTIVE_BAND)
-    assert "widened band [0.125, 0.875]" in obs.reason(int(np.flatnonzero(pilots)[0]), 0.125, 0.875)
+    assert "widened band [0.125, 0.875]" in observation_reason(obs, int(np.flatnonzero(pilots)[0]), 0.125, 0.875)
 
 
 # ---- survival sampling ----------------------------------------------------------------------------------------------
@@ -190,7 +191,7 @@ def test_sequential_pilots_decide_flat_first_waves_early():
     assert np.all(early[certain])
     late = (obs.stage == Stage.PILOT) & ~early
     assert np.all(obs.n[late] == 8) and np.all(obs.wave[late] == 1)
-    assert "first pilot wave all correct" in obs.reason(int(np.flatnonzero(early & (obs.p_hat == 1))[0]), 0.125, 0.75)
+    assert "first pilot wave all correct" in observation_reason(obs, int(np.flatnonzero(early & (obs.p_hat == 1))[0]), 0.125, 0.75)
 
 
 # ---- the generic invariants with every strategy drawn -----------------------------------------------------------------
@@ -297,4 +298,4 @@ def test_all_strategies_together_state_carries_survival_and_wave_spans():
 )
 def test_bad_strategy_settings_name_the_field_and_the_fix(kwargs, field):
     with pytest.raises(ConfigError, match=rf"{field}=.*Fix: "):
-        pc_config(**kwargs)
+        Allocator(pc_config(**kwargs), 100)  # names are checked against the registries where it is built

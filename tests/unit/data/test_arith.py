@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from pc_pipelines.allocation import ConfigError
-from pc_pipelines.data.arith import ArithTaskConfig, build_splits
+from pc_pipelines.config import ArithTaskConfig
+from pc_pipelines.data.arith import build_splits
 from pc_pipelines.data.task import embedded_task
+from pc_pipelines.errors import ConfigError
 from pc_pipelines.rewards import MathGrader
 
 TEMPLATE = "{question} Let's think step by step and output the final answer within \\boxed{{}}."

@@ -21,9 +21,9 @@ from pc_pipelines.data.datasets import (
     normalize_final_answer,
     prepare_deepmath,
     prepare_polaris,
-    to_task_data,
     verifier_gold,
 )
+from pc_pipelines.data.prepared import to_task_data
 from pc_pipelines.rewards import MathGrader
 
 TEMPLATE = "{question} Let's think step by step and output the final answer within \\boxed{{}}."

@@ -11,16 +11,16 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from pc_pipelines.config import PolicyConfig
 from pc_pipelines.data.tokenizer import INSTRUCTION, build_tokenizer
-from pc_pipelines.policy import PolicyConfig
 from pc_pipelines.rollout import (
     FINISH_LENGTH,
     FINISH_STOP,
     RolloutEngine,
     RolloutRequest,
     SamplingParams,
-    TransformersEngine,
 )
+from pc_pipelines.rollout.transformers_engine import TransformersEngine
 from pc_pipelines.training.base_policy import model_config
 
 

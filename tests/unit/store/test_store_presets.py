@@ -6,10 +6,11 @@ from dataclasses import fields
 
 import pytest
 
-from pc_pipelines.allocation import AllocatorConfig, ConfigError
+from pc_pipelines.allocation import AllocatorConfig
 from pc_pipelines.config import (
     SECTIONS,
     RunConfig,
+    SimConfig,
     TrainingConfig,
     available_presets,
     from_dict,
@@ -17,7 +18,7 @@ from pc_pipelines.config import (
     parse_overrides,
     resolve,
 )
-from pc_pipelines.simulate import SimConfig
+from pc_pipelines.errors import ConfigError
 
 EXPECTED_PRESETS = ["bench", "efficiency", "embedded", "paper", "paper-1.5b-n128", "paper-n16", "paper-qwen3-n64", "simulator"]
 

@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from pc_pipelines.policy import PolicyConfig
+from pc_pipelines.config import PolicyConfig
 from pc_pipelines.training.base_policy import lr_share, new_model, sft
 
 RULE = PolicyConfig(sft_steps=1000, sft_hold_lr=0.25, sft_target=0.3, sft_onset=0.05, sft_decay_steps=100)

@@ -11,8 +11,8 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from pc_pipelines.allocation import ConfigError
 from pc_pipelines.config import TrainingConfig
+from pc_pipelines.errors import ConfigError
 from pc_pipelines.training import (
     PolicyTrainer,
     RolloutBatch,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from pc_pipelines.allocation import ConfigError
 from pc_pipelines.config import resolve
+from pc_pipelines.errors import ConfigError
 from pc_pipelines.training.verl_recipe import PCSettings, compose_recipe_config, run_overrides
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,11 +1,13 @@
-"""The embedded policy's recipe: architecture and SFT warm-start settings (a config only; no torch here, so the
-run config can import it cheaply). The code that builds the policy is :mod:`pc_pipelines.training.base_policy`."""
+"""The embedded policy's recipe: architecture and SFT warm-start settings (a config only: no torch here).
+
+The code that builds the policy is :mod:`pc_pipelines.training.base_policy`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .allocation import check_finite, field_error
+from ..errors import check_finite, field_error
 
 ARCHS = ("qwen2", "llama")
 

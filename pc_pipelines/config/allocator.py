@@ -1,9 +1,9 @@
-"""Typed, self-validating allocator configuration.
+"""The allocator's typed configuration: the paper's settings (b_t, n, the band, d, ...) and PC's strategy choices.
 
-A plain frozen dataclass rather than pydantic: ``allocation/`` imports nothing heavier than numpy (DESIGN.md
-section 2). Each field is documented where it is declared; invalid values fail at construction with a
-:class:`ConfigError` that names the field and says how to fix it. Derived numbers (the sampling batch ``b_g``,
-``n_commit``) are properties, never stored, so a config cannot contradict itself.
+A plain frozen dataclass: each field is documented where it is declared, and a value that can never work fails
+at construction with a :class:`ConfigError` naming the field and the fix. Names of methods and strategies are
+checked against their registries where the allocator is built (:func:`pc_pipelines.allocation.check_config`),
+not here. Derived numbers (``b_g``, ``n_commit``) are properties, so a config cannot contradict itself.
 """
 
 from __future__ import annotations
@@ -12,35 +12,10 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ..errors import ConfigError, check_finite, field_error
 
-class ConfigError(ValueError):
-    """A configuration that cannot work. The message names the field and the fix."""
-
-
-def field_error(config: Any, name: str, why: str, fix: str) -> ConfigError:
-    """The one message format of a bad config field, for every typed config: class, field, value, why, fix."""
-    return ConfigError(f"{type(config).__name__}.{name}={getattr(config, name)!r}: {why}. Fix: {fix}.")
-
-
-_FLOAT_TYPES = ("float", "float | None", "Optional[float]")
-
-
-def check_finite(config: Any) -> None:
-    """Refuse NaN and +-inf in every ``float`` field of a typed config (dataclass), naming the field.
-
-    Range checks written as ``value < 0`` or ``value <= 0`` let NaN through (every comparison with NaN is False),
-    and a NaN learning rate or temperature makes a run that "succeeds" having trained nothing. So each typed
-    config calls this first in its ``__post_init__``; its own range checks then see finite numbers only."""
-    for f in fields(config):
-        value = getattr(config, f.name)
-        if f.type not in _FLOAT_TYPES and not isinstance(value, float):
-            continue
-        if isinstance(value, float) and not math.isfinite(value):
-            default = f.default if isinstance(f.default, (int, float)) else None
-            raise field_error(
-                config, f.name, "must be a finite number (NaN and infinity are never valid settings)",
-                f"give {f.name} a finite value" + (f" (default {default!r})" if default is not None else ""),
-            )
+STRATEGY_KINDS = ("band", "sampling", "pilot", "commit")
+"""PC's four decisions; each has a ``<kind>_strategy`` field naming a registered strategy."""
 
 
 @dataclass(frozen=True)
@@ -120,24 +95,14 @@ class AllocatorConfig:
     @property
     def strategies(self) -> dict[str, str]:
         """PC's strategy choice per kind (band, sampling, pilot, commit)."""
-        from .strategies import STRATEGY_KINDS
-
         return {kind: getattr(self, f"{kind}_strategy") for kind in STRATEGY_KINDS}
 
-    @property
-    def is_pc(self) -> bool:
-        from .methods import get_method
-
-        return get_method(self.method).uses_pilots
-
-    # ---- validation ------------------------------------------------------------------------------------
+    # ---- validation (the registries' checks are in pc_pipelines.allocation.check_config) ------------------------
     def __post_init__(self) -> None:
-        from .buffer import SELECTION_STRATEGIES
-        from .methods import METHODS
-
         check_finite(self)
-        if self.method not in METHODS:
-            raise field_error(self, "method", "unknown method", f"use one of {sorted(METHODS)}")
+        for name in ("method", "selection", *(f"{kind}_strategy" for kind in STRATEGY_KINDS)):
+            if not isinstance(getattr(self, name), str):
+                raise field_error(self, name, "must be a name", f"give {name} the name of a registered choice")
         for name in ("train_batch", "n", "max_rounds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -155,39 +120,13 @@ class AllocatorConfig:
             if not isinstance(value, (int, float)) or not (0.0 <= float(value) <= 1.0):
                 raise field_error(self, name, "thresholds are pass rates and must lie in [0, 1]", f"set {name} inside [0, 1]")
         if self.p_lower > self.p_upper:
-            raise field_error(self, 
+            raise field_error(self,
                 "p_lower",
                 f"is above p_upper={self.p_upper}, so the keep band is empty",
                 "choose p_lower <= p_upper (paper: 0.125 <= 0.75)",
             )
-        if self.selection not in SELECTION_STRATEGIES:
-            raise field_error(self, "selection", "unknown buffer selection strategy", f"use one of {sorted(SELECTION_STRATEGIES)}")
-        self._check_strategies()
-        if METHODS[self.method].uses_pilots:
-            if self.n_pilot is not None and (isinstance(self.n_pilot, bool) or not isinstance(self.n_pilot, int)):
-                raise field_error(self, "n_pilot", "must be an integer", "pass a whole number of pilot rollouts")
-            if self.pilot_n < 1:
-                raise field_error(self, "n_pilot", "PC needs at least one pilot rollout per prompt to estimate p_hat", "set n_pilot >= 1")
-            if self.commit_n < 1:
-                raise field_error(self, 
-                    "n_pilot",
-                    f"leaves n_commit = n - n_pilot = {self.commit_n}; PC needs at least one commit rollout",
-                    f"set n_pilot < n={self.n} (paper: n=64 as 16+48)",
-                )
-            if self.max_rounds < 2:
-                raise field_error(self, 
-                    "max_rounds",
-                    "PC needs at least 2 rounds: with an empty buffer the first round can only pilot",
-                    "set max_rounds >= 2 (default 10)",
-                )
-
-    def _check_strategies(self) -> None:
-        from .methods import METHODS
-        from .strategies import STRATEGIES
-
-        for kind, registered in STRATEGIES.items():
-            if getattr(self, f"{kind}_strategy") not in registered:
-                raise field_error(self, f"{kind}_strategy", f"unknown {kind} strategy", f"use one of {sorted(registered)}")
+        if self.n_pilot is not None and (isinstance(self.n_pilot, bool) or not isinstance(self.n_pilot, int)):
+            raise field_error(self, "n_pilot", "must be an integer", "pass a whole number of pilot rollouts")
         if not isinstance(self.survival_margin, (int, float)) or not (1.0 <= float(self.survival_margin) <= 10.0):
             raise field_error(self, "survival_margin", "must be a number in [1, 10]", "set survival_margin=1.25")
         for name in ("pilot_wave", "commit_min"):
@@ -198,15 +137,6 @@ class AllocatorConfig:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise field_error(self, name, "must be an integer >= 1 or None", f"set {name} >= 1, or leave it unset")
-        if not METHODS[self.method].uses_pilots:
-            return
-        if self.pilot_strategy == "sequential" and self.pilot_wave >= self.pilot_n:
-            raise field_error(self, "pilot_wave", f"leaves no second wave (n_pilot={self.pilot_n})",
-                              f"set pilot_wave < n_pilot, e.g. pilot_wave={max(1, self.pilot_n // 4)}")
-        if self.commit_strategy == "variance" and not (self.commit_min <= self.commit_mean_n <= self.commit_max_n):
-            raise field_error(self, "commit_mean",
-                              f"must lie in [commit_min={self.commit_min}, commit_max={self.commit_max_n}]",
-                              "choose commit_min <= commit_mean <= commit_max")
 
     def check_pool(self, num_prompts: int) -> None:
         """Fail early when the prompt pool cannot feed a batch."""

@@ -1,0 +1,117 @@
+"""What the ``pilot-commit`` commands share: the run-config flags (preset, ``--set``, per-field flags) resolved into
+a checked :class:`~pc_pipelines.config.RunConfig`, the ``--run-name`` type, and progress bars on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .allocation import METHODS, SELECTION_STRATEGIES, check_config
+from .config import RunConfig, parse_overrides, resolve
+from .errors import ConfigError
+from .store.names import RunIdError, validate_run_id
+
+
+def progress_bar(total: int, desc: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, disable=not enabled, leave=False)
+
+
+# ---- config from arguments --------------------------------------------------------------------------------------
+# Flags that override one config field: (flag dest, dotted config key). They default to None so a flag the user
+# did not type leaves the preset's value alone.
+FLAG_KEYS = (
+    ("train_batch", "allocator.train_batch"),
+    ("n", "allocator.n"),
+    ("n_pilot", "allocator.n_pilot"),
+    ("oversample", "allocator.oversample"),
+    ("p_lower", "allocator.p_lower"),
+    ("p_upper", "allocator.p_upper"),
+    ("p_solve", "allocator.p_solve"),
+    ("max_age", "allocator.max_age"),
+    ("max_rounds", "allocator.max_rounds"),
+    ("selection", "allocator.selection"),
+    ("prompts", "sim.num_prompts"),
+    ("spread", "sim.difficulty_spread"),
+)
+
+
+def add_config_args(p: argparse.ArgumentParser, with_method: bool = True, preset: str = "simulator") -> None:
+    g = p.add_argument_group("run config (a preset, then --set, then these flags)")
+    g.add_argument("--preset", default=preset, help=f"preset name (default {preset}; `pilot-commit presets` lists them)")
+    g.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. allocator.p_upper=0.9375")
+    g.add_argument("--family", default=None, help="run family (default: the preset's)")
+    if with_method:
+        g.add_argument("--method", default=None, choices=list(METHODS),
+                       help="allocation method (default: --set allocator.method, else the preset's, else pc)")
+    g.add_argument("--seed", type=int, default=None,
+                   help="seeds the prompt stream, tie-breaks and the simulator (default: --set seed, else 0)")
+    g.add_argument("--train-batch", type=int, help="b_t: prompts per training step")
+    g.add_argument("--n", type=int, help="rollouts per trained group (matched across methods)")
+    g.add_argument("--n-pilot", type=int, help="PC pilot rollouts per prompt")
+    g.add_argument("--n-commit", type=int, help="PC commit rollouts per kept prompt (n = n_pilot + n_commit); with "
+                   "allocator.commit_strategy=variance (the embedded preset) commits average allocator.commit_mean instead")
+    g.add_argument("--oversample", type=float, help="s: sampling batch b_g = s*b_t")
+    g.add_argument("--p-lower", type=float, help="keep band lower edge, inclusive (paper 0.125)")
+    g.add_argument("--p-upper", type=float, help="keep band upper edge, inclusive (paper 0.75)")
+    g.add_argument("--p-solve", type=float, help="evict at pilot p_hat >= this (paper 1.0)")
+    g.add_argument("--no-evict", action="store_true", help="PC: never evict solved prompts")
+    g.add_argument("--max-age", type=int, help="d: max policy lag of a buffered pilot (paper 4)")
+    g.add_argument("--max-rounds", type=int, help="generation rounds per step before shortfall (default 10)")
+    g.add_argument("--no-binding", action="store_true", help="PC: separate pilot and commit engine calls")
+    g.add_argument("--selection", choices=sorted(SELECTION_STRATEGIES), help="PC buffer selection strategy")
+    g.add_argument("--prompts", type=int, help="simulated prompt pool size")
+    g.add_argument("--spread", type=float, help="simulated difficulty spread")
+
+
+def _flag_over(overrides: dict, key: str, value, flag: str) -> None:
+    """Set ``key`` from a flag; a --set of the same key with another value is refused (one would be ignored)."""
+    if key in overrides and overrides[key] != value:
+        raise ConfigError(
+            f"--set {key}={overrides[key]!r} conflicts with {flag} (= {value!r}); one of them would be ignored. "
+            f"Fix: give {key} once, either as {flag} or as --set {key}=..."
+        )
+    overrides[key] = value
+
+
+def run_config(args: argparse.Namespace, method: str | None = None) -> RunConfig:
+    """Resolve preset + --set + flags into a validated RunConfig; inconsistent n flags fail naming the flags.
+
+    Every --set key is honoured or refused: ``--set seed=5`` and ``--set allocator.method=grpo`` are the same as
+    ``--seed 5`` and ``--method grpo``; a --set key that a flag also sets to another value is refused."""
+    method = method or getattr(args, "method", None)
+    overrides = parse_overrides(args.set)
+    for dest, key in FLAG_KEYS:
+        if getattr(args, dest, None) is not None:
+            _flag_over(overrides, key, getattr(args, dest), "--" + dest.replace("_", "-"))
+    if args.no_evict:
+        _flag_over(overrides, "allocator.evict", False, "--no-evict")
+    if args.no_binding:
+        _flag_over(overrides, "allocator.binding", False, "--no-binding")
+    n, p, c = args.n, args.n_pilot, args.n_commit
+    if c is not None:
+        if p is not None:
+            if n is not None and n != p + c:
+                raise ConfigError(
+                    f"--n {n} differs from --n-pilot {p} + --n-commit {c} = {p + c}. Fix: drop --n or make it "
+                    f"{p + c} (training rollouts per prompt are matched across methods: n = n_pilot + n_commit)."
+                )
+            _flag_over(overrides, "allocator.n", p + c, f"--n-pilot {p} --n-commit {c}")
+        else:
+            base = {k: v for k, v in overrides.items() if k != "allocator.method"}
+            base_n = n if n is not None else resolve(args.preset, base, method="pc").allocator.n
+            _flag_over(overrides, "allocator.n_pilot", base_n - c, f"--n-commit {c}")
+    elif n is not None and p is None and "allocator.n_pilot" not in overrides:
+        overrides["allocator.n_pilot"] = None  # --n alone: PC splits it n//4 + rest
+    cfg = resolve(args.preset, overrides, method=method, seed=args.seed, family=args.family)
+    check_config(cfg.allocator)  # the method and strategy names against their registries, before any work
+    return cfg
+
+
+def run_name_arg(value: str) -> str:
+    """argparse ``type`` of ``--run-name``: a bad name is refused before anything runs, with the allowed set."""
+    try:
+        return validate_run_id(value, field="--run-name")
+    except RunIdError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -1,0 +1,45 @@
+"""The run layer: one training run's spec, records, checkpoints and its segment driver over a backend.
+
+* :mod:`.spec`: :class:`TrainingRun` (id, resolved config, directory, base policy, task), built by
+  :func:`prepare_run` or read back from the store by :func:`load_training_run`;
+* :mod:`.records`: :class:`StepRecord` and :class:`SegmentResult` and their JSON for Dagster Pipes;
+* :mod:`.checkpoints`: the checkpoint layout, listing, verification, retention and the run's own saved state;
+* :mod:`.driver`: :func:`run_segment`, ONE driver for every backend (:mod:`.backend`: the protocol), with the
+  local backend (:mod:`.local`) by default; :mod:`.evaluate`: the evaluation of a saved checkpoint.
+
+Importing this package does not import torch: the local backend does, when a segment runs.
+"""
+
+from .checkpoints import (
+    checkpoint_at,
+    latest_checkpoint,
+    list_checkpoints,
+    newest_intact_checkpoint,
+    stale_checkpoints,
+    verify_checkpoint,
+)
+from .driver import open_run, run_segment
+from .evaluate import evaluate_checkpoint
+from .records import STEP_KEYS, SegmentResult, StepRecord, Totals
+from .spec import DATASETS, TrainingRun, load_training_run, prepare_run, task_for
+
+__all__ = [
+    "DATASETS",
+    "STEP_KEYS",
+    "SegmentResult",
+    "StepRecord",
+    "Totals",
+    "TrainingRun",
+    "checkpoint_at",
+    "evaluate_checkpoint",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "load_training_run",
+    "newest_intact_checkpoint",
+    "open_run",
+    "prepare_run",
+    "run_segment",
+    "stale_checkpoints",
+    "task_for",
+    "verify_checkpoint",
+]

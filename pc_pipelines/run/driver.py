@@ -1,0 +1,354 @@
+"""The segment driver: :func:`run_segment` advances a run by K training steps on a backend, for every method.
+
+One segment: take the run's writer lock; restore the run (the newest intact checkpoint, the one a replay names,
+or the base policy; a damaged checkpoint is skipped with a warning and moved aside); then per step let the
+backend run the allocator's step, write the step's rows to the store (one atomic step directory), log TensorBoard,
+evaluate every ``eval_every`` steps (rows in ``eval_results``) and checkpoint every ``checkpoint_every`` steps and
+at the end. Everything is loaded before the run is touched, so a refusal (every checkpoint damaged, another
+config, a policy that does not load) changes nothing.
+
+A stop request (``stop``: SIGTERM / Ctrl-C in the CLI) ends the segment at the next step boundary with a
+checkpoint and status ``stopped``; any error ends it ``failed`` with the reason (a full disk says so, with the fix).
+
+**Resume is exact**: every random draw of a step is seeded from (run seed, step[, call]) and the policy, optimizer,
+allocator and RNG states are restored bit for bit, so a run killed anywhere (even with SIGKILL mid-step) and
+resumed from its last checkpoint produces the same parameters and ledger as the uninterrupted run with the same
+seed and ``torch_threads``. The store forgets whatever was written after the checkpoint (``Store.reopen_after``)
+and TensorBoard purges its events after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ..allocation import Allocator
+from ..errors import RunError
+from ..rollout import EngineFactory
+from ..stopping import SpaceReserve, StopFlag, StopRequested, run_outcome
+from ..store import StepLogWriter, Store, hold_run, remove_run, run_has_data, step_tables
+from ..store.runlock import holds
+from .backend import Backend
+from .checkpoints import (
+    checkpoint_at,
+    checkpoint_meta,
+    list_checkpoints,
+    load_run_state,
+    newest_intact_checkpoint,
+    quarantine_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
+from .records import SegmentResult, StepRecord, Totals
+from .spec import TrainingRun
+
+log = logging.getLogger(__name__)
+
+
+class OpenRun:
+    """A run loaded for training: its backend, allocator, ledger and step-log writer."""
+
+    def __init__(self, run: TrainingRun, store: Store, backend: Backend, allocator: Allocator, totals: Totals,
+                 restored_from: Path | None) -> None:
+        self.run = run
+        self.store = store
+        self.backend = backend
+        self.allocator = allocator
+        self.totals = totals
+        self.restored_from = restored_from
+        self.writer: StepLogWriter = store.writer(run.run_id)
+        self._tb = None
+
+    def step(self) -> StepRecord:
+        """One training step on the backend; its rows go to the store."""
+        res = self.backend.step(self.allocator)
+        outcome = res.outcome
+        self.totals.add(outcome)
+        t = time.perf_counter()
+        extra = {
+            "loss": res.loss,
+            "mean_reward": res.mean_reward,
+            "time_generate_s": res.timings.get("generate", 0.0),
+            "time_reward_s": res.timings.get("reward", 0.0),
+            "time_update_s": res.timings.get("update", 0.0),
+            "time_bookkeeping_s": res.timings.get("bookkeeping", 0.0),
+        }
+        self.writer.write_step(outcome.step, step_tables(self.run.run_id, outcome, self.allocator, extra))
+        timings = dict(res.timings)
+        timings["store"] = timings.get("store", 0.0) + time.perf_counter() - t
+        return StepRecord(
+            step=outcome.step,
+            ledger=outcome.ledger.to_dict(),
+            loss=res.loss,
+            mean_reward=res.mean_reward,
+            reward_std=outcome.ledger.mean_reward_std,
+            cumulative_rollouts=self.totals.sampled_rollouts,
+            timings=timings,
+            train_stats=res.train_stats,
+        )
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        """Mean@k accuracy of each eval set after ``step`` (-1: before training); rows go to ``eval_results``."""
+        result = self.backend.evaluate(step)
+        self.store.add_eval_results(result.rows(self.run.run_id, step))
+        return result.accuracy
+
+    def save_checkpoint(self) -> Path:
+        return save_checkpoint(self.run, self.store, self.allocator, self.totals, self.backend.save)
+
+    # -- TensorBoard ---------------------------------------------------------------------------------------------
+    def tensorboard(self, purge_step: int | None):
+        if self._tb is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.run.tensorboard_dir), purge_step=purge_step)
+        return self._tb
+
+    def log_tensorboard(self, rec: StepRecord) -> None:
+        tb = self.tensorboard(None)
+        s = rec.step
+        led = rec.ledger
+        for key in ("sampled_rollouts", "trained_rollouts", "rounds", "kept", "skipped_easy", "deferred_hard",
+                    "buffer_size", "evicted", "informative_share", "mean_reward_std", "mean_lag"):
+            tb.add_scalar(f"ledger/{key}", led[key], s)
+        tb.add_scalar("ledger/cumulative_rollouts", rec.cumulative_rollouts, s)
+        tb.add_scalar("train/mean_reward", rec.mean_reward, s)
+        if rec.loss is not None:
+            tb.add_scalar("train/loss", rec.loss, s)
+        for key in ("pg_clipfrac", "ppo_kl", "grad_norm", "lr", "entropy"):
+            if rec.train_stats and key in rec.train_stats:
+                tb.add_scalar(f"train/{key}", rec.train_stats[key], s)
+        for key, v in rec.timings.items():
+            tb.add_scalar(f"time/{key}_s", v, s)
+        if rec.eval_by_set:
+            tb.add_scalar("eval/accuracy", rec.eval_accuracy, s)
+            for name, a in rec.eval_by_set.items():
+                tb.add_scalar(f"eval/{name}", a, s)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        self.backend.close()
+
+
+def _set_aside(run: TrainingRun, damaged: list[tuple[Path, str]], using: str) -> None:
+    """Warn about each damaged checkpoint skipped, and move it aside when this process holds the run's lock."""
+    for path, problem in damaged:
+        moved = quarantine_checkpoint(path) if holds(run.run_dir) else None
+        log.warning("run %s: checkpoint %s is damaged: %s; %s; resuming from %s", run.run_id, path.name, problem,
+                    f"moved it aside to {moved.name} (delete it once inspected)" if moved else "ignored it", using)
+
+
+def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = True,
+             from_step: int | None = None) -> tuple[OpenRun, bool]:
+    """Restore the run from a checkpoint or start it from the base policy, on ``backend``.
+
+    ``from_step`` None: the newest intact checkpoint (``resume``) or the base policy; the store forgets every row
+    after the restored step (a crashed run's tail). Without ``resume`` a run that has checkpoints or steps is
+    refused. ``from_step`` k: the checkpoint after step k (-1: the base policy), keeping the rows of later steps: a
+    training segment replayed in the middle of a run rewrites only its own steps (see :func:`run_segment`). A
+    damaged checkpoint is skipped for the newest intact one before it (or, for ``from_step``, the base policy),
+    with a warning naming it. Everything is loaded before the run's status or rows change, so a refusal changes
+    nothing. Returns the opened run and whether a checkpoint was restored.
+    """
+    store.init(vacuum=False)  # vacuuming other runs could race their replays (Store.replace_steps)
+    chosen: tuple[int, Path] | None = None
+    damaged: list[tuple[Path, str]] = []
+    if from_step is None:
+        if not resume:
+            if list_checkpoints(run.checkpoint_dir):
+                raise RunError(
+                    f"run {run.run_id!r} already has checkpoints in {run.checkpoint_dir}. Fix: pass --resume to "
+                    "continue it, --overwrite to delete it and start over, or choose another --run-name."
+                )
+            have = run_has_data(store, run.run_id)
+            if have:
+                raise RunError(
+                    f"run {run.run_id!r} already has {have} steps in {store.path} (no checkpoint yet). Fix: pass "
+                    "--resume to continue it, --overwrite to delete it and start over, or choose another --run-name."
+                )
+        else:
+            chosen, damaged = newest_intact_checkpoint(run.checkpoint_dir)
+            if chosen is None and damaged:
+                listing = "; ".join(f"{p.name}: {why}" for p, why in damaged)
+                raise RunError(
+                    f"run {run.run_id!r} has no intact checkpoint to resume from ({listing}). Nothing was changed. "
+                    "Fix: restore a checkpoint from a backup, or pass --overwrite (instead of --resume) to start the "
+                    "run over from the base policy."
+                )
+    elif from_step >= 0:
+        if checkpoint_at(run.checkpoint_dir, from_step) is None:
+            have = [s for s, _ in list_checkpoints(run.checkpoint_dir)]
+            raise RunError(
+                f"run {run.run_id!r} has no checkpoint after step {from_step} in {run.checkpoint_dir} (it has "
+                f"{have or 'none'}). Fix: train the steps up to {from_step} first."
+            )
+        chosen, damaged = newest_intact_checkpoint(run.checkpoint_dir, at_most=from_step)
+    if chosen is None:
+        backend.start()
+        opened = OpenRun(run, store, backend, Allocator(run.config.allocator, len(run.task.prompts)), Totals(), None)
+    else:
+        path = chosen[1]
+        meta = checkpoint_meta(run, path)
+        allocator, rng = load_run_state(path)  # the run's own state first, then the backend's (larger) files
+        backend.restore(path)
+        opened = OpenRun(run, store, backend, allocator, Totals(**meta["totals"]), path)
+        restore_rng(rng)  # last: loading a policy may draw from the global RNGs
+    # Loaded: from here on the run changes.
+    _set_aside(run, damaged, chosen[1].name if chosen else "the base policy")
+    store.register_run(run.record())
+    store.vacuum(run.run_id)
+    if chosen is None:
+        if from_step is None:
+            store.reopen_after(run.run_id, -2)  # a fresh start forgets any earlier attempt's rows
+            shutil.rmtree(run.tensorboard_dir, ignore_errors=True)
+        return opened, False
+    if from_step is None:
+        store.reopen_after(run.run_id, chosen[0])
+    log.info("resumed run %s from %s (step %d)", run.run_id, chosen[1], chosen[0])
+    return opened, True
+
+
+def run_segment(
+    run: TrainingRun,
+    store: Store,
+    steps: int | None = None,
+    resume: bool = True,
+    on_step: Callable[[StepRecord], None] | None = None,
+    device: str = "cpu",
+    engine_factory: EngineFactory | None = None,
+    from_step: int | None = None,
+    until_step: int | None = None,
+    overwrite: bool = False,
+    stop: StopFlag | None = None,
+    backend: Backend | None = None,
+) -> SegmentResult:
+    """Advance ``run`` by ``steps`` training steps, or through step ``until_step`` (see the module docstring);
+    checkpoint at the end.
+
+    ``backend`` trains the steps; None: :class:`~.local.LocalBackend` on ``device`` with the rollout engine
+    ``engine_factory`` builds for the loaded policy (default: the transformers engine). ``from_step`` restores
+    exactly the checkpoint after that step (-1: the base policy) instead of the latest one and keeps the rows of
+    later steps: the steps replayed replace their own rows only, atomically at the end (``Store.replace_steps``),
+    so re-materializing a Dagster segment in the middle of a run leaves the segments after it intact (with the
+    same seed the replay reproduces them bit for bit).
+
+    The run's writer lock is held throughout (a second writer gets :class:`~pc_pipelines.store.RunBusyError`).
+    ``overwrite`` deletes the run's rows and files first and starts it over. ``stop`` (a
+    :class:`~pc_pipelines.stopping.StopFlag`) is looked at between steps: once set, the segment checkpoints and
+    ends with :class:`~pc_pipelines.stopping.StopRequested`, the run ``stopped``."""
+    if (steps is None) == (until_step is None):
+        raise RunError("run_segment needs exactly one of steps (a count) or until_step (the last step to train).")
+    if steps is not None and steps < 0:
+        raise RunError(f"steps={steps}: must be >= 0.")
+    if backend is None:
+        from .local import LocalBackend  # torch: only when a local segment runs
+
+        backend = LocalBackend(run, device=device, engine_factory=engine_factory)
+    with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command=_command()):
+        if overwrite:
+            if from_step is not None:
+                raise RunError("overwrite starts a run over: it cannot be combined with from_step.")
+            store.init(vacuum=False)
+            remove_run(store, run.run_id, store.run_dir(run.run_id), run.run_dir)
+            resume = False
+        reserve = SpaceReserve(store.run_dir(run.run_id))  # room to record the end even on a full disk
+        try:
+            opened, _ = open_run(run, store, backend, resume=resume, from_step=from_step)
+            return _train_segment(opened, steps, until_step, from_step, on_step, stop, reserve)
+        finally:
+            reserve.release()
+
+
+def _command() -> str:
+    return " ".join(["pilot-commit" if sys.argv and sys.argv[0].endswith(("cli.py", "pilot-commit")) else
+                     os.path.basename(sys.argv[0] if sys.argv else "python"), *sys.argv[1:2]])
+
+
+def _train_segment(opened: OpenRun, steps: int | None, until_step: int | None, from_step: int | None,
+                   on_step: Callable[[StepRecord], None] | None, stop: StopFlag | None,
+                   reserve: SpaceReserve) -> SegmentResult:
+    run, store = opened.run, opened.store
+    cfg = run.config.training
+    first = opened.allocator.step
+    if until_step is not None:
+        steps = max(0, until_step - first + 1)
+    later = [s for s, _ in list_checkpoints(run.checkpoint_dir) if s >= first + steps]
+    records: list[StepRecord] = []
+    last_ckpt: Path | None = None
+    saved_at: int | None = None
+    try:
+        # Purging TensorBoard events from `first` on would also drop the later segments a mid-run replay keeps.
+        tb = opened.tensorboard(purge_step=None if later else first)
+        if stop is not None:
+            stop.check()
+        if first == 0:
+            acc = opened.evaluate(-1)
+            tb.add_scalar("eval/accuracy", float(np.mean(list(acc.values()))), -1)
+        for _ in range(steps):
+            if stop is not None:
+                stop.check()
+            rec = opened.step()
+            if (rec.step + 1) % cfg.eval_every == 0:
+                acc = opened.evaluate(rec.step)
+                rec.eval_by_set = acc
+                rec.eval_accuracy = float(np.mean(list(acc.values())))
+            opened.log_tensorboard(rec)
+            records.append(rec)
+            if on_step:
+                on_step(rec)
+            if (rec.step + 1) % cfg.checkpoint_every == 0:
+                last_ckpt, saved_at = opened.save_checkpoint(), rec.step
+            if stop is not None and stop.requested and records:
+                if saved_at != rec.step:  # nothing done is lost: the stop boundary gets its checkpoint
+                    last_ckpt, saved_at = opened.save_checkpoint(), rec.step
+                raise StopRequested(stop.signum, detail=f"after step {rec.step} (checkpoint {last_ckpt.name}); "
+                                                        "resume it with --resume")
+        if records and saved_at != records[-1].step:
+            last_ckpt = opened.save_checkpoint()
+        elif not records:
+            last_ckpt = opened.restored_from
+        if from_step is not None and records:
+            store.replace_steps(run.run_id, records[0].step, records[-1].step)
+        store.compact(run.run_id)
+        store.set_status(run.run_id, "running")
+    except BaseException as exc:
+        if isinstance(exc, StopRequested) and not exc.detail:
+            done = f"after step {records[-1].step}" if records else "before its first step"
+            exc = exc.with_detail(f"{done}; resume it with --resume (from its last checkpoint)")
+        status, reason = run_outcome(exc, where=f"{run.run_dir} and {store.runs_root}",
+                                     then="resume it with --resume (from its last checkpoint)")
+        with contextlib.suppress(Exception):
+            opened.writer.sweep()  # a step write cut short (a full disk): give its space back first
+        reserve.release()
+        try:
+            store.set_status(run.run_id, status, reason)
+        except Exception as rec_exc:  # the original error matters more (a full disk may refuse this too)
+            log.error("could not record the end of run %s (%s: %s): %s", run.run_id, status, reason, rec_exc)
+        if exc is not sys.exc_info()[1]:
+            raise exc from None
+        raise
+    finally:
+        opened.close()
+    evals = [r for r in records if r.eval_accuracy is not None]
+    return SegmentResult(
+        run_id=run.run_id,
+        first_step=first,
+        last_step=opened.allocator.step - 1,
+        steps_run=len(records),
+        cumulative_rollouts=opened.totals.sampled_rollouts,
+        last_eval_accuracy=evals[-1].eval_accuracy if evals else None,
+        mean_reward_std=float(np.mean([r.reward_std for r in records])) if records else None,
+        checkpoint=last_ckpt,
+        tensorboard_dir=run.tensorboard_dir,
+        records=records,
+    )

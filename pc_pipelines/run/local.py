@@ -1,0 +1,236 @@
+"""The local backend: one process trains the policy with a rollout engine (transformers on CPU/GPU, or vLLM) and the
+embedded policy update (:class:`~pc_pipelines.training.PolicyTrainer`), for GRPO, DAPO and PC alike.
+
+A step (:meth:`LocalBackend.step`): for every engine call the allocator asks for, generate all its requests in ONE
+engine call (seed derived from (run seed, step, call index)), grade every rollout (math-verify; a truncated
+response scores ``overlong_reward``), keep the payloads (token ids) in the :class:`PayloadSidecar` by rollout id
+and hand the rewards back; the trained groups (buffered pilots from earlier steps included) form one
+:class:`~pc_pipelines.training.RolloutBatch`, one GRPO group each, for one update; the sidecar then drops every
+payload the allocator no longer references. Its checkpoint files: ``policy/`` (an HF directory), ``trainer.pt``
+(the optimizer) and ``sidecar.parquet`` (the buffer's pilots).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from ..allocation import Allocator, EngineCall, StepOutcome
+from ..errors import RunError
+from ..evaluation import EvalResult, eval_seed, evaluate_sets
+from ..rewards import MathGrader
+from ..rollout import EngineFactory, RolloutRequest, SamplingParams, derive_seed
+from ..rollout.transformers_engine import TransformersEngine
+from ..training import PolicyTrainer, RolloutBatch
+from .backend import StepResult
+from .checkpoints import unreadable
+from .spec import TrainingRun
+
+_CALL_SALT = 0x6E6E
+
+class PayloadSidecar:
+    """Rollout payloads (prompt and response token ids) by rollout id: the allocator holds ids only (DESIGN.md
+    section 3), the buffered pilots' payloads live here between steps and in checkpoints."""
+
+    def __init__(self) -> None:
+        self.prompt: dict[int, list[int]] = {}
+        self.response: dict[int, list[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self.response)
+
+    def put(self, rollout_id: int, prompt_ids: list[int], response_ids: list[int]) -> None:
+        self.prompt[rollout_id] = prompt_ids
+        self.response[rollout_id] = response_ids
+
+    def keep_only(self, live: np.ndarray) -> None:
+        keep = set(live.tolist())
+        for rid in [r for r in self.response if r not in keep]:
+            del self.response[rid]
+            del self.prompt[rid]
+
+    def save(self, path: Path) -> None:
+        ids = sorted(self.response)
+        table = pa.table(
+            {
+                "rollout_id": pa.array(ids, pa.int64()),
+                "prompt_ids": pa.array([self.prompt[i] for i in ids], pa.list_(pa.int32())),
+                "response_ids": pa.array([self.response[i] for i in ids], pa.list_(pa.int32())),
+            }
+        )
+        pq.write_table(table, path)
+
+    @classmethod
+    def load(cls, path: Path) -> PayloadSidecar:
+        side = cls()
+        t = pq.read_table(path).to_pydict()
+        for rid, p, r in zip(t["rollout_id"], t["prompt_ids"], t["response_ids"]):
+            side.put(int(rid), list(p), list(r))
+        return side
+
+
+def load_model(path: Path, device: str, what: str = "the base policy"):
+    """The model and tokenizer at ``path``; a directory that does not hold a loadable causal LM is a
+    :class:`RunError` naming it and the fix (before anything of the run changes)."""
+    from ..training.base_policy import load_policy
+
+    try:
+        return load_policy(path, device)
+    except FileNotFoundError as exc:
+        raise RunError(str(exc)) from None
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RunError(
+            f"{what} at {path} cannot be loaded ({type(exc).__name__}: {first}). Fix: pass --policy a directory "
+            "written by `pilot-commit base-policy --out DIR` or any `save_pretrained` causal LM with a valid "
+            "config.json, weights and tokenizer."
+        ) from None
+
+
+class LocalBackend:
+    """The policy, its rollout engine, the grader, the policy update and the payload sidecar of one run, in this
+    process. :meth:`start` or :meth:`restore` loads them; the driver (:func:`~.driver.run_segment`) then steps."""
+
+    name = "local"
+
+    def __init__(self, run: TrainingRun, device: str = "cpu", engine_factory: EngineFactory | None = None) -> None:
+        self.run = run
+        self.device = device
+        self.engine_factory = engine_factory
+        self.model = self.tokenizer = self.engine = self.grader = self.updater = None
+        self.sidecar = PayloadSidecar()
+
+    # -- loading -----------------------------------------------------------------------------------------------------
+    def _build(self, model, tokenizer) -> None:
+        cfg = self.run.config.training
+        self.model, self.tokenizer = model, tokenizer
+        if self.engine_factory is not None:
+            self.engine = self.engine_factory(model, tokenizer)
+        else:
+            self.engine = TransformersEngine(model, tokenizer, device=self.device)
+        self.grader = MathGrader(overlong_reward=cfg.overlong_reward)
+        self.updater = PolicyTrainer(model, cfg, tokenizer.pad_token_id, self.run.config.allocator.train_batch,
+                                     self.run.config.seed, device=self.device)
+
+    def start(self) -> None:
+        torch.set_num_threads(self.run.config.training.torch_threads)
+        self._build(*load_model(self.run.policy_path, self.device))
+
+    def restore(self, checkpoint: Path) -> None:
+        torch.set_num_threads(self.run.config.training.torch_threads)
+        model, tok = load_model(checkpoint / "policy", self.device, what=f"the policy of checkpoint {checkpoint.name}")
+        try:
+            sidecar = PayloadSidecar.load(checkpoint / "sidecar.parquet")
+            updater_state = torch.load(checkpoint / "trainer.pt", weights_only=False)
+        except Exception as exc:  # an unverifiable (format 1) checkpoint can still be unreadable
+            raise unreadable(checkpoint, exc) from None
+        self._build(model, tok)
+        self.sidecar = sidecar
+        self.updater.load_state_dict(updater_state)
+
+    def save(self, directory: Path) -> list[str]:
+        self.model.save_pretrained(directory / "policy")
+        self.tokenizer.save_pretrained(directory / "policy")
+        torch.save(self.updater.state_dict(), directory / "trainer.pt")
+        self.sidecar.save(directory / "sidecar.parquet")
+        weights = [f"policy/{p.name}" for p in (directory / "policy").iterdir() if p.suffix in (".safetensors", ".bin")]
+        return ["policy/config.json", "trainer.pt", "sidecar.parquet", *weights]
+
+    # -- one step ----------------------------------------------------------------------------------------------------
+    def _execute(self, call: EngineCall, timings: dict[str, float]) -> list[np.ndarray]:
+        cfg = self.run.config.training
+        task = self.run.task
+        reqs = [RolloutRequest(task.prompts[p], int(n)) for p, n in zip(call.prompt_ids.tolist(), call.n.tolist())]
+        params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_response_length,
+                                derive_seed(self.run.config.seed, _CALL_SALT, call.step, call.index))
+        t0 = time.perf_counter()
+        outputs = self.engine.generate(reqs, params)
+        t1 = time.perf_counter()
+        texts, golds, truncated = [], [], []
+        for p, out in zip(call.prompt_ids.tolist(), outputs):
+            for r in out.rollouts:
+                texts.append(r.text)
+                golds.append(task.golds[p])
+                truncated.append(r.truncated)
+        flat = self.grader.rewards(texts, golds, truncated)
+        t2 = time.perf_counter()
+        rewards, pos = [], 0
+        for start, out in zip(call.rollout_starts.tolist(), outputs):
+            for j, r in enumerate(out.rollouts):
+                self.sidecar.put(start + j, out.prompt_ids, r.token_ids)
+            rewards.append(flat[pos : pos + len(out.rollouts)])
+            pos += len(out.rollouts)
+        timings["generate"] += t1 - t0
+        timings["reward"] += t2 - t1
+        return rewards
+
+    def _batch(self, outcome: StepOutcome) -> RolloutBatch:
+        prompts, responses, rewards, groups = [], [], [], []
+        for g, group in enumerate(outcome.groups):
+            ids = group.rollout_ids.tolist()
+            try:
+                prompts.extend(self.sidecar.prompt[i] for i in ids)
+                responses.extend(self.sidecar.response[i] for i in ids)
+            except KeyError as exc:
+                raise RunError(
+                    f"step {outcome.step}: rollout {exc} of prompt {group.prompt_id} has no payload in the sidecar. "
+                    "Fix: resume from a checkpoint written by this version (the sidecar must hold the buffer's pilots)."
+                ) from None
+            rewards.append(group.rewards)
+            groups.append(np.full(len(ids), g, np.int64))
+        if not groups:
+            return RolloutBatch([], [], np.zeros(0), np.zeros(0, np.int64))
+        return RolloutBatch(prompts, responses, np.concatenate(rewards), np.concatenate(groups))
+
+    def step(self, allocator: Allocator) -> StepResult:
+        timings = {"generate": 0.0, "reward": 0.0, "update": 0.0, "bookkeeping": 0.0}
+        t = time.perf_counter()
+        session = allocator.begin_step()
+        timings["bookkeeping"] += time.perf_counter() - t
+        try:
+            while True:
+                t = time.perf_counter()
+                call = session.next_call()
+                timings["bookkeeping"] += time.perf_counter() - t
+                if call is None:
+                    break
+                rewards = self._execute(call, timings)
+                t = time.perf_counter()
+                session.observe(rewards)
+                timings["bookkeeping"] += time.perf_counter() - t
+            t = time.perf_counter()
+            outcome = session.finish()
+            timings["bookkeeping"] += time.perf_counter() - t
+        except BaseException:
+            allocator.abort_step()
+            raise
+        batch = self._batch(outcome)
+        t = time.perf_counter()
+        stats = self.updater.train_step(batch, outcome.step)
+        timings["update"] += time.perf_counter() - t
+        t = time.perf_counter()
+        self.sidecar.keep_only(allocator.live_rollout_ids())
+        timings["bookkeeping"] += time.perf_counter() - t
+        return StepResult(
+            outcome=outcome,
+            loss=stats.loss if stats.updates else None,
+            mean_reward=float(batch.rewards.mean()) if len(batch) else 0.0,
+            timings=timings,
+            train_stats=stats.to_dict(),
+        )
+
+    # -- evaluation ----------------------------------------------------------------------------------------------------
+    def evaluate(self, step: int) -> EvalResult:
+        """Mean@k accuracy of each eval set with the current policy, after ``step`` (-1: before training)."""
+        cfg = self.run.config.training
+        return evaluate_sets(self.engine, self.grader, self.run.task.eval_sets, cfg.eval_samples, cfg.eval_temperature,
+                             cfg.eval_top_p, cfg.max_response_length, eval_seed(self.run.config.seed, step))
+
+    def close(self) -> None:
+        if self.grader is not None:
+            self.grader.close()

@@ -1,0 +1,162 @@
+"""The segment driver over its backend protocol, with a test backend (a numpy "policy", no model): a segment that
+fails mid-step and is resumed ends exactly where the uninterrupted segment does (policy, payloads, allocator,
+ledger rows, evaluations), a stop request ends at a step boundary with a checkpoint, and a resume refused by the
+config hash changes nothing. The local backend's resume is tested for real in tests/integration/training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pc_pipelines.allocation import Allocator
+from pc_pipelines.config import resolve
+from pc_pipelines.data.task import EvalSet, TaskData
+from pc_pipelines.errors import RunError
+from pc_pipelines.evaluation import EvalResult
+from pc_pipelines.run import TrainingRun, list_checkpoints, run_segment
+from pc_pipelines.run.backend import StepResult
+from pc_pipelines.stopping import StopFlag, StopRequested
+from pc_pipelines.store import Store
+
+PROMPTS = 40
+
+
+class Crash(RuntimeError):
+    pass
+
+
+class ToyBackend:
+    """A policy of one logit per prompt; rewards are Bernoulli draws from the GLOBAL numpy RNG (so a resume is
+    only exact if the driver restores the RNG states), the update moves each trained prompt's logit by its mean
+    reward minus 0.5. Payloads are the rewards by rollout id (what the allocator's buffered pilots need)."""
+
+    name = "toy"
+
+    def __init__(self, run: TrainingRun, crash_in_step: int | None = None) -> None:
+        self.run = run
+        self.crash_in_step = crash_in_step
+        self.logits: np.ndarray | None = None
+        self.payloads: dict[int, float] = {}
+        self.closed = False
+
+    def start(self) -> None:
+        np.random.seed(self.run.config.seed)  # as a model's init would: the run starts from its seed
+        self.logits = np.random.normal(0.0, 1.5, PROMPTS)
+
+    def restore(self, checkpoint: Path) -> None:
+        state = json.loads((checkpoint / "toy.json").read_text())
+        self.logits = np.array(state["logits"])
+        self.payloads = {int(k): v for k, v in state["payloads"].items()}
+
+    def save(self, directory: Path) -> list[str]:
+        (directory / "toy.json").write_text(json.dumps({"logits": self.logits.tolist(), "payloads": self.payloads}))
+        return ["toy.json"]
+
+    def step(self, allocator: Allocator) -> StepResult:
+        session = allocator.begin_step()
+        try:
+            while (call := session.next_call()) is not None:
+                if allocator.step == self.crash_in_step:  # mid-step: the step is open
+                    raise Crash(f"killed in step {allocator.step}")
+                rewards = []
+                for p, n, start in zip(call.prompt_ids.tolist(), call.n.tolist(), call.rollout_starts.tolist()):
+                    r = (np.random.random(n) < 1 / (1 + np.exp(-self.logits[p]))).astype(float)
+                    self.payloads.update({start + j: float(v) for j, v in enumerate(r)})
+                    rewards.append(r)
+                session.observe(rewards)
+            outcome = session.finish()
+        except BaseException:
+            allocator.abort_step()
+            raise
+        trained = [self.payloads[i] for g in outcome.groups for i in g.rollout_ids.tolist()]
+        for g in outcome.groups:
+            self.logits[g.prompt_id] += float(np.mean([self.payloads[i] for i in g.rollout_ids.tolist()])) - 0.5
+        live = set(allocator.live_rollout_ids().tolist())
+        self.payloads = {i: v for i, v in self.payloads.items() if i in live}
+        return StepResult(outcome=outcome, loss=float(np.mean(trained)) if trained else None,
+                          mean_reward=float(np.mean(trained)) if trained else 0.0, timings={"generate": 0.0})
+
+    def evaluate(self, step: int) -> EvalResult:
+        acc = float(np.mean(1 / (1 + np.exp(-self.logits))))
+        return EvalResult({"toy": acc}, {"toy": PROMPTS}, 1, 1.0, {"toy": 1})
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def toy_run(tmp_path: Path, name: str, **training) -> TrainingRun:
+    sets = {"training.checkpoint_every": 2, "training.eval_every": 3, "training.keep_checkpoints": 10,
+            "allocator.train_batch": 4, "allocator.n": 8, "allocator.n_pilot": 4, "allocator.pilot_wave": 2,
+            "allocator.commit_mean": 4, "task.num_prompts": PROMPTS,
+            **{f"training.{k}": v for k, v in training.items()}}
+    cfg = resolve("embedded", sets, method="pc", seed=7)
+    task = TaskData([f"p{i}" for i in range(PROMPTS)], [str(i) for i in range(PROMPTS)], [EvalSet("toy", ["q"], ["a"])])
+    return TrainingRun(name, cfg, tmp_path / "runs" / name, tmp_path / "no-policy", task)
+
+
+def final_state(run: TrainingRun, store: Store) -> dict:
+    ckpt = list_checkpoints(run.checkpoint_dir)[-1][1]
+    steps = store.query(f"SELECT step, rounds, sampled_rollouts, trained_rollouts, buffer_size, loss, mean_reward "
+                        f"FROM steps WHERE run_id = '{run.run_id}' ORDER BY step")
+    evals = store.query(f"SELECT step, accuracy FROM eval_results WHERE run_id = '{run.run_id}' ORDER BY step")
+    return {"toy": json.loads((ckpt / "toy.json").read_text()),
+            "allocator": json.loads((ckpt / "allocator.json").read_text()),
+            "totals": json.loads((ckpt / "meta.json").read_text())["totals"], "steps": steps, "evals": evals}
+
+
+def test_a_segment_that_crashes_mid_step_resumes_to_the_uninterrupted_result(tmp_path):
+    store = Store(tmp_path / "pc.duckdb")
+    whole = toy_run(tmp_path, "whole")
+    res = run_segment(whole, store, until_step=6, backend=ToyBackend(whole))
+    assert (res.first_step, res.last_step, res.steps_run) == (0, 6, 7)
+    assert [s for s, _ in list_checkpoints(whole.checkpoint_dir)] == [1, 3, 5, 6]
+
+    cut = toy_run(tmp_path, "cut")
+    crashing = ToyBackend(cut, crash_in_step=4)
+    with pytest.raises(Crash):
+        run_segment(cut, store, until_step=6, backend=crashing)
+    assert crashing.closed
+    assert store.get_run("cut")["status"] == "failed"
+    assert [s for s, _ in list_checkpoints(cut.checkpoint_dir)] == [1, 3]  # step 4 was never finished
+    resumed = run_segment(cut, store, until_step=6, backend=ToyBackend(cut))
+    assert (resumed.first_step, resumed.last_step, resumed.steps_run) == (4, 6, 3)
+    assert resumed.cumulative_rollouts == res.cumulative_rollouts
+    assert [r.to_json() | {"time_generate_s": 0, "time_store_s": 0} for r in resumed.records] == \
+        [r.to_json() | {"time_generate_s": 0, "time_store_s": 0} for r in res.records[4:]]
+    assert final_state(cut, store) == final_state(whole, store)
+    assert store.get_run("cut")["status"] == "running"
+
+
+def test_a_stop_request_ends_at_a_step_boundary_with_a_checkpoint(tmp_path):
+    store = Store(tmp_path / "pc.duckdb")
+    run = toy_run(tmp_path, "stopped")
+    stop = StopFlag()
+    seen = []
+
+    def on_step(rec):
+        seen.append(rec.step)
+        if rec.step == 2:
+            stop.request(15)
+
+    with pytest.raises(StopRequested, match="after step 2"):
+        run_segment(run, store, until_step=6, backend=ToyBackend(run), on_step=on_step, stop=stop)
+    assert seen == [0, 1, 2]
+    assert [s for s, _ in list_checkpoints(run.checkpoint_dir)] == [1, 2]  # the boundary got its checkpoint
+    assert store.get_run("stopped")["status"] == "stopped"
+    rest = run_segment(run, store, until_step=6, backend=ToyBackend(run))
+    assert rest.first_step == 3
+
+
+def test_a_checkpoint_of_another_config_is_refused_before_anything_changes(tmp_path):
+    store = Store(tmp_path / "pc.duckdb")
+    run = toy_run(tmp_path, "r")
+    run_segment(run, store, until_step=1, backend=ToyBackend(run))
+    rows = store.query("SELECT count(*) AS n FROM steps WHERE run_id = 'r'")
+    other = toy_run(tmp_path, "r", lr=0.5)  # another config hash, same directory
+    with pytest.raises(RunError, match="belongs to config"):
+        run_segment(other, store, until_step=3, backend=ToyBackend(other))
+    assert store.query("SELECT count(*) AS n FROM steps WHERE run_id = 'r'") == rows
+    assert store.get_run("r")["status"] == "running"
