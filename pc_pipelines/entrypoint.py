@@ -107,18 +107,17 @@ def _load(args: argparse.Namespace) -> tuple[Any, TrainingRun]:
 def _run(args: argparse.Namespace, reporter: Callable[[], Any], stop=None) -> SegmentResult:
     store, run = _load(args)
     rep = reporter()
-    # One writer per run (the local backend's run_segment takes the same lock again; it counts per process).
-    with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command="pilot-commit train-segment"):
-        if args.backend == "verl":  # experimental: the verl recipe on a Ray cluster (GPU nodes)
-            from .run.verl import run_segment_verl
+    engines = engine_factory(args.engine, args.device)
+    backend = None  # the local backend
+    if args.backend == "verl":  # experimental: the verl recipe on a Ray cluster (GPU nodes)
+        from .run.verl import VerlBackend
 
-            result = run_segment_verl(run, store, from_step=args.from_step, until_step=args.until_step,
-                                      on_step=rep.step, nnodes=args.nnodes, gpus_per_node=args.gpus_per_node,
-                                      overrides=args.recipe_set)
-        else:
-            result = run_segment(run, store, from_step=args.from_step, until_step=args.until_step, on_step=rep.step,
-                                 device=args.device, engine_factory=engine_factory(args.engine, args.device),
-                                 stop=stop)
+        backend = VerlBackend(run, engine_factory=engines, device=args.device, nnodes=args.nnodes,
+                              gpus_per_node=args.gpus_per_node, overrides=args.recipe_set)
+    # One writer per run (run_segment takes the same lock again; it counts per process).
+    with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command="pilot-commit train-segment"):
+        result = run_segment(run, store, from_step=args.from_step, until_step=args.until_step, on_step=rep.step,
+                             device=args.device, engine_factory=engines, stop=stop, backend=backend)
     rep.finish(result)
     return result
 
@@ -202,8 +201,8 @@ def add_parser(sub) -> None:
     p.add_argument("--from-step", type=int, default=None,
                    help="start from the checkpoint after this step (-1: the base policy; default: the latest)")
     p.add_argument("--backend", choices=("local", "verl"), default="local",
-                   help="local: the loop of `pilot-commit train` (default); verl: the verl recipe on a Ray cluster "
-                        "(GPU nodes, experimental)")
+                   help="local: the backend of `pilot-commit train` (default); verl: the verl recipe on a Ray "
+                        "cluster (GPU nodes, experimental; resumable, evaluates with --engine on exported weights)")
     p.add_argument("--nnodes", type=int, default=1, help="verl backend: GPU nodes of the Ray cluster")
     p.add_argument("--gpus-per-node", type=int, default=8, help="verl backend: GPUs per node")
     p.add_argument("--recipe-set", action="append", default=[], metavar="KEY=VALUE",

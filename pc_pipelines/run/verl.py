@@ -1,81 +1,190 @@
-"""The verl segment (experimental; has not run on a GPU cluster): train a run's first segment with the verl recipe
-(:mod:`pc_pipelines.training.verl_recipe`) on the Ray cluster this process drives (a KubeRay RayJob's entrypoint).
+"""The verl backend: a run's steps on verl 0.9's Ray trainer (vLLM rollouts, FSDP updates) through the same
+segment driver as the local backend, so it resumes, evaluates and reports the same step and segment fields.
+
+**Experimental on GPUs**: :func:`ray_trainer` (verl's ``RayPPOTrainer`` with its Ray workers and vLLM servers) has
+not run on a GPU cluster yet. Everything of ours runs on CPU in the tests, with verl's real ``DataProto``: the
+rounds the allocator asks for (one generation batch per engine call, split back by request, graded in the driver
+process, fed back), the trained groups' batch, the checkpoint of our state beside verl's, its restore and a
+resumed second segment; a test trainer stands in for the Ray workers there.
+
+A checkpoint of this backend holds verl's actor checkpoint under ``verl/actor`` (its own format), the policy's HF
+weights under ``policy/`` as every checkpoint does (verl's export, with ``hf_model`` in its
+``checkpoint.save_contents``) and our payloads (the buffered pilots' generated rows) under ``payloads/``; the driver
+adds the allocator, the RNGs and the ledger. Restoring reads ours first, then lets verl load its own. Evaluation exports the current policy's HF weights
+and scores them with :func:`~pc_pipelines.run.evaluate.evaluate_policy`, the path ``eval-segment`` takes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
-from ..errors import RunError
-from ..store import Store
-from .checkpoints import latest_checkpoint
-from .records import SegmentResult, StepRecord
+from ..allocation import Allocator
+from ..evaluation import EvalResult
+from ..rewards import MathGrader
+from ..rollout import EngineFactory
+from ..training import verl_batch as vb
+from .backend import StepResult
+from .evaluate import evaluate_policy
 from .spec import TrainingRun
 
 
-def run_segment_verl(run: TrainingRun, store: Store, from_step: int | None, until_step: int,
-                     on_step: Callable[[StepRecord], None] | None = None, nnodes: int = 1, gpus_per_node: int = 8,
-                     overrides: Sequence[str] = ()) -> SegmentResult:
-    """Experimental: train steps ``.. until_step`` of ``run`` with the verl recipe on the Ray cluster this process
-    is the driver of (a KubeRay RayJob's entrypoint). Resuming mid-run is not supported yet: the allocator state and
-    the buffered pilots' payloads are not checkpointed with verl's checkpoint, so only a run's first segment
-    (``from_step`` -1 or None on a fresh run) can run here."""
+class VerlTrainer(Protocol):
+    """What the backend needs of verl's trainer (:func:`ray_trainer` builds the real one)."""
+
+    eos_token_id: int | None
+
+    def decode(self, token_ids: list[int]) -> str:
+        """The text of a response's tokens."""
+
+    def generate_sequences(self, batch):
+        """One generation call for a ``DataProto`` of requests (verl's agent-loop manager)."""
+
+    def sleep_replicas(self) -> None:
+        """Free the rollout replicas' memory for the update (after a step's last round)."""
+
+    def update_policy(self, batch) -> dict[str, float]:
+        """One PPO update on the trained groups' batch (old log-probs, GRPO advantages, actor update)."""
+
+    def sync_weights(self) -> None:
+        """Push the actor's weights to the rollout replicas (and wake them)."""
+
+    def save_actor(self, directory: Path) -> None:
+        """verl's actor checkpoint (model, optimizer, extra state) into ``directory``."""
+
+    def load_actor(self, directory: Path) -> None:
+        """Load the actor checkpoint :meth:`save_actor` wrote."""
+
+    def export_hf(self, directory: Path) -> Path:
+        """The actor's current weights as a Hugging Face model directory under ``directory``; returns it."""
+
+
+class VerlBackend:
+    """A run's steps on verl's trainer. ``trainer`` None: :func:`ray_trainer` (GPU nodes; experimental), built when
+    the run starts or restores. ``engine_factory`` builds the evaluation's rollout engine for an exported policy
+    (None: the transformers engine)."""
+
+    name = "verl"
+
+    def __init__(self, run: TrainingRun, trainer: VerlTrainer | None = None, engine_factory: EngineFactory | None = None,
+                 device: str = "cpu", nnodes: int = 1, gpus_per_node: int = 8, overrides: Sequence[str] = ()) -> None:
+        self.run = run
+        self.trainer = trainer
+        self.engine_factory = engine_factory
+        self.device = device
+        self.nnodes, self.gpus_per_node, self.overrides = nnodes, gpus_per_node, list(overrides)
+        self.payloads = vb.PayloadStore()
+        self.grader: MathGrader | None = None
+        self.rows = [vb.prompt_row(i, p, g) for i, (p, g) in enumerate(zip(run.task.prompts, run.task.golds))]
+
+    def _build(self) -> VerlTrainer:
+        if self.trainer is None:
+            self.trainer = ray_trainer(self.run, self.nnodes, self.gpus_per_node, self.overrides)
+        self.grader = MathGrader(overlong_reward=self.run.config.training.overlong_reward)
+        return self.trainer
+
+    def start(self) -> None:
+        self._build().sync_weights()
+
+    def restore(self, checkpoint: Path) -> None:
+        from .checkpoints import unreadable
+
+        try:
+            payloads = vb.PayloadStore.load(checkpoint / "payloads")  # ours first, then verl's own
+        except Exception as exc:
+            raise unreadable(checkpoint, exc) from None
+        trainer = self._build()
+        trainer.load_actor(checkpoint / "verl" / "actor")
+        self.payloads = payloads
+        trainer.sync_weights()
+
+    def save(self, directory: Path) -> list[str]:
+        self.trainer.save_actor(directory / "verl" / "actor")
+        hf = directory / "verl" / "actor" / "huggingface"
+        if hf.is_dir():  # verl's HF export: where every checkpoint keeps its policy (eval-segment reads it there)
+            hf.rename(directory / "policy")
+        written = self.payloads.save(directory / "payloads")
+        files = [p.relative_to(directory).as_posix() for d in ("verl", "policy") if (directory / d).is_dir()
+                 for p in sorted((directory / d).rglob("*")) if p.is_file()]
+        return [*written, *files]
+
+    def step(self, allocator: Allocator) -> StepResult:
+        trainer = self.trainer
+        timings = {"generate": 0.0, "reward": 0.0, "update": 0.0, "bookkeeping": 0.0}
+        session = allocator.begin_step()
+        try:
+            while (call := session.next_call()) is not None:
+                t0 = time.perf_counter()
+                gen, layout = vb.round_batch(call, self.rows.__getitem__)
+                out = trainer.generate_sequences(gen)
+                parts = vb.split_by_request(out, layout)
+                self.payloads.put(parts, layout)
+                flat = type(out).concat(parts)
+                t1 = time.perf_counter()
+                texts, truncated = vb.decode_responses(flat, trainer.decode, trainer.eos_token_id)
+                golds = [self.run.task.golds[p] for p in flat.non_tensor_batch[vb.PROMPT_ID].tolist()]
+                rewards = self.grader.rewards(texts, golds, truncated)
+                t2 = time.perf_counter()
+                session.observe(vb.feedback(layout, rewards))
+                timings["generate"] += t1 - t0
+                timings["reward"] += t2 - t1
+                timings["bookkeeping"] += time.perf_counter() - t2
+            outcome = session.finish()
+        except BaseException:
+            allocator.abort_step()
+            raise
+        trainer.sleep_replicas()  # after the step's last round only: the replicas serve every round of a step
+        t = time.perf_counter()
+        batch = vb.training_batch(outcome, self.payloads)
+        metrics = trainer.update_policy(batch) if batch is not None else {}
+        trainer.sync_weights()
+        timings["update"] += time.perf_counter() - t
+        self.payloads.keep_only(allocator.live_rollout_ids())
+        rewards = [g.rewards for g in outcome.groups]
+        loss = metrics.get("actor/pg_loss")
+        return StepResult(outcome=outcome, loss=float(loss) if loss is not None else None,
+                          mean_reward=float(np.concatenate(rewards).mean()) if rewards else 0.0, timings=timings,
+                          train_stats={k: float(v) for k, v in metrics.items()})
+
+    def evaluate(self, step: int) -> EvalResult:
+        policy = self.trainer.export_hf(self.run.run_dir / "verl-eval")
+        return evaluate_policy(self.run, policy, step, self.engine_factory, self.device)
+
+    def close(self) -> None:
+        if self.grader is not None:
+            self.grader.close()
+
+
+def ray_trainer(run: TrainingRun, nnodes: int, gpus_per_node: int, overrides: Sequence[str]) -> VerlTrainer:
+    """verl's Ray trainer for ``run`` on the Ray cluster this process drives (a KubeRay RayJob's entrypoint), its
+    workers started. Experimental: needs Ray workers and GPUs; has not run on a GPU cluster yet."""
     import ray
     from verl.trainer.main_ppo_v0 import BaseTaskRunner
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.config import HFModelConfig
 
-    from ..allocation import Allocator
-    from ..rewards import MathGrader
-    from ..store import step_tables
     from ..training import verl_recipe
-    from ..training.verl_recipe import PCSettings, compose_recipe_config, run_overrides, trainer_class
 
-    if (from_step is not None and from_step >= 0) or latest_checkpoint(run.checkpoint_dir) is not None:
-        raise RunError("the verl backend cannot resume a run yet (experimental). Fix: run later segments with the "
-                        "local backend, or start a new run.")
-    cfg = compose_recipe_config([*run_overrides(run.config, run.policy_path, nnodes, gpus_per_node),
-                                 f"trainer.default_local_dir={run.run_dir / 'verl'}",
-                                 f"reward.custom_reward_function.path={Path(verl_recipe.__file__).resolve()}",
-                                 "reward.custom_reward_function.name=null_score", *overrides])
-    settings = PCSettings.from_config(cfg)
+    cfg = verl_recipe.compose_recipe_config([
+        *verl_recipe.run_overrides(run.config, run.policy_path, nnodes, gpus_per_node),
+        f"trainer.default_local_dir={run.run_dir / 'verl'}",
+        f"reward.custom_reward_function.path={Path(verl_recipe.__file__).resolve()}",
+        "reward.custom_reward_function.name=null_score", *overrides])
+    verl_recipe.PCSettings.from_config(cfg)  # the batch settings fit the GPUs (a ConfigError says how if not)
     if not ray.is_initialized():
         ray.init(address="auto")
     runner = BaseTaskRunner()
     _, group_cls = runner.add_actor_rollout_worker(cfg)
     runner.add_reward_model_resource_pool(cfg)
     model_cfg: HFModelConfig = omega_conf_to_dataclass(cfg.actor_rollout_ref.model)
-    trainer = trainer_class()(config=cfg, tokenizer=model_cfg.tokenizer, role_worker_mapping=runner.role_worker_mapping,
-                              resource_pool_manager=runner.init_resource_pool_mgr(cfg), ray_worker_group_cls=group_cls)
+    trainer = verl_recipe.trainer_class()(config=cfg, tokenizer=model_cfg.tokenizer,
+                                          role_worker_mapping=runner.role_worker_mapping,
+                                          resource_pool_manager=runner.init_resource_pool_mgr(cfg),
+                                          ray_worker_group_cls=group_cls)
     trainer.init_workers()
-    allocator = Allocator(settings.allocator_config(run.config.seed) if run.config.method == "pc"
-                          else run.config.allocator, len(run.task.prompts))
-    store.register_run(run.record())
-    records, sampled = [], 0
-    with MathGrader(overlong_reward=run.config.training.overlong_reward) as grader:
-        trainer.pc_setup(allocator, run.task, grader)
-        trainer.global_steps = 1
-        trainer.checkpoint_manager.update_weights(0)
-        while allocator.step <= until_step:
-            outcome, metrics = trainer.pc_step()
-            sampled += outcome.ledger.sampled_rollouts
-            mean_reward = float(np.concatenate([g.rewards for g in outcome.groups]).mean()) if outcome.groups else 0.0
-            loss = metrics.get("actor/pg_loss")
-            store.writer(run.run_id).write_step(outcome.step, step_tables(run.run_id, outcome, allocator, {
-                "loss": loss, "mean_reward": mean_reward, "time_generate_s": metrics.get("timing_s/gen", 0.0)}))
-            rec = StepRecord(step=outcome.step, ledger=outcome.ledger.to_dict(), loss=loss, mean_reward=mean_reward,
-                             reward_std=outcome.ledger.mean_reward_std, cumulative_rollouts=sampled,
-                             timings={"generate": metrics.get("timing_s/gen", 0.0)})
-            records.append(rec)
-            if on_step:
-                on_step(rec)
-        trainer._save_checkpoint()
-    store.compact(run.run_id)
-    return SegmentResult(run_id=run.run_id, first_step=records[0].step if records else 0,
-                         last_step=allocator.step - 1, steps_run=len(records), cumulative_rollouts=sampled,
-                         last_eval_accuracy=None, mean_reward_std=None, checkpoint=run.run_dir / "verl",
-                         tensorboard_dir=run.tensorboard_dir, records=records)
+    return trainer
 

@@ -1,4 +1,4 @@
-"""Allocator <-> verl ``DataProto``: the CPU-testable half of the verl recipe (:mod:`.verl_recipe`).
+"""Allocator <-> verl ``DataProto``: the CPU-testable half of the verl backend (:mod:`pc_pipelines.run.verl`).
 
 The recipe's generation rounds come from OUR allocator (:mod:`pc_pipelines.allocation`, the same module the CPU
 loop uses); this module translates between its vocabulary (engine calls of ``(prompt id, n, stage)`` requests,
@@ -15,7 +15,7 @@ rollout ids, rewards, trained groups) and verl's batches:
 * :func:`decode_responses` + a grader -> one reward per rollout -> :func:`feedback`: the per-request reward arrays
   ``StepSession.observe`` takes.
 * :class:`PayloadStore`: the generated rows by rollout id (the allocator holds ids only, DESIGN.md section 3):
-  a PC pilot generated at step t is trained at step t' <= t + d from here.
+  a PC pilot generated at step t is trained at step t' <= t + d from here; checkpoints save and load it.
 * :func:`training_batch`: the step's trained groups -> one training ``DataProto``: every row of a group (for PC
   the prompt's pilot rows plus its commit rows) shares one ``uid``, so verl's GRPO advantage
   (``compute_grpo_outcome_advantage``, grouping by ``uid``) normalizes exactly the allocator's groups; the reward
@@ -29,8 +29,10 @@ does), so lagged pilot rows need no stored log-probs; rewards are binary 1/0 wit
 from __future__ import annotations
 
 import bisect
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -197,6 +199,28 @@ class PayloadStore:
         if start - base + count > len(part):
             raise BatchError(f"rollouts {start}..{start + count - 1} run past the stored request at {base}.")
         return part.slice(start - base, start - base + count)
+
+    def save(self, directory: Path) -> list[str]:
+        """Write every stored request into ``directory`` (``index.json`` and one ``DataProto`` file per request,
+        verl's own ``save_to_disk``); returns the files written, relative to the directory's parent."""
+        directory.mkdir(parents=True, exist_ok=True)
+        written = []
+        for start in self._starts:
+            self._parts[start].save_to_disk(directory / f"{start}.pkl")
+            written.append(f"{directory.name}/{start}.pkl")
+        (directory / "index.json").write_text(json.dumps({"starts": self._starts}))
+        return [f"{directory.name}/index.json", *written]
+
+    @classmethod
+    def load(cls, directory: Path) -> PayloadStore:
+        """The store :meth:`save` wrote into ``directory``."""
+        from verl import DataProto
+
+        store = cls()
+        for start in json.loads((directory / "index.json").read_text())["starts"]:
+            store._starts.append(int(start))
+            store._parts[int(start)] = DataProto.load_from_disk(directory / f"{start}.pkl")
+        return store
 
     def keep_only(self, live: np.ndarray) -> None:
         """Drop every request none of whose rollouts is live (the allocator's ``live_rollout_ids``)."""

@@ -1,24 +1,12 @@
-"""The scale path's trainer: Pilot-Commit on verl 0.9's ``RayPPOTrainer`` with vLLM rollouts and FSDP updates.
+"""The verl recipe: Pilot-Commit on verl 0.9's ``RayPPOTrainer`` with vLLM rollouts and FSDP updates.
 
-**Experimental**: everything that needs Ray workers and GPUs (:func:`trainer_class`, the run layer's
-:mod:`pc_pipelines.run.verl` that drives it) has not run on a GPU cluster yet. What runs on CPU is tested: the config (:func:`compose_recipe_config`,
-:class:`PCSettings`, :func:`run_overrides`) and every batch translation (:mod:`.verl_batch`).
-
-Design. The paper's recipe (verl 0.5 era) copied ``RayPPOTrainer.fit`` (~500 lines) and called the synchronous
-``actor_rollout_wg.generate_sequences``, which verl 0.9 removed (vLLM now runs as async servers behind the
-agent-loop manager). This trainer is a thin subclass instead:
-
-* generation rounds come from OUR :class:`~pc_pipelines.allocation.Allocator` (the module the CPU loop uses): each
-  engine call it emits (PC: buffer commits + fresh pilots) is ONE ``self.async_rollout_manager.generate_sequences``
-  call, built and split by :mod:`.verl_batch`; rewards are graded in the driver with the same
-  :class:`~pc_pipelines.rewards.MathGrader` as the CPU path and fed back with ``session.observe``;
-* the replicas are put to sleep once per step, after the step's LAST round (sleeping between rounds would leave the
-  async vLLM servers unable to serve the next round), and woken by the weight update after training;
-* the training batch (one ``uid`` per trained group) goes through verl's own pieces: ``compute_response_mask``,
-  ``_balance_batch``, ``_compute_old_log_prob`` (recomputed for the whole batch, lagged pilots included, as the
-  paper's recipe does), ``compute_advantage`` (GRPO over ``uid``), ``_update_actor``, the weight sync;
-* every step's rows go to the store exactly as the CPU loop writes them (``step_tables``), so SQL, the reports and
-  Dagster see both paths alike.
+Its config (:func:`compose_recipe_config`, :class:`PCSettings`, :func:`run_overrides`) is tested on CPU. The trainer
+(:func:`trainer_class`) is a thin subclass (verl 0.9 removed the synchronous rollout the paper's 0.5-era recipe,
+a copy of ``RayPPOTrainer.fit``, called) that the run layer's verl backend (:mod:`pc_pipelines.run.verl`) drives:
+one ``generate_sequences`` call per engine call of OUR allocator, the replicas put to sleep after a step's last round,
+verl's own pieces for the update (``_compute_old_log_prob`` for the whole batch, lagged pilots included, as the
+paper's recipe; GRPO advantages over ``uid``; ``_update_actor``), weight syncs, its actor checkpoint.
+**Experimental**: the trainer has not run on a GPU cluster yet.
 
 Departures from the paper's recipe: no commit-batch trimming to the GPU count (verl's uneven chunking instead);
 binary 1/0 rewards with overlong = 0 instead of the 1.5B script's +/-1 with an overlong penalty (DESIGN.md
@@ -28,13 +16,10 @@ section 3); the stream, band, eviction and lag rules are the allocator's (tested
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..config import AllocatorConfig
 from ..errors import field_error
@@ -170,66 +155,69 @@ def null_score(data_source, solution_str, ground_truth, extra_info=None) -> floa
 
 # ---- experimental: needs Ray workers and GPUs ---------------------------------------------------------------------
 def trainer_class():
-    """``PCRayTrainer``, a :class:`verl.trainer.ppo.ray_trainer.RayPPOTrainer` whose steps come from the allocator.
-    Experimental: built lazily (importing verl's Ray trainer pulls in Ray and its workers)."""
+    """``PCRayTrainer``, a :class:`verl.trainer.ppo.ray_trainer.RayPPOTrainer` with what the verl backend
+    (:class:`pc_pipelines.run.verl.VerlBackend`) asks of it: generation calls, one PPO update on a batch of trained
+    groups, weight syncs, its actor checkpoint and an HF export. Experimental: built lazily (importing verl's Ray
+    trainer pulls in Ray and its workers); has not run on a GPU cluster yet."""
     import torch
     from verl.trainer.ppo.ray_trainer import AdvantageEstimator, RayPPOTrainer, compute_advantage, compute_response_mask
     from verl.utils.metric import reduce_metrics
 
-    from . import verl_batch as vb
-
     class PCRayTrainer(RayPPOTrainer):
-        """Experimental. Call :meth:`pc_setup` after ``init_workers``, then :meth:`pc_step` once per step."""
+        """Experimental. ``init_workers`` first; the backend drives the rest."""
 
-        def pc_setup(self, allocator, task, grader) -> None:
-            self.pc_allocator, self.pc_task, self.pc_grader = allocator, task, grader
-            self.pc_payloads = vb.PayloadStore()
-            self.pc_rows = [vb.prompt_row(i, p, g) for i, (p, g) in enumerate(zip(task.prompts, task.golds))]
+        weight_version = 0
 
-        def _pc_generate(self, call) -> list[np.ndarray]:
-            gen, layout = vb.round_batch(call, self.pc_rows.__getitem__)
-            out = self.async_rollout_manager.generate_sequences(gen)
+        @property
+        def eos_token_id(self):
+            return self.tokenizer.eos_token_id
+
+        def decode(self, token_ids):
+            return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+        def generate_sequences(self, batch):
+            out = self.async_rollout_manager.generate_sequences(batch)
             out.meta_info.pop("timing", None)
-            parts = vb.split_by_request(out, layout)
-            self.pc_payloads.put(parts, layout)
-            flat = type(out).concat(parts)
-            decode = lambda toks: self.tokenizer.decode(toks, skip_special_tokens=True)  # noqa: E731
-            texts, truncated = vb.decode_responses(flat, decode, self.tokenizer.eos_token_id)
-            golds = [self.pc_task.golds[p] for p in flat.non_tensor_batch[vb.PROMPT_ID].tolist()]
-            return vb.feedback(layout, self.pc_grader.rewards(texts, golds, truncated))
+            return out
 
-        def pc_step(self) -> tuple[Any, dict[str, float]]:
-            """One training step: the allocator's rounds, then one PPO update on its trained groups."""
-            t0 = time.perf_counter()
-            session = self.pc_allocator.begin_step()
-            try:
-                while (call := session.next_call()) is not None:
-                    session.observe(self._pc_generate(call))
-                outcome = session.finish()
-            except BaseException:
-                self.pc_allocator.abort_step()
-                raise
-            self.checkpoint_manager.sleep_replicas()  # after the step's last round only
-            metrics: dict[str, float] = {"timing_s/gen": time.perf_counter() - t0}
-            batch = vb.training_batch(outcome, self.pc_payloads)
-            if batch is not None:
-                batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-                if "response_mask" not in batch.batch.keys():  # noqa: SIM118 - a TensorDict, as in verl's ray_trainer
-                    batch.batch["response_mask"] = compute_response_mask(batch)
-                if self.config.trainer.balance_batch:
-                    self._balance_batch(batch, metrics=metrics)
-                batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
-                old_log_prob, _ = self._compute_old_log_prob(batch)
-                old_log_prob.batch.pop("entropys", None)
-                batch = batch.union(old_log_prob)
-                batch = compute_advantage(batch, adv_estimator=AdvantageEstimator.GRPO,
-                                          norm_adv_by_std_in_grpo=self.config.algorithm.norm_adv_by_std_in_grpo,
-                                          config=self.config.algorithm)
-                actor_output = self._update_actor(batch)
-                metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
-            self.checkpoint_manager.update_weights(self.global_steps)
-            self.pc_payloads.keep_only(self.pc_allocator.live_rollout_ids())
-            self.global_steps += 1
-            return outcome, metrics
+        def sleep_replicas(self) -> None:
+            self.checkpoint_manager.sleep_replicas()
+
+        def update_policy(self, batch) -> dict[str, float]:
+            """verl's own pieces on the trained groups: response mask, balance, old log-probs (recomputed for the
+            whole batch, lagged pilots included, as the paper's recipe does), GRPO advantages over ``uid``, the
+            actor update."""
+            metrics: dict[str, float] = {}
+            batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+            if "response_mask" not in batch.batch.keys():  # noqa: SIM118 - a TensorDict, as in verl's ray_trainer
+                batch.batch["response_mask"] = compute_response_mask(batch)
+            if self.config.trainer.balance_batch:
+                self._balance_batch(batch, metrics=metrics)
+            batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
+            old_log_prob, _ = self._compute_old_log_prob(batch)
+            old_log_prob.batch.pop("entropys", None)
+            batch = batch.union(old_log_prob)
+            batch = compute_advantage(batch, adv_estimator=AdvantageEstimator.GRPO,
+                                      norm_adv_by_std_in_grpo=self.config.algorithm.norm_adv_by_std_in_grpo,
+                                      config=self.config.algorithm)
+            actor_output = self._update_actor(batch)
+            metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
+            return metrics
+
+        def sync_weights(self) -> None:
+            self.checkpoint_manager.update_weights(self.weight_version)
+            self.weight_version += 1
+
+        def save_actor(self, directory) -> None:
+            self.actor_rollout_wg.save_checkpoint(str(directory), None, self.weight_version, max_ckpt_to_keep=None)
+
+        def load_actor(self, directory) -> None:
+            self.actor_rollout_wg.load_checkpoint(str(directory), del_local_after_load=False)
+
+        def export_hf(self, directory):
+            """The actor's weights as an HF directory: its checkpoint with ``hf_model`` among verl's
+            ``checkpoint.save_contents`` (the recipe's config), read from ``huggingface/``."""
+            self.save_actor(directory)
+            return directory / "huggingface"
 
     return PCRayTrainer
