@@ -17,6 +17,7 @@ from dagster import (
     AssetExecutionContext,
     AssetObservation,
     Config,
+    DagsterRunStatus,
     DefaultSensorStatus,
     DynamicPartitionsDefinition,
     Failure,
@@ -34,7 +35,6 @@ from dagster import (
     op,
     sensor,
 )
-from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES, DagsterRunStatus
 from pydantic import Field
 
 from pc_pipelines.allocation import check_config, training_methods
@@ -339,6 +339,9 @@ train_segment_job = define_asset_job(
 
 # ---- the sensor -----------------------------------------------------------------------------------------------------
 _FAILED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+# Dagster's own in-progress run statuses (its private IN_PROGRESS_RUN_STATUSES), from the public enum.
+_IN_PROGRESS = (DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING,
+                DagsterRunStatus.SUSPENDED)
 
 
 def run_views(st: Store, instance) -> list[RunView]:
@@ -351,11 +354,11 @@ def run_views(st: Store, instance) -> list[RunView]:
     for run_id, rows in by_run.items():
         run = st.get_run(run_id)
         in_flight = bool(instance.get_run_records(
-            filters=RunsFilter(tags={RUN_TAG: run_id}, statuses=list(IN_PROGRESS_RUN_STATUSES)), limit=1))
+            filters=RunsFilter(tags={RUN_TAG: run_id}, statuses=list(_IN_PROGRESS)), limit=1))
         for r in rows:
             if r["status"] == "running" and not in_flight and r["orchestrator_run_id"]:
                 dr = instance.get_run_by_id(r["orchestrator_run_id"])
-                if dr is not None and dr.status in IN_PROGRESS_RUN_STATUSES:
+                if dr is not None and dr.status in _IN_PROGRESS:
                     in_flight = True  # launched by hand (no run tag) and still going
                 elif dr is None or dr.status in _FAILED or dr.status == DagsterRunStatus.SUCCESS:
                     why = "its run was deleted" if dr is None else f"its run {dr.run_id} ended {dr.status.value}"

@@ -1,4 +1,4 @@
-"""Beyond the paper: Pilot-Commit's pluggable strategies (issue 7), each a small registered class.
+"""Beyond the paper: Pilot-Commit's pluggable strategies, each a small registered class.
 
 The paper fixes four things that this module makes choices of :class:`~.config.AllocatorConfig`:
 

@@ -50,7 +50,7 @@ class AllocatorConfig:
     seed: int = 0
     """Seeds the prompt stream (shared by every method: common random numbers) and the buffer tie-breaks."""
 
-    # ---- beyond the paper (issue 7): PC's strategies, see allocation/strategies.py. Defaults = the paper. ------
+    # ---- beyond the paper: PC's strategies, see allocation/strategies.py. Defaults = the paper. ----------------
     band_strategy: str = "static"
     """PC keep band: ``static`` (the paper's [p_lower, p_upper]) or ``adaptive`` (widened to fill the batch)."""
     sampling_strategy: str = "fixed"

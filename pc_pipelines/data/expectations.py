@@ -1,6 +1,6 @@
 """Data-quality checks of prepared datasets: Great Expectations 1.x called directly, plus a verifier check.
 
-Issue 5's asset checks, as plain functions whose results are JSON-able dicts ready to become Dagster asset-check
+The data assets' checks, as plain functions whose results are JSON-able dicts ready to become Dagster asset-check
 metadata (``dagster-ge`` needs GE < 1.0, so GE is run here without it). Public API::
 
     validate_prepared(table, *, min_rows, max_rows, forbid_binary) -> ValidationReport      # Great Expectations
