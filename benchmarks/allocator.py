@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import machine, write_section
 
-from pc_pipelines.allocation import Allocator, AllocatorConfig
+from pc_pipelines.allocation import METHODS, Allocator, AllocatorConfig
 from pc_pipelines.config import SimConfig
 from pc_pipelines.simulate import Simulation
 
@@ -74,7 +74,7 @@ def main() -> int:
     args = ap.parse_args()
 
     book = [bookkeeping(m, args.steps) for m in ("grpo", "dapo", "pc")]
-    sims = [simulated_run(m, args.sim_steps) for m in ("grpo", "dapo", "pc", "oracle")]
+    sims = [simulated_run(m, args.sim_steps) for m in METHODS]  # grpo, dapo, pc and the oracle bound
     lines = [
         "## Allocator",
         "",

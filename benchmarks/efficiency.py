@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import machine, write_section
 
 from pc_pipelines import study
+from pc_pipelines.allocation import training_methods
 from pc_pipelines.reports import (
     METHOD_ORDER,
     build_report,
@@ -338,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("primary", help="GRPO, DAPO and PC on the frozen preset, every seed")
     common(p)
-    p.add_argument("--methods", nargs="+", default=["grpo", "dapo", "pc"], choices=["grpo", "dapo", "pc"])
+    p.add_argument("--methods", nargs="+", default=training_methods(), choices=training_methods())
     p.set_defaults(func=cmd_primary)
     p = sub.add_parser("ablate", help="one ablation: band (real runs by default), evict, split, thresholds (simulator by default)")
     p.add_argument("name", choices=sorted(set(REAL_ABLATIONS) | set(SIM_ABLATIONS)))
