@@ -243,7 +243,8 @@ def probe(temperatures: tuple[float, ...] = (1.0,), prompts: int = 96, samples: 
     from pc_pipelines.config import parse_overrides, resolve
     from pc_pipelines.data.arith import build_splits
     from pc_pipelines.rewards import MathGrader
-    from pc_pipelines.rollout import SamplingParams, TransformersEngine
+    from pc_pipelines.rollout import SamplingParams
+    from pc_pipelines.rollout.transformers_engine import TransformersEngine
     from pc_pipelines.training.base_policy import ensure_base_policy, load_policy, sampled_pass_rates
 
     cfg = resolve(PRESET, parse_overrides(["task.min_digits=1"]), method="grpo", seed=SEED, family=FAMILY)
