@@ -1,8 +1,9 @@
 """Dagster assets: thin wrappers that load inputs, call the ``pc_pipelines`` library and attach metadata.
 
-No algorithm lives here (DESIGN.md section 2): the embedded task and base policy (``embedded.py``), the real
-datasets and benchmarks (``data.py``), training runs, segments and their evaluation (``training.py``), reports
-(``reports.py``); ``pc_pipelines/definitions.py`` gathers them.
+No algorithm lives here. Assets per group: the embedded task and its warm start (``embedded.py``: ``data``,
+``policy``), the real datasets and benchmarks with their checks (``data.py``), training segments (``training.py``),
+their evaluation (``evaluation.py``), reports (``reports.py``); the jobs (``jobs.py``) and the sensor
+(``sensors.py``). ``pc_pipelines/definitions.py`` assembles them.
 """
 
 from .embedded import EmbeddedConfig, arith_task, base_policy

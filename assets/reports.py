@@ -11,7 +11,7 @@ from pydantic import Field
 from pc_pipelines.reports import ReportError, build_report
 from resources import StoreResource
 
-from .training import segment_eval
+from .evaluation import segment_eval
 
 
 class ReportConfig(Config):

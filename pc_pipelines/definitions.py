@@ -1,101 +1,28 @@
-"""The Dagster code location: the only module of the package that imports Dagster, ``assets/`` or ``resources/``.
-
-Nothing in the package imports this module; ``workspace.yaml`` loads it. The environment is chosen here, once, when
-the code location loads (:func:`environment_resources`: ``PC_PIPELINES_ENV`` = ``local``, the default, or ``k8s``),
-never at import time of the library: :func:`local_resources` trains in the Dagster process, :func:`k8s_resources`
-launches each training segment as a GPU pod (``PipesK8sClient``) or a multi-node KubeRay ``RayJob``
-(``PipesKubeRayJobClient``) on the shared volume (``k8s/README.md``). ``python -m pc_pipelines.definitions demo`` runs the
-whole graph headless (``make demo``).
+"""The Dagster code location (``workspace.yaml`` loads it): the assets, checks, jobs, sensors and resources,
+assembled. The environment's resources are chosen once, when the code location loads (``PC_PIPELINES_ENV`` =
+``local``, the default, or ``k8s``; :mod:`resources.environments`).
 
 The graph: ``data`` (synthetic arithmetic, DeepMath, Polaris, the benchmarks; Great Expectations checks) ->
 ``policy`` (the SFT warm start) -> ``training`` (``training_segment``, partitioned ``<run>/seg-NNNN``; the
 ``start_run`` job adds a run's partitions, the ``advance_runs`` sensor trains them in order) -> ``evaluation``
-(``segment_eval``) -> ``reports`` (``rollouts_report``).
+(``segment_eval``) -> ``reports`` (``rollouts_report``). ``make demo`` (:mod:`pc_pipelines.demo`) runs it headless.
 """
-
-import os
 
 from dagster import Definitions
 
 from assets import arith_task, base_policy
 from assets.data import DATA_ASSETS, DATA_CHECKS
+from assets.evaluation import segment_eval
+from assets.jobs import start_run, train_segment_job
 from assets.reports import rollouts_report
-from assets.training import build_advance_runs_sensor, segment_eval, start_run, train_segment_job, training_segment
-from resources import (
-    DataResource,
-    K8sComputeResource,
-    KubeRayComputeResource,
-    LocalCheckpointResource,
-    LocalComputeResource,
-    StoreResource,
-    TransformersEngineResource,
-)
-
-ENVIRONMENTS = ("local", "k8s")
-
-
-def local_resources() -> dict:
-    """The embedded environment: everything in this process, files under ``runs/``. The real datasets' paths come
-    from ``PC_DEEPMATH_PATH`` / ``PC_POLARIS_PATH`` when set (read here, when the code location loads; unset leaves
-    the path empty and the asset says how to provide it)."""
-    return {
-        "store": StoreResource(),
-        "checkpoints": LocalCheckpointResource(),
-        "engine": TransformersEngineResource(),
-        "compute": LocalComputeResource(),
-        "data": DataResource(
-            deepmath_path=os.environ.get("PC_DEEPMATH_PATH") or None,
-            polaris_path=os.environ.get("PC_POLARIS_PATH") or None,
-        ),
-    }
-
-
-def k8s_resources(env: dict[str, str] | None = None) -> dict:
-    """The Kubernetes environment (``k8s/README.md``): the Dagster run pod and the training pods share the PVC
-    mounted at ``/data`` (store ``/data/pc.duckdb``, run directories ``/data/runs``, prepared data ``/data/data``);
-    training segments run as pods of ``PC_K8S_IMAGE`` in ``PC_K8S_NAMESPACE`` (default ``pc-pipelines``), one
-    GPU pod each (``PC_K8S_COMPUTE=pod``, the default) or a KubeRay RayJob of ``PC_K8S_RAY_WORKERS`` GPU nodes
-    (``PC_K8S_COMPUTE=rayjob``, experimental). Evaluation (``segment_eval``) runs ``pilot-commit eval-segment`` in a GPU
-    pod of the same image (one pod with the RayJob compute too). ``env``: the variables to read (default
-    ``os.environ``)."""
-    env = dict(os.environ if env is None else env)
-    image = env.get("PC_K8S_IMAGE")
-    if not image:
-        raise RuntimeError("PC_PIPELINES_ENV=k8s needs PC_K8S_IMAGE, the GPU image built from k8s/Dockerfile. Fix: set "
-                           "it in the Helm values' dagster-user-deployments env (k8s/helm/values.yaml).")
-    namespace = env.get("PC_K8S_NAMESPACE", "pc-pipelines")
-    kind = env.get("PC_K8S_COMPUTE", "pod")
-    if kind == "pod":
-        compute = K8sComputeResource(image=image, namespace=namespace)
-    elif kind == "rayjob":
-        compute = KubeRayComputeResource(image=image, namespace=namespace,
-                                         workers=int(env.get("PC_K8S_RAY_WORKERS", "2")))
-    else:
-        raise RuntimeError(f"PC_K8S_COMPUTE={kind!r}: use pod (one GPU pod per segment) or rayjob (multi-node).")
-    return {
-        "store": StoreResource(path="/data/pc.duckdb"),
-        "checkpoints": LocalCheckpointResource(root="/data/runs"),
-        "engine": TransformersEngineResource(),  # in-process engines only: segments and evaluations run in pods
-        "compute": compute,
-        "data": DataResource(
-            deepmath_path=env.get("PC_DEEPMATH_PATH") or None,
-            polaris_path=env.get("PC_POLARIS_PATH") or None,
-            benchmarks_dir=env.get("PC_BENCHMARKS_DIR", "/data/benchmarks"),
-            out_dir="/data/data",
-        ),
-    }
-
-
-def environment_resources(env: dict[str, str] | None = None) -> dict:
-    """The resources of the environment ``PC_PIPELINES_ENV`` names (read when the code location loads)."""
-    env = dict(os.environ if env is None else env)
-    name = env.get("PC_PIPELINES_ENV", "local")
-    if name not in ENVIRONMENTS:
-        raise RuntimeError(f"PC_PIPELINES_ENV={name!r}: use one of {ENVIRONMENTS}.")
-    return k8s_resources(env) if name == "k8s" else local_resources()
+from assets.sensors import build_advance_runs_sensor
+from assets.training import training_segment
+from resources import environment_resources
 
 
 def build_definitions(resources: dict | None = None, max_failures: int = 3) -> Definitions:
+    """The code location with ``resources`` (default: the environment's), the sensor pausing a run after
+    ``max_failures`` consecutive failures of a segment."""
     return Definitions(
         assets=[arith_task, base_policy, *DATA_ASSETS, training_segment, segment_eval, rollouts_report],
         asset_checks=DATA_CHECKS,
@@ -106,103 +33,3 @@ def build_definitions(resources: dict | None = None, max_failures: int = 3) -> D
 
 
 defs = build_definitions()
-
-
-# ---- make demo: the whole graph, headless ----------------------------------------------------------------------------
-def demo(argv: list[str] | None = None) -> int:
-    """Materialize the embedded graph in this process: synthetic data, the benchmarks (with their checks), the warm
-    start, a GRPO, a DAPO and a PC run of a few segments driven by the real ``advance_runs`` sensor, their
-    evaluations and the report; then print the rollouts-to-target table and where the plots are.
-
-    With ``DAGSTER_HOME`` set (``make demo`` sets it to ``.dagster``, as ``make ui`` does) every materialization is
-    recorded there, so the UI shows the demo's runs afterwards. Runs are named by their config hash: running the
-    demo again finds its segments done and only rebuilds the report."""
-    import argparse
-    import logging
-    import time
-
-    from dagster import DagsterInstance, SkipReason, build_sensor_context, materialize
-
-    from assets.data import benchmarks
-
-    p = argparse.ArgumentParser(prog="python -m pc_pipelines.definitions demo", description=demo.__doc__.split("\n\n")[0])
-    p.add_argument("--methods", default="grpo,dapo,pc", help="comma-separated methods (default grpo,dapo,pc)")
-    p.add_argument("--segments", type=int, default=2, help="segments per run (default 2)")
-    p.add_argument("--segment-steps", type=int, default=10, help="training steps per segment (default 10)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--set", dest="overrides", action="append", default=["training.eval_every=5"],
-                   help="config override for every run, e.g. training.lr=2e-4 (repeatable); PC-only settings "
-                        "(allocator.n_pilot=8) apply to the PC run only")
-    p.add_argument("--root", default="runs", help="store, run directories, data and plots go here (default runs/)")
-    p.add_argument("--cache-dir", default=None, help="warm-start cache (default ~/.cache/pc-pipelines)")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    t0 = time.monotonic()
-    root = args.root.rstrip("/")
-    res = {
-        **local_resources(),
-        "store": StoreResource(path=f"{root}/pc.duckdb"),
-        "checkpoints": LocalCheckpointResource(root=root),
-        "data": DataResource(out_dir=f"{root}/data"),
-    }
-    instance = DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
-    say = lambda msg: print(f"[demo {time.monotonic() - t0:6.0f}s] {msg}", flush=True)  # noqa: E731
-
-    say("data + warm start: arith_task, benchmarks (+ checks), base_policy (the shipped warm start: no SFT)")
-    data_checks = [c for c in DATA_CHECKS if any(k.asset_key == benchmarks.key for k in c.check_keys)]
-    cache = {"cache_dir": args.cache_dir}
-    out = materialize([arith_task, benchmarks, base_policy, *data_checks], instance=instance, resources=res,
-                      run_config={"ops": {"arith_task": {"config": cache}, "base_policy": {"config": cache}}})
-    meta = out.asset_materializations_for_node("base_policy")[0].metadata
-    say(f"warm start at {meta['path'].value}: greedy held-out accuracy per digit length "
-        f"{ {k: round(v, 2) for k, v in meta['greedy_heldout_accuracy'].value.items()} }")
-
-    run_ids = []
-    for method in args.methods.split(","):
-        overrides = [o for o in args.overrides if method == "pc" or not o.startswith("allocator.n_pilot=")]
-        cfg = {"method": method, "seed": args.seed, "overrides": overrides, "segment_steps": args.segment_steps,
-               "total_steps": args.segments * args.segment_steps, "cache_dir": args.cache_dir}
-        r = start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},
-                                         instance=instance, resources=res)
-        run_ids.append(r.output_for_node("register_training_run"))
-    say(f"started {', '.join(run_ids)}; the advance_runs sensor now trains them segment by segment")
-
-    sensor = build_advance_runs_sensor()
-    job = build_definitions(res).resolve_job_def(train_segment_job.name)
-    while True:
-        tick = sensor(build_sensor_context(instance=instance, resources={"store": res["store"]}))
-        if isinstance(tick, SkipReason):
-            break
-        if not tick.run_requests:
-            break
-        for req in tick.run_requests:
-            say(f"{req.partition_key}: training + evaluation")
-            result = job.execute_in_process(partition_key=req.partition_key, instance=instance, tags=req.tags,
-                                            raise_on_error=False)
-            if not result.success:
-                say(f"{req.partition_key} failed (the sensor retries it, then pauses the run); see the log above")
-                continue
-            m = result.asset_materializations_for_node("segment_eval")[0].metadata
-            t = result.asset_materializations_for_node("training_segment")[0].metadata
-            say(f"{req.partition_key}: steps {t['steps'].value}, cumulative rollouts {t['cumulative_rollouts'].value:,}, "
-                f"held-out accuracy {m['average_accuracy'].value:.3f}")
-
-    rep_dir = f"{root}/reports"
-    out = materialize([rollouts_report], instance=instance, resources=res,
-                      run_config={"ops": {"rollouts_report": {"config": {"out_dir": rep_dir}}}})
-    md = out.asset_materializations_for_node("rollouts_report")[0].metadata["rollouts_to_target"].value
-    print()
-    print(md)
-    say(f"plots in {os.path.abspath(rep_dir)}; store {os.path.abspath(res['store'].path)} "
-        f"(try: .venv/bin/pilot-commit sql --store {res['store'].path} \"SELECT * FROM segments\")")
-    if os.environ.get("DAGSTER_HOME"):
-        say("`make ui` shows these materializations at http://127.0.0.1:3000")
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:2] != ["demo"]:
-        sys.exit("usage: python -m pc_pipelines.definitions demo [--help]")
-    sys.exit(demo(sys.argv[2:]))

@@ -1,9 +1,9 @@
-"""Dagster ``ConfigurableResource``s: one abstract resource per engine with real implementations chosen per
-environment in ``pc_pipelines/definitions.py`` (DESIGN.md section 2):
+"""Dagster ``ConfigurableResource``s, one file per kind: an abstract resource per engine and its real
+implementations, chosen per environment by :mod:`.environments` (``PC_PIPELINES_ENV``):
 
 * :class:`StoreResource`: the DuckDB store (catalog + Parquet step logs).
 * :class:`CheckpointResource` / :class:`LocalCheckpointResource`: where run directories (checkpoints, TensorBoard)
-  live; the scale issue adds a PVC-backed one for Kubernetes pods.
+  live (a local directory, or the PVC that Kubernetes pods share).
 * :class:`RolloutEngineResource` / :class:`TransformersEngineResource`: builds the rollout engine for a policy.
 * :class:`ComputeResource`: runs a training segment: :class:`LocalComputeResource` in process, or the in-pod
   entrypoint through Dagster Pipes: :class:`SubprocessComputeResource`, :class:`K8sComputeResource`
@@ -23,9 +23,11 @@ from .compute import (
 )
 from .data import DataResource
 from .engines import RolloutEngineResource, TransformersEngineResource
+from .environments import ENVIRONMENTS, environment_resources, k8s_resources, local_resources
 from .storage import CheckpointResource, LocalCheckpointResource, StoreResource
 
 __all__ = [
+    "ENVIRONMENTS",
     "CheckpointResource",
     "ComputeResource",
     "DataResource",
@@ -38,4 +40,7 @@ __all__ = [
     "RolloutEngineResource",
     "StoreResource",
     "TransformersEngineResource",
+    "environment_resources",
+    "k8s_resources",
+    "local_resources",
 ]

@@ -1,4 +1,4 @@
-"""`make demo`'s driver (python -m pc_pipelines.definitions demo) at a small size: the whole graph, headless, in a
+"""`make demo`'s driver (python -m pc_pipelines.demo) at a small size: the whole graph, headless, in a
 real Dagster instance; it prints Table 2 and the plots' location, and a second run finds every segment done."""
 
 import os
@@ -18,7 +18,7 @@ SMALL = ["allocator.train_batch=8", "allocator.n=16", "allocator.n_pilot=4", "al
 
 
 def run_demo(tmp_path, home, policy_cache) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pc_pipelines.definitions", "demo", "--root", str(tmp_path / "runs"),
+    cmd = [sys.executable, "-m", "pc_pipelines.demo", "--root", str(tmp_path / "runs"),
            "--segments", "2", "--segment-steps", "2", "--cache-dir", str(policy_cache)]
     for s in SMALL:
         cmd += ["--set", s]

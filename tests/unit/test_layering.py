@@ -1,6 +1,7 @@
 """The package's layer order (``LAYERS``, bottom first), checked on the source: every import points down or within
 its layer and the import graph has no cycle, function-local imports included; allocation/ imports nothing heavier
-than numpy; only definitions.py imports Dagster.
+than numpy; in pc_pipelines/ only the code location (definitions.py) and the demo driving it (demo.py) import
+Dagster.
 
 The checker reads the code with ``ast`` (nothing is imported). An edge is one module importing another of the
 checked packages, wherever the import statement sits (module level, inside a function, under ``if TYPE_CHECKING``).
@@ -32,7 +33,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
              "pc_pipelines.study")),
     ("command line", ("pc_pipelines.cli", "pc_pipelines.cli_args", "pc_pipelines.cli_train",
                       "pc_pipelines.entrypoint")),
-    ("dagster", ("resources", "assets", "pc_pipelines.definitions")),
+    ("dagster", ("resources", "assets", "pc_pipelines.definitions", "pc_pipelines.demo")),
 )
 
 
@@ -228,7 +229,7 @@ def test_the_import_graph_has_no_cycle(project):
     assert cycles(*project) == []
 
 
-# ---- allocation: numpy only; Dagster: definitions.py only -------------------------------------------------------
+# ---- allocation: numpy only; Dagster: the code location and its demo only ----------------------------------------
 def test_allocation_imports_only_numpy_at_runtime():
     code = (
         "import sys, pc_pipelines.allocation as a; "
@@ -239,7 +240,9 @@ def test_allocation_imports_only_numpy_at_runtime():
     assert out == "", f"allocation pulled in heavy modules: {out}"
 
 
-@pytest.mark.parametrize("module", ["resources", "pc_pipelines.definitions", "pc_pipelines.run", "pc_pipelines.cli"])
+@pytest.mark.parametrize(
+    "module", ["resources", "pc_pipelines.definitions", "pc_pipelines.demo", "pc_pipelines.run", "pc_pipelines.cli"]
+)
 def test_loading_the_code_location_does_not_import_torch(module):
     """torch (seconds to import) comes with the local backend, the warm start and the engines, when they run."""
     code = f"import sys, {module}; print('torch' in sys.modules)"
@@ -262,11 +265,15 @@ def test_allocation_sources_import_only_stdlib_and_numpy():
             assert set(names) <= allowed, f"{path.name} imports {names}"
 
 
-def test_only_definitions_imports_dagster():
+DAGSTER_MODULES = {PKG / "definitions.py", PKG / "demo.py"}
+
+
+def test_only_the_code_location_and_its_demo_import_dagster():
     """``dagster_pipes`` is allowed: it is the dependency-free half of the Pipes protocol that launched processes
     (the in-pod entrypoint, pc_pipelines/entrypoint.py) use to report back; it does not import Dagster."""
+    assert all(p.exists() for p in DAGSTER_MODULES)
     for path in PKG.rglob("*.py"):
-        if path.name == "definitions.py":
+        if path in DAGSTER_MODULES:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
@@ -281,7 +288,9 @@ def test_only_definitions_imports_dagster():
                 assert not (top == "dagster" or top.startswith("dagster_")) or top == "dagster_pipes", (path, name)
 
 
-def test_definitions_load():
+def test_definitions_assemble_the_jobs_and_the_sensor():
     from pc_pipelines.definitions import defs
 
-    assert defs is not None
+    assert defs.resolve_job_def("start_run").name == "start_run"
+    assert defs.resolve_job_def("train_segment").name == "train_segment"
+    assert defs.resolve_sensor_def("advance_runs").job_name == "train_segment"

@@ -12,7 +12,9 @@ import sys
 import pytest
 from dagster import DagsterInstance, materialize
 
-from assets.training import segment_eval, start_run, training_segment
+from assets.evaluation import segment_eval
+from assets.jobs import start_run
+from assets.training import training_segment
 from pc_pipelines.store import Store
 from resources import (
     DataResource,

@@ -11,13 +11,10 @@ import torch
 from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context, materialize
 from safetensors.torch import load_file
 
-from assets.training import (
-    SEGMENTS,
-    build_advance_runs_sensor,
-    segment_eval,
-    start_run,
-    training_segment,
-)
+from assets.evaluation import segment_eval
+from assets.jobs import start_run
+from assets.sensors import build_advance_runs_sensor
+from assets.training import SEGMENTS, training_segment
 from pc_pipelines.run import latest_checkpoint, list_checkpoints
 from pc_pipelines.store import Store
 from resources import (

@@ -272,7 +272,7 @@ def _good_jsonl(tmp_path: Path) -> Path:
 def test_start_run_refuses_ignored_or_nonfinite_overrides(tmp_path, overrides, needles):
     from dagster import DagsterInstance
 
-    from assets.training import start_run
+    from assets.jobs import start_run
     from resources import DataResource, LocalCheckpointResource, LocalComputeResource, StoreResource
     from resources.engines import TransformersEngineResource
 

@@ -178,7 +178,7 @@ def test_store_paths_with_glob_characters_read_only_their_own_runs(tmp_path):
 def test_start_run_refuses_a_glob_run_name_before_anything_is_written(tmp_path):
     from dagster import DagsterInstance
 
-    from assets.training import start_run
+    from assets.jobs import start_run
     from resources import DataResource, LocalCheckpointResource, StoreResource
 
     resources = {"data": DataResource(out_dir=str(tmp_path / "data")),

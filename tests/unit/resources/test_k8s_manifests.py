@@ -18,8 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pc_pipelines.definitions import k8s_resources
-from resources import K8sComputeResource, KubeRayComputeResource
+from resources import K8sComputeResource, KubeRayComputeResource, k8s_resources
 
 pytestmark = pytest.mark.integration
 

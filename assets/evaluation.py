@@ -1,0 +1,71 @@
+"""The ``evaluation`` asset group: ``segment_eval``, the mean@k accuracy of a training segment's final
+checkpoint on the run's benchmarks, per partition of ``training_segment`` (:func:`pc_pipelines.run.evaluate_checkpoint`
+through the compute resource)."""
+
+from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
+
+from pc_pipelines.errors import RunError
+from pc_pipelines.run import checkpoint_at, verify_checkpoint
+from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
+
+from .data import benchmarks, deepmath, polaris
+from .embedded import arith_task
+from .training import SEGMENTS, segment_row, training_run, training_segment
+
+
+@asset(
+    group_name="evaluation",
+    partitions_def=SEGMENTS,
+    deps=[training_segment, arith_task, deepmath, polaris, benchmarks],
+    kinds={"duckdb"},
+)
+def segment_eval(
+    context: AssetExecutionContext,
+    store: StoreResource,
+    checkpoints: CheckpointResource,
+    engine: RolloutEngineResource,
+    compute: ComputeResource,
+    data: DataResource,
+) -> MaterializeResult:
+    """Mean@k accuracy of the segment's final checkpoint on the run's benchmarks, into the store's
+    ``eval_results``: for the embedded default its held-out split per digit length; for a real dataset its
+    500-prompt held-out split and the six benchmarks the ``benchmarks`` asset prepared. It runs where the segments
+    run (the compute resource: in process, or ``pilot-commit eval-segment`` in a GPU pod)."""
+    st = store.get()
+    run_id, k, run, seg = segment_row(st, context.partition_key)
+    last = int(seg["last_step"])
+    tr = training_run(run, checkpoints, data)
+    path = checkpoint_at(tr.checkpoint_dir, last)
+    if path is None:
+        raise Failure(
+            f"{context.partition_key}: no checkpoint after step {last} in {tr.checkpoint_dir}. Fix: materialize "
+            f"training_segment for {context.partition_key} first."
+        )
+    problem = verify_checkpoint(path)
+    if problem is not None:
+        raise Failure(
+            f"{context.partition_key}: the checkpoint after step {last} ({path}) is damaged: {problem}. Fix: "
+            f"re-materialize training_segment for {context.partition_key} (it replays from the newest intact "
+            "checkpoint), then this evaluation."
+        )
+    try:
+        res = compute.evaluate(tr, st, last, engine_factory=engine.build, context=context)
+    except RunError as exc:
+        raise Failure(str(exc)) from exc
+    st.add_eval_results(res.rows(run_id, last))
+    rows = ["| benchmark | prompts | k | mean@k |", "|---|---|---|---|"]
+    rows += [f"| {name} | {res.n_prompts[name]} | {res.k_of(name)} | {acc:.3f} |" for name, acc in res.accuracy.items()]
+    rows.append(f"| **average** | {sum(res.n_prompts.values())} | | **{res.mean:.3f}** |")
+    context.log.info("%s: average accuracy %.3f after step %d", context.partition_key, res.mean, last)
+    return MaterializeResult(
+        metadata={
+            "run_id": run_id,
+            "step": last,
+            "average_accuracy": MetadataValue.float(res.mean),
+            "accuracy": MetadataValue.md("\n".join(rows)),
+            "k": res.k,
+            "temperature": res.temperature,
+            "checkpoint": MetadataValue.path(str(path)),
+            "compute": type(compute).__name__,
+        }
+    )

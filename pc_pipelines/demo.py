@@ -1,0 +1,112 @@
+"""``make demo``: the whole Dagster graph for the embedded default, headless, in this process.
+
+Synthetic data, the benchmarks (with their checks), the warm start, a GRPO, a DAPO and a PC run of a few segments
+driven by the real ``advance_runs`` sensor, their evaluations and the report; then the rollouts-to-target table and
+where the plots are. ``python -m pc_pipelines.demo --help`` lists the knobs. (``pilot-commit simulate-demo`` is the
+other comparison: the allocation methods in the scale simulator, no model.)
+"""
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+from dagster import DagsterInstance, SkipReason, build_sensor_context, materialize
+
+from assets import arith_task, base_policy
+from assets.data import DATA_CHECKS, benchmarks
+from assets.jobs import start_run, train_segment_job
+from assets.reports import rollouts_report
+from assets.sensors import build_advance_runs_sensor
+from resources import DataResource, LocalCheckpointResource, StoreResource, local_resources
+
+from .definitions import build_definitions
+
+
+def demo(argv: list[str] | None = None) -> int:
+    """Materialize the embedded graph in this process: synthetic data, the benchmarks (with their checks), the warm
+    start, a GRPO, a DAPO and a PC run of a few segments driven by the real ``advance_runs`` sensor, their
+    evaluations and the report; then print the rollouts-to-target table and where the plots are.
+
+    With ``DAGSTER_HOME`` set (``make demo`` sets it to ``.dagster``, as ``make ui`` does) every materialization is
+    recorded there, so the UI shows the demo's runs afterwards. Runs are named by their config hash: running the
+    demo again finds its segments done and only rebuilds the report."""
+    p = argparse.ArgumentParser(prog="python -m pc_pipelines.demo", description=demo.__doc__.split("\n\n")[0])
+    p.add_argument("--methods", default="grpo,dapo,pc", help="comma-separated methods (default grpo,dapo,pc)")
+    p.add_argument("--segments", type=int, default=2, help="segments per run (default 2)")
+    p.add_argument("--segment-steps", type=int, default=10, help="training steps per segment (default 10)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--set", dest="overrides", action="append", default=["training.eval_every=5"],
+                   help="config override for every run, e.g. training.lr=2e-4 (repeatable); PC-only settings "
+                        "(allocator.n_pilot=8) apply to the PC run only")
+    p.add_argument("--root", default="runs", help="store, run directories, data and plots go here (default runs/)")
+    p.add_argument("--cache-dir", default=None, help="warm-start cache (default ~/.cache/pc-pipelines)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    t0 = time.monotonic()
+    root = args.root.rstrip("/")
+    res = {
+        **local_resources(),
+        "store": StoreResource(path=f"{root}/pc.duckdb"),
+        "checkpoints": LocalCheckpointResource(root=root),
+        "data": DataResource(out_dir=f"{root}/data"),
+    }
+    instance = DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
+    say = lambda msg: print(f"[demo {time.monotonic() - t0:6.0f}s] {msg}", flush=True)  # noqa: E731
+
+    say("data + warm start: arith_task, benchmarks (+ checks), base_policy (the shipped warm start: no SFT)")
+    data_checks = [c for c in DATA_CHECKS if any(k.asset_key == benchmarks.key for k in c.check_keys)]
+    cache = {"cache_dir": args.cache_dir}
+    out = materialize([arith_task, benchmarks, base_policy, *data_checks], instance=instance, resources=res,
+                      run_config={"ops": {"arith_task": {"config": cache}, "base_policy": {"config": cache}}})
+    meta = out.asset_materializations_for_node("base_policy")[0].metadata
+    say(f"warm start at {meta['path'].value}: greedy held-out accuracy per digit length "
+        f"{ {k: round(v, 2) for k, v in meta['greedy_heldout_accuracy'].value.items()} }")
+
+    run_ids = []
+    for method in args.methods.split(","):
+        overrides = [o for o in args.overrides if method == "pc" or not o.startswith("allocator.n_pilot=")]
+        cfg = {"method": method, "seed": args.seed, "overrides": overrides, "segment_steps": args.segment_steps,
+               "total_steps": args.segments * args.segment_steps, "cache_dir": args.cache_dir}
+        r = start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},
+                                         instance=instance, resources=res)
+        run_ids.append(r.output_for_node("register_training_run"))
+    say(f"started {', '.join(run_ids)}; the advance_runs sensor now trains them segment by segment")
+
+    sensor = build_advance_runs_sensor()
+    job = build_definitions(res).resolve_job_def(train_segment_job.name)
+    while True:
+        tick = sensor(build_sensor_context(instance=instance, resources={"store": res["store"]}))
+        if isinstance(tick, SkipReason):
+            break
+        if not tick.run_requests:
+            break
+        for req in tick.run_requests:
+            say(f"{req.partition_key}: training + evaluation")
+            result = job.execute_in_process(partition_key=req.partition_key, instance=instance, tags=req.tags,
+                                            raise_on_error=False)
+            if not result.success:
+                say(f"{req.partition_key} failed (the sensor retries it, then pauses the run); see the log above")
+                continue
+            m = result.asset_materializations_for_node("segment_eval")[0].metadata
+            t = result.asset_materializations_for_node("training_segment")[0].metadata
+            say(f"{req.partition_key}: steps {t['steps'].value}, cumulative rollouts {t['cumulative_rollouts'].value:,}, "
+                f"held-out accuracy {m['average_accuracy'].value:.3f}")
+
+    rep_dir = f"{root}/reports"
+    out = materialize([rollouts_report], instance=instance, resources=res,
+                      run_config={"ops": {"rollouts_report": {"config": {"out_dir": rep_dir}}}})
+    md = out.asset_materializations_for_node("rollouts_report")[0].metadata["rollouts_to_target"].value
+    print()
+    print(md)
+    say(f"plots in {os.path.abspath(rep_dir)}; store {os.path.abspath(res['store'].path)} "
+        f"(try: .venv/bin/pilot-commit sql --store {res['store'].path} \"SELECT * FROM segments\")")
+    if os.environ.get("DAGSTER_HOME"):
+        say("`make ui` shows these materializations at http://127.0.0.1:3000")
+    return 0
+
+
+
+if __name__ == "__main__":
+    sys.exit(demo(sys.argv[1:]))
