@@ -4,7 +4,8 @@ Subcommands so far:
 
 * ``simulate``: drive the real allocator against the scale simulator; one JSON object per step with ``--json``,
   otherwise a progress bar and a readable table.
-* ``demo``: GRPO, DAPO, PC (and the oracle bound) side by side in the simulator, as ``make demo`` runs it.
+* ``simulate-demo``: GRPO, DAPO, PC (and the oracle bound) side by side in the simulator, in seconds (``make demo``
+  is the other demo: the whole Dagster graph on a real model, :mod:`pc_pipelines.demo`).
 * ``train`` / ``base-policy``: real training on the embedded default (:mod:`.cli_train`).
 * ``sql`` / ``runs`` / ``report``: read a store (read-only; works while runs write), ``presets``: list or show.
 * ``check``: every damaged or missing step of a store, with how to repair it (exit 1 when there is any).
@@ -133,18 +134,18 @@ def _simulate(args: argparse.Namespace, cfg: RunConfig, run_id: str, stop: StopF
     return 0
 
 
-# ---- demo ---------------------------------------------------------------------------------------------------------
+# ---- simulate-demo ------------------------------------------------------------------------------------------------
 def _first_reaching(acc: np.ndarray, cum: np.ndarray, target: float) -> int | None:
     hit = np.flatnonzero(acc >= target - 1e-12)
     return int(cum[hit[0]]) if hit.shape[0] else None
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_simulate_demo(args: argparse.Namespace) -> int:
     """GRPO, DAPO and PC (and the oracle bound) in the simulator, summarized side by side."""
     methods = list(METHODS)
     if "allocator.method" in parse_overrides(args.set):
         raise ConfigError(
-            f"--set allocator.method: demo runs every method ({', '.join(methods)}) side by side, so a method "
+            f"--set allocator.method: simulate-demo runs every method ({', '.join(methods)}) side by side, so a method "
             "setting would be ignored. Fix: drop it, or run one method with `pilot-commit simulate --method ...`."
         )
     rows = []
@@ -153,7 +154,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         rc = run_config(args, method=m)
         steps_iter = _sim_steps(rc, args.steps, args.store, overwrite=args.overwrite)
         acc, cum, std, multi, evicted = [], [], [], 0, 0
-        with progress_bar(args.steps, f"demo {m:>6}", enabled=True) as bar:
+        with progress_bar(args.steps, f"simulate {m:>6}", enabled=True) as bar:
             for st in steps_iter:
                 led = st.outcome.ledger
                 acc.append(st.accuracy)
@@ -213,6 +214,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "WHERE stage = 'pilot' GROUP BY ALL\"\n"
         )
     return 0
+
+
+def cmd_demo_deprecated(args: argparse.Namespace) -> int:
+    """``pilot-commit demo``, the old name of ``simulate-demo``: the same command, after a one-line warning."""
+    sys.stderr.write("pilot-commit: `demo` is deprecated; use `pilot-commit simulate-demo` (the same simulator "
+                     "comparison). `make demo` runs the Dagster graph.\n")
+    return cmd_simulate_demo(args)
 
 
 # ---- store commands -----------------------------------------------------------------------------------------------
@@ -336,7 +344,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     elif not report:
         sys.stdout.write(
             "no family has both a GRPO and a PC run with eval results yet (the target is min(GRPO peak, PC peak)). "
-            f"Record them first, e.g. `pilot-commit demo --store {args.store}`.\n"
+            f"Record them first, e.g. `pilot-commit simulate-demo --store {args.store}`.\n"
         )
     else:
         _print_report(report)
@@ -403,12 +411,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace an existing run of this name in the store (its rows and step files are deleted first)")
     p.set_defaults(func=cmd_simulate)
 
-    p = sub.add_parser("demo", help="GRPO vs DAPO vs PC (vs oracle) in the simulator, side by side")
-    add_config_args(p, with_method=False)
-    _add_sim_args(p, steps=300)
-    p.add_argument("--store", help="also record the runs in this store (a DuckDB file)")
-    p.add_argument("--overwrite", action="store_true", help="replace runs of the same names already in the store")
-    p.set_defaults(func=cmd_demo)
+    for name, func, help_ in (
+        ("simulate-demo", cmd_simulate_demo, "GRPO vs DAPO vs PC (vs oracle) in the simulator, side by side"),
+        ("demo", cmd_demo_deprecated, "deprecated name of simulate-demo"),
+    ):
+        p = sub.add_parser(name, help=help_)
+        add_config_args(p, with_method=False)
+        _add_sim_args(p, steps=300)
+        p.add_argument("--store", help="also record the runs in this store (a DuckDB file)")
+        p.add_argument("--overwrite", action="store_true", help="replace runs of the same names already in the store")
+        p.set_defaults(func=func)
 
     p = sub.add_parser("sql", help="run a read-only SQL query against a store (works while runs write)")
     p.add_argument("--store", required=True, help="the store's DuckDB file")

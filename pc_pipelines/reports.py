@@ -386,7 +386,7 @@ def _no_data_message(store: Store, family: str | None, what: str) -> str:
     scope = f" for family {family!r}" if family else ""
     return (
         f"no {what} in {store.path}{scope} yet, so there is nothing to report. Fix: record runs first, e.g. "
-        f"`pilot-commit demo --store {store.path}` (GRPO, DAPO and PC in the simulator), "
+        f"`pilot-commit simulate-demo --store {store.path}` (GRPO, DAPO and PC in the simulator), "
         f"`pilot-commit simulate --store {store.path} --method grpo` (then dapo and pc), or "
         f"`pilot-commit train --store {store.path} ...`; see `pilot-commit runs --store {store.path}`."
     )

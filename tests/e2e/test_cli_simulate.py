@@ -1,4 +1,4 @@
-"""`pilot-commit simulate` and `pilot-commit demo` as a user runs them: the installed entry point, real output."""
+"""`pilot-commit simulate` and `pilot-commit simulate-demo` as a user runs them: the installed entry point, real output."""
 
 import json
 import shutil
@@ -72,12 +72,28 @@ def test_bad_config_is_a_clear_error_not_a_traceback():
     assert proc.returncode == 2 and "--n-pilot 4 + --n-commit 4 = 8" in proc.stderr
 
 
-def test_demo_prints_side_by_side_summary():
-    out = run("demo", "--steps", "60", "--prompts", "20000").stdout
-    table = {line.split()[0]: line.split() for line in out.splitlines() if line.split()[:1] in (["grpo"], ["dapo"], ["pc"], ["oracle"])}
+def summary_table(out: str) -> dict[str, list[str]]:
+    """The side-by-side summary's rows by method."""
+    return {line.split()[0]: line.split() for line in out.splitlines()
+            if line.split()[:1] in (["grpo"], ["dapo"], ["pc"], ["oracle"])}
+
+
+def test_simulate_demo_prints_side_by_side_summary():
+    out = run("simulate-demo", "--steps", "60", "--prompts", "20000").stdout
+    table = summary_table(out)
     assert set(table) == {"grpo", "dapo", "pc", "oracle"}
     sampled = {m: int(row[1].replace(",", "")) for m, row in table.items()}
     # Cost order of the paper: GRPO < PC < DAPO (GRPO 128*64 per step, DAPO 3x that, PC in between).
     assert sampled["grpo"] == 60 * 128 * 64 and sampled["dapo"] == 3 * sampled["grpo"]
     assert sampled["grpo"] < sampled["pc"] < sampled["dapo"]
     assert "target accuracy" in out and "rounds>1" in out
+
+
+def test_the_old_demo_name_warns_once_and_prints_the_same_table():
+    args = ("--steps", "5", "--prompts", "2000")
+    new, old = run("simulate-demo", *args), run("demo", *args)
+    warnings = [line for line in old.stderr.splitlines() if "deprecated" in line]
+    assert warnings == ["pilot-commit: `demo` is deprecated; use `pilot-commit simulate-demo` (the same simulator "
+                        "comparison). `make demo` runs the Dagster graph."]
+    assert "deprecated" not in new.stderr
+    assert summary_table(old.stdout) == summary_table(new.stdout) and len(summary_table(new.stdout)) == 4

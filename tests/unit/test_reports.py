@@ -312,7 +312,7 @@ def test_an_empty_store_says_what_to_run_first(tmp_path):
     for call in (lambda: build_report(store, tmp_path / "p"), lambda: write_plots(store, tmp_path / "p")):
         with pytest.raises(ReportError, match="no runs") as exc:
             call()
-        assert "pilot-commit demo --store" in str(exc.value) and "Fix" in str(exc.value)
+        assert "pilot-commit simulate-demo --store" in str(exc.value) and "Fix" in str(exc.value)
     assert not (tmp_path / "p").exists()
     with pytest.raises(ReportError, match="for family 'nope'"):
         build_report(store, family="nope")
@@ -355,7 +355,7 @@ def test_cli_report_plots_on_an_empty_store(tmp_path, capsys):
     assert "no family has both" in capsys.readouterr().out
     assert cli.main(["report", "--store", path, "--plots", str(tmp_path / "p")]) == 2
     err = capsys.readouterr().err
-    assert "pilot-commit report: no runs" in err and "pilot-commit demo --store" in err and "Traceback" not in err
+    assert "pilot-commit report: no runs" in err and "pilot-commit simulate-demo --store" in err and "Traceback" not in err
     assert not (tmp_path / "p").exists()
 
 

@@ -94,8 +94,9 @@ def test_conflicting_or_unknown_set_keys_are_refused(args, needles):
     refused(cli("simulate", "--steps", "2", *args), *needles)
 
 
-def test_demo_refuses_a_method_setting():
-    refused(cli("demo", "--steps", "2", "--set", "allocator.method=grpo"), "demo runs every method", "simulate --method")
+def test_simulate_demo_refuses_a_method_setting():
+    refused(cli("simulate-demo", "--steps", "2", "--set", "allocator.method=grpo"), "simulate-demo runs every method",
+            "simulate --method")
 
 
 # ---- NaN / inf / out of range: refused with the field and the fix ----------------------------------------------
