@@ -1,27 +1,8 @@
-"""The real datasets as Dagster assets: DeepMath-103K, Polaris-53K and the six evaluation benchmarks, with
-Great Expectations asset checks.
+"""The ``data`` asset group's real datasets: DeepMath-103K, Polaris-53K and the six evaluation benchmarks, each
+prepared by :mod:`pc_pipelines.data` from its local copy (``DataResource``; nothing is downloaded) into Parquet
+under ``DataResource.out_dir``, with blocking Great Expectations asset checks (:mod:`pc_pipelines.data.expectations`).
 
-Thin (DESIGN.md section 2): each asset loads its local copy (``DataResource``; nothing is downloaded), calls
-``pc_pipelines.data`` (``prepare_deepmath`` / ``prepare_polaris`` / ``prepare_benchmarks``) and writes the result as
-Parquet under ``DataResource.out_dir``:
-
-* ``deepmath``: ``<out_dir>/deepmath.parquet`` (kept rows, ``split`` = train / heldout), ``deepmath.quarantine.parquet``
-  (rejected rows, one ``reason`` and ``detail`` each) and ``deepmath.stats.json`` (the counts, also in the metadata).
-  Binary answers (yes / no / true / false after normalization) are removed as the paper does, each part counted.
-* ``polaris``: the same files as ``polaris.*`` (no binary filter; held-out split optional, off by default).
-* ``benchmarks``: ``<out_dir>/benchmarks/<name>.parquet`` (+ ``.quarantine.parquet``, ``.stats.json``) for
-  AIME24, AIME25, AMC23, MATH-500, Minerva Math and OlympiadBench from ``DataResource.benchmarks_dir``.
-
-Rules (binary filter, quarantine reasons, ids, held-out split) are the library's: see ``pc_pipelines/data/datasets.py``.
-
-Checks read the written Parquet back and run Great Expectations 1.x directly through
-``pc_pipelines.data.expectations`` (``dagster-ge`` needs GE < 1.0). Per asset: one ``*_expectations`` op (one GE
-run) backs the checks ``problem_and_answer_non_empty``, ``unique_ids``, ``row_count_in_range`` and, for DeepMath,
-``no_binary_answers``; a separate ``answers_parseable`` check re-parses every gold with the verifier (the expensive
-one: minutes on the full DeepMath). All are blocking: a failing check stops assets downstream of the dataset in the
-same run. A failed check carries examples of offending rows (``examples``); a passing one its counts.
-Row-count bounds are relative to the rows read from the source by default (so small files and the full datasets
-get sensible bounds from one configuration) and can be pinned in the check's config (``min_rows`` / ``max_rows``).
+The files each asset writes and what each check verifies: docs/DATA.md, "The data assets".
 """
 
 import json

@@ -11,36 +11,8 @@ Public API::
     prepare_benchmarks(directory, names=None, grader=None) -> dict[name, PreparedDataset]
     load_benchmarks(directory, names=None, grader=None) -> dict[name, pa.Table]  # the kept rows only
 
-Rows come out in the prepared schema of ``datasets.py`` (``source`` = benchmark name, ``split`` = ``"eval"``,
-``id`` = ``<name>-<row index in the file>``: the files are fixed copies, pinned by sha256 in the README, so the row
-index is stable and unique; ``difficulty`` = MATH-500's ``level``, null elsewhere).
-
-Answer adapters (the gold string handed to the grader; then ``datasets.verifier_gold``, which wraps a gold with an
-escaped ``\\$`` in ``\\boxed{}``: three MATH-500 golds such as ``\\$18.90``):
-
-* ``aime24``: ``answer`` (a string) as is.
-* ``aime25``: ``answer`` (a JSON int) -> its decimal string.
-* ``amc23``: ``answer`` (a JSON float, all integral) -> ``27.0`` -> ``"27"``; a non-integral float keeps its repr.
-* ``math500``: ``answer`` (a LaTeX string) as is.
-* ``minerva_math``: no answer field: the content of the ``\\boxed{}`` in ``solution`` (``rewards.extract_boxed``,
-  the last box; every row has exactly one). Code-like golds (``np.arcsin(10/13)``, ``4.5e33``) are kept as they
-  are; whether math-verify parses them is what the quarantine reports.
-* ``olympiadbench``: problem from ``question``; ``final_answer`` is a list of strings, joined with ``", "``. In the
-  shipped file every list has exactly one element, and the 94 ``is_multiple_answer`` rows keep all their answers
-  inside that one string (``"$69$,$84$"``, ``"$(1,1), (3,2)$"``), which math-verify parses as a set, so the join
-  is only a fallback. ``unit`` (8 rows) and ``error`` (1 row) are not used: grading is by value.
-
-Filtering: the same rules as the training sets minus the binary filter and minus de-duplication (an evaluation set
-is used as published; the shipped files hold no duplicate problems): rows with an empty problem, an empty or
-missing answer (Minerva: no complete box) or a gold the grader cannot parse even after normalization are
-quarantined with the reason, and counted in ``stats``. Golds math-verify reads nothing from as written are
-normalized as standard graders do (``rewards/normalize.py``) and kept: in the shipped files six Minerva golds
-(``np.arcsin(10/13)``, ``-1./3``, ``-3./2``, an equation ``\\frac{dM}{dt}=...`` with ``L_{\\odot}``, a stray
-``$ $``, ``E_{1},E_{2}``) and four OlympiadBench golds (``62.5%``, ``17.5%``, ``$m_{\\max }=n^{2}-n-1$``,
-``$t(0,4]$``), so every set keeps all its rows (``stats["answers_normalized"]``, ``stats["normalized_golds"]``). A row count that differs from the README's logs a warning and is recorded in
-``stats["expected_rows"]``.
+The rows' schema and ids, each benchmark's answer adapter and the filtering: docs/DATA.md, "Benchmarks".
 """
-
 from __future__ import annotations
 
 import logging

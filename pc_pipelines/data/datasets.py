@@ -7,86 +7,17 @@ Nothing is downloaded, ever. Public API::
     load_table(path, *, columns=None, required=(), what="dataset", setting="path") -> pa.Table
     load_deepmath(path) / load_polaris(path) -> pa.Table       # load_table with the right columns and messages
     normalize_final_answer(s) -> str ; binary_part(s) -> "yes" | "no" | "true" | "false" | None
-    verifier_gold(s) -> str                                    # the gold string handed to the grader (see below)
+    verifier_gold(s) -> str                                    # the gold string handed to the grader (docs/DATA.md)
     check_golds(golds, grader=None, *, workers=None) -> {gold: None | reason}
     prepare_deepmath(table, heldout=500, seed=0, grader=None, *, gold_workers=None) -> PreparedDataset
     prepare_polaris(table, heldout=0, seed=0, grader=None, *, gold_workers=None) -> PreparedDataset
-    problem_id(source, problem) -> str                         # the stable id (see below)
+    problem_id(source, problem) -> str                         # the stable id (docs/DATA.md)
     PreparedDataset(rows, quarantine, stats)                   # .write(out_dir) -> {"rows": path, "quarantine": path}
     PREPARED_SCHEMA, QUARANTINE_SCHEMA, QUARANTINE_REASONS, BINARY_PARTS
 
-**Loading** (``load_table``): a ``.parquet`` file or a directory of Parquet files (e.g. a Hub snapshot's
-``data/train-*.parquet``, read recursively in sorted order), a ``.jsonl`` / ``.json`` file (JSON lines, or one JSON
-array), a ``datasets.save_to_disk`` directory (``datasets.load_from_disk``; of a ``DatasetDict`` the ``train`` split,
-or its only split), or a ``datasets`` cache directory holding ``*.arrow`` files (the ``*-train*.arrow`` shards when
-there are several splits; ``cache-*.arrow`` map caches are ignored). ``path=None`` (nothing configured) or a missing
-path raises :class:`DatasetError` saying how to configure it; so do missing required columns (listing those found).
-Only the needed columns are read from Parquet, so DeepMath's long ``r1_solution_*`` columns are never loaded.
-
-**Prepared schema** (:data:`PREPARED_SCHEMA`, shared with ``benchmarks.py``): ``id`` (string), ``problem``
-(string), ``answer`` (string gold, as handed to the grader), ``difficulty`` (float64, nullable), ``source``
-(``deepmath`` / ``polaris`` / a benchmark name), ``split`` (``train`` / ``heldout``; benchmarks: ``eval``) and
-``row_index`` (int64: the row's index in the loaded table, for tracing back to the file).
-
-``id`` = ``<source>-<first 16 hex digits of sha256(problem)>``, the problem whitespace-collapsed (runs of
-whitespace -> one space, ends stripped). A hash of the question, not the row index, so that an id survives a
-re-export, a reshuffle or a filtered copy of the file and names the same problem in the store's pass-rate history
-across dataset versions; and "duplicate problem" and "duplicate id" are then the same thing (64 bits: the chance of
-one accidental collision among 10^5 problems is ~3e-10).
-
-**Rules, in this order** (each row gets the first that applies; ``stats`` counts each):
-
-1. ``empty_problem`` (quarantined): the problem is null or whitespace only.
-2. ``empty_answer`` (quarantined): the answer is null or whitespace only.
-3. DeepMath only, the paper's filter, **removed but not quarantined**: the normalized answer is a binary answer.
-   ``normalize_final_answer``: unwrap ``\\boxed{...}`` and ``\\text{...}`` (innermost first, repeatedly), drop
-   ``$``, drop ASCII punctuation (``string.punctuation``, backslashes and braces included), collapse whitespace,
-   lowercase. Binary = the result is exactly ``yes`` / ``no`` / ``true`` / ``false``; each part is counted
-   separately in ``stats["binary_removed_by_part"]``. So ``Yes``, ``$\\text{No}$``, ``\\boxed{True}``, ``false.``
-   are removed, while ``No solution``, ``\\textbf{Yes}`` (``textbfyes``: only ``\\text`` and ``\\boxed`` are
-   unwrapped, as the paper's rule says) or ``Yes, for n = 2`` are kept. The paper keeps "about 85K of 103,110".
-4. ``duplicate_problem`` (quarantined): the same whitespace-collapsed problem (= the same ``id``) as an earlier
-   surviving row; the first is kept, the detail names it and says whether the answers differ.
-5. ``unparsable_answer`` (quarantined): ``MathGrader().check_gold`` rejects the gold (math-verify extracts no math
-   expression, or parsing it exceeds the gold budget). The grader's message is the detail. Such a row would make
-   grading raise for every response to it. Each distinct gold is checked once (``check_golds``); big tables are
-   split over several grader worker processes when idle cores allow (``check_golds``: ~2-5 ms per distinct
-   gold on one core, so 10,000 distinct golds take ~20-50 s).
-
-   Before quarantining, such a gold is normalized as standard math graders do (``rewards/normalize.py``:
-   ``62.5%`` -> ``62.5``, ``np.arcsin(10/13)`` -> ``\\arcsin(10/13)``, ``-1./3`` -> ``-1/3``,
-   ``$m_{\\max }=n^{2}-n-1$`` -> ``n^{2}-n-1``, ...); when the normalized gold parses the row is kept with it as
-   its ``answer`` and listed in ``stats["normalized_golds"]`` (row, gold, normalized, rules; counted in
-   ``stats["answers_normalized"]``). Only a gold that parses neither way is quarantined.
-
-Missing values: a NaN cell (pandas writes a missing string as NaN) is a missing problem/answer, never the text
-``"nan"`` (which math-verify would parse, so ``\\boxed{nan}`` would be graded correct); an answer that is the text
-``nan`` is treated as missing too. BINARY columns (text written without the UTF8 annotation) are decoded as UTF-8
-on load (a column that is not UTF-8 is refused naming file, column and row); a JSONL file that is not UTF-8 is
-refused naming the file and line.
-
-Rows removed by rule 3 are in neither output table; quarantined rows go to ``quarantine`` (original row index, id,
-problem, answer, reason, detail) and, through ``PreparedDataset.write``, to their own Parquet file: nothing is
-dropped silently. Invariant: ``rows_in == kept + quarantined + binary_removed``.
-
-**Gold strings** (``verifier_gold``): answers are stripped; an answer holding an *escaped* dollar (``\\$36``,
-``\\$32,\\!348``, currency in MATH-500) but no ``$`` delimiter and no box is wrapped in ``\\boxed{...}``. The
-grader treats any ``$`` in a gold as a math delimiter and parses such a gold as is, which yields nothing, so
-without the wrap these rows would be quarantined; ``\\boxed{\\$36}`` parses to 36 and grades ``\\boxed{36}`` and
-``\\boxed{\\$36}`` correct. Counted as ``stats["answers_rewrapped"]``. Other answers are passed through unchanged.
-
-**Difficulty**: DeepMath's ``difficulty`` is a number (e.g. 5.5). Polaris's is a pass-rate fraction string such as
-``"7/8"`` (stored as 0.875); a plain number is accepted as is. A difficulty that does not parse (``"hard"``,
-``"1/0"``) does NOT quarantine the row: the problem and its gold are fine and the loop never reads difficulty,
-so the row is kept with ``difficulty = null`` and counted in ``stats["difficulty_unparsed"]`` (with examples in
-the log).
-
-**Held-out split**: ``heldout`` kept rows get ``split = "heldout"``, the rest ``"train"``. The rows chosen are the
-``heldout`` smallest ``sha256(f"{seed}:{id}")``: deterministic for a seed, independent of the order of the rows
-in the file (the paper does not say how its 500-prompt split was drawn). ``heldout`` must leave at least one
-training row.
+The loading formats, the prepared schema and its ids, the filtering rules in order (with examples), gold
+strings, difficulty and the held-out split: docs/DATA.md, "Training datasets".
 """
-
 from __future__ import annotations
 
 import hashlib

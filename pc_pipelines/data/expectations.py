@@ -13,38 +13,9 @@ metadata (``dagster-ge`` needs GE < 1.0, so GE is run here without it). Public A
     row_count_bounds(rows_in, *, min_kept_fraction, min_rows=None, max_rows=None) -> (min_rows, max_rows)
     CHECK_NON_EMPTY, CHECK_UNIQUE_IDS, CHECK_NO_BINARY, CHECK_ROW_COUNT, CHECK_PARSEABLE   # the check names
 
-``validate_prepared`` runs one expectation suite over the table (prepared schema of ``datasets.py``) in an
-ephemeral GE context (in-memory stores, analytics and progress bars off, GE's loggers at ERROR while it runs):
-
-* ``id``: ``ExpectColumnValuesToNotBeNull``, ``ExpectColumnValuesToBeUnique``.
-* ``problem`` and ``answer``: ``ExpectColumnValuesToNotBeNull``, ``ExpectColumnValueLengthsToBeBetween(min 1)``
-  and ``ExpectColumnValuesToMatchRegex(r"\\S")`` (not whitespace only: a length check alone passes ``"  "``).
-* with ``forbid_binary`` (DeepMath): ``ExpectColumnValuesToNotBeInSet(yes/no/true/false)`` on the column
-  ``answer_normalized`` = ``datasets.normalize_final_answer(answer)``, computed for the check.
-* ``ExpectTableRowCountToBeBetween(min_rows, max_rows)``.
-
-A required column that is missing fails a ``columns_present`` result (the column expectations are then skipped).
-Each failed expectation carries up to 5 examples: ``{"row": i, "id": ..., "value": ...}`` built from GE's
-``partial_unexpected_index_list`` / ``partial_unexpected_list`` (row = position in the table), or the observed row
-count. ``verifier_parseable`` checks every distinct gold with ``MathGrader.check_gold`` (``datasets.check_golds``)
-and reports the rows whose gold does not parse in the same structure (examples carry the grader's reason).
-
-**Asset checks** (``assets/data.py``): ``split_by_check`` cuts one ``validate_prepared`` report into the results
-behind each check, so one GE run backs several checks: ``problem_and_answer_non_empty`` (the null / length /
-regex expectations on ``problem`` and ``answer``), ``unique_ids`` (``id`` not null and unique),
-``no_binary_answers`` (only with ``forbid_binary``) and ``row_count_in_range``. A failed ``columns_present``
-result goes to every column check (their expectations were skipped, so they must not pass vacuously).
-``verifier_parseable`` backs ``answers_parseable``. ``row_count_bounds`` turns the check's configuration into the
-bounds of ``ExpectTableRowCountToBeBetween``: absolute bounds when given, else relative to the rows read from the
-source (``rows_in``, from the asset's ``<source>.stats.json``): ``[ceil(min_kept_fraction * rows_in), rows_in]``,
-so a small test file and the full 103,110-row DeepMath get sensible bounds from the same configuration.
-
-Timing (2-core VM shared with other jobs): ``validate_prepared`` on 100,000 synthetic rows with ``forbid_binary``
-takes ~0.7 s (GE's own metrics ~0.25 s; the answer normalization and the pandas conversion the rest), plus GE's
-one-off import (~2.5 s per process). ``verifier_parseable`` costs what parsing the golds costs (``check_golds``:
-~2-5 ms per distinct gold on one core).
+The expectation suite, the examples a failed expectation carries, how one GE run backs several asset checks,
+the row-count bounds and the timings: docs/DATA.md, "Checks".
 """
-
 from __future__ import annotations
 
 import contextlib

@@ -13,71 +13,11 @@ Public API (re-exported by ``pc_pipelines.rewards``)::
     GradeOutcome: CORRECT | WRONG | NO_BOXED | UNPARSABLE | TIMEOUT | TRUNCATED
     Grade(reward, outcome, answer)
 
-What happens to one response (in this order):
-
-1. **TRUNCATED** if the caller flags it (finish reason "length"): reward ``overlong_reward`` (0.0 by default, the
-   design's "overlong = 0"), nothing is verified. ``answer`` still carries the extracted box, for diagnostics.
-2. **Extraction** (``extract.extract_boxed``, linear time, no sympy): the content of the LAST ``\\boxed{``,
-   ``\\boxed {`` or ``\\fbox{`` opener, brace-balanced with escaped braces skipped. No opener, or a last opener
-   that never closes -> **NO_BOXED**. Empty content, or content longer than ``max_answer_chars`` (1000) ->
-   **UNPARSABLE** without calling sympy (defence against 100 KB outputs).
-3. **Cache**: the pair (extracted content, gold string) is looked up in a bounded LRU (``cache_size`` entries,
-   0 disables it) holding CORRECT / WRONG / UNPARSABLE / TIMEOUT; timeouts are remembered too, so an adversarial
-   answer repeated across a group costs its timeout once. Within a batch, identical pairs are verified once.
-4. **Verification**: ``parse("\\boxed{" + content + "}")`` then ``verify(gold_parsed, answer_parsed)`` (gold
-   FIRST: math-verify's comparison is not symmetric). True -> **CORRECT**; False -> **WRONG** if math-verify
-   produced a sympy expression, **UNPARSABLE** if it only had a raw-string fallback (or nothing). Any exception
-   -> UNPARSABLE. Past ``timeout_s`` -> **TIMEOUT** (reward 0). Only CORRECT scores 1.0.
-   One correction of math-verify: an answer with a non-finite value (``\\infty``, ``\\frac{1}{0}``, ``\\ln(0)``,
-   ``(\\infty)!``...) is never CORRECT against a gold without one. With sympy 1.14, math-verify grades e.g.
-   ``(((\\infty)!)!)!`` or ``|\\{\\ln(0)\\}|`` equal to ANY number, depending on the state of sympy's caches: a
-   reward hack a policy would find (``_verify.has_nonfinite``; convergent ``\\sum``/``\\int`` to infinity pass).
-
-Gold answers: ``"357"``, ``"\\frac{1}{2}"``, ``"$x^2$"``, ``"\\boxed{12}"``. A gold already holding ``\\boxed``,
-``\\fbox`` or ``$`` is parsed as is, anything else is wrapped in ``\\boxed{...}`` first (math-verify does not
-extract bare LaTeX: ``parse("\\frac12") == []``). A gold math-verify reads nothing from as written is normalized
-as standard graders do (``normalize.py``: ``62.5%`` -> ``62.5``, ``np.arcsin(x)`` -> ``\\arcsin(x)``, ``-1./3`` ->
-``-1/3``, ``m_{\\max}=n^2`` -> ``n^2``, ...) and graded against that (``graded_gold`` says which string is used);
-an extracted answer with no expression gets the same normalization, so both sides read alike. Each distinct gold
-is parsed once (LRU), under a budget of
-max(timeout_s, 5 s). **A gold that yields no math expression (or whose parse exceeds that budget) raises
-ValueError** (naming the gold and the fix): that is a dataset error, not a model error, and silently scoring
-every response 0 against it would poison the run. It is the only case in which grading
-raises because of the data; ``check_gold`` lets a data loader filter such rows up front. Caller errors raise too
-(mismatched batch lengths: ValueError), and so does an environment that cannot start the worker process at all
-(``_verify.WorkerError``, a RuntimeError). Model output never makes grading raise or hang.
-
-Zero-padded integers: math-verify 0.9.0 already grades ``\\boxed{000357}`` equal to gold ``357`` (its LaTeX
-parse gives ``Integer(357)``), so no normalisation is applied; ``tests/unit/rewards`` pins this, so an upgrade
-that changed it would fail loudly rather than silently zero the embedded task's rewards.
-
-Timeouts, and why two mechanisms. math-verify's own timeouts use ``signal.alarm``: whole seconds only, main
-thread only (elsewhere it raises ValueError), and a timeout is swallowed into ``False`` / ``[]``, which would
-be indistinguishable from a wrong answer. So math-verify is always called with its timeouts disabled and:
-
-* **On the main thread** (``isolation="auto"``, the common case: the local loop, the CLI, benchmarks), grading
-  runs in-process under our own SIGALRM guard (``setitimer``, sub-second, re-fired every 50 ms in case library
-  code swallows the first exception; any previous SIGALRM handler and pending timer, e.g. pytest-timeout's,
-  are restored). No IPC, no pickling: the fastest path. Every adversarial input we tried (power towers,
-  ``10^{10^{100}}``, ``(10^{10})!``, ``9!!!!!!``, 300-deep parentheses, which math-verify's LaTeX parser alone
-  takes seconds over) is interrupted within a few ms of the deadline. First-use costs (importing sympy, the
-  parser's first run: ~0.3-0.5 s) are paid once by ``_verify.warm_up`` outside any deadline, so a cold process
-  does not misreport its first answer as TIMEOUT (a cached one) or its first gold as a dataset error.
-* **On any other thread** (Dagster may run assets in threads) SIGALRM cannot be used, so the unique pairs of the
-  batch go to a **worker process** (a ``python -c`` subprocess over a socketpair, started lazily once per grader,
-  ~0.5-2 s; not ``multiprocessing``, whose "spawn"/"forkserver" re-import the caller's ``__main__`` and whose
-  "fork" is unsafe in a threaded parent). The worker runs the same SIGALRM guard on its own main thread, and
-  the parent enforces a hard deadline per item (``timeout_s`` + 0.5 s grace, restarted by every reply): if it
-  passes, the worker is killed, the item is TIMEOUT, a fresh worker is started and the rest of the batch is
-  resent. This also covers a long C call that never checks for signals, which the in-process guard cannot
-  interrupt. ``isolation="process"`` forces this
-  path on the main thread too (hard guarantee against hangs and crashes, at the cost of IPC and a process).
-
-A grader is thread-safe (one lock per grader; batches from different threads are graded one after the other).
-Call ``close()`` (or use it as a context manager) to stop its worker early; otherwise it is stopped when the
-grader is garbage-collected or the interpreter exits, and it exits by itself if the parent dies (EOF).
+Model output never makes grading raise or hang (a bad answer scores 0); a gold with no math expression raises
+ValueError naming the gold and the fix (a dataset error). What happens to one response, step by step, gold
+answers, and why timeouts take two mechanisms (SIGALRM on the main thread, a worker process elsewhere):
+docs/GRADING.md.
 """
-
 from __future__ import annotations
 
 import logging

@@ -1,42 +1,11 @@
 """Answer normalization as standard math graders do it, applied only where math-verify parses nothing.
 
-math-verify reads LaTeX, not the conventions of dataset authors: ``62.5%``, ``np.arcsin(10/13)``, ``-1./3``,
-``$m_{\\max }=n^{2}-n-1$``, ``E_{1},E_{2}`` (it takes ``E`` for Euler's number and fails on a subscript),
-a stray ``$ $`` in the middle of an expression, ``L_{\\odot}``, ``t(0,4]`` (a lost ``\\in``), ``\\$18.90``, ``5\\text{ cm}``,
-``30^\\circ``, ``1,000,000``. Each rule below is one such convention, rewritten the way the usual graders
-(Hendrycks MATH's ``strip_string``, the Qwen2.5-Math evaluation harness, lm-eval's minerva normalizer) rewrite it.
-
-**When it applies** (``rewards/_verify.py``): only as a *fallback*, for a gold (``parse_gold``) or an extracted
-answer (``check_answer``) whose raw parse yields no math expression. A string math-verify already reads is graded
-exactly as before; normalization only turns "cannot be graded" into a grade. Applying the same rules to golds and
-answers keeps the comparison symmetric: gold ``62.5%`` normalizes to ``62.5``, and the answer ``\\boxed{62.5\\%}``
-(math-verify: no expression) normalizes to ``62.5`` too.
-
 ``normalize(s) -> (text, rules)`` returns the rewritten text and the names of the rules that changed it, so the
 data loaders can record why a gold was rewritten (``stats["answers_normalized"]``).
 
-Rules, in order (each a small named function; :data:`RULES`):
-
-* ``dollars``: drop ``\\$`` (currency) and every ``$`` (math delimiters, including a stray ``$ $`` mid-expression).
-* ``numpy``: ``np.arcsin(x)`` / ``math.log(x)`` / ``np.pi`` -> ``\\arcsin(x)`` / ``\\log(x)`` / ``\\pi``.
-* ``text``: ``\\text{...}``, ``\\textbf``, ``\\mathrm``, ``\\mbox`` around a whole answer unwrapped; a trailing
-  unit in ``\\text{}`` / ``\\mbox{}`` after a number dropped (``5\\text{ cm}`` -> ``5``).
-* ``degrees``: ``^\\circ``, ``^{\\circ}``, ``\\circ``, ``\\degree``, ``°`` dropped.
-* ``percent``: ``\\%`` and ``%`` dropped (``62.5%`` -> ``62.5``: the value as the question states it).
-* ``thousands``: ``1,000,000`` / ``1{,}000`` / ``32,\\!348`` -> ``1000000`` (only digit groups of three).
-* ``trailing_dot``: a decimal point with no digit after it dropped (``-1./3`` -> ``-1/3``; Fortran/numpy style).
-* ``symbol_subscript``: a subscript that is one LaTeX command, ``_{\\odot}`` / ``_{\\max }``, -> its letters
-  (``_{odot}``, ``_{max}``): a label, not an operator.
-* ``euler_subscript``: ``E_{1}`` -> ``\\mathrm{E}_{1}`` (math-verify reads a bare ``E`` as Euler's number ``e``
-  and cannot subscript it; ``\\mathrm{E}`` is a plain symbol).
-* ``equation_rhs``: ``m_{max}=n^2-n-1`` or ``\\frac{dM}{dt}=...`` -> the right-hand side, when the left is a
-  single (possibly subscripted) variable or a derivative ``\\frac{dX}{dt}``: the answer is the value.
-* ``membership``: ``t \\in (0,4]`` or ``t(0,4]`` -> ``(0,4]`` (a variable before an interval).
-* ``units``: a number followed by a plain unit word (``5 cm``, ``3 meters``) -> the number.
-
-Everything here is plain string processing (no sympy): cheap, and deterministic.
+The conventions it undoes (``62.5%``, ``np.arcsin(10/13)``, ``-1./3``, ...), when it applies and each rule of
+:data:`RULES` with its examples: docs/GRADING.md, "Normalization".
 """
-
 from __future__ import annotations
 
 import re

@@ -8,7 +8,7 @@ catalog, so SQL works while any number of runs write steps.
 User-supplied values (run names, families, prompt ids) reach SQL only as bound parameters, and paths never reach
 DuckDB as patterns: a reading session (:meth:`Store.connect`) lists the step directories, verifies each against its
 manifest, and registers the verified files as Arrow datasets behind TEMP views; it then switches DuckDB's external
-access off and locks the configuration, so nothing in a session can write or read any other file (issue 18).
+access off and locks the configuration, so nothing in a session can write or read any other file.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run ids: the one place that says which names a run may have (issue 18).
+"""Run ids: the one place that says which names a run may have.
 
 A run id names a directory under ``<store>.runs/`` and appears in Dagster partition keys, so it is held to a small
 character set: a letter or digit first, then letters, digits, ``.``, ``_`` and ``-``; at most 128 characters. No

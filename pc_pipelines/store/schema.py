@@ -11,7 +11,7 @@ Layout of a store at ``PATH`` (e.g. ``benchmarks/out/efficiency.duckdb``)::
         MANIFEST.json                     each file's size and sha256, written last (v5)
     PATH.runs/<run_id>/.quarantine/       damaged step directories moved aside by compaction (v5)
 
-Reading (v5, issue 18): paths are never patterns. A reading session lists the step directories itself, checks each
+Reading (v5): paths are never patterns. A reading session lists the step directories itself, checks each
 against its manifest, and hands DuckDB the verified files as Arrow datasets (exact paths, read by pyarrow) behind
 TEMP views; DuckDB itself gets no file access at all (``enable_external_access`` off, configuration locked). The
 catalog's own views cover the compacted rows only and name no file, so a moved or copied store reads its own files.
@@ -234,10 +234,10 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS wave SMALLINT",
         "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS rule VARCHAR",
     ],
-    # v5 (issue 18): the catalog's views name no file (compacted rows only; sessions add the step files), so the
+    # v5: the catalog's views name no file (compacted rows only; sessions add the step files), so the
     # views of v4 (absolute glob patterns) are replaced by Store.init's view refresh; nothing else changes.
     4: [],
-    # v6 (issue 18, one live buffer entry per prompt): steps count the entries a newer pilot replaced.
+    # v6 (one live buffer entry per prompt): steps count the entries a newer pilot replaced.
     5: ["ALTER TABLE compacted_steps ADD COLUMN IF NOT EXISTS buffer_replaced INTEGER"],
 }
 

@@ -10,7 +10,7 @@ It writes each step's tables into ``.tmp-step-<N>-<nonce>/`` inside the run dire
   renamed aside, the new one renamed in, the old one deleted. A crash between those two renames leaves the step
   absent, never doubled; the replay that follows writes it again.
 
-Durability (issue 18): every file is fsynced before the rename, then ``MANIFEST.json`` (each file's name, size and
+Durability: every file is fsynced before the rename, then ``MANIFEST.json`` (each file's name, size and
 sha256) is written and fsynced LAST, then the directory; after the rename the run directory is fsynced too, so a
 power loss leaves either the complete step or nothing, never a visible step with empty files. Readers check each
 step against its manifest (:func:`verify_step_dir`): a damaged step is left out of every query and reported

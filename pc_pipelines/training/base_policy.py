@@ -1,36 +1,11 @@
-"""The embedded default's base policy: a from-scratch tiny causal LM of a standard ``transformers`` architecture,
-warm-started by supervised fine-tuning (SFT) on the synthetic addition task, saved as a normal HF model directory.
+"""The embedded default's base policy: a from-scratch tiny causal LM of a standard ``transformers`` architecture
+(Qwen2, d=64, 3 layers, ~0.2M parameters), warm-started by supervised fine-tuning (SFT) on the synthetic addition
+task and saved as a normal HF model directory that ``AutoModelForCausalLM`` / ``AutoTokenizer`` load.
 
-The directory (``config.json``, ``model.safetensors``, ``generation_config.json``, the tokenizer files and our
-``pc_base_policy.json`` with the recipe and its SFT statistics) loads with ``AutoModelForCausalLM`` /
-``AutoTokenizer``, so any HF-compatible engine can use it.
-
-Sizing (issue 4): a prototype learned the task at ~150k parameters (d=64, 3 layers). The default here is a Qwen2
-config with d=64, 3 layers, 4 heads, MLP 256, tied embeddings (~0.2M parameters); a PC step at n=64 then takes
-seconds on 2 cores.
-
-The warm start must leave RL something to learn (DESIGN.md section 4): SFT sees mostly short problems
-(``sft_max_digits``) and a few long ones, so RL prompts of the longest lengths start mostly wrong but not hopeless.
-``pass_rate_histogram`` measures that spread (share below 0.125, in the band, above 0.75; 16 samples per prompt at
-the training temperature).
-
-**The same everywhere** (issue 16). How far SFT gets on the long lengths is chaotic in the step count: the same
-recipe built with AVX2 or AVX-512 kernels (or another init seed) learns them at different speeds, and recipe v1
-(a fixed 800 steps) gave 0.29 / 0.44 / 0.28 below / in / above on one CPU and 0.52 / 0.32 / 0.16 on another. Two
-things fix that:
-
-* **A stop rule instead of a step count** (recipe v2): SFT keeps its peak learning rate until a probe of the long
-  lengths reaches ``sft_onset``, decays it to ``sft_hold_lr`` and stops at the probe nearest ``sft_target``. Builds
-  traverse one path at different speeds; stopping on the path's coordinate puts them at the same mean pass rate
-  (not the same spread: docs/BENCHMARKS.md, "Warm start: the same everywhere", measured with
-  ``benchmarks/warm_start.py``).
-* **One canonical artifact**: the build of the embedded recipe ships in ``pc_pipelines/warm_starts/`` with its
-  recipe, its report and a ``SHA256SUMS``. ``ensure_base_policy`` returns it (verified) whenever the recipe matches,
-  so ``train``, the demo, the study and the tests start every run from the same weights on any machine; other
-  recipes build into the cache (``<cache>/base-policy-<recipe hash>``, the hash covering the task's SFT fields, the
-  policy recipe and the prompt template) on first use. ``pilot-commit base-policy --out DIR`` rebuilds from the
-  recipe; ``--ship`` replaces the shipped one (maintainers). A build writes to a temporary directory and renames it
-  into place: a killed build leaves nothing that looks finished.
+:func:`ensure_base_policy` returns the shipped build (``pc_pipelines/warm_starts/``, verified) when the recipe
+matches, and otherwise builds into the cache (``<cache>/base-policy-<recipe hash>``). SFT stops on a probe of the
+long lengths rather than after a step count, so builds on different CPUs reach the same mean pass rate. The sizing,
+the stop rule and the shipped artifact: docs/TRAINING.md, "The warm start".
 """
 
 from __future__ import annotations
@@ -425,7 +400,7 @@ def warm_start_report(path: str | Path, task: ArithTaskConfig, template: str, pr
                       temperature: float = 1.0, max_new_tokens: int = 12, seed: int = 0) -> dict:
     """What the warm start leaves RL to learn: greedy held-out accuracy per digit length, and the pass-rate
     histogram of ``prompts`` RL prompts (``samples`` rollouts each at the training temperature), overall and per
-    digit length (issue 4 asks for at least a fifth below 0.125, a fifth above 0.75 and a fifth in between)."""
+    digit length (the embedded task wants at least a fifth below 0.125, a fifth above 0.75 and a fifth in between)."""
     from ..data.task import arith_eval_name, embedded_task
     from ..evaluation import evaluate_sets
     from ..rewards import MathGrader

@@ -1,43 +1,10 @@
 """The GRPO policy update, built on verl's own advantage and policy-loss functions (DESIGN.md section 3).
 
-One :meth:`PolicyTrainer.train_step` trains one training step's batch of groups:
-
-1. **Advantages** come from verl's ``compute_grpo_outcome_advantage``: each rollout's outcome reward is placed on its
-   last valid response token, verl normalizes within each group, ``(r - mean) / (std + 1e-6)``, and broadcasts the
-   result over the response tokens. verl uses the *unbiased* std (``torch.std``), as the paper's experiments ran;
-   the paper's eq. 3 writes the population std. This is a documented departure from the paper's text, kept because
-   it is what produced the paper's numbers. Two guards are added on top of verl: a group whose rewards are all equal
-   gets exactly zero advantage (verl gives ``0 / (0 + eps)`` which is exactly zero for binary rewards but can be a
-   few ``1e-3`` for rewards like 0.1 whose float mean is off by an ulp), and a group of ONE rollout gets zero
-   advantage (verl uses mean 0, std 1 there, i.e. the raw reward, a baseline-free REINFORCE signal; a one-member
-   group carries no GRPO comparison, so we give it none).
-2. **Old log-probs** of the WHOLE batch are recomputed under the current policy before any update of the step
-   (eval mode, no grad), as the paper's recipe does: lagged Pilot-Commit pilots get no importance correction
-   against the policy that sampled them. They are computed with exactly the micro-batches (same padding) the
-   update uses, so the first minibatch's ratio is 1 up to kernel nondeterminism.
-3. **PPO minibatches** are made of GROUPS: the step's groups are shuffled by a generator seeded with
-   ``(seed, step)`` (deterministic and resumable) and cut into ``ceil(num_groups / ppo_minibatch)`` minibatches,
-   one AdamW update each. Inside a minibatch, micro-batches (``micro_batch_size`` rows or ``micro_batch_tokens``
-   padded tokens) accumulate gradients; verl's ``agg_loss`` is given the minibatch's token and sequence counts
-   (``global_batch_info``), so the accumulated gradient equals the unsplit minibatch's for every aggregation mode.
-4. **Policy loss** is verl's ``vanilla`` clipped loss (``get_policy_loss_fn("vanilla")``) with
-   ``clip_ratio_low = clip_low`` (0.2), ``clip_ratio_high = clip_high`` (0.28, DAPO's clip-higher),
-   ``clip_ratio_c = dual_clip_c`` (dual clip for negative advantages) and ``loss_agg_mode``. The recipe's
-   ``token-mean`` is the default; the paper's eq. 1 is ``seq-mean-token-mean`` (configurable). For
-   ``seq-mean-token-sum-norm`` the normalizer is the constant ``max_response_length`` (verl would use the padded
-   width, which here varies per micro-batch). No KL term: the paper uses none, and ``kl_coef > 0`` is refused.
-5. **Optimizer**: AdamW(lr, betas (0.9, 0.999), eps 1e-8, weight_decay) over all trainable parameters (as verl's
-   FSDP actor does), global-norm gradient clipping to ``grad_clip`` (0 disables clipping), and an update whose
-   gradient norm is not finite is skipped (as verl does). The learning rate is a pure function of the training
-   step, :func:`lr_at_step`, matching verl's ``get_constant_schedule_with_warmup`` as verl steps it (once after each
-   training step): ``lr * step / warmup_steps`` for ``step < warmup_steps``, then ``lr``. So, as in verl and the
-   recipe, training step 0 runs at LR 0 (Adam's moments see its gradient, the parameters do not move). Because the
-   LR depends only on the step, a resumed run is exact, and a step with zero groups (no update) still "counts".
-
-Log-probs are ``log_softmax(logits / temperature)`` (verl divides by the rollout temperature too), via verl's
-``logprobs_from_logits``. Prompts are left-padded and responses right-padded; position ids come from the attention
-mask (``cumsum - 1``, as verl's ``compute_position_id_with_mask``). Dropout (if the model has any) is seeded per
-(seed, step) inside a forked RNG, so determinism and resume do not depend on the global torch RNG.
+:meth:`PolicyTrainer.train_step` trains one training step's batch of groups: group-normalized advantages (verl's
+``compute_grpo_outcome_advantage``), old log-probs recomputed for the whole batch under the current policy, PPO
+minibatches of whole groups, verl's clipped policy loss, AdamW at the step's learning rate (:func:`lr_at_step`).
+Each choice, and where it departs from the paper's text (the unbiased std, as verl and the paper's runs use):
+docs/TRAINING.md, "The policy update".
 """
 
 from __future__ import annotations
