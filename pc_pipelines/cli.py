@@ -151,7 +151,7 @@ def cmd_simulate_demo(args: argparse.Namespace) -> int:
     rows = []
     curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for m in methods:
-        rc = run_config(args, method=m)
+        rc = run_config(args, method=m, pc_only_to_pc=True)
         steps_iter = _sim_steps(rc, args.steps, args.store, overwrite=args.overwrite)
         acc, cum, std, multi, evicted = [], [], [], 0, 0
         with progress_bar(args.steps, f"simulate {m:>6}", enabled=True) as bar:
@@ -180,7 +180,7 @@ def cmd_simulate_demo(args: argparse.Namespace) -> int:
         acc, cum = curves[r["method"]]
         r["to_target"] = _first_reaching(acc, cum, target)
     pc_cost = next(r["to_target"] for r in rows if r["method"] == "pc")
-    rc = run_config(args, method="pc")
+    rc = run_config(args, method="pc", pc_only_to_pc=True)
     cfg = rc.allocator
     out = sys.stdout
     out.write(

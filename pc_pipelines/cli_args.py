@@ -75,11 +75,13 @@ def _flag_over(overrides: dict, key: str, value, flag: str) -> None:
     overrides[key] = value
 
 
-def run_config(args: argparse.Namespace, method: str | None = None) -> RunConfig:
+def run_config(args: argparse.Namespace, method: str | None = None, pc_only_to_pc: bool = False) -> RunConfig:
     """Resolve preset + --set + flags into a validated RunConfig; inconsistent n flags fail naming the flags.
 
     Every --set key is honoured or refused: ``--set seed=5`` and ``--set allocator.method=grpo`` are the same as
-    ``--seed 5`` and ``--method grpo``; a --set key that a flag also sets to another value is refused."""
+    ``--seed 5`` and ``--method grpo``; a --set key that a flag also sets to another value is refused.
+    ``pc_only_to_pc`` (a comparison running every method): the PC-only split (``--n-pilot`` / ``--n-commit`` /
+    ``allocator.n_pilot``) applies to the PC run only, the others train the same ``n`` per prompt."""
     method = method or getattr(args, "method", None)
     overrides = parse_overrides(args.set)
     for dest, key in FLAG_KEYS:
@@ -104,6 +106,8 @@ def run_config(args: argparse.Namespace, method: str | None = None) -> RunConfig
             _flag_over(overrides, "allocator.n_pilot", base_n - c, f"--n-commit {c}")
     elif n is not None and p is None and "allocator.n_pilot" not in overrides:
         overrides["allocator.n_pilot"] = None  # --n alone: PC splits it n//4 + rest
+    if pc_only_to_pc and method != "pc":
+        overrides.pop("allocator.n_pilot", None)
     cfg = resolve(args.preset, overrides, method=method, seed=args.seed, family=args.family)
     check_config(cfg.allocator)  # the method and strategy names against their registries, before any work
     return cfg

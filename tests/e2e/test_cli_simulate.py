@@ -97,3 +97,10 @@ def test_the_old_demo_name_warns_once_and_prints_the_same_table():
                         "comparison). `make demo` runs the Dagster graph."]
     assert "deprecated" not in new.stderr
     assert summary_table(old.stdout) == summary_table(new.stdout) and len(summary_table(new.stdout)) == 4
+
+
+def test_simulate_demo_applies_the_pc_split_to_its_pc_run_only():
+    out = run("simulate-demo", "--steps", "3", "--prompts", "2000", "--n-pilot", "4", "--n-commit", "12").stdout
+    assert "n=16 (PC 4+12)" in out
+    sampled = {m: int(row[1].replace(",", "")) for m, row in summary_table(out).items()}
+    assert sampled["grpo"] == 3 * 128 * 16 and sampled["dapo"] == 3 * sampled["grpo"]  # GRPO/DAPO: n = 4 + 12
