@@ -628,7 +628,9 @@ def prepare_run(
     from .data.task import embedded_task
 
     template = config.training.prompt_template
-    lineage: dict[str, Any] = {}
+    # The CPU kernels PyTorch picked (AVX512 / AVX2 / DEFAULT, ATEN_CPU_CAPABILITY overrides): float results differ
+    # between them, so a run says which it used (the benchmark's reproducibility row compares two).
+    lineage: dict[str, Any] = {"cpu_capability": torch.backends.cpu.get_cpu_capability()}
     if task is None:
         if config.task is None:
             raise LoopError(
