@@ -14,7 +14,7 @@ UI_PORT ?= 3000
 TEST_WORKERS ?= 2
 
 .PHONY: install demo lint test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine \
-        bench-efficiency bench-efficiency-ablations bench-faults soak clean
+        bench-efficiency bench-efficiency-v1 bench-efficiency-ablations bench-faults soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -79,12 +79,17 @@ bench-rewards: $(STAMP)
 bench-engine: $(STAMP)
 	$(BIN)/python benchmarks/engine.py --write docs/BENCHMARKS.md
 
-# The rollout-efficiency study (issue 6): GRPO / DAPO / PC x 3 seeds on the frozen `efficiency` preset, 2 runs at a
-# time (about 45 minutes on 2 cores); store benchmarks/out/efficiency.duckdb, plots docs/img/efficiency/.
+# The rollout-efficiency study on the reproducible `bench` preset: GRPO's group size tuned on seeds 100-101, then
+# GRPO-64, GRPO-best, DAPO, the paper's PC, our PC and the eviction ablation on seeds 0-2, then the reproducibility
+# runs under the other CPU kernels; resumable (re-run to finish what is missing; parts: `bench_study.py tune|main|
+# repro|report`). Store benchmarks/out/bench.duckdb, section `bench-study` of docs/BENCHMARKS.md, plots docs/img/bench/.
 bench-efficiency: $(STAMP)
+	$(BIN)/python benchmarks/bench_study.py all
+
+# History: the first study on the embedded default (`efficiency` preset) and its ablations.
+bench-efficiency-v1: $(STAMP)
 	$(BIN)/python benchmarks/efficiency.py primary
 
-# Its ablations: the band (real PC runs, reuses the primary's baselines), then the simulator ones.
 bench-efficiency-ablations: $(STAMP)
 	$(BIN)/python benchmarks/efficiency.py ablate band
 	for a in evict split thresholds band; do $(BIN)/python benchmarks/efficiency.py ablate $$a --engine sim || exit 1; done

@@ -1,6 +1,6 @@
 """The rollout-efficiency study (issue 6): PC vs GRPO vs DAPO on the embedded default, seeds, table, plots.
 
-    make bench-efficiency                                   # the primary comparison, then its section of the docs
+    make bench-efficiency-v1                                # the primary comparison, then its section of the docs
     .venv/bin/python benchmarks/efficiency.py primary [--seeds 0 1 2] [--steps 200] [--workers 2]
     .venv/bin/python benchmarks/efficiency.py ablate band   # paper band vs widened (real PC runs, the primary seeds)
     .venv/bin/python benchmarks/efficiency.py ablate evict  # eviction on vs off (simulator; --engine real: PC runs)
@@ -144,7 +144,7 @@ def primary_section(store: Store, img_dir: Path, jobs, cmd: str, wall_s: float |
     lines = [
         "## Rollout efficiency: GRPO vs DAPO vs PC on the embedded default (issue 6)",
         "",
-        f"Command: `{cmd}` (or `make bench-efficiency`). Machine: {machine()}. Wall time: {wall}, "
+        f"Command: `{cmd}` (or `make bench-efficiency-v1`). Machine: {machine()}. Wall time: {wall}, "
         f"{len(jobs)} runs, 2 at a time, each torch process on 1 thread. Store: `benchmarks/out/efficiency.duckdb` "
         f"(`pilot-commit report --store benchmarks/out/efficiency.duckdb --family {FAMILY}`).",
         "",

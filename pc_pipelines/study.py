@@ -82,6 +82,9 @@ class StudyJob:
     """Runs compared in one rollouts-to-target table share a family."""
     overrides: tuple[str, ...] = ()
     """``section.key=value`` overrides on top of the preset (ablation variants)."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Extra environment of the run's process, e.g. ``(("ATEN_CPU_CAPABILITY", "default"),)`` for the benchmark's
+    reproducibility row (the other CPU kernels)."""
 
     @property
     def cost(self) -> float:
@@ -166,7 +169,7 @@ def run_jobs(
         log_path = logs / f"{job.run_id}.log"
         with open(log_path, "ab") as err:  # the child gets its own copy of the descriptor
             proc = subprocess.Popen(job.argv(store.path, out, Path(cache_dir) if cache_dir else None),
-                                    stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+                                    stdout=subprocess.PIPE, stderr=err, text=True, env={**env, **dict(job.env)})
         running[job.run_id] = (job, proc, time.monotonic(), log_path)
         threading.Thread(target=reader, args=(job, proc), daemon=True).start()
         log.info("started %s (pid %d)", job.run_id, proc.pid)

@@ -60,10 +60,14 @@ def prepare_run(
     ``policy_path`` names an HF model directory). With ``task`` (a real dataset prepared by the Dagster data
     assets, see :func:`pc_pipelines.data.prepared.load_prepared_task`): that task and the HF model at
     ``policy_path``."""
+    import torch
+
     from ..data.task import embedded_task
 
     template = config.training.prompt_template
-    lineage: dict[str, Any] = {}
+    # The CPU kernels PyTorch picked (AVX512 / AVX2 / DEFAULT; ATEN_CPU_CAPABILITY overrides): float results differ
+    # between them, so a run says which it used (the benchmark's reproducibility row compares two).
+    lineage: dict[str, Any] = {"cpu_capability": torch.backends.cpu.get_cpu_capability()}
     if task is None:
         if config.task is None:
             raise RunError(

@@ -1,0 +1,67 @@
+"""`benchmarks/bench_study.py` as a user runs it, shrunk: tune GRPO's group size, the study's main runs, the
+reproducibility runs under the other CPU kernels, and the Markdown section, from real `pilot-commit train` runs."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pc_pipelines.reports import format_ratio, study_headline
+from pc_pipelines.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def bench(tmp_path, cache, part, *args):
+    cmd = [sys.executable, str(ROOT / "benchmarks/bench_study.py"), part, "--store", str(tmp_path / "b.duckdb"),
+           "--out", str(tmp_path / "runs"), "--img-dir", str(tmp_path / "img"), "--write", str(tmp_path / "B.md"),
+           "--results", str(tmp_path / "results.json"),
+           "--cache-dir", str(cache), "--quiet", "--steps", "2", "--seeds", "5", "--tune-seeds", "7",
+           "--sizes", "16", "64", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, check=False)
+
+
+def test_tune_then_main_and_repro_then_the_section(tmp_path, base_policy, policy_cache):
+    res = bench(tmp_path, policy_cache, "tune")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "Freeze it: set GRPO_BEST_N = " in res.stdout and not (tmp_path / "B.md").exists()
+
+    res = bench(tmp_path, policy_cache, "all", "--best-n", "16", "--variants", "grpo", "pc-paper", "pc-paper-noevict", "pc")
+    assert res.returncode == 0, res.stderr[-3000:]
+    store = Store(tmp_path / "b.duckdb")
+    runs = {r["run_id"]: r for r in store.query("SELECT * FROM runs")}
+    assert sorted(runs) == sorted([
+        "bench-tune-grpo-n16-s7", "bench-tune-grpo-s7", "bench-grpo-s5", "bench-pc-paper-s5",
+        "bench-pc-paper-noevict-s5", "bench-pc-s5", "bench-grpo-n16-s5", "bench-isa-grpo-s5", "bench-isa-pc-s5"])
+    cfg = {rid: json.loads(r["config_json"])["allocator"] for rid, r in runs.items()}
+    assert cfg["bench-grpo-n16-s5"]["n"] == 16 and cfg["bench-grpo-s5"]["n"] == 64
+    assert cfg["bench-pc-paper-noevict-s5"]["evict"] is False and cfg["bench-pc-paper-s5"]["evict"] is True
+    assert cfg["bench-pc-paper-s5"]["band_strategy"] == "static" and cfg["bench-pc-s5"]["band_strategy"] == "adaptive"
+    kernels = {rid: json.loads(r["lineage_json"])["cpu_capability"] for rid, r in runs.items()}
+    assert kernels["bench-isa-grpo-s5"] == kernels["bench-isa-pc-s5"] == "DEFAULT"
+    assert kernels["bench-grpo-s5"] in ("AVX2", "AVX512")
+    # Same seed, other kernels: the first step's rollouts come from the same weights, so they sample the same
+    # rollouts count, but the runs are not required to be bit-equal afterwards.
+    steps = {r["run_id"]: r["n"] for r in store.query("SELECT run_id, count(*) AS n FROM steps GROUP BY run_id")}
+    assert set(steps.values()) == {2}
+
+    text = (tmp_path / "B.md").read_text()
+    section = text.split("<!-- bench-study:begin -->", 1)[1].split("<!-- bench-study:end -->", 1)[0]
+    for heading in ("GRPO's group size", "Rollouts to target, per seed and median", "Where the rollouts went",
+                    "Reproducibility"):
+        assert heading in section
+    ratio_rows = [line for line in section.splitlines() if line.startswith("| 5 | ")]
+    assert len(ratio_rows) == 1 and ratio_rows[0].count("|") == 8  # seed + 6 ratios (DAPO's empty: not run)
+    assert "| main | AVX" in section and "| reproducibility | DEFAULT |" in section
+    assert (tmp_path / "img" / "bench_accuracy_vs_rollouts.png").read_bytes()[:4] == b"\x89PNG"
+    # The headline `make demo` prints: the same medians as the section's table.
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["seeds"] == [5] and results["grpo_best_n"] == 16 and results["steps"] == 2
+    assert results["reproducibility"]["other_kernels"] == "DEFAULT"
+    headline = study_headline(tmp_path / "results.json")
+    median_row = next(line for line in section.splitlines() if line.startswith("| **median** |"))
+    v = results["medians"]["GRPO64 / our PC"]
+    assert (format_ratio(v) in median_row and format_ratio(v) in headline) if v is not None else "-" in median_row
