@@ -22,6 +22,7 @@ from assets.sensors import build_advance_runs_sensor
 from resources import DataResource, LocalCheckpointResource, StoreResource, local_resources
 
 from .definitions import build_definitions
+from .reports import smoke_test_note, study_headline
 
 
 def demo(argv: list[str] | None = None) -> int:
@@ -37,6 +38,8 @@ def demo(argv: list[str] | None = None) -> int:
     p.add_argument("--segments", type=int, default=2, help="segments per run (default 2)")
     p.add_argument("--segment-steps", type=int, default=10, help="training steps per segment (default 10)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--preset", default="bench",
+                   help="preset of every run (default bench: the efficiency study's regime, whose headline it prints)")
     p.add_argument("--set", dest="overrides", action="append", default=["training.eval_every=5"],
                    help="config override for every run, e.g. training.lr=2e-4 (repeatable); PC-only settings "
                         "(allocator.n_pilot=8) apply to the PC run only")
@@ -67,7 +70,8 @@ def demo(argv: list[str] | None = None) -> int:
     run_ids = []
     for method in args.methods.split(","):
         overrides = [o for o in args.overrides if method == "pc" or not o.startswith("allocator.n_pilot=")]
-        cfg = {"method": method, "seed": args.seed, "overrides": overrides, "segment_steps": args.segment_steps,
+        cfg = {"method": method, "preset": args.preset, "seed": args.seed, "overrides": overrides,
+               "segment_steps": args.segment_steps,
                "total_steps": args.segments * args.segment_steps, "cache_dir": args.cache_dir}
         r = start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},
                                          instance=instance, resources=res)
@@ -100,6 +104,10 @@ def demo(argv: list[str] | None = None) -> int:
     md = out.asset_materializations_for_node("rollouts_report")[0].metadata["rollouts_to_target"].value
     print()
     print(md)
+    print(smoke_test_note(args.segments * args.segment_steps))
+    print()
+    print(study_headline())
+    print()
     say(f"plots in {os.path.abspath(rep_dir)}; store {os.path.abspath(res['store'].path)} "
         f"(try: .venv/bin/pilot-commit sql --store {res['store'].path} \"SELECT * FROM segments\")")
     if os.environ.get("DAGSTER_HOME"):

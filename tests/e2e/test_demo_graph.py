@@ -10,6 +10,8 @@ import duckdb
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
+from pc_pipelines.reports import study_headline
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["allocator.train_batch=8", "allocator.n=16", "allocator.n_pilot=4", "allocator.pilot_wave=2",
@@ -35,16 +37,21 @@ def test_demo_materializes_the_graph_and_prints_the_table(tmp_path, base_policy,
     out = run_demo(tmp_path, home, policy_cache)
     assert "| seed | target | GRPO | DAPO | PC | GRPO/PC | DAPO/PC |" in out.stdout
     assert f"plots in {tmp_path / 'runs' / 'reports'}" in out.stdout
+    # A 4-step table says it is a smoke test, and the committed study's headline is printed beside it.
+    assert "SMOKE TEST, not a comparison: each method trained 4 steps" in out.stdout
+    assert study_headline() in out.stdout
     for name in ("accuracy_vs_rollouts", "accuracy_vs_steps", "reward_std_per_step", "informative_share_per_step"):
         assert (tmp_path / "runs" / "reports" / f"{name}.png").stat().st_size > 10_000
     con = duckdb.connect(str(tmp_path / "runs" / "pc.duckdb"), read_only=True)
     try:
         runs = con.execute("SELECT method, status FROM runs ORDER BY method").fetchall()
+        presets = con.execute("SELECT DISTINCT preset FROM runs").fetchall()
         segs = con.execute("SELECT count(*), count(*) FILTER (WHERE status = 'done') FROM segments").fetchone()
         steps = con.execute("SELECT method, count(*) FROM steps JOIN runs USING (run_id) GROUP BY ALL ORDER BY 1").fetchall()
     finally:
         con.close()
     assert runs == [("dapo", "finished"), ("grpo", "finished"), ("pc", "finished")]
+    assert presets == [("bench",)]  # the study's regime, whose headline the demo prints
     assert segs == (6, 6) and steps == [("dapo", 4), ("grpo", 4), ("pc", 4)]
     with _instance(home) as inst:  # the demo's orchestrator runs are in the instance the UI reads
         seg_runs = inst.get_runs(filters=RunsFilter(job_name="train_segment"))
