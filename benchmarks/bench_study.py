@@ -33,7 +33,7 @@ import logging
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -379,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=list(TUNE_SIZES), help="GRPO group sizes to tune")
     ap.add_argument("--best-n", type=int, default=GRPO_BEST_N, help="GRPO's frozen best size (default GRPO_BEST_N)")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), help="main's variants")
+    ap.add_argument("--set", dest="overrides", action="append", default=[],
+                    help="an override for EVERY run (tests shrink the runs with it; the study uses none)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     ap.add_argument("part", choices=["all", "tune", "main", "repro", "report"], nargs="?", default="all",
                     help="which part to run (default all: tune, main, repro, then the section)")
@@ -388,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     tune = tune_jobs(args.tune_seeds, args.sizes, args.steps)
     main_ = main_jobs(args.seeds, args.best_n, args.steps, args.variants)
     isa = repro_jobs(args.seeds, args.steps)
+    if args.overrides:
+        tune, main_, isa = ([replace(j, overrides=(*j.overrides, *args.overrides)) for j in jobs]
+                            for jobs in (tune, main_, isa))
     if args.part in ("all", "tune"):
         _run(tune, args)
     if args.part in ("all", "main"):
@@ -401,9 +406,13 @@ def main(argv: list[str] | None = None) -> int:
     common = f"--steps {args.steps} --seeds {' '.join(map(str, args.seeds))}"
     tune_text, best = tune_section(store, tune, f"python benchmarks/bench_study.py tune --steps {args.steps} "
                                    f"--tune-seeds {' '.join(map(str, args.tune_seeds))}", walls["tune"])
-    print(tune_text)
-    if args.best_n is None:
-        print(f"\nFreeze it: set GRPO_BEST_N = {best} in benchmarks/bench_study.py, then run `bench_study.py main`.")
+    if args.part == "tune" or args.best_n is None:
+        print(tune_text)
+        if args.best_n is None:
+            print(f"\nFreeze it: set GRPO_BEST_N = {best} in benchmarks/bench_study.py, then run `bench_study.py main`.")
+        elif best != args.best_n:
+            print(f"\nThe rule picks n = {best} on these runs, but n = {args.best_n} is frozen: the study keeps the "
+                  "frozen size (a choice is never re-made after the reported seeds ran).")
         return 0
     body, results = study_section(store, Path(args.img_dir), main_, isa, args.best_n,
                                   f"python benchmarks/bench_study.py {common}", walls, tune_text)

@@ -20,14 +20,14 @@ def bench(tmp_path, cache, part, *args):
            "--out", str(tmp_path / "runs"), "--img-dir", str(tmp_path / "img"), "--write", str(tmp_path / "B.md"),
            "--results", str(tmp_path / "results.json"),
            "--cache-dir", str(cache), "--quiet", "--steps", "2", "--seeds", "5", "--tune-seeds", "7",
-           "--sizes", "16", "64", *args]
+           "--sizes", "16", "64", "--set", "training.eval_samples=1", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, check=False)
 
 
 def test_tune_then_main_and_repro_then_the_section(tmp_path, base_policy, policy_cache):
     res = bench(tmp_path, policy_cache, "tune")
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "Freeze it: set GRPO_BEST_N = " in res.stdout and not (tmp_path / "B.md").exists()
+    assert "Choice by the rule" in res.stdout and not (tmp_path / "B.md").exists()  # tune writes no section
 
     res = bench(tmp_path, policy_cache, "all", "--best-n", "16", "--variants", "grpo", "pc-paper", "pc-paper-noevict", "pc")
     assert res.returncode == 0, res.stderr[-3000:]
