@@ -176,7 +176,7 @@ class RayRolloutEngine:
                 "fewer actors, or raise start_timeout_s when the nodes are slow to start workers."
             ) from None
         del model_ref, tok_ref
-        log.info("RayRolloutEngine: %d actors ready in %.1f s (torch threads %s)", self.num_actors,
+        log.info("RayRolloutEngine: %d actor(s) ready in %.1f s (torch threads %s)", self.num_actors,
                  time.perf_counter() - t0, threads)
 
     def close(self) -> None:
