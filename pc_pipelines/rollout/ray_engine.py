@@ -11,17 +11,19 @@ weights and the thread count, not on the process that runs it, so **a round equa
 engine runs with ``torch.set_num_threads(threads_per_actor)`` (the loop's default ``training.torch_threads`` is 1,
 as is ``threads_per_actor``). Parallelism comes from chunks: a round of ``S`` sequences has
 ``ceil(S / max_batch_sequences)`` chunks, and only that many actors get work (pick ``max_batch_sequences`` about
-``S / N`` or smaller; it is also the single engine's, so changing it changes the round's draws for both).
+``S / N`` or smaller; it is also the single engine's, so changing it changes the round's draws for both). Actors on
+other machines compute the same bits only on the same CPU kernels (AVX2 and AVX-512 builds differ in the last bits).
 
 Weights. The actors start from a copy of the model (one ``ray.put``, shared by all actors). Before each round the
 engine pushes the driver model's current ``state_dict`` to every actor (one ``ray.put``, then ``load_state_dict`` in
 each actor) when the weights changed since the last push: it compares every parameter's and buffer's in-place
 version counter (``Tensor._version``, which ``optimizer.step()``, ``load_state_dict`` and any in-place update under
 ``no_grad`` bump) and storage. So the training loop needs no hook: a round after ``optimizer.step()`` sees the new
-weights. Writes that bypass the version counter (``param.data.copy_(...)``, ``param.data = ...`` keeping the
-storage) are not seen: call :meth:`RayRolloutEngine.mark_stale` after them.
+weights. In-place writes through ``.data`` (``param.data.copy_(...)``) bypass the version counter and are not seen:
+call :meth:`RayRolloutEngine.mark_stale` after them.
 
-Cluster. With ``ray_address=None`` the engine joins the Ray this process already initialised, or starts a local one
+Cluster. The engine joins the Ray this process already initialised (``ray_address`` is then ignored, with a
+warning when it is given). Otherwise, with ``ray_address=None`` it starts a local one
 (``ray.init(address="local", num_cpus=num_actors * threads_per_actor, include_dashboard=False)``, node address
 127.0.0.1, which Ray 2.60 resolves to the host's own address) and stops it in :meth:`RayRolloutEngine.close`. To use
 an existing cluster, pass its address: ``ray_address="auto"`` (a cluster started on this host by ``ray start
@@ -129,7 +131,11 @@ class RayRolloutEngine:
     def _connect(self, address: str | None, num_cpus: int | None, object_store_memory: int | None) -> None:
         ray = self._ray
         if ray.is_initialized():
-            log.info("RayRolloutEngine: joining this process's Ray (%s)", ray.get_runtime_context().gcs_address)
+            joined = ray.get_runtime_context().gcs_address
+            if address is not None:
+                log.warning("RayRolloutEngine: ray_address=%r ignored: this process is already connected to Ray at "
+                            "%s (call ray.shutdown() first to use another cluster)", address, joined)
+            log.info("RayRolloutEngine: joining this process's Ray (%s)", joined)
             return
         if address is not None:
             ray.init(address=address, include_dashboard=False)

@@ -103,6 +103,7 @@ def test_new_weights_are_pushed_before_the_next_round(engine2, policy, round_req
     for name, p in model.named_parameters():
         if name in new:
             p.data.copy_(new[name])
+    assert engine2.sync_weights() is False  # the version counters did not move
     engine2.mark_stale()
     assert engine2.sync_weights() is True and engine2.pushes == pushes + 2
     assert engine2.sync_weights() is False
