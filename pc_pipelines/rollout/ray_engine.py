@@ -100,6 +100,9 @@ class RayRolloutEngine:
             raise ValueError(f"num_actors={num_actors}: must be >= 1. Fix: use 1 or more (or TransformersEngine).")
         if threads_per_actor < 1:
             raise ValueError(f"threads_per_actor={threads_per_actor}: must be >= 1.")
+        if max_batch_sequences < 1:
+            raise ValueError(f"max_batch_sequences={max_batch_sequences}: must be >= 1. Fix: use about the round's "
+                             "sequences / num_actors, the same as the single engine it must equal.")
         try:
             import ray
         except ImportError as exc:

@@ -118,6 +118,8 @@ def test_more_actors_than_cpus_says_how_to_fix(ray_cluster, policy):
         RayRolloutEngine(*policy, num_actors=2, threads_per_actor=2)
     with pytest.raises(ValueError, match="num_actors=0"):
         RayRolloutEngine(*policy, num_actors=0)
+    with pytest.raises(ValueError, match="max_batch_sequences=0: must be >= 1. Fix"):
+        RayRolloutEngine(*policy, num_actors=1, max_batch_sequences=0)
 
 
 def test_missing_ray_says_how_to_fix(policy, monkeypatch):
