@@ -2,7 +2,11 @@
 
 Importing the package is light (no torch): the engines are imported from their modules,
 :class:`~.transformers_engine.TransformersEngine` and :class:`~.vllm_engine.VLLMEngine`.
+:class:`~.ray_engine.RayRolloutEngine` is also exported here, lazily: ``pc_pipelines.rollout.RayRolloutEngine``
+imports its module (and torch) on first access; Ray itself only when an engine is built.
 """
+
+from typing import Any
 
 from .base import (
     FINISH_LENGTH,
@@ -21,6 +25,7 @@ __all__ = [
     "FINISH_LENGTH",
     "FINISH_STOP",
     "EngineFactory",
+    "RayRolloutEngine",
     "RequestOutput",
     "Rollout",
     "RolloutEngine",
@@ -30,3 +35,11 @@ __all__ = [
     "derive_seed",
 ]
 
+
+def __getattr__(name: str) -> Any:
+    """``RayRolloutEngine`` on first access (its module imports torch, which this package does not)."""
+    if name == "RayRolloutEngine":
+        from .ray_engine import RayRolloutEngine
+
+        return RayRolloutEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

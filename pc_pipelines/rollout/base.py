@@ -4,7 +4,8 @@ An engine takes batched requests ``(prompt, n)`` with one set of sampling parame
 the prompt's token ids and ``n`` rollouts (token ids, text, per-token log-probs under the sampling distribution,
 finish reason). The allocator charges every returned rollout to the ledger, so an engine must return exactly
 ``n`` rollouts per request. Implementations: :class:`~.transformers_engine.TransformersEngine` (CPU and GPU,
-KV-cached batched ``generate``); the vLLM engine belongs to the scale path.
+KV-cached batched ``generate``), :class:`~.ray_engine.RayRolloutEngine` (its rounds spread over Ray actors, equal to
+``TransformersEngine``'s); the vLLM engine belongs to the scale path.
 
 Determinism: ``SamplingParams.seed`` fixes the call's sampling (the loop derives it from the run seed, the step
 and the call index, so a resumed run draws what the uninterrupted run drew).

@@ -10,13 +10,20 @@ applied): the behaviour policy's log-probs. The trainer recomputes old log-probs
 does, so these are for inspection and for engines' contract tests.
 
 Sampling is seeded per call without touching the caller's global RNG (``torch.random.fork_rng``): chunk ``c`` of
-a call draws from ``seed + c``, so a call's result depends only on its inputs, the model and the seed.
+a call draws from ``seed + c``, so a call's result depends only on its inputs, the model, the seed, the chunk size
+and torch's thread count (CPU kernels split their reductions by thread: 1 and 2 threads differ in the last bits).
+
+The cut itself (sequence order, chunks, per-chunk seeds) is :func:`plan_round`, a pure function of the prompts'
+token ids, the rollout counts, ``max_batch_sequences`` and the seed: :class:`~.ray_engine.RayRolloutEngine` uses the
+same plan and sends each chunk to :meth:`TransformersEngine.generate_chunk` in a Ray actor, which is how its rounds
+equal this engine's.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -24,6 +31,59 @@ import torch
 from .base import FINISH_LENGTH, FINISH_STOP, RequestOutput, Rollout, RolloutRequest, SamplingParams, check_outputs
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """How one round is generated: each request ``i`` expands into ``n_i`` sequences (request order), the sequences
+    are sorted by prompt length, longest first (stable: ties keep request order), and cut into chunks of at most
+    ``max_batch_sequences``; chunk ``c`` samples from ``seed + c``. Built by :func:`plan_round`."""
+
+    prompt_ids: list[list[int]]
+    """Per request, its prompt's token ids."""
+    owner: np.ndarray
+    """Per sequence, the request it belongs to."""
+    chunks: list[np.ndarray]
+    """Per chunk, the sequences it generates, in batch order."""
+    seeds: list[int]
+    """Per chunk, its sampling seed."""
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.chunks)
+
+    def chunk_prompts(self, c: int) -> list[list[int]]:
+        """The prompts (token ids) of chunk ``c``, one per sequence, in batch order."""
+        return [self.prompt_ids[self.owner[s]] for s in self.chunks[c]]
+
+    def assemble(self, requests: Sequence[RolloutRequest], results: Sequence[Sequence[Rollout]]) -> list[RequestOutput]:
+        """Request-ordered outputs from per-chunk results (``results[c]``: chunk ``c``'s rollouts in batch order)."""
+        if len(results) != self.num_chunks:
+            raise RuntimeError(f"{len(results)} chunk results for a plan of {self.num_chunks} chunks")
+        rollouts: list[Rollout | None] = [None] * len(self.owner)
+        for c, (chunk, res) in enumerate(zip(self.chunks, results)):
+            if len(res) != len(chunk):
+                raise RuntimeError(f"chunk {c}: {len(res)} rollouts for {len(chunk)} sequences")
+            for seq, rollout in zip(chunk.tolist(), res):
+                rollouts[seq] = rollout
+        outputs, pos = [], 0
+        for i, r in enumerate(requests):
+            outputs.append(RequestOutput(prompt_ids=self.prompt_ids[i], rollouts=rollouts[pos : pos + r.n]))  # type: ignore[arg-type]
+            pos += r.n
+        check_outputs(requests, outputs)
+        return outputs
+
+
+def plan_round(prompt_ids: Sequence[list[int]], counts: Sequence[int], max_batch_sequences: int, seed: int) -> RoundPlan:
+    """The plan of a round (see :class:`RoundPlan`): ``prompt_ids[i]`` and ``counts[i]`` are request ``i``'s prompt
+    and rollout count."""
+    if max_batch_sequences < 1:
+        raise ValueError(f"max_batch_sequences={max_batch_sequences}: must be >= 1. Fix: use e.g. 4096 (the default).")
+    owner = np.repeat(np.arange(len(prompt_ids)), np.asarray(counts, dtype=np.int64))  # sequence -> request
+    lengths = np.array([len(prompt_ids[i]) for i in owner], dtype=np.int64)
+    order = np.argsort(-lengths, kind="stable")
+    chunks = [order[start : start + max_batch_sequences] for start in range(0, len(order), max_batch_sequences)]
+    return RoundPlan(list(prompt_ids), owner, chunks, [seed + c for c in range(len(chunks))])
 
 
 class TransformersEngine:
@@ -48,29 +108,20 @@ class TransformersEngine:
 
     @torch.no_grad()
     def generate(self, requests: Sequence[RolloutRequest], params: SamplingParams) -> list[RequestOutput]:
-        prompt_ids = [self.encode(r.prompt) for r in requests]
-        owner = np.repeat(np.arange(len(requests)), [r.n for r in requests])  # sequence -> request
-        lengths = np.array([len(prompt_ids[i]) for i in owner], dtype=np.int64)
-        order = np.argsort(-lengths, kind="stable")
-        results: list[Rollout | None] = [None] * len(owner)
+        plan = plan_round([self.encode(r.prompt) for r in requests], [r.n for r in requests],
+                          self.max_batch_sequences, params.seed)
         was_training = self.model.training
         self.model.eval()
         try:
-            for c, start in enumerate(range(0, len(order), self.max_batch_sequences)):
-                chunk = order[start : start + self.max_batch_sequences]
-                for seq, rollout in zip(chunk, self._generate_chunk([prompt_ids[owner[s]] for s in chunk], params, params.seed + c)):
-                    results[seq] = rollout
+            results = [self.generate_chunk(plan.chunk_prompts(c), params, plan.seeds[c]) for c in range(plan.num_chunks)]
         finally:
             self.model.train(was_training)
-        outputs = []
-        pos = 0
-        for i, r in enumerate(requests):
-            outputs.append(RequestOutput(prompt_ids=prompt_ids[i], rollouts=results[pos : pos + r.n]))  # type: ignore[arg-type]
-            pos += r.n
-        check_outputs(requests, outputs)
-        return outputs
+        return plan.assemble(requests, results)
 
-    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams, seed: int) -> list[Rollout]:
+    @torch.no_grad()
+    def generate_chunk(self, prompts: list[list[int]], params: SamplingParams, seed: int) -> list[Rollout]:
+        """One batch of prompts (token ids), one rollout each, sampled from ``seed``: one chunk of a round's plan.
+        The model must be in eval mode (:meth:`generate` sets it)."""
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)

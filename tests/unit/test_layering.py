@@ -241,7 +241,9 @@ def test_allocation_imports_only_numpy_at_runtime():
 
 
 @pytest.mark.parametrize(
-    "module", ["resources", "pc_pipelines.definitions", "pc_pipelines.demo", "pc_pipelines.run", "pc_pipelines.cli"]
+    "module",
+    ["resources", "pc_pipelines.definitions", "pc_pipelines.demo", "pc_pipelines.run", "pc_pipelines.cli",
+     "pc_pipelines.rollout"],
 )
 def test_loading_the_code_location_does_not_import_torch(module):
     """torch (seconds to import) comes with the local backend, the warm start and the engines, when they run."""

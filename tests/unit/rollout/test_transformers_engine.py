@@ -86,3 +86,18 @@ def test_bad_sampling_params_say_how_to_fix():
         SamplingParams(temperature=-1)
     with pytest.raises(ValueError, match="top_p"):
         SamplingParams(top_p=0)
+
+
+def test_plan_round_orders_cuts_and_seeds():
+    """The plan both engines share: sequences sorted by prompt length (longest first, ties in request order), cut
+    into chunks of max_batch_sequences, chunk c seeded seed + c."""
+    from pc_pipelines.rollout.transformers_engine import plan_round
+
+    prompts = [[1, 2], [3, 4, 5, 6], [7], [8, 9, 10, 11]]  # lengths 2, 4, 1, 4
+    plan = plan_round(prompts, [2, 1, 3, 2], max_batch_sequences=3, seed=40)
+    assert plan.owner.tolist() == [0, 0, 1, 2, 2, 2, 3, 3]
+    assert [c.tolist() for c in plan.chunks] == [[2, 6, 7], [0, 1, 3], [4, 5]]
+    assert plan.seeds == [40, 41, 42]
+    assert plan.chunk_prompts(0) == [[3, 4, 5, 6], [8, 9, 10, 11], [8, 9, 10, 11]]
+    with pytest.raises(ValueError, match="max_batch_sequences"):
+        plan_round(prompts, [1, 1, 1, 1], max_batch_sequences=0, seed=0)

@@ -1,0 +1,69 @@
+"""RayRolloutEngine in the real training loop, with no address and no Ray in this process: the engine starts a local
+Ray bounded to its actors' CPUs, the run equals the single engine's bit for bit, and close() stops that Ray with every
+process it started. (A separate module: test_ray_engine.py holds a cluster for its whole module, which the engine
+would join instead.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pc_pipelines.rollout.ray_engine import RayRolloutEngine
+
+pytestmark = [pytest.mark.integration, pytest.mark.ray]
+
+
+def test_training_loop_through_ray_equals_single_engine(base_policy, policy_cache, tmp_path, procs):
+    """Two GRPO steps of the real loop with a RayRolloutEngine (2 actors, 2 chunks a round; it starts and owns its
+    Ray) write the same step rows and the same final weights, bit for bit, as with the single engine: the optimizer
+    step's new weights reach the actors with no hook in the loop (the engine sees the version counters move)."""
+    import ray
+    from safetensors.torch import load_file
+
+    from pc_pipelines.config import resolve
+    from pc_pipelines.rollout.transformers_engine import TransformersEngine
+    from pc_pipelines.run import prepare_run, run_segment
+    from pc_pipelines.store import Store
+
+    overrides = {"task.num_prompts": 8, "allocator.train_batch": 4, "allocator.n": 8, "training.ppo_minibatch": 4,
+                 "training.eval_every": 100,
+                 "training.eval_samples": 1}  # 32 rollouts a step: 2 chunks of 16
+    engines: list[RayRolloutEngine] = []
+
+    def ray_engine(model, tok):
+        engines.append(RayRolloutEngine(model, tok, num_actors=2, max_batch_sequences=16,
+                                        object_store_memory=100 * 1024**2))
+        return engines[-1]
+
+    factories = {"single": lambda model, tok: TransformersEngine(model, tok, max_batch_sequences=16), "ray": ray_engine}
+    assert not ray.is_initialized()
+    before = procs.descendants()
+    rows, weights = {}, {}
+    try:
+        for name, factory in factories.items():
+            run = prepare_run(resolve("embedded", overrides, method="grpo", seed=0), tmp_path / name, run_name=name,
+                              cache_dir=policy_cache)
+            assert run.policy_path == base_policy
+            store = Store(tmp_path / f"{name}.duckdb")
+            res = run_segment(run, store, 2, engine_factory=factory)
+            if name == "ray":
+                assert ray.cluster_resources()["CPU"] == 2  # bounded: num_actors x threads_per_actor
+            rows[name] = (
+                store.query(f"SELECT step, sampled_rollouts, trained_rollouts, kept, loss, mean_reward, mean_reward_std, "
+                            f"informative_share FROM steps WHERE run_id = '{name}' ORDER BY step"),
+                store.query(f"SELECT step, benchmark, accuracy FROM eval_results WHERE run_id = '{name}' "
+                            "ORDER BY step, benchmark"),  # the evaluation before training runs through the engine too
+            )
+            weights[name] = load_file(str(res.checkpoint / "policy" / "model.safetensors"))
+    finally:
+        for engine in engines:
+            engine.close()
+    assert len(engines) == 1 and engines[0].pushes == 1  # step 0's update, pushed before step 1's round
+    assert not ray.is_initialized()  # the engine started this Ray: close() stopped it
+    assert procs.wait_gone(procs.descendants() - before) == set()
+    steps, evals = rows["ray"]
+    assert [r["step"] for r in steps] == [0, 1] and all(r["sampled_rollouts"] == 32 for r in steps)
+    assert len(evals) == 6 and {r["step"] for r in evals} == {-1}
+    assert rows["ray"] == rows["single"]
+    assert weights["ray"].keys() == weights["single"].keys()
+    assert all(torch.equal(weights["ray"][k], weights["single"][k]) for k in weights["single"])
