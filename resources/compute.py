@@ -272,7 +272,7 @@ class KubeRayComputeResource(KubeComputeBase):
 
     Experimental until it has run on a GPU cluster: the RayJob's driver runs ``train-segment --backend verl`` (the
     verl recipe, :mod:`pc_pipelines.training.verl_recipe`) on the head, the GPU workers host verl's FSDP and vLLM
-    workers. Needs ``dagster-ray`` (the ``k8s`` extra)."""
+    workers. Through dagster-ray (a default dependency)."""
 
     workers: int = Field(default=2, ge=1, le=256, description="GPU worker pods (nodes) of the Ray cluster.")
     gpus_per_worker: int = Field(default=8, ge=1, le=16, description="GPUs per worker pod (= trainer.n_gpus_per_node).")
@@ -316,6 +316,6 @@ class KubeRayComputeResource(KubeComputeBase):
             from dagster_ray.kuberay import PipesKubeRayJobClient
             from dagster_ray.kuberay.client import RayJobClient
         except ImportError as exc:
-            raise Failure("KubeRayComputeResource needs dagster-ray. Fix: pip install -e '.[k8s]'.") from exc
+            raise Failure("KubeRayComputeResource needs dagster-ray (a default dependency). Fix: pip install -e .") from exc
         client = PipesKubeRayJobClient(client=RayJobClient(kube_config=self.kubeconfig_file))
         return client.run(context=context, ray_job=self.rayjob(shlex.join(["pilot-commit", *args])))
