@@ -3,8 +3,8 @@ its checkpoint, as a process of its own.
 
 This is the in-pod entrypoint of the scale path (DESIGN.md section 4). The Dagster ``training_segment`` asset
 launches it through a Pipes client (``PipesK8sClient`` for one GPU pod, dagster-ray's ``PipesKubeRayJobClient`` for
-a multi-node RayJob, ``PipesSubprocessClient`` on one machine) instead of calling :func:`~.run.run_segment` in the
-orchestrator's process. It is a thin command line over the run layer, and calls the very same
+a multi-node RayJob, its ``PipesRayJobClient`` for a job on an existing Ray cluster, ``PipesSubprocessClient`` on one
+machine) instead of calling :func:`~.run.run_segment` in the orchestrator's process. It is a thin command line over the run layer, and calls the very same
 :func:`~.run.run_segment` the local compute uses:
 
 1. the run is read back from the store (its resolved config and lineage, registered by the ``start_run`` job), the
@@ -131,6 +131,17 @@ def _launched_by_pipes() -> bool:
         return False
 
 
+def _line_buffered_stdout() -> None:
+    """Flush stdout at every line. Pipes clients that read messages from the process's log (a pod's log for
+    ``PipesK8sClient``, the Ray job's log for ``PipesRayJobClient``) get them from stdout, one JSON line each, and
+    ``dagster_pipes`` writes a message without flushing: redirected to a file, stdout is block-buffered, so the steps
+    would arrive only when the process ends (never if it is killed), and a buffer flush could cut a message line in
+    two with the merged stderr between the halves. Line-buffered, each message reaches the log as one write."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(line_buffering=True)
+
+
 def _main(name: str, work: Callable[[Any], None]) -> int:
     """Run ``work(pipes)`` inside a Pipes session when launched by a Pipes client, else ``work(None)``; a
     ``RunError`` or a store refusal (another writer holds the run, say) becomes exit code 2 with its message (which
@@ -141,6 +152,7 @@ def _main(name: str, work: Callable[[Any], None]) -> int:
         if _launched_by_pipes():
             from dagster_pipes import open_dagster_pipes
 
+            _line_buffered_stdout()
             with open_dagster_pipes() as pipes:
                 work(pipes)
         else:
