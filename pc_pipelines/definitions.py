@@ -1,6 +1,6 @@
 """The Dagster code location (``workspace.yaml`` loads it): the assets, checks, jobs, sensors and resources,
 assembled. The environment's resources are chosen once, when the code location loads (``PC_PIPELINES_ENV`` =
-``local``, the default, or ``k8s``; :mod:`resources.environments`).
+``local``, the default, ``k8s`` or ``ray``; :mod:`resources.environments`).
 
 The graph: ``data`` (synthetic arithmetic, DeepMath, Polaris, the benchmarks; Great Expectations checks) ->
 ``policy`` (the SFT warm start) -> ``training`` (``training_segment``, partitioned ``<run>/seg-NNNN``; the

@@ -7,7 +7,8 @@ implementations, chosen per environment by :mod:`.environments` (``PC_PIPELINES_
 * :class:`RolloutEngineResource` / :class:`TransformersEngineResource`: builds the rollout engine for a policy.
 * :class:`ComputeResource`: runs a training segment: :class:`LocalComputeResource` in process, or the in-pod
   entrypoint through Dagster Pipes: :class:`SubprocessComputeResource`, :class:`K8sComputeResource`
-  (``PipesK8sClient``), :class:`KubeRayComputeResource` (dagster-ray's ``PipesKubeRayJobClient``).
+  (``PipesK8sClient``), :class:`KubeRayComputeResource` (dagster-ray's ``PipesKubeRayJobClient``),
+  :class:`RayJobComputeResource` (a job on an existing Ray cluster, dagster-ray's ``PipesRayJobClient``).
 * :class:`DataResource`: local paths of the real datasets and the benchmark directory (nothing is downloaded).
 
 Resources hold configuration only; the work is done by the ``pc_pipelines`` library.
@@ -23,7 +24,8 @@ from .compute import (
 )
 from .data import DataResource
 from .engines import RolloutEngineResource, TransformersEngineResource
-from .environments import ENVIRONMENTS, environment_resources, k8s_resources, local_resources
+from .environments import ENVIRONMENTS, environment_resources, k8s_resources, local_resources, ray_resources
+from .ray_job import RayJobComputeResource
 from .storage import CheckpointResource, LocalCheckpointResource, StoreResource
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "KubeRayComputeResource",
     "LocalComputeResource",
     "PipesComputeResource",
+    "RayJobComputeResource",
     "SubprocessComputeResource",
     "RolloutEngineResource",
     "StoreResource",
@@ -43,4 +46,5 @@ __all__ = [
     "environment_resources",
     "k8s_resources",
     "local_resources",
+    "ray_resources",
 ]

@@ -1,15 +1,18 @@
 """The resources of each environment the code location runs in, chosen by ``PC_PIPELINES_ENV`` when it loads:
-``local`` (the default: everything in the Dagster process, files under ``runs/``) or ``k8s`` (training segments and
-evaluations as GPU pods or KubeRay jobs on a shared volume; ``k8s/README.md``)."""
+``local`` (the default: everything in the Dagster process, files under ``runs/``), ``k8s`` (training segments and
+evaluations as GPU pods or KubeRay jobs on a shared volume; ``k8s/README.md``) or ``ray`` (segments and evaluations
+as jobs on an existing Ray cluster, ``PC_RAY_ADDRESS``, on storage the cluster shares)."""
 
 import os
+from pathlib import Path
 
 from .compute import K8sComputeResource, KubeRayComputeResource, LocalComputeResource
 from .data import DataResource
 from .engines import TransformersEngineResource
+from .ray_job import RayJobComputeResource
 from .storage import LocalCheckpointResource, StoreResource
 
-ENVIRONMENTS = ("local", "k8s")
+ENVIRONMENTS = ("local", "k8s", "ray")
 
 
 def local_resources() -> dict:
@@ -64,10 +67,42 @@ def k8s_resources(env: dict[str, str] | None = None) -> dict:
     }
 
 
+def ray_resources(env: dict[str, str] | None = None) -> dict:
+    """Training segments and evaluations as jobs on an existing Ray cluster (:class:`RayJobComputeResource`):
+    ``PC_RAY_ADDRESS`` is its job server (the head's dashboard, e.g. ``http://127.0.0.1:8265``, or a KubeRay head
+    service ``http://<raycluster>-head-svc.<ns>.svc:8265``). The store, run directories and prepared data live under
+    ``PC_RAY_SHARED_DIR`` (default ``runs``, made absolute here): ``pc.duckdb``, ``<run-id>/``, ``data/``, a
+    directory the orchestrator and every Ray node see at the same path. ``PC_RAY_PYTHON`` (default: ``pilot-commit``
+    on the job's PATH) and ``PC_RAY_ENTRYPOINT_CPUS`` (default 1) shape the job. ``env``: the variables to read
+    (default ``os.environ``)."""
+    env = dict(os.environ if env is None else env)
+    address = env.get("PC_RAY_ADDRESS")
+    if not address:
+        raise RuntimeError("PC_PIPELINES_ENV=ray needs PC_RAY_ADDRESS, the Ray cluster's job server (its dashboard, "
+                           "e.g. http://127.0.0.1:8265). Fix: set it, or use PC_PIPELINES_ENV=local.")
+    shared = Path(env.get("PC_RAY_SHARED_DIR", "runs")).resolve()
+    compute = RayJobComputeResource(address=address, python=env.get("PC_RAY_PYTHON") or None,
+                                    entrypoint_num_cpus=float(env.get("PC_RAY_ENTRYPOINT_CPUS", "1")),
+                                    data_dir=str(shared / "data"))
+    return {
+        "store": StoreResource(path=str(shared / "pc.duckdb")),
+        "checkpoints": LocalCheckpointResource(root=str(shared)),
+        "engine": TransformersEngineResource(),
+        "compute": compute,
+        "data": DataResource(
+            deepmath_path=env.get("PC_DEEPMATH_PATH") or None,
+            polaris_path=env.get("PC_POLARIS_PATH") or None,
+            out_dir=str(shared / "data"),
+        ),
+    }
+
+
 def environment_resources(env: dict[str, str] | None = None) -> dict:
     """The resources of the environment ``PC_PIPELINES_ENV`` names (default ``local``)."""
     env = dict(os.environ if env is None else env)
     name = env.get("PC_PIPELINES_ENV", "local")
     if name not in ENVIRONMENTS:
         raise RuntimeError(f"PC_PIPELINES_ENV={name!r}: use one of {ENVIRONMENTS}.")
-    return k8s_resources(env) if name == "k8s" else local_resources()
+    if name == "k8s":
+        return k8s_resources(env)
+    return ray_resources(env) if name == "ray" else local_resources()

@@ -1,0 +1,97 @@
+"""RayJobComputeResource without a cluster: the job it would submit (entrypoint, runtime environment, resources,
+absolute paths), its refusals, and the ``ray`` environment that selects it. The real round trip is
+tests/integration/dagster/test_ray_job_segments.py (marker ``ray``)."""
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from pydantic import ValidationError
+
+from resources import (
+    ENVIRONMENTS,
+    LocalComputeResource,
+    PipesComputeResource,
+    RayJobComputeResource,
+    environment_resources,
+    ray_resources,
+)
+
+
+def fake_run(tmp_path: Path):
+    run = SimpleNamespace(run_id="pc-run/1", run_dir=tmp_path / "runs" / "pc-run")
+    return run, SimpleNamespace(path=tmp_path / "pc.duckdb")
+
+
+def test_segment_job_runs_the_entrypoint_with_absolute_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = RayJobComputeResource(address="http://127.0.0.1:8265", python="/venv/bin/python")
+    assert isinstance(res, PipesComputeResource)
+    run, store = fake_run(tmp_path)
+    args = res.segment_args(run, store, from_step=1, until_step=3)
+    params = res.submit_job_params(args)
+    argv = shlex.split(params["entrypoint"])
+    assert argv[:4] == ["/venv/bin/python", "-m", "pc_pipelines.cli", "train-segment"]
+    flags = dict(zip(argv[4::2], argv[5::2]))
+    assert flags["--store"] == str(tmp_path / "pc.duckdb") and flags["--run-id"] == "pc-run/1"
+    assert flags["--runs-root"] == str(tmp_path / "runs")
+    assert flags["--data-dir"] == str(tmp_path / "runs" / "data")  # the relative default, made absolute here
+    assert flags["--until-step"] == "3" and flags["--from-step"] == "1"
+    assert flags["--engine"] == "transformers" and flags["--device"] == "cpu"
+    # env_vars only (dagster-ray adds the Pipes variables): the code is installed where the job runs.
+    assert params["runtime_env"] == {"env_vars": {}}
+    assert params["entrypoint_num_cpus"] == 1.0 and "entrypoint_num_gpus" not in params
+    assert params["metadata"] == {"pc_run_id": "pc-run/1", "pc_command": "train-segment"}
+    assert params["submission_id"].startswith("pc-train-segment-pc-run_1-")
+    assert params["submission_id"] != res.submit_job_params(args)["submission_id"]  # unique per submission
+
+
+def test_eval_job_and_what_a_real_cluster_sets(tmp_path):
+    res = RayJobComputeResource(address="http://rc-head-svc.ns.svc:8265", engine="vllm", device="cuda",
+                                entrypoint_num_gpus=1, entrypoint_memory_bytes=2**34, env_vars={"HF_HOME": "/data/hf"},
+                                py_modules=["/src/pc_pipelines"], pip=["verl==0.9.1"], working_dir="/src/job",
+                                store_path="/data/pc.duckdb", runs_root="/data/runs", data_dir="/data/data")
+    run, store = fake_run(tmp_path)
+    params = res.submit_job_params(res.eval_args(run, store, step=7))
+    argv = shlex.split(params["entrypoint"])
+    assert argv[:2] == ["pilot-commit", "eval-segment"]  # the image's console script
+    flags = dict(zip(argv[2::2], argv[3::2]))
+    assert (flags["--store"], flags["--runs-root"], flags["--data-dir"]) == ("/data/pc.duckdb", "/data/runs", "/data/data")
+    assert flags["--step"] == "7" and flags["--engine"] == "vllm" and flags["--device"] == "cuda"
+    assert params["runtime_env"] == {"env_vars": {"HF_HOME": "/data/hf"}, "working_dir": "/src/job",
+                                     "py_modules": ["/src/pc_pipelines"], "pip": ["verl==0.9.1"]}
+    assert params["entrypoint_num_gpus"] == 1 and params["entrypoint_memory"] == 2**34
+
+
+def test_refuses_a_cuda_job_without_a_gpu_and_vllm_on_cpu():
+    with pytest.raises(ValidationError, match="entrypoint_num_gpus"):
+        RayJobComputeResource(address="http://x:8265", device="cuda")
+    with pytest.raises(ValidationError, match="vllm"):
+        RayJobComputeResource(address="http://x:8265", engine="vllm")
+
+
+def test_the_ray_environment_selects_it_on_one_shared_directory(tmp_path):
+    env = {"PC_PIPELINES_ENV": "ray", "PC_RAY_ADDRESS": "http://127.0.0.1:8265", "PC_RAY_SHARED_DIR": str(tmp_path),
+           "PC_RAY_PYTHON": "/venv/bin/python", "PC_RAY_ENTRYPOINT_CPUS": "2"}
+    assert "ray" in ENVIRONMENTS
+    res = environment_resources(env)
+    compute = res["compute"]
+    assert isinstance(compute, RayJobComputeResource)
+    assert compute.address == "http://127.0.0.1:8265" and compute.python == "/venv/bin/python"
+    assert compute.entrypoint_num_cpus == 2.0 and compute.data_dir == str(tmp_path / "data")
+    assert res["store"].path == str(tmp_path / "pc.duckdb")
+    assert res["checkpoints"].run_dir("r") == tmp_path / "r"
+    assert res["data"].out_dir == str(tmp_path / "data")
+    assert isinstance(environment_resources({})["compute"], LocalComputeResource)
+    with pytest.raises(RuntimeError, match="PC_RAY_ADDRESS"):
+        ray_resources({"PC_PIPELINES_ENV": "ray"})
+
+
+def test_the_resource_imports_neither_ray_nor_dagster_ray_until_it_launches():
+    code = ("import sys, resources; r = resources.RayJobComputeResource(address='http://x:8265'); "
+            "print(sorted(m for m in ('ray', 'dagster_ray') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out.splitlines()[-1] == "[]"
