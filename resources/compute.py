@@ -10,7 +10,10 @@
   - :class:`K8sComputeResource`: one GPU pod through dagster-k8s's ``PipesK8sClient``, built from
     :func:`resources.kube.segment_pod_spec`;
   - :class:`KubeRayComputeResource`: a multi-node KubeRay ``RayJob`` through dagster-ray's
-    ``PipesKubeRayJobClient``, built from :func:`resources.kube.segment_rayjob` (experimental: the verl recipe).
+    ``PipesKubeRayJobClient``, built from :func:`resources.kube.segment_rayjob` (experimental: the verl recipe);
+  - :class:`~resources.ray_job.RayJobComputeResource` (its own module): a job on a running Ray cluster, by the
+    address of its job server, through dagster-ray's ``PipesRayJobClient`` (a local head in the tests, a KubeRay
+    cluster's head service on Kubernetes).
 
 Every implementation returns a :class:`~pc_pipelines.run.SegmentResult`, so the ``training_segment`` asset does
 not care where the segment ran. ``evaluate`` is the same for the ``segment_eval`` asset: in process, or
