@@ -132,14 +132,16 @@ def _launched_by_pipes() -> bool:
 
 
 def _line_buffered_stdout() -> None:
-    """Flush stdout at every line. Pipes clients that read messages from the process's log (a pod's log for
+    """Write stdout line by line. Pipes clients that read messages from the process's log (a pod's log for
     ``PipesK8sClient``, the Ray job's log for ``PipesRayJobClient``) get them from stdout, one JSON line each, and
-    ``dagster_pipes`` writes a message without flushing: redirected to a file, stdout is block-buffered, so the steps
-    would arrive only when the process ends (never if it is killed), and a buffer flush could cut a message line in
-    two with the merged stderr between the halves. Line-buffered, each message reaches the log as one write."""
+    ``dagster_pipes`` writes a message as two writes (the JSON, then the newline) without flushing. Redirected to a
+    file, stdout is block-buffered: the steps would arrive only when the process ends (never if it is killed), and
+    a buffer flush could cut a line in two with the merged stderr between the halves. Unbuffered (``python -u``,
+    ``PYTHONUNBUFFERED``), the JSON and its newline are two system calls, with the same risk. Line-buffered without
+    write-through, each message reaches the log as ONE write, when its newline is written."""
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None:
-        reconfigure(line_buffering=True)
+        reconfigure(line_buffering=True, write_through=False)
 
 
 def _main(name: str, work: Callable[[Any], None]) -> int:
