@@ -21,6 +21,12 @@ the hood, plain HTTP to the head's dashboard port, no Ray Client and no ``ray.in
   resumes from the newest checkpoint inside the segment, as a local segment does. A Dagster run that is
   interrupted stops its job.
 
+**Authentication.** Ray 2.60 turns token authentication on for a cluster started where a token exists
+(``~/.ray/auth_token``, ``RAY_AUTH_TOKEN``) or with ``RAY_AUTH_MODE=token``: its job server then answers 401 without
+``Authorization: Bearer <token>``. The resource sends that header when the orchestrator's environment holds the
+token in ``auth_token_env`` (``RAY_AUTH_TOKEN`` by default; a Kubernetes Secret on the Dagster pods), so the token
+never enters the Dagster config; a refusal fails the asset saying so.
+
 **Shared storage.** The job reads the run from the store and writes step logs and checkpoints where the
 orchestrator reads them: the store file, run directories and prepared data must be at the same paths on the
 orchestrator and on every Ray node that can run the job (a directory on this host for a local cluster, a
@@ -37,6 +43,7 @@ install per node and job; results are bit-identical to a local run only on the s
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import shlex
@@ -82,6 +89,12 @@ class RayJobComputeResource(PipesComputeResource):
         default=None, ge=0, description="Memory (bytes) reserved for the job's entrypoint (None: none)."
     )
     poll_interval_s: float = Field(default=1.0, gt=0, description="How often the job's status is polled.")
+    auth_token_env: str | None = Field(
+        default="RAY_AUTH_TOKEN",
+        description="Environment variable of the orchestrator holding the cluster's token (Ray token authentication, "
+                    "on by default for clusters started where ~/.ray/auth_token exists): when set, every request "
+                    "carries `Authorization: Bearer <token>`. The token itself never goes in the config.",
+    )
 
     @model_validator(mode="after")
     def _engine_and_device(self):
@@ -134,11 +147,18 @@ class RayJobComputeResource(PipesComputeResource):
             params["entrypoint_memory"] = self.entrypoint_memory_bytes
         return params
 
+    def headers(self) -> dict[str, str] | None:
+        """The HTTP headers of every request to the job server: the bearer token from ``auth_token_env`` when set."""
+        token = os.environ.get(self.auth_token_env) if self.auth_token_env else None
+        return {"Authorization": f"Bearer {token}"} if token else None
+
     def client(self):
-        """A fresh ``PipesRayJobClient`` (its message reader follows one job)."""
+        """A fresh ``PipesRayJobClient`` (its message reader follows one job; both its submission client and its
+        log reader send :meth:`headers`)."""
         from dagster_ray.core.pipes import PipesRayJobClient
 
-        return PipesRayJobClient(address=self.address, poll_interval=self.poll_interval_s, forward_termination=True)
+        return PipesRayJobClient(address=self.address, headers=self.headers(), poll_interval=self.poll_interval_s,
+                                 forward_termination=True)
 
     def launch(self, context, args: list[str]):
         params = self.submit_job_params(args)
@@ -149,8 +169,14 @@ class RayJobComputeResource(PipesComputeResource):
             raise Failure(f"no Ray job server at {self.address} ({exc}). Fix: start the cluster (`ray start --head "
                           "--dashboard-host 0.0.0.0`) or set the address of its dashboard (port 8265 by default; on "
                           "Kubernetes the head service, http://<raycluster>-head-svc.<namespace>.svc:8265).") from exc
-        except RuntimeError as exc:
-            if not str(exc).startswith("[pipes] Ray job"):
+        except Exception as exc:
+            if type(exc).__name__ == "AuthenticationError":  # ray.exceptions: a 401 / 403 from the job server
+                where = f"${self.auth_token_env}" if self.auth_token_env else "auth_token_env"
+                raise Failure(f"the Ray job server at {self.address} refused the request: {exc}\nFix: put the "
+                              f"cluster's token in {where} in the orchestrator's environment (on Kubernetes from the "
+                              "Secret the cluster's token comes from), or start the cluster with "
+                              "RAY_AUTH_MODE=disabled where its network is private.") from exc
+            if not (isinstance(exc, RuntimeError) and str(exc).startswith("[pipes] Ray job")):
                 raise
             raise Failure(f"{exc}\nThe job's whole log: `ray job logs {params['submission_id']} --address "
                           f"{self.address}`. A retry of the segment resumes from its newest checkpoint.") from exc

@@ -95,3 +95,15 @@ def test_the_resource_imports_neither_ray_nor_dagster_ray_until_it_launches():
             "print(sorted(m for m in ('ray', 'dagster_ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out.splitlines()[-1] == "[]"
+
+
+def test_the_token_goes_in_a_header_from_the_environment_never_in_the_config(monkeypatch):
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    res = RayJobComputeResource(address="http://x:8265")
+    assert res.headers() is None  # no token: no header (an open cluster)
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "t0ken")
+    assert res.headers() == {"Authorization": "Bearer t0ken"}
+    monkeypatch.setenv("PC_OTHER_TOKEN", "other")
+    assert RayJobComputeResource(address="http://x:8265", auth_token_env="PC_OTHER_TOKEN").headers() == {
+        "Authorization": "Bearer other"}
+    assert RayJobComputeResource(address="http://x:8265", auth_token_env=None).headers() is None
