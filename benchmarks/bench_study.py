@@ -334,7 +334,7 @@ def _stats_table(stats: list[study.RunStats], eps: dict[str, float], jobs: list[
     for s in sorted(stats, key=lambda s: (s.seed, list(VARIANTS).index(var[s.run_id]) if var[s.run_id] in VARIANTS
                                           else len(VARIANTS))):
         lines.append(
-            f"| `{s.run_id}` | {LABELS.get(var[s.run_id], var[s.run_id])} | {s.seed} | {s.steps} | {s.sampled_rollouts:,} "
+            f"| `{s.run_id}` | {LABELS.get(var[s.run_id], var[s.run_id].replace('grpo-n', 'GRPO n='))} | {s.seed} | {s.steps} | {s.sampled_rollouts:,} "
             f"| {s.trained_rollouts:,} | {s.multi_round_share:.1%} | {s.evicted:,} | {s.prompts_consumed:,} | "
             f"{eps.get(s.run_id, math.nan):.1f} | {s.fill_rate:.3f} | {s.informative_share:.3f} | "
             f"{s.compute_s / 60:.1f} min |")
