@@ -35,3 +35,11 @@ def write_section(path: Path, name: str, body: str) -> None:
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def docs_link(p: Path) -> str:
+    """``p`` as a link from docs/BENCHMARKS.md: relative to docs/ when it lies under it, else as given."""
+    try:
+        return str(p.resolve().relative_to((Path(__file__).resolve().parent.parent / "docs").resolve()))
+    except ValueError:
+        return str(p)

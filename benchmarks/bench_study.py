@@ -31,13 +31,14 @@ import argparse
 import json
 import logging
 import math
+import statistics
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine, write_section
+from _report import docs_link, machine, write_section
 
 from pc_pipelines import study
 from pc_pipelines.reports import STUDY_RESULTS, RunCurves, format_count, format_ratio
@@ -133,10 +134,8 @@ def choose_size(rows: list[SizeRow]) -> int | None:
         return None
 
     def key(n: int) -> tuple[float, float]:
-        cost = sorted(float(r.rollouts) if r.rollouts is not None else math.inf for r in by_n[n])
-        peak = study.median([r.peak for r in by_n[n]]) or 0.0
-        return (cost[len(cost) // 2] if len(cost) % 2 else (cost[len(cost) // 2 - 1] + cost[len(cost) // 2]) / 2,
-                -peak)
+        cost = statistics.median(float(r.rollouts) if r.rollouts is not None else math.inf for r in by_n[n])
+        return cost, -(study.median([r.peak for r in by_n[n]]) or 0.0)
 
     return min(by_n, key=key)
 
@@ -219,12 +218,11 @@ def _variant(job: study.StudyJob) -> str:
 
 def epochs(store: Store, run_ids: list[str]) -> dict[str, float]:
     """Prompts consumed / pool size per run: how many times the run cycled the RL pool."""
-    out = {}
-    for r in store.query("SELECT run_id, config_json FROM runs WHERE list_contains(?, run_id)", [run_ids]):
-        pool = json.loads(r["config_json"])["task"]["num_prompts"]
-        got = store.query("SELECT coalesce(sum(prompts_consumed), 0) AS c FROM steps WHERE run_id = ?", [r["run_id"]])
-        out[r["run_id"]] = float(got[0]["c"]) / pool
-    return out
+    consumed = {r["run_id"]: float(r["c"]) for r in store.query(
+        "SELECT run_id, coalesce(sum(prompts_consumed), 0) AS c FROM steps WHERE list_contains(?, run_id) GROUP BY run_id",
+        [run_ids])}
+    return {r["run_id"]: consumed.get(r["run_id"], 0.0) / json.loads(r["config_json"])["task"]["num_prompts"]
+            for r in store.query("SELECT run_id, config_json FROM runs WHERE list_contains(?, run_id)", [run_ids])}
 
 
 def repro_lines(store: Store, main: list[study.StudyJob], isa: list[study.StudyJob]) -> list[str]:
@@ -319,8 +317,8 @@ def study_section(store: Store, img_dir: Path, main: list[study.StudyJob], isa: 
     per_step = study.plot_per_step([stats[j.run_id] for j in main if j.run_id in stats and _variant(j) in
                                     ("pc-paper", "pc-paper-noevict")], Path(img_dir) / "bench_rounds_per_step.png",
                                    "rounds")
-    lines += ["### Plots", "", f"![bench accuracy vs rollouts]({_rel_docs(plot)})",
-              f"![bench rounds per step, paper PC with and without eviction]({_rel_docs(per_step)})", ""]
+    lines += ["### Plots", "", f"![bench accuracy vs rollouts]({docs_link(plot)})",
+              f"![bench rounds per step, paper PC with and without eviction]({docs_link(per_step)})", ""]
     results = {"preset": PRESET, "steps": main[0].steps if main else 0, "seeds": seeds, "grpo_best_n": best_n,
                "medians": medians, "reproducibility": rep, "command": "make bench-efficiency"}
     return "\n".join(lines) + "\n", results
@@ -334,18 +332,12 @@ def _stats_table(stats: list[study.RunStats], eps: dict[str, float], jobs: list[
     for s in sorted(stats, key=lambda s: (s.seed, list(VARIANTS).index(var[s.run_id]) if var[s.run_id] in VARIANTS
                                           else len(VARIANTS))):
         lines.append(
-            f"| `{s.run_id}` | {LABELS.get(var[s.run_id], var[s.run_id])} | {s.seed} | {s.steps} | {s.sampled_rollouts:,} "
+            f"| `{s.run_id}` | {LABELS.get(var[s.run_id], var[s.run_id].replace('grpo-n', 'GRPO n='))} | {s.seed} | {s.steps} | {s.sampled_rollouts:,} "
             f"| {s.trained_rollouts:,} | {s.multi_round_share:.1%} | {s.evicted:,} | {s.prompts_consumed:,} | "
             f"{eps.get(s.run_id, math.nan):.1f} | {s.fill_rate:.3f} | {s.informative_share:.3f} | "
             f"{s.compute_s / 60:.1f} min |")
     return "\n".join(lines)
 
-
-def _rel_docs(p: Path) -> str:
-    try:
-        return str(p.resolve().relative_to((ROOT / "docs").resolve()))
-    except ValueError:
-        return str(p)
 
 
 # ---- command ----------------------------------------------------------------------------------------------------

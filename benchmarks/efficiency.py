@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine, write_section
+from _report import docs_link, machine, write_section
 
 from pc_pipelines import study
 from pc_pipelines.allocation import training_methods
@@ -178,15 +178,9 @@ def primary_section(store: Store, img_dir: Path, jobs, cmd: str, wall_s: float |
         "",
     ]
     for p in [*rep.plots, *extra]:
-        lines.append(f"![{p.stem}]({_rel_docs(p)})")
+        lines.append(f"![{p.stem}]({docs_link(p)})")
     return "\n".join(lines) + "\n"
 
-
-def _rel_docs(p: Path) -> str:
-    try:
-        return str(p.resolve().relative_to((ROOT / "docs").resolve()))
-    except ValueError:
-        return str(p)
 
 
 # ---- ablations ------------------------------------------------------------------------------------------------
@@ -269,7 +263,7 @@ def ablation_section(store: Store, name: str, engine: str, variants: dict[str, l
         "",
         *_oracle_gap(rows),
         *_where_rollouts_went(store, base, variants, rows),
-        f"![ablate_{name}_{engine}]({_rel_docs(plot)})",
+        f"![ablate_{name}_{engine}]({docs_link(plot)})",
     ]
     return "\n".join(lines) + "\n"
 
