@@ -171,16 +171,22 @@ def test_a_sigkilled_writer_leaves_no_lock_behind(tmp_path):
 
 
 def test_two_trains_on_one_run_second_is_refused(tmp_path, base_policy):
-    first = popen("train", "--method", "pc", "--steps", "3", "--out", str(tmp_path), "--run-name", "t", "--policy",
+    """The first writer still holds the run when the second asks for it: it has far more steps to go than a second
+    process takes to start (a 3-step first run could finish first on a loaded machine, and then nothing was refused);
+    once the second is refused, the first is stopped at a step boundary, and its steps are all there, once each."""
+    first = popen("train", "--method", "pc", "--steps", "500", "--out", str(tmp_path), "--run-name", "t", "--policy",
                   str(base_policy), "--json", "--quiet", "--seed", "3", *TRAIN)
     wait_lines(first, 1)
     second = train(tmp_path, "t", base_policy, 3, "--resume")
+    assert first.poll() is None, "the first run ended before the second was refused: nothing was tested"
+    first.send_signal(signal.SIGTERM)
     out, err = first.communicate(timeout=600)
-    assert first.returncode == 0, err[-2000:]
+    assert first.returncode == 143, err[-2000:]
     assert second.returncode == 2 and f"pid {first.pid}" in second.stderr and "Fix:" in second.stderr
     no_traceback(second.stderr)
-    assert steps_of(tmp_path / "pc.duckdb", "t") == [0, 1, 2]
-    assert run_row(tmp_path / "pc.duckdb", "t")["status"] == "finished"
+    last = len(out.splitlines())  # the step the first stopped after (step 0's line was read before)
+    assert steps_of(tmp_path / "pc.duckdb", "t") == list(range(last + 1))
+    assert run_row(tmp_path / "pc.duckdb", "t")["status"] == "stopped"
 
 
 # ---- checkpoints that verify themselves ---------------------------------------------------------------------------
