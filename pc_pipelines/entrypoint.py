@@ -34,6 +34,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .errors import RunError
@@ -144,6 +145,13 @@ def _line_buffered_stdout() -> None:
         reconfigure(line_buffering=True, write_through=False)
 
 
+def code_origin(name: str) -> str:
+    """The first line a Pipes-launched command logs: which code and interpreter run it. On a cluster the package may
+    come from the image or be shipped with the job (a Ray runtime environment's ``py_modules`` puts its copy first on
+    the path): the orchestrator's log says which ran."""
+    return f"pilot-commit {name}: code {Path(__file__).resolve().parent}, python {sys.executable}"
+
+
 def _main(name: str, work: Callable[[Any], None]) -> int:
     """Run ``work(pipes)`` inside a Pipes session when launched by a Pipes client, else ``work(None)``; a
     ``RunError`` or a store refusal (another writer holds the run, say) becomes exit code 2 with its message (which
@@ -156,6 +164,7 @@ def _main(name: str, work: Callable[[Any], None]) -> int:
 
             _line_buffered_stdout()
             with open_dagster_pipes() as pipes:
+                pipes.log.info(code_origin(name))
                 work(pipes)
         else:
             work(None)

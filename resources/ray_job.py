@@ -36,10 +36,11 @@ against the orchestrator's working directory (a Ray job runs in a working direct
 
 **Code.** The job runs ``pilot-commit`` from its ``PATH`` (or ``<python> -m pc_pipelines.cli`` with ``python``
 set): on a local cluster started from this environment that is this very installation, and a real cluster's image
-must have this package installed (``k8s/Dockerfile``'s image, as the Ray head and worker image). Shipping the code
-instead (``py_modules=[<path of pc_pipelines>]`` and ``pip`` with its dependencies) is what Ray offers for images
-without it (not run here; a package install per node and job). Results are bit-identical to a local run only on the
-same CPU kernels and library versions.
+must have this package installed (``k8s/Dockerfile``'s image, as the Ray head and worker image). Newer code can
+travel with each job: ``py_modules=[<path of pc_pipelines>]`` (Ray zips the package, uploads it once per content
+hash, and puts its copy first on the job's path; the Ray integration test runs every job this way, and the
+entrypoint's first Pipes log line names the code it ran). ``pip`` would install dependencies per node and job (not
+run here). Results are bit-identical to a local run only on the same CPU kernels and library versions.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import torch
 from dagster import DagsterInstance, materialize
 from safetensors.torch import load_file
 
+import pc_pipelines
 from assets.evaluation import segment_eval
 from assets.jobs import start_run
 from assets.training import training_segment
@@ -249,8 +250,12 @@ def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_he
     t0 = time.monotonic()
     instance = DagsterInstance.ephemeral()
     local = resources(tmp_path, LocalComputeResource())
+    # The code travels with each job (runtime_env py_modules: Ray zips the package, uploads it to the cluster and puts
+    # its copy first on the job's path), as it would to nodes whose image lacks it; the config is the run's row in
+    # the store, on the shared storage.
+    shipped = str(Path(pc_pipelines.__file__).resolve().parent)
     ray = resources(tmp_path, RayJobComputeResource(address=ray_head.address, auth_token_env=TOKEN_ENV,
-                                                    poll_interval_s=0.2))
+                                                    poll_interval_s=0.2, py_modules=[shipped]))
     register(instance, tmp_path, base_policy, "local")
     register(instance, tmp_path, base_policy, "ray")
     store = Store(tmp_path / "pc.duckdb")
@@ -270,6 +275,10 @@ def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_he
     assert meta["reported/checkpoint"].value.endswith("ray/checkpoints/step-00000001")
     logs = [e.message for e in instance.all_logs(out.run_id) if e.message]
     assert any(m.startswith("step 1: rollouts") for m in logs)  # the job's Pipes log lines reached Dagster
+    (origin,) = [m for m in logs if m.startswith("pilot-commit train-segment: code ")]
+    ran = Path(origin.removeprefix("pilot-commit train-segment: code ").split(",")[0])
+    assert ran != Path(shipped) and ray_head.temp_dir in str(ran) and "py_modules" in str(ran), origin
+    assert ran.name == "pc_pipelines" and (ran / "entrypoint.py").read_bytes() == (Path(shipped) / "entrypoint.py").read_bytes()
     emeta = out.asset_materializations_for_node("segment_eval")[0].metadata
     assert emeta["compute"].value == "RayJobComputeResource" and emeta["step"].value == 1
     assert emeta["average_accuracy"].value == pytest.approx(meta["eval_accuracy"].value)  # = the loop's own eval
