@@ -26,3 +26,30 @@ class TransformersEngineResource(RolloutEngineResource):
         from pc_pipelines.rollout.transformers_engine import TransformersEngine  # torch: when an engine is built
 
         return TransformersEngine(model, tokenizer, device=self.device, max_batch_sequences=self.max_batch_sequences)
+
+
+class RayRolloutEngineResource(RolloutEngineResource):
+    """Data-parallel rollouts for the local loop: each generation round spread over ``num_actors`` Ray actors
+    (:class:`~pc_pipelines.rollout.RayRolloutEngine`), the policy's new weights pushed to them after each update.
+    A round equals :class:`TransformersEngineResource`'s with the same ``max_batch_sequences``, bit for bit (one
+    torch thread per actor, as the loop's default ``training.torch_threads``). Only chunks run in parallel: set
+    ``max_batch_sequences`` to about a round's sequences / ``num_actors`` (this changes the draws, as it does for
+    the single engine; keep it fixed for a run, resumes included). The engine's actors, and the local Ray it starts
+    when ``ray_address`` is None and this process has none, are stopped when the segment or evaluation ends."""
+
+    num_actors: int = Field(default=2, ge=1, description="Rollout actors (one CPU each).")
+    max_batch_sequences: int = Field(default=4096, ge=1, description="Sequences per chunk; chunk c goes to actor "
+                                                                       "c % num_actors.")
+    ray_address: str | None = Field(default=None, description="An existing cluster (auto, HOST:6379, ray://HOST:10001); "
+                                                              "None: this process's Ray, or a local one it starts.")
+    threads_per_actor: int = Field(default=1, ge=1, description="torch threads (and Ray CPUs) per actor.")
+    object_store_memory: int | None = Field(default=None, ge=1, description="Bytes of object store of the local Ray "
+                                                                          "it starts (None: Ray's default).")
+
+    def build(self, model, tokenizer) -> RolloutEngine:
+        from pc_pipelines.rollout.ray_engine import RayRolloutEngine  # torch and Ray: when an engine is built
+
+        return RayRolloutEngine(model, tokenizer, num_actors=self.num_actors,
+                                max_batch_sequences=self.max_batch_sequences, ray_address=self.ray_address,
+                                threads_per_actor=self.threads_per_actor,
+                                object_store_memory=self.object_store_memory)

@@ -8,21 +8,43 @@ from pathlib import Path
 
 from .compute import K8sComputeResource, KubeRayComputeResource, LocalComputeResource
 from .data import DataResource
-from .engines import TransformersEngineResource
+from .engines import RayRolloutEngineResource, RolloutEngineResource, TransformersEngineResource
 from .ray_job import RayJobComputeResource
 from .storage import LocalCheckpointResource, StoreResource
 
 ENVIRONMENTS = ("local", "k8s", "ray")
 
 
+def _positive(env: dict[str, str], name: str, default: int) -> int:
+    raw = env.get(name) or str(default)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise RuntimeError(f"{name}={raw!r}: must be a whole number >= 1. Fix: set it so, or unset it.")
+    return value
+
+
+def local_engine(env: dict[str, str] | None = None) -> RolloutEngineResource:
+    """The local loop's rollout engine: the transformers engine in this process, or with ``PC_ROLLOUT_ACTORS=N``
+    its rounds spread over N Ray actors (:class:`RayRolloutEngineResource`; ``PC_ROLLOUT_CHUNK`` sets its
+    ``max_batch_sequences``, default 4096, the single engine's: set it to about a round's sequences / N)."""
+    env = dict(os.environ if env is None else env)
+    if not env.get("PC_ROLLOUT_ACTORS"):
+        return TransformersEngineResource()
+    return RayRolloutEngineResource(num_actors=_positive(env, "PC_ROLLOUT_ACTORS", 2),
+                                    max_batch_sequences=_positive(env, "PC_ROLLOUT_CHUNK", 4096))
+
+
 def local_resources() -> dict:
     """The embedded environment: everything in this process, files under ``runs/``. The real datasets' paths come
     from ``PC_DEEPMATH_PATH`` / ``PC_POLARIS_PATH`` when set (read when this is called; unset leaves the path empty
-    and the asset says how to provide it)."""
+    and the asset says how to provide it); the rollout engine from :func:`local_engine`."""
     return {
         "store": StoreResource(),
         "checkpoints": LocalCheckpointResource(),
-        "engine": TransformersEngineResource(),
+        "engine": local_engine(),
         "compute": LocalComputeResource(),
         "data": DataResource(
             deepmath_path=os.environ.get("PC_DEEPMATH_PATH") or None,

@@ -18,6 +18,7 @@ from .base import (
     RolloutRequest,
     SamplingParams,
     check_outputs,
+    close_engine,
     derive_seed,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "RolloutRequest",
     "SamplingParams",
     "check_outputs",
+    "close_engine",
     "derive_seed",
 ]
 

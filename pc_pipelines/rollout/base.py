@@ -89,6 +89,14 @@ EngineFactory = Callable[[Any, Any], RolloutEngine]
 """(model, tokenizer) -> an engine bound to that policy: how a run chooses its engine for the policy it loads."""
 
 
+def close_engine(engine: RolloutEngine | None) -> None:
+    """Let an engine's processes go when its user is done with it: an engine that holds some (Ray actors, and the
+    local Ray it started) has ``close()``; in-process engines need nothing."""
+    close = getattr(engine, "close", None)
+    if callable(close):
+        close()
+
+
 def check_outputs(requests: Sequence[RolloutRequest], outputs: Sequence[RequestOutput]) -> None:
     """The contract every engine keeps: one output per request, exactly ``n`` rollouts each, aligned fields."""
     if len(outputs) != len(requests):

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import RunError
 from ..evaluation import EvalResult, eval_seed, evaluate_sets
 from ..rewards import MathGrader
-from ..rollout import EngineFactory
+from ..rollout import EngineFactory, close_engine
 from .checkpoints import checkpoint_at
 from .spec import TrainingRun
 
@@ -25,9 +25,12 @@ def evaluate_policy(run: TrainingRun, policy_dir: Path, step: int, engine_factor
     cfg = run.config.training
     model, tok = load_policy(policy_dir)
     engine = engine_factory(model, tok) if engine_factory is not None else TransformersEngine(model, tok, device=device)
-    with MathGrader(overlong_reward=cfg.overlong_reward) as grader:
-        return evaluate_sets(engine, grader, run.task.eval_sets, cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p,
-                             cfg.max_response_length, eval_seed(run.config.seed, step))
+    try:
+        with MathGrader(overlong_reward=cfg.overlong_reward) as grader:
+            return evaluate_sets(engine, grader, run.task.eval_sets, cfg.eval_samples, cfg.eval_temperature,
+                                 cfg.eval_top_p, cfg.max_response_length, eval_seed(run.config.seed, step))
+    finally:
+        close_engine(engine)
 
 
 def evaluate_checkpoint(run: TrainingRun, step: int, engine_factory: EngineFactory | None = None,

@@ -24,7 +24,7 @@ from ..allocation import Allocator, EngineCall, StepOutcome
 from ..errors import RunError
 from ..evaluation import EvalResult, eval_seed, evaluate_sets
 from ..rewards import MathGrader
-from ..rollout import EngineFactory, RolloutRequest, SamplingParams, derive_seed
+from ..rollout import EngineFactory, RolloutRequest, SamplingParams, close_engine, derive_seed
 from ..rollout.transformers_engine import TransformersEngine
 from ..training import PolicyTrainer, RolloutBatch
 from .backend import StepResult
@@ -234,3 +234,4 @@ class LocalBackend:
     def close(self) -> None:
         if self.grader is not None:
             self.grader.close()
+        close_engine(self.engine)  # an engine that holds processes (Ray actors, a local Ray) lets them go

@@ -29,10 +29,12 @@ def test_training_loop_through_ray_equals_single_engine(base_policy, policy_cach
                  "training.eval_every": 100,
                  "training.eval_samples": 1}  # 32 rollouts a step: 2 chunks of 16
     engines: list[RayRolloutEngine] = []
+    cpus: list[float] = []
 
     def ray_engine(model, tok):
         engines.append(RayRolloutEngine(model, tok, num_actors=2, max_batch_sequences=16,
                                         object_store_memory=100 * 1024**2))
+        cpus.append(ray.cluster_resources()["CPU"])
         return engines[-1]
 
     factories = {"single": lambda model, tok: TransformersEngine(model, tok, max_batch_sequences=16), "ray": ray_engine}
@@ -47,7 +49,8 @@ def test_training_loop_through_ray_equals_single_engine(base_policy, policy_cach
             store = Store(tmp_path / f"{name}.duckdb")
             res = run_segment(run, store, 2, engine_factory=factory)
             if name == "ray":
-                assert ray.cluster_resources()["CPU"] == 2  # bounded: num_actors x threads_per_actor
+                assert cpus == [2]  # bounded: num_actors x threads_per_actor
+                assert not ray.is_initialized()  # the segment closed its engine: the Ray it started is stopped
             rows[name] = (
                 store.query(f"SELECT step, sampled_rollouts, trained_rollouts, kept, loss, mean_reward, mean_reward_std, "
                             f"informative_share FROM steps WHERE run_id = '{name}' ORDER BY step"),
@@ -59,7 +62,6 @@ def test_training_loop_through_ray_equals_single_engine(base_policy, policy_cach
         for engine in engines:
             engine.close()
     assert len(engines) == 1 and engines[0].pushes == 1  # step 0's update, pushed before step 1's round
-    assert not ray.is_initialized()  # the engine started this Ray: close() stopped it
     assert procs.wait_gone(procs.descendants() - before) == set()
     steps, evals = rows["ray"]
     assert [r["step"] for r in steps] == [0, 1] and all(r["sampled_rollouts"] == 32 for r in steps)
@@ -67,3 +69,59 @@ def test_training_loop_through_ray_equals_single_engine(base_policy, policy_cach
     assert rows["ray"] == rows["single"]
     assert weights["ray"].keys() == weights["single"].keys()
     assert all(torch.equal(weights["ray"][k], weights["single"][k]) for k in weights["single"])
+
+
+def test_a_dagster_segment_on_ray_actors_equals_the_single_engine_and_lets_its_ray_go(base_policy, tmp_path, procs):
+    """The local Dagster path with the Ray engine resource (``PC_ROLLOUT_ACTORS``): a 2-step GRPO segment and its
+    evaluation, materialized with ``RayRolloutEngineResource`` (2 actors), write the same step rows, evaluations and
+    weights as with ``TransformersEngineResource`` at the same chunk size; when each asset ends, its engine's actors
+    and the local Ray it started are gone (the backend and the evaluation close their engine)."""
+    import ray
+    from dagster import DagsterInstance, materialize
+    from safetensors.torch import load_file
+
+    from assets.evaluation import segment_eval
+    from assets.jobs import start_run
+    from assets.training import training_segment
+    from pc_pipelines.store import Store
+    from resources import (
+        DataResource,
+        LocalCheckpointResource,
+        LocalComputeResource,
+        RayRolloutEngineResource,
+        StoreResource,
+        TransformersEngineResource,
+    )
+
+    overrides = ["task.num_prompts=8", "allocator.train_batch=4", "allocator.n=8", "training.ppo_minibatch=4",
+                 "training.eval_every=100", "training.eval_samples=1"]  # 32 rollouts a step: 2 chunks of 16
+    engines = {"single": TransformersEngineResource(max_batch_sequences=16),
+               "ray": RayRolloutEngineResource(num_actors=2, max_batch_sequences=16, object_store_memory=100 * 1024**2)}
+    instance = DagsterInstance.ephemeral()
+    before = procs.descendants()
+    for name, engine in engines.items():
+        res = {"data": DataResource(out_dir=str(tmp_path / "data")), "store": StoreResource(path=str(tmp_path / "pc.duckdb")),
+               "checkpoints": LocalCheckpointResource(root=str(tmp_path / "runs")), "compute": LocalComputeResource(),
+               "engine": engine}
+        cfg = {"method": "grpo", "overrides": overrides, "segment_steps": 2, "total_steps": 2, "run_name": name,
+               "policy_path": str(base_policy)}
+        assert start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},
+                                            instance=instance, resources=res).success
+        out = materialize([training_segment, segment_eval], partition_key=f"{name}/seg-0000", instance=instance,
+                          resources=res)
+        assert out.success
+        assert not ray.is_initialized()  # the segment's engine started this process's Ray and stopped it
+    assert procs.wait_gone(procs.descendants() - before) == set()
+    store = Store(tmp_path / "pc.duckdb")
+    got = {name: (store.query("SELECT step, sampled_rollouts, trained_rollouts, loss, mean_reward, informative_share "
+                              "FROM steps WHERE run_id = ? ORDER BY step", [name]),
+                  store.query("SELECT step, benchmark, accuracy FROM eval_results WHERE run_id = ? "
+                              "ORDER BY step, benchmark", [name]))
+           for name in engines}
+    steps, evals = got["ray"]
+    assert [r["step"] for r in steps] == [0, 1] and all(r["sampled_rollouts"] == 32 for r in steps)
+    assert {r["step"] for r in evals} == {-1, 1}  # the loop's evaluation before training and segment_eval's after
+    assert got["ray"] == got["single"]
+    w = {name: load_file(str(tmp_path / "runs" / name / "checkpoints" / "step-00000001" / "policy" / "model.safetensors"))
+         for name in engines}
+    assert all(torch.equal(w["ray"][k], w["single"][k]) for k in w["single"])

@@ -107,3 +107,46 @@ def test_the_token_goes_in_a_header_from_the_environment_never_in_the_config(mon
     assert RayJobComputeResource(address="http://x:8265", auth_token_env="PC_OTHER_TOKEN").headers() == {
         "Authorization": "Bearer other"}
     assert RayJobComputeResource(address="http://x:8265", auth_token_env=None).headers() is None
+
+
+def test_the_local_loops_engine_is_chosen_by_pc_rollout_actors():
+    from resources import RayRolloutEngineResource, TransformersEngineResource
+    from resources.environments import local_engine
+
+    assert isinstance(local_engine({}), TransformersEngineResource)
+    engine = local_engine({"PC_ROLLOUT_ACTORS": "3", "PC_ROLLOUT_CHUNK": "64"})
+    assert isinstance(engine, RayRolloutEngineResource)
+    assert (engine.num_actors, engine.max_batch_sequences, engine.ray_address) == (3, 64, None)
+    assert local_engine({"PC_ROLLOUT_ACTORS": "2"}).max_batch_sequences == 4096  # the single engine's chunks
+    for bad in ({"PC_ROLLOUT_ACTORS": "two"}, {"PC_ROLLOUT_ACTORS": "0"}, {"PC_ROLLOUT_ACTORS": "2", "PC_ROLLOUT_CHUNK": "-1"}):
+        with pytest.raises(RuntimeError, match=r"PC_ROLLOUT_(ACTORS|CHUNK)=.*Fix:"):
+            local_engine(bad)
+
+
+def test_an_engine_with_processes_is_closed_when_the_evaluation_ends(monkeypatch, tmp_path):
+    """evaluate_policy closes the engine it built (a Ray engine's actors and local Ray), also when grading fails."""
+    from types import SimpleNamespace
+
+    from pc_pipelines.run import evaluate as evaluate_mod
+
+    closed = []
+
+    class Engine:
+        def close(self):
+            closed.append(True)
+
+    monkeypatch.setattr("pc_pipelines.training.base_policy.load_policy", lambda path: ("model", "tok"))
+    monkeypatch.setattr(evaluate_mod, "evaluate_sets", lambda *a, **k: "result")
+    run = SimpleNamespace(config=SimpleNamespace(training=SimpleNamespace(
+        overlong_reward=0.0, eval_samples=1, eval_temperature=1.0, eval_top_p=1.0, max_response_length=4), seed=0),
+        task=SimpleNamespace(eval_sets=[]))
+    assert evaluate_mod.evaluate_policy(run, tmp_path, 0, lambda m, t: Engine()) == "result"
+    assert closed == [True]
+
+    def boom(*a, **k):
+        raise ValueError("grading failed")
+
+    monkeypatch.setattr(evaluate_mod, "evaluate_sets", boom)
+    with pytest.raises(ValueError, match="grading failed"):
+        evaluate_mod.evaluate_policy(run, tmp_path, 0, lambda m, t: Engine())
+    assert closed == [True, True]
