@@ -2,6 +2,7 @@
 
 
 from abc import abstractmethod
+from typing import Literal
 
 from dagster import ConfigurableResource
 from pydantic import Field
@@ -43,6 +44,11 @@ class RayRolloutEngineResource(RolloutEngineResource):
     ray_address: str | None = Field(default=None, description="An existing cluster (auto, HOST:6379, ray://HOST:10001); "
                                                               "None: this process's Ray, or a local one it starts.")
     threads_per_actor: int = Field(default=1, ge=1, description="torch threads (and Ray CPUs) per actor.")
+    engine: Literal["transformers", "vllm"] = Field(
+        default="transformers", description="The actors' engine: transformers (CPU; rounds bit-identical to the single "
+                                            "engine's) or vllm (one GPU per actor; experimental, not run on GPUs).")
+    gpus_per_actor: float | None = Field(default=None, ge=0, description="Ray GPUs per actor (None: 1 for vllm, 0 for "
+                                                                         "transformers).")
     object_store_memory: int | None = Field(default=None, ge=1, description="Bytes of object store of the local Ray "
                                                                           "it starts (None: Ray's default).")
 
@@ -52,4 +58,5 @@ class RayRolloutEngineResource(RolloutEngineResource):
         return RayRolloutEngine(model, tokenizer, num_actors=self.num_actors,
                                 max_batch_sequences=self.max_batch_sequences, ray_address=self.ray_address,
                                 threads_per_actor=self.threads_per_actor,
-                                object_store_memory=self.object_store_memory)
+                                object_store_memory=self.object_store_memory, engine=self.engine,
+                                gpus_per_actor=self.gpus_per_actor)

@@ -1,4 +1,4 @@
-"""Data-parallel rollouts: one generation round spread over N :class:`TransformersEngine` actors in Ray.
+"""Data-parallel rollouts: a generation round spread over N Ray actors (TransformersEngine; vLLM on GPU nodes).
 
 :meth:`RayRolloutEngine.generate` plans the round exactly as :class:`~.transformers_engine.TransformersEngine` does
 (:func:`~.transformers_engine.plan_round`: sequences sorted by prompt length, chunks of at most
@@ -13,6 +13,12 @@ as is ``threads_per_actor``). Parallelism comes from chunks: a round of ``S`` se
 ``ceil(S / max_batch_sequences)`` chunks, and only that many actors get work (pick ``max_batch_sequences`` about
 ``S / N`` or smaller; it is also the single engine's, so changing it changes the round's draws for both). Actors on
 other machines compute the same bits only on the same CPU kernels (AVX2 and AVX-512 builds differ in the last bits).
+
+vLLM actors (``engine="vllm"``, one GPU each by default): request ``i`` of a round goes to actor ``i % N`` with its
+position ``i`` and samples from ``seed + i``, as in one :class:`~.vllm_engine.VLLMEngine` call over the whole round
+(whose per-request seeds make a request's rollouts independent of the batch it is in). Each actor's vLLM loads the
+policy's directory (``model.name_or_path``, on storage its node sees) and gets new weights through ``apply_model``.
+**Experimental**: this path has run here only against a stand-in ``vllm`` module (CPU machines cannot install vLLM).
 
 Weights. The actors start from a copy of the model (one ``ray.put``, shared by all actors). Before each round the
 engine pushes the driver model's current ``state_dict`` to every actor (one ``ray.put``, then ``load_state_dict`` in
@@ -51,24 +57,43 @@ from .transformers_engine import TransformersEngine, plan_round
 log = logging.getLogger(__name__)
 
 
-class _RolloutActor:
-    """A Ray actor's state: a :class:`TransformersEngine` on a CPU copy of the policy (wrapped by ``ray.remote``)."""
+ENGINES = ("transformers", "vllm")
 
-    def __init__(self, model, tokenizer, threads: int) -> None:
+
+class _RolloutActor:
+    """A Ray actor's state (wrapped by ``ray.remote``): its copy of the policy on the CPU and the engine serving it,
+    a :class:`TransformersEngine`, or a :class:`~.vllm_engine.VLLMEngine` on the actor's GPU (its vLLM loads the
+    policy's directory, ``model.name_or_path``, which the node must see; new weights go in by ``apply_model``)."""
+
+    def __init__(self, model, tokenizer, threads: int, engine: str = "transformers") -> None:
         torch.set_num_threads(threads)
         model.eval()
-        self.engine = TransformersEngine(model, tokenizer, device="cpu")
+        self.policy = model
+        if engine == "vllm":
+            from .vllm_engine import VLLMEngine
+
+            self.engine = VLLMEngine.for_policy(model, tokenizer)
+            self.engine.sync_every_call = False  # pushed after load_weights (mark_stale), not before every round
+        else:
+            self.engine = TransformersEngine(model, tokenizer, device="cpu")
 
     def ready(self) -> int:
         """The actor's torch thread count (a round-trip: the actor has started)."""
         return torch.get_num_threads()
 
     def load_weights(self, state: dict[str, torch.Tensor]) -> int:
-        self.engine.model.load_state_dict(state, strict=True)
+        self.policy.load_state_dict(state, strict=True)
+        mark_stale = getattr(self.engine, "mark_stale", None)
+        if mark_stale is not None:  # vLLM holds its own copy: push it before the next round
+            mark_stale()
         return len(state)
 
     def generate_chunks(self, chunks: list[tuple[list[list[int]], int]], params: SamplingParams) -> list[list[Rollout]]:
         return [self.engine.generate_chunk(prompts, params, seed) for prompts, seed in chunks]
+
+    def generate_requests(self, requests: list[RolloutRequest], params: SamplingParams,
+                          indices: list[int]) -> list[RequestOutput]:
+        return self.engine.generate(requests, params, indices)
 
 
 class RayRolloutEngine:
@@ -78,8 +103,11 @@ class RayRolloutEngine:
     ``max_batch_sequences``: the chunk size, as :class:`TransformersEngine`'s. ``ray_address``: an existing cluster
     (None: join this process's Ray or start a local one). ``threads_per_actor``: torch threads (and Ray CPUs) per
     actor. ``num_cpus``, ``object_store_memory``: for a local Ray this engine starts (default: ``num_actors *
-    threads_per_actor`` CPUs, Ray's default store). ``runtime_env``: the actors' Ray runtime environment.
-    ``start_timeout_s``: how long to wait for the actors to start.
+    threads_per_actor`` CPUs, Ray's default store). ``runtime_env``: the actors' Ray runtime environment (the job's,
+    where this engine connects to Ray: local directories in ``py_modules`` are uploaded only at that level).
+    ``start_timeout_s``: how long to wait for the actors to start. ``engine``: the actors' engine, ``transformers``
+    (chunks, bit-identical to the single engine) or ``vllm`` (requests dealt round-robin; experimental).
+    ``gpus_per_actor``: Ray GPUs per actor (default 1 for vLLM, 0 for transformers).
     """
 
     def __init__(
@@ -95,7 +123,15 @@ class RayRolloutEngine:
         object_store_memory: int | None = None,
         runtime_env: dict[str, Any] | None = None,
         start_timeout_s: float = 120.0,
+        engine: str = "transformers",
+        gpus_per_actor: float | None = None,
     ) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"engine={engine!r}: use one of {ENGINES}.")
+        if gpus_per_actor is None:
+            gpus_per_actor = 1.0 if engine == "vllm" else 0.0
+        if gpus_per_actor < 0:
+            raise ValueError(f"gpus_per_actor={gpus_per_actor}: must be >= 0.")
         if num_actors < 1:
             raise ValueError(f"num_actors={num_actors}: must be >= 1. Fix: use 1 or more (or TransformersEngine).")
         if threads_per_actor < 1:
@@ -116,13 +152,16 @@ class RayRolloutEngine:
         self.num_actors = int(num_actors)
         self.threads_per_actor = int(threads_per_actor)
         self.max_batch_sequences = int(max_batch_sequences)
-        self._encoder = TransformersEngine(model, tokenizer, max_batch_sequences=self.max_batch_sequences)  # checks pad
+        self.engine = engine
+        self.gpus_per_actor = float(gpus_per_actor)
+        if engine == "transformers":  # plans the rounds (and checks the pad token)
+            self._encoder = TransformersEngine(model, tokenizer, max_batch_sequences=self.max_batch_sequences)
         self.pushes = 0
         """How many times the weights were pushed to the actors (the copy at start not counted)."""
         self._actors: list[Any] = []
         self._owns_ray = False
         self._stale = False
-        self._connect(ray_address, num_cpus, object_store_memory)
+        runtime_env = self._connect(ray_address, num_cpus, object_store_memory, runtime_env)
         try:
             self._check_cpus(ray_address)
             self._start_actors(runtime_env, start_timeout_s)
@@ -131,7 +170,11 @@ class RayRolloutEngine:
             raise
 
     # -- cluster and actors ----------------------------------------------------------------------------------------
-    def _connect(self, address: str | None, num_cpus: int | None, object_store_memory: int | None) -> None:
+    def _connect(self, address: str | None, num_cpus: int | None, object_store_memory: int | None,
+                 runtime_env: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Join this process's Ray, connect to ``address`` or start a local one. Returns the runtime environment
+        the actors still need: a Ray this engine connects goes with ``runtime_env`` as its job's (where Ray uploads
+        local directories, ``py_modules`` / ``working_dir``); in a Ray joined, the actors carry it (URIs only)."""
         ray = self._ray
         if ray.is_initialized():
             joined = ray.get_runtime_context().gcs_address
@@ -139,27 +182,36 @@ class RayRolloutEngine:
                 log.warning("RayRolloutEngine: ray_address=%r ignored: this process is already connected to Ray at "
                             "%s (call ray.shutdown() first to use another cluster)", address, joined)
             log.info("RayRolloutEngine: joining this process's Ray (%s)", joined)
-            return
+            return runtime_env
         if address is not None:
-            ray.init(address=address, include_dashboard=False)
+            ray.init(address=address, include_dashboard=False, runtime_env=runtime_env)
             log.info("RayRolloutEngine: connected to the Ray cluster at %s", address)
         else:
             cpus = num_cpus if num_cpus is not None else self.num_actors * self.threads_per_actor
             ray.init(address="local", num_cpus=cpus, object_store_memory=object_store_memory,
-                     include_dashboard=False, _node_ip_address="127.0.0.1")
+                     include_dashboard=False, _node_ip_address="127.0.0.1", runtime_env=runtime_env)
             log.info("RayRolloutEngine: started a local Ray with %d CPUs", cpus)
         self._owns_ray = True  # this engine connected (a local Ray it started stops with it)
+        return None
 
     def _check_cpus(self, address: str | None) -> None:
-        total = self._ray.cluster_resources().get("CPU", 0.0)
+        resources = self._ray.cluster_resources()
+        total = resources.get("CPU", 0.0)
         need = self.num_actors * self.threads_per_actor
+        where = address or self._ray.get_runtime_context().gcs_address
         if total < need:
-            where = address or self._ray.get_runtime_context().gcs_address
             raise RuntimeError(
                 f"the Ray cluster at {where} has {total:g} CPUs; {self.num_actors} rollout actors of "
                 f"{self.threads_per_actor} thread(s) need {need}. Fix: use num_actors <= "
                 f"{int(total // self.threads_per_actor)}, or give the cluster more CPUs (ray.init(num_cpus=...), "
                 "`ray start --num-cpus=...`, or the KubeRay workers' CPU requests)."
+            )
+        gpus = resources.get("GPU", 0.0)
+        if gpus < self.num_actors * self.gpus_per_actor:
+            raise RuntimeError(
+                f"the Ray cluster at {where} has {gpus:g} GPUs; {self.num_actors} {self.engine} rollout actors of "
+                f"{self.gpus_per_actor:g} GPU(s) need {self.num_actors * self.gpus_per_actor:g}. Fix: use fewer "
+                "actors, a cluster with GPU nodes, or engine='transformers' on CPUs."
             )
 
     def _start_actors(self, runtime_env: dict[str, Any] | None, timeout: float) -> None:
@@ -168,12 +220,15 @@ class RayRolloutEngine:
         if next(model.parameters()).device.type != "cpu":
             model = copy.deepcopy(model).to("cpu")
         options: dict[str, Any] = {"num_cpus": self.threads_per_actor}
+        if self.gpus_per_actor:
+            options["num_gpus"] = self.gpus_per_actor
         if runtime_env is not None:
             options["runtime_env"] = runtime_env
         actor_cls = ray.remote(_RolloutActor).options(**options)
         model_ref, tok_ref = ray.put(model), ray.put(self.tokenizer)
         self._fingerprint = self._weights_fingerprint()
-        self._actors = [actor_cls.remote(model_ref, tok_ref, self.threads_per_actor) for _ in range(self.num_actors)]
+        self._actors = [actor_cls.remote(model_ref, tok_ref, self.threads_per_actor, self.engine)
+                        for _ in range(self.num_actors)]
         t0 = time.perf_counter()
         try:
             threads = ray.get([a.ready.remote() for a in self._actors], timeout=timeout)
@@ -232,6 +287,8 @@ class RayRolloutEngine:
     # -- generation ------------------------------------------------------------------------------------------------
     def generate(self, requests: Sequence[RolloutRequest], params: SamplingParams) -> list[RequestOutput]:
         self._check_open()
+        if self.engine == "vllm":
+            return self._generate_requests(requests, params)
         plan = plan_round([self._encoder.encode(r.prompt) for r in requests], [r.n for r in requests],
                           self.max_batch_sequences, params.seed)
         self.sync_weights()
@@ -244,6 +301,19 @@ class RayRolloutEngine:
             for c, out in zip(cs, outs):
                 results[c] = out
         return plan.assemble(requests, results)
+
+    def _generate_requests(self, requests: Sequence[RolloutRequest], params: SamplingParams) -> list[RequestOutput]:
+        """vLLM actors: request ``i`` goes to actor ``i % N`` with its position ``i``, so it samples from
+        ``params.seed + i`` exactly as in one :class:`~.vllm_engine.VLLMEngine` call over the whole round."""
+        self.sync_weights()
+        deal = [list(range(a, len(requests), self.num_actors)) for a in range(self.num_actors)]
+        busy = [(a, idx) for a, idx in enumerate(deal) if idx]
+        refs = [self._actors[a].generate_requests.remote([requests[i] for i in idx], params, idx) for a, idx in busy]
+        outputs: list[RequestOutput | None] = [None] * len(requests)
+        for (_, idx), outs in zip(busy, self._get(refs)):
+            for i, out in zip(idx, outs):
+                outputs[i] = out
+        return outputs  # type: ignore[return-value]
 
     def _check_open(self) -> None:
         if not self._actors:

@@ -77,16 +77,24 @@ class VLLMEngine:
         self.llm.apply_model(_LoadWeights(state))
         self._stale = False
 
-    def generate(self, requests: Sequence[RolloutRequest], params: SamplingParams) -> list[RequestOutput]:
+    def generate(self, requests: Sequence[RolloutRequest], params: SamplingParams,
+                 indices: Sequence[int] | None = None) -> list[RequestOutput]:
+        """One call for the whole round; request ``j`` samples from ``params.seed + indices[j]`` (default: its
+        position ``j``). A part of a round served elsewhere (:class:`~.ray_engine.RayRolloutEngine` deals requests
+        to vLLM actors) passes the requests' positions in the whole round, so the parts equal the whole call."""
         import vllm
 
+        if indices is None:
+            indices = range(len(requests))
+        elif len(indices) != len(requests):
+            raise ValueError(f"{len(indices)} indices for {len(requests)} requests: give one per request.")
         self._sync()
         prompt_ids = [self.tokenizer(r.prompt, add_special_tokens=False)["input_ids"] for r in requests]
         sampling = [
             vllm.SamplingParams(n=r.n, temperature=params.temperature, top_p=params.top_p,
                                 max_tokens=params.max_new_tokens, seed=params.seed + i, logprobs=0,
                                 skip_special_tokens=True)
-            for i, r in enumerate(requests)
+            for i, r in zip(indices, requests)
         ]
         outs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], sampling, use_tqdm=False)
         results = [RequestOutput(prompt_ids=ids, rollouts=[self._rollout(c) for c in out.outputs])
