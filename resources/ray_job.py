@@ -19,7 +19,7 @@ the hood, plain HTTP to the head's dashboard port, no Ray Client and no ``ray.in
   step when it can, SIGKILL after ``RAY_JOB_STOP_WAIT_TIME_S``, 3 s by default) or dies with its node fails the
   asset (the segment is recorded ``failed``); the retry (the ``advance_runs`` sensor, or a re-materialization)
   resumes from the newest checkpoint inside the segment, as a local segment does. A Dagster run that is
-  interrupted stops its job.
+  interrupted stops its job, and so does ``job_timeout_s`` (dagster-ray's client has no time limit of its own).
 
 **Authentication.** Ray 2.60 turns token authentication on for a cluster started where a token exists
 (``~/.ray/auth_token``, ``RAY_AUTH_TOKEN``) or with ``RAY_AUTH_MODE=token``: its job server then answers 401 without
@@ -45,10 +45,12 @@ run here). Results are bit-identical to a local run only on the same CPU kernels
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
 import shlex
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,8 @@ from dagster import Failure
 from pydantic import Field, model_validator
 
 from .compute import PipesComputeResource
+
+_log = logging.getLogger(__name__)
 
 
 def _absolute(path: str) -> str:
@@ -91,6 +95,11 @@ class RayJobComputeResource(PipesComputeResource):
         default=None, ge=0, description="Memory (bytes) reserved for the job's entrypoint (None: none)."
     )
     poll_interval_s: float = Field(default=1.0, gt=0, description="How often the job's status is polled.")
+    job_timeout_s: float | None = Field(
+        default=None, gt=0, description="Stop the job (through the job server) when it runs longer than this many "
+                                        "seconds, waiting for resources included; the segment then fails and its retry "
+                                        "resumes from the newest checkpoint (None: no limit).",
+    )
     auth_token_env: str | None = Field(
         default="RAY_AUTH_TOKEN",
         description="Environment variable of the orchestrator holding the cluster's token (Ray token authentication, "
@@ -162,9 +171,25 @@ class RayJobComputeResource(PipesComputeResource):
         return PipesRayJobClient(address=self.address, headers=self.headers(), poll_interval=self.poll_interval_s,
                                  forward_termination=True)
 
+    def _stop_job(self, submission_id: str, timed_out: threading.Event) -> None:
+        from ray.job_submission import JobSubmissionClient
+
+        timed_out.set()
+        try:
+            JobSubmissionClient(self.address, headers=self.headers()).stop_job(submission_id)
+        except Exception as exc:  # the job may have just ended; the launch reports what happened
+            timed_out.clear()
+            _log.warning("could not stop Ray job %s after job_timeout_s=%s: %s", submission_id, self.job_timeout_s, exc)
+
     def launch(self, context, args: list[str]):
         params = self.submit_job_params(args)
         client = self.client()
+        timed_out = threading.Event()
+        timer = None
+        if self.job_timeout_s:
+            timer = threading.Timer(self.job_timeout_s, self._stop_job, (params["submission_id"], timed_out))
+            timer.daemon = True
+            timer.start()
         try:
             return client.run(context=context, submit_job_params=params)
         except ConnectionError as exc:
@@ -180,5 +205,10 @@ class RayJobComputeResource(PipesComputeResource):
                               "RAY_AUTH_MODE=disabled where its network is private.") from exc
             if not (isinstance(exc, RuntimeError) and str(exc).startswith("[pipes] Ray job")):
                 raise
-            raise Failure(f"{exc}\nThe job's whole log: `ray job logs {params['submission_id']} --address "
+            why = (f"The job ran past job_timeout_s={self.job_timeout_s:g} and was stopped. Fix: raise job_timeout_s, "
+                   "or make segments shorter (segment_steps). " if timed_out.is_set() else "")
+            raise Failure(f"{exc}\n{why}The job's whole log: `ray job logs {params['submission_id']} --address "
                           f"{self.address}`. A retry of the segment resumes from its newest checkpoint.") from exc
+        finally:
+            if timer is not None:
+                timer.cancel()

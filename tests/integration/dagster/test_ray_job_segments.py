@@ -342,3 +342,19 @@ def test_a_cluster_that_wants_a_token_refuses_without_it_and_says_how_to_fix(ray
     assert not bad.success
     msg = failure_message(bad)
     assert "refused the request" in msg and "$PC_TEST_NO_SUCH_TOKEN" in msg and "Fix:" in msg
+
+
+def test_a_job_past_its_timeout_is_stopped_and_the_segment_fails_with_the_fix(ray_head, tmp_path, base_policy):
+    """job_timeout_s stops the job through the job server (a segment takes far longer than 2 s: the entrypoint alone
+    imports torch); the asset fails saying so and how to fix it, and the segment is recorded failed."""
+    instance = DagsterInstance.ephemeral()
+    register(instance, tmp_path, base_policy, "late")
+    res = resources(tmp_path, RayJobComputeResource(address=ray_head.address, auth_token_env=TOKEN_ENV,
+                                                    poll_interval_s=0.2, job_timeout_s=2))
+    t0 = time.monotonic()
+    bad = materialize([training_segment], partition_key="late/seg-0000", instance=instance, resources=res,
+                      raise_on_error=False)
+    assert not bad.success and time.monotonic() - t0 < 120
+    msg = failure_message(bad)
+    assert "STOPPED" in msg and "ran past job_timeout_s=2 and was stopped. Fix: raise job_timeout_s" in msg
+    assert Store(tmp_path / "pc.duckdb").segments("late")[0]["status"] == "failed"
