@@ -20,6 +20,7 @@ from .base import (
     check_outputs,
     close_engine,
     derive_seed,
+    sampling_plan,
 )
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "check_outputs",
     "close_engine",
     "derive_seed",
+    "sampling_plan",
 ]
 
 

@@ -89,6 +89,14 @@ EngineFactory = Callable[[Any, Any], RolloutEngine]
 """(model, tokenizer) -> an engine bound to that policy: how a run chooses its engine for the policy it loads."""
 
 
+def sampling_plan(engine: RolloutEngine | None) -> dict | None:
+    """What decides ``engine``'s draws besides the seed, the prompts and the weights (its ``sampling_plan()``: the
+    transformers engine's chunk size and device, say), or None when it does not say. Two engines with equal plans
+    draw the same rollouts (the Ray engine's plan is the single engine's), so a run may switch between them."""
+    plan = getattr(engine, "sampling_plan", None)
+    return plan() if callable(plan) else None
+
+
 def close_engine(engine: RolloutEngine | None) -> None:
     """Let an engine's processes go when its user is done with it: an engine that holds some (Ray actors, and the
     local Ray it started) has ``close()``; in-process engines need nothing."""

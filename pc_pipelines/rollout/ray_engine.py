@@ -259,6 +259,12 @@ class RayRolloutEngine:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def sampling_plan(self) -> dict:
+        """The single engine's plan: a round here equals its round (transformers actors run on the CPU)."""
+        if self.engine == "vllm":
+            return {"engine": "vllm"}
+        return {"engine": "transformers", "max_batch_sequences": self.max_batch_sequences, "device": "cpu"}
+
     # -- weights ---------------------------------------------------------------------------------------------------
     def _weights_fingerprint(self) -> tuple:
         return tuple((t._version, t.data_ptr()) for t in self.model.state_dict(keep_vars=True).values())

@@ -98,6 +98,11 @@ class TransformersEngine:
         self.pad_id = tokenizer.pad_token_id
         self._prompt_cache: dict[str, list[int]] = {}
 
+    def sampling_plan(self) -> dict:
+        """What decides this engine's draws besides the seed, the prompts and the weights (a run keeps it across
+        resumes): the chunk size and the device."""
+        return {"engine": "transformers", "max_batch_sequences": self.max_batch_sequences, "device": self.device.type}
+
     def encode(self, prompt: str) -> list[int]:
         ids = self._prompt_cache.get(prompt)
         if ids is None:

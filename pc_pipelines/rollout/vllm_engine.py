@@ -66,6 +66,10 @@ class VLLMEngine:
                        enable_prefix_caching=True, **llm_kwargs)
         return cls(llm, policy=model)
 
+    def sampling_plan(self) -> dict:
+        """What decides this engine's draws besides the seed, the prompts and the weights: vLLM's own sampler."""
+        return {"engine": "vllm"}
+
     def mark_stale(self) -> None:
         """The policy's weights changed: push them before the next call."""
         self._stale = True

@@ -12,6 +12,8 @@ payload the allocator no longer references. Its checkpoint files: ``policy/`` (a
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from ..allocation import Allocator, EngineCall, StepOutcome
 from ..errors import RunError
 from ..evaluation import EvalResult, eval_seed, evaluate_sets
 from ..rewards import MathGrader
-from ..rollout import EngineFactory, RolloutRequest, SamplingParams, close_engine, derive_seed
+from ..rollout import EngineFactory, RolloutRequest, SamplingParams, close_engine, derive_seed, sampling_plan
 from ..rollout.transformers_engine import TransformersEngine
 from ..training import PolicyTrainer, RolloutBatch
 from .backend import StepResult
@@ -92,6 +94,34 @@ def load_model(path: Path, device: str, what: str = "the base policy"):
         ) from None
 
 
+SAMPLING_PLAN = "sampling_plan.json"
+
+
+def keep_sampling_plan(run_dir: Path, plan: dict | None) -> None:
+    """A run draws its rollouts with one sampling plan (:func:`~pc_pipelines.rollout.sampling_plan`) from start
+    to end: the first segment writes it to ``run_dir/sampling_plan.json``, every later one must match it, or a resume
+    would not reproduce the uninterrupted run (another chunk size draws other rollouts from the same seed)."""
+    if plan is None:
+        return
+    path = run_dir / SAMPLING_PLAN
+    if not path.exists():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(plan, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+        return
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RunError(f"{run_dir.name}: {path} is unreadable ({exc}). Fix: write the engine settings the run started "
+                       f"with into it, e.g. {json.dumps(plan, sort_keys=True)}, if they are those.") from None
+    if recorded != plan:
+        raise RunError(f"{run_dir.name}: its rollouts were drawn with {json.dumps(recorded, sort_keys=True)}, this "
+                       f"engine draws with {json.dumps(plan, sort_keys=True)}: continuing would not reproduce the "
+                       "run. Fix: use the run's engine settings (max_batch_sequences of TransformersEngineResource / "
+                       "RayRolloutEngineResource, PC_ROLLOUT_CHUNK), or start a new run.")
+
+
 class LocalBackend:
     """The policy, its rollout engine, the grader, the policy update and the payload sidecar of one run, in this
     process. :meth:`start` or :meth:`restore` loads them; the driver (:func:`~.driver.run_segment`) then steps."""
@@ -113,6 +143,7 @@ class LocalBackend:
             self.engine = self.engine_factory(model, tokenizer)
         else:
             self.engine = TransformersEngine(model, tokenizer, device=self.device)
+        keep_sampling_plan(self.run.run_dir, sampling_plan(self.engine))
         self.grader = MathGrader(overlong_reward=cfg.overlong_reward)
         self.updater = PolicyTrainer(model, cfg, tokenizer.pad_token_id, self.run.config.allocator.train_batch,
                                      self.run.config.seed, device=self.device)
