@@ -260,10 +260,11 @@ class RayRolloutEngine:
         self.close()
 
     def sampling_plan(self) -> dict:
-        """The single engine's plan: a round here equals its round (transformers actors run on the CPU)."""
+        """The single engine's plan: a round here equals its round (the CPU engine that plans the rounds, with the
+        actors' chunk size), or vLLM's."""
         if self.engine == "vllm":
             return {"engine": "vllm"}
-        return {"engine": "transformers", "max_batch_sequences": self.max_batch_sequences, "device": "cpu"}
+        return self._encoder.sampling_plan()
 
     # -- weights ---------------------------------------------------------------------------------------------------
     def _weights_fingerprint(self) -> tuple:
