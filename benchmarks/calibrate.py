@@ -61,12 +61,15 @@ _POOLS: dict[str, tuple[str, ...]] = {
     "d5-6/1000": ("task.min_digits=5", "task.num_prompts=1000"),
     "d5-6/500": ("task.min_digits=5", "task.num_prompts=500"),
     "d5-6/250": ("task.min_digits=5", "task.num_prompts=250"),
+    "d4-6/2000": ("task.min_digits=4", "task.num_prompts=2000"),
+    "d4-6/1000": ("task.min_digits=4", "task.num_prompts=1000"),
     "d4-6/500": ("task.min_digits=4", "task.num_prompts=500"),
     "d3-6/500": ("task.min_digits=3", "task.num_prompts=500"),
     "d1-6/500": ("task.min_digits=1", "task.num_prompts=500"),
 }
 ROUND1 = ["d5-6/1000", "d5-6/500", "d5-6/250", "d4-6/500", "d1-6/500"]
 ROUND2 = ["d4-6/500@T0.5", "d5-6/500@T0.5", "d3-6/500@T0.5", "d4-6/500@T0.3", "d4-6/500@T0.4"]
+ROUND3 = ["d4-6/1000@T0.3", "d4-6/1000@T0.4", "d4-6/2000@T0.3", "d4-6/2000@T0.4"]
 
 
 def _candidate(name: str) -> tuple[str, ...]:
@@ -76,7 +79,7 @@ def _candidate(name: str) -> tuple[str, ...]:
     return _POOLS[pool] + (f"training.temperature={float(temp) if temp else 1.0}",)
 
 
-POOLS: dict[str, tuple[str, ...]] = {name: _candidate(name) for name in ROUND1 + ROUND2}
+POOLS: dict[str, tuple[str, ...]] = {name: _candidate(name) for name in ROUND1 + ROUND2 + ROUND3}
 # What the bench preset froze from the table (pc_pipelines/presets/bench.yaml). Presets have no run-length field:
 # the study runs every method for BENCH_STEPS steps (`pilot-commit train --preset bench --steps BENCH_STEPS`).
 BENCH_POOL = "d4-6/500@T0.3"  # the RL pool and the training temperature

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -403,8 +403,26 @@ class Versus:
         return self.dapo / self.rollouts if self.dapo is not None and self.rollouts else None
 
 
-def versus(run: RunCurves, grpo: RunCurves, dapo: RunCurves | None = None) -> Versus:
-    """Rollouts to target of ``run`` against ``grpo``: target = min(GRPO peak, run peak) (see module docstring)."""
+def smoothed(curve: RunCurves, window: int) -> RunCurves:
+    """``curve`` with each eval's accuracy replaced by the mean of it and the ``window - 1`` evals before it (fewer at
+    the start): a trailing mean, so the smoothed value at an eval uses nothing the run had not measured by then, and
+    its rollouts stay the ones sampled through that eval. ``window`` 1 returns the curve unchanged.
+
+    Worked example, window 3: accuracies (.70, .80, .84, .83) become (.70, .75, .78, .8233): the second is
+    mean(.70, .80), the fourth mean(.80, .84, .83)."""
+    if window < 1:
+        raise ValueError(f"smoothing window must be >= 1 evals, got {window}")
+    acc = curve.eval_accuracy
+    out = tuple(sum(acc[max(0, i - window + 1):i + 1]) / len(acc[max(0, i - window + 1):i + 1]) for i in range(len(acc)))
+    return replace(curve, eval_accuracy=out)
+
+
+def versus(run: RunCurves, grpo: RunCurves, dapo: RunCurves | None = None, window: int = 1) -> Versus:
+    """Rollouts to target of ``run`` against ``grpo``: target = min(GRPO peak, run peak) (see module docstring),
+    on the curves smoothed by a trailing mean over ``window`` evals (:func:`smoothed`; 1: the raw evals)."""
+    if window != 1:
+        run, grpo = smoothed(run, window), smoothed(grpo, window)
+        dapo = smoothed(dapo, window) if dapo is not None else None
     if run.peak_accuracy is None or grpo.peak_accuracy is None:
         return Versus(run.run_id, run.seed, None, None, None, None)
     target = min(grpo.peak_accuracy, run.peak_accuracy)

@@ -4,6 +4,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 from pc_pipelines.reports import RunCurves
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,15 +26,24 @@ def curve(n: int, seed: int, rollouts: list[int], acc: list[float]) -> RunCurves
 
 def test_common_target_is_the_lowest_peak_and_cost_is_the_first_eval_at_or_above_it():
     b = load_bench_study()
-    rows = b.size_rows({
+    curves = {
         (16, 100): curve(16, 100, [0, 10_240, 20_480, 30_720], [0.60, 0.66, 0.70, 0.69]),   # peak .70
         (32, 100): curve(32, 100, [0, 20_480, 40_960, 61_440], [0.60, 0.70, 0.74, 0.73]),   # peak .74
         (64, 100): curve(64, 100, [0, 40_960, 81_920, 122_880], [0.60, 0.69, 0.72, 0.73]),  # peak .73
-    })
+    }
+    rows = b.size_rows(curves, window=1)
     assert [(r.n, r.target, r.rollouts, r.peak, r.last) for r in rows] == [
         (16, 0.70, 20_480, 0.70, 0.69), (32, 0.70, 20_480, 0.74, 0.73), (64, 0.70, 81_920, 0.73, 0.73)]
     # n 16 and n 32 tie on cost (20,480): the tie goes to the higher peak.
     assert b.choose_size(rows) == 32
+    # The study's default smooths over SMOOTH = 3 evals: n 16 becomes .60 .63 .653 .683 (peak .683 = the target),
+    # n 32 .60 .65 .68 .723 and n 64 .60 .645 .67 .713; n 16 reaches .683 only at its last eval (30,720), n 32 at
+    # 61,440 (.68 < .683 at 40,960): n 16 is now the cheapest.
+    smooth = b.size_rows(curves)
+    assert b.SMOOTH == 3
+    assert [(r.n, r.rollouts) for r in smooth] == [(16, 30_720), (32, 61_440), (64, 122_880)]
+    assert smooth[0].target == pytest.approx((0.66 + 0.70 + 0.69) / 3)
+    assert b.choose_size(smooth) == 16
 
 
 def test_choice_is_the_lowest_median_cost_over_seeds_and_a_miss_counts_as_infinite():

@@ -44,6 +44,29 @@ def test_versus_when_a_method_never_reaches_the_target():
     assert empty.target is None and empty.grpo_over is None
 
 
+def test_smoothed_is_the_trailing_mean_of_the_docstring_example():
+    c = curve("g", "grpo", [(0, 0.70), (10, 0.80), (20, 0.84), (30, 0.83)])
+    s = study.smoothed(c, 3)
+    assert s.eval_accuracy == pytest.approx((0.70, 0.75, 0.78, (0.80 + 0.84 + 0.83) / 3))
+    assert s.eval_rollouts == c.eval_rollouts and s.eval_step == c.eval_step
+    assert study.smoothed(c, 1) == c
+    with pytest.raises(ValueError, match="window"):
+        study.smoothed(c, 0)
+
+
+def test_versus_on_smoothed_curves_ignores_a_single_lucky_eval():
+    # GRPO spikes once to .80 at 20 then sits at .74; PC climbs to .80 at 30. Raw: target = min(.80, .80), GRPO
+    # "reaches" it at its spike (20), PC at 30: 0.67x. Smoothed over 3: GRPO .70 .72 .747 .76 .76, PC .70 .715 .73
+    # .763 .777: target .76, both first at 30: 1.0x.
+    grpo = curve("g", "grpo", [(0, 0.70), (10, 0.74), (20, 0.80), (30, 0.74), (40, 0.74)])
+    pc = curve("p", "pc", [(0, 0.70), (10, 0.73), (20, 0.76), (30, 0.80), (40, 0.77)])
+    raw, smooth = study.versus(pc, grpo), study.versus(pc, grpo, window=3)
+    assert (raw.rollouts, raw.grpo) == (30, 20)
+    assert smooth.target == pytest.approx(0.76)
+    assert (smooth.rollouts, smooth.grpo) == (30, 30)
+    assert smooth.grpo_over == pytest.approx(1.0)
+
+
 def test_median_and_versus_markdown_rows():
     assert study.median([3.0, None, 1.0, 2.0]) == 2.0
     assert study.median([1.0, 4.0]) == 2.5
