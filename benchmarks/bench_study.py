@@ -331,7 +331,7 @@ def study_section(store: Store, img_dir: Path, main: list[study.StudyJob], isa: 
     lines += ["### Plots", "", f"![bench accuracy vs rollouts]({docs_link(plot)})",
               f"![bench rounds per step, paper PC with and without eviction]({docs_link(per_step)})", ""]
     results = {"preset": PRESET, "steps": main[0].steps if main else 0, "seeds": seeds, "grpo_best_n": best_n,
-               "medians": medians, "reproducibility": rep, "command": "make bench-efficiency"}
+               "medians": medians, "reproducibility": rep, "smooth_evals": SMOOTH, "command": "make bench-efficiency"}
     return "\n".join(lines) + "\n", results
 
 

@@ -74,9 +74,11 @@ def study_headline(path: str | Path = STUDY_RESULTS) -> str:
     rep = res.get("reproducibility") or {}
     rep_txt = (f" Re-run under the {rep['other_kernels']} CPU kernels: GRPO64 / our PC {format_ratio(rep['median_other'])}"
                f" (main {format_ratio(rep['median_main'])})." if rep.get("median_other") is not None else "")
+    smooth = res.get("smooth_evals", 1)
+    curves = f" on curves smoothed over {smooth} evals" if smooth > 1 else ""
     return (f"The study (`make bench-efficiency`, docs/BENCHMARKS.md): preset `{res['preset']}`, {res['steps']} steps a "
-            f"run, seeds {', '.join(map(str, res['seeds']))}; median rollouts-to-target ratio, baseline / PC (> 1: PC "
-            f"needed fewer sampled rollouts): our PC {ours}; the paper's PC {paper}.{rep_txt}")
+            f"run, seeds {', '.join(map(str, res['seeds']))}; median rollouts-to-target ratio{curves}, baseline / PC "
+            f"(> 1: PC needed fewer sampled rollouts): our PC {ours}; the paper's PC {paper}.{rep_txt}")
 
 
 def smoke_test_note(steps: int) -> str:

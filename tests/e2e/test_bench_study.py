@@ -60,7 +60,7 @@ def test_tune_then_main_and_repro_then_the_section(tmp_path, base_policy, policy
     # The headline `make demo` prints: the same medians as the section's table.
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["seeds"] == [5] and results["grpo_best_n"] == 16 and results["steps"] == 2
-    assert results["reproducibility"]["other_kernels"] == "DEFAULT"
+    assert results["reproducibility"]["other_kernels"] == "DEFAULT" and results["smooth_evals"] == 3
     headline = study_headline(tmp_path / "results.json")
     median_row = next(line for line in section.splitlines() if line.startswith("| **median** |"))
     v = results["medians"]["GRPO64 / our PC"]

@@ -383,6 +383,9 @@ def test_study_headline_reads_the_committed_results_and_says_when_there_are_none
     assert "our PC GRPO64 2.50x, GRPO16 0.75x, DAPO 4.12x" in text
     assert "the paper's PC GRPO64 1.23x, GRPO16 0.50x, DAPO -" in text
     assert "DEFAULT CPU kernels: GRPO64 / our PC 2.25x (main 2.50x)" in text
+    assert "ratio, baseline / PC" in text  # the first study's file has no smoothing: raw evals
+    path.write_text(json.dumps({**res, "smooth_evals": 3}))
+    assert "ratio on curves smoothed over 3 evals, baseline / PC" in study_headline(path)
     assert study_headline(tmp_path / "missing.json").startswith("No efficiency study is committed yet")
     assert "20 steps" in smoke_test_note(20) and "SMOKE TEST, not a comparison" in smoke_test_note(20)
     if STUDY_RESULTS.exists():  # the committed file parses and names the frozen preset
