@@ -74,10 +74,13 @@ def study_headline(path: str | Path = STUDY_RESULTS) -> str:
     rep = res.get("reproducibility") or {}
     rep_txt = (f" Re-run under the {rep['other_kernels']} CPU kernels: GRPO64 / our PC {format_ratio(rep['median_other'])}"
                f" (main {format_ratio(rep['median_main'])})." if rep.get("median_other") is not None else "")
+    seeds = ", ".join(map(str, res.get("core_seeds") or res["seeds"]))
+    if res.get("core_seeds") and res["core_seeds"] != res["seeds"]:
+        seeds += f" (GRPO64 / our PC on {', '.join(map(str, res['seeds']))})"
     smooth = res.get("smooth_evals", 1)
     curves = f" on curves smoothed over {smooth} evals" if smooth > 1 else ""
     return (f"The study (`make bench-efficiency`, docs/BENCHMARKS.md): preset `{res['preset']}`, {res['steps']} steps a "
-            f"run, seeds {', '.join(map(str, res['seeds']))}; median rollouts-to-target ratio{curves}, baseline / PC "
+            f"run, seeds {seeds}; median rollouts-to-target ratio{curves}, baseline / PC "
             f"(> 1: PC needed fewer sampled rollouts): our PC {ours}; the paper's PC {paper}.{rep_txt}")
 
 

@@ -29,13 +29,15 @@ def test_tune_then_main_and_repro_then_the_section(tmp_path, base_policy, policy
     assert res.returncode == 0, res.stderr[-3000:]
     assert "Choice by the rule" in res.stdout and not (tmp_path / "B.md").exists()  # tune writes no section
 
-    res = bench(tmp_path, policy_cache, "all", "--best-n", "16", "--variants", "grpo", "pc-paper", "pc-paper-noevict", "pc")
+    res = bench(tmp_path, policy_cache, "all", "--best-n", "16", "--variants", "grpo", "pc-paper", "pc-paper-noevict", "pc",
+                "--primary-seeds", "6")
     assert res.returncode == 0, res.stderr[-3000:]
     store = Store(tmp_path / "b.duckdb")
     runs = {r["run_id"]: r for r in store.query("SELECT * FROM runs")}
     assert sorted(runs) == sorted([
         "bench-tune-grpo-n16-s7", "bench-tune-grpo-s7", "bench-grpo-s5", "bench-pc-paper-s5",
-        "bench-pc-paper-noevict-s5", "bench-pc-s5", "bench-grpo-n16-s5", "bench-isa-grpo-s5", "bench-isa-pc-s5"])
+        "bench-pc-paper-noevict-s5", "bench-pc-s5", "bench-grpo-n16-s5", "bench-isa-grpo-s5", "bench-isa-pc-s5",
+        "bench-grpo-s6", "bench-pc-s6", "bench-isa-grpo-s6", "bench-isa-pc-s6"])  # seed 6: the primary pair only
     cfg = {rid: json.loads(r["config_json"])["allocator"] for rid, r in runs.items()}
     assert cfg["bench-grpo-n16-s5"]["n"] == 16 and cfg["bench-grpo-s5"]["n"] == 64
     assert cfg["bench-pc-paper-noevict-s5"]["evict"] is False and cfg["bench-pc-paper-s5"]["evict"] is True
@@ -55,11 +57,16 @@ def test_tune_then_main_and_repro_then_the_section(tmp_path, base_policy, policy
         assert heading in section
     ratio_rows = [line for line in section.splitlines() if line.startswith("| 5 | ")]
     assert len(ratio_rows) == 1 and ratio_rows[0].count("|") == 8  # seed + 6 ratios (DAPO's empty: not run)
+    row6 = next(line for line in section.splitlines() if line.startswith("| 6 | "))
+    assert row6.split("|")[1:-1].count(" - ") == 5  # seed 6 ran GRPO-64 and our PC only: one ratio of six
     assert "| main | AVX" in section and "| reproducibility | DEFAULT |" in section
+    assert "Over seeds 5 alone (every variant's seeds)" in section and "Median GRPO64 / our PC over seeds 5 alone" in section
     assert (tmp_path / "img" / "bench_accuracy_vs_rollouts.png").read_bytes()[:4] == b"\x89PNG"
     # The headline `make demo` prints: the same medians as the section's table.
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["seeds"] == [5] and results["grpo_best_n"] == 16 and results["steps"] == 2
+    assert results["seeds"] == [5, 6] and results["core_seeds"] == [5]
+    assert results["grpo_best_n"] == 16 and results["steps"] == 2
+    assert "seeds 5 (GRPO64 / our PC on 5, 6)" in study_headline(tmp_path / "results.json")
     assert results["reproducibility"]["other_kernels"] == "DEFAULT" and results["smooth_evals"] == 3
     headline = study_headline(tmp_path / "results.json")
     median_row = next(line for line in section.splitlines() if line.startswith("| **median** |"))

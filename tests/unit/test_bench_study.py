@@ -61,7 +61,11 @@ def test_jobs_share_the_frozen_preset_and_differ_only_in_what_they_vary():
     tune = b.tune_jobs((100,), (16, 64), 120)
     assert [(j.run_id, j.overrides) for j in tune] == [("bench-tune-grpo-n16-s100", ("allocator.n=16",)),
                                                         ("bench-tune-grpo-s100", ())]
-    main = b.main_jobs((0,), 32, 120)
+    main = b.main_jobs((0,), 32, 120, primary_seeds=())
+    # The primary pair (GRPO at n = 64, our PC) also runs on the extra seeds; the other variants do not.
+    extra = b.main_jobs((0,), 32, 120, primary_seeds=(0, 6))
+    assert [j.run_id for j in extra if j.seed == 6] == ["bench-grpo-s6", "bench-pc-s6"]
+    assert len([j for j in extra if j.seed == 0]) == 6
     assert {j.preset for j in main} == {"bench"} and {j.steps for j in main} == {120}
     assert [j.run_id for j in main] == ["bench-grpo-s0", "bench-dapo-s0", "bench-pc-paper-s0", "bench-pc-s0",
                                         "bench-pc-paper-noevict-s0", "bench-grpo-n32-s0"]
@@ -69,7 +73,14 @@ def test_jobs_share_the_frozen_preset_and_differ_only_in_what_they_vary():
     assert set(by["bench-pc-paper-noevict-s0"].overrides) - set(by["bench-pc-paper-s0"].overrides) == {
         "allocator.evict=false"}
     assert by["bench-pc-s0"].overrides == ()  # our PC is the preset as frozen
-    assert b.main_jobs((0,), 64, 120)[-1].run_id == "bench-pc-paper-noevict-s0"  # best = 64: no extra GRPO run
+    assert b.main_jobs((0,), 64, 120, primary_seeds=())[-1].run_id == "bench-pc-paper-noevict-s0"  # best = 64: no extra GRPO run
     isa = b.repro_jobs((0,), 120)
     assert [(j.run_id, j.env) for j in isa] == [("bench-isa-grpo-s0", (("ATEN_CPU_CAPABILITY", "default"),)),
                                                 ("bench-isa-pc-s0", (("ATEN_CPU_CAPABILITY", "default"),))]
+
+
+def test_a_parts_wall_time_is_the_union_of_its_runs_spans():
+    b = load_bench_study()
+    assert b.union_seconds([(1000, 1100), (0, 100), (50, 300)]) == 400  # the docstring's example
+    assert b.union_seconds([(0, 10), (10, 20)]) == 20 and b.union_seconds([(0, 50), (10, 20)]) == 50
+    assert b.union_seconds([]) is None
