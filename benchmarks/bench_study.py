@@ -96,10 +96,10 @@ def tune_jobs(seeds=TUNE_SEEDS, sizes=TUNE_SIZES, steps: int = STEPS) -> list[st
 def main_jobs(seeds=SEEDS, best_n: int | None = GRPO_BEST_N, steps: int = STEPS,
               variants=tuple(VARIANTS), primary_seeds=PRIMARY_EXTRA_SEEDS) -> list[study.StudyJob]:
     """Every variant on ``seeds``, GRPO at its best n too; the primary pair (GRPO-64, our PC) also on ``primary_seeds``."""
+    pairs = [(s, name) for s in seeds for name in variants]
+    pairs += [(s, name) for s in primary_seeds if s not in seeds for name in ("grpo", "pc") if name in variants]
     jobs = [study.StudyJob(f"bench-{name}-s{s}", VARIANTS[name][0], s, steps, PRESET, "bench", VARIANTS[name][1])
-            for s in seeds for name in variants]
-    jobs += [study.StudyJob(f"bench-{name}-s{s}", VARIANTS[name][0], s, steps, PRESET, "bench", VARIANTS[name][1])
-             for s in primary_seeds if s not in seeds for name in ("grpo", "pc") if name in variants]
+            for s, name in pairs]
     if best_n is not None and best_n != 64:
         jobs += [grpo_n_job(best_n, s, "bench", steps) for s in seeds]
     return jobs
@@ -297,6 +297,8 @@ def study_section(store: Store, img_dir: Path, main: list[study.StudyJob], isa: 
     eps = epochs(store, ids)
     table, medians = ratio_table(store, main, best_n)
     seeds = sorted({j.seed for j in main})
+    rep_lines, rep = repro_lines(store, main, isa, tuple(core_seeds))
+    cfg = _preset()
     lines = [
         "## The rollout-efficiency study on the benchmark (`benchmarks/bench_study.py`, issue 16)",
         "",
@@ -305,7 +307,7 @@ def study_section(store: Store, img_dir: Path, main: list[study.StudyJob], isa: 
         "; 2 runs at a time, each torch process on 1 thread. Store: `benchmarks/out/bench.duckdb` "
         "(`pilot-commit report --store benchmarks/out/bench.duckdb --family bench`).",
         "",
-        f"Setting: the frozen `bench` preset ({preset_setting()}) from the shipped warm start, "
+        f"Setting: the frozen `bench` preset ({preset_setting(cfg)}) from the shipped warm start, "
         f"{main[0].steps if main else 0} steps per run, reported seeds {', '.join(map(str, seeds))} (never used for "
         f"tuning; every variant on {', '.join(map(str, core_seeds))}, the primary pair GRPO n=64 and our PC on all). "
         "Ratios are rollouts to target on smoothed curves (each eval's accuracy = the mean of it and the "
@@ -318,19 +320,17 @@ def study_section(store: Store, img_dir: Path, main: list[study.StudyJob], isa: 
         *table,
         "",
         *([f"Median GRPO64 / our PC over seeds {', '.join(map(str, core_seeds))} alone: "
-           f"{format_ratio(ratio_table(store, [j for j in main if j.seed in core_seeds], best_n)[1]['GRPO64 / our PC'])}.", ""]
-          if set(seeds) - set(core_seeds) else []),
+           f"{format_ratio(rep.get('median_main_core'))}.", ""] if set(seeds) - set(core_seeds) else []),
         "### Per run: second rounds, eviction, prompts consumed, epochs",
         "",
         _stats_table([stats[j.run_id] for j in main if j.run_id in stats], eps, main),
         "",
         "Steps > 1 round = share of steps that needed a second generation round (paper 6.3: 35.8% without eviction, "
-        f"4.5% with); epochs = prompts consumed / {pool_size():,} (the RL pool).",
+        f"4.5% with); epochs = prompts consumed / {cfg.task.num_prompts:,} (the RL pool).",
         "",
         "### Where the rollouts went (all seeds, per step)",
         "",
     ]
-    rep_lines, rep = repro_lines(store, main, isa, tuple(core_seeds))
     parts = study.rollout_breakdown(store, ids)
     groups: dict[str, list[str]] = {}
     for j in main:
@@ -366,13 +366,8 @@ def _preset():
     return resolve(PRESET, {}, method="pc", seed=0, family="bench")
 
 
-def pool_size() -> int:
-    return _preset().task.num_prompts
-
-
-def preset_setting() -> str:
-    """The frozen regime in words, from the preset itself (so the text cannot drift from what ran)."""
-    c = _preset()
+def preset_setting(c) -> str:
+    """The frozen regime in words, from the resolved preset ``c`` (so the text cannot drift from what ran)."""
     a = c.allocator
     return (f"RL on {c.task.num_prompts:,} prompts of {c.task.min_digits}-{c.task.max_digits} digits, training "
             f"temperature {c.training.temperature:g}, b_t {a.train_batch}, n = {a.n}, b_g = {a.train_batch * a.oversample:g}")
@@ -407,8 +402,8 @@ def _walls(store: Store, jobs: list[study.StudyJob]) -> float | None:
     part finished in two invocations does not count the time between them (None: no runs).
 
     Worked example: runs spanning [0, 100], [50, 300] and [1000, 1100] seconds -> [0, 300] + [1000, 1100] = 400 s."""
-    got = store.query("SELECT epoch(created_at) AS a, epoch(updated_at) AS b FROM runs WHERE list_contains(?, run_id) "
-                      "ORDER BY a", [[j.run_id for j in jobs]]) if Path(store.path).exists() else []
+    got = store.query("SELECT epoch(created_at) AS a, epoch(updated_at) AS b FROM runs WHERE list_contains(?, run_id)",
+                      [[j.run_id for j in jobs]]) if Path(store.path).exists() else []
     return union_seconds([(float(r["a"]), float(r["b"])) for r in got if r["a"] is not None and r["b"] is not None])
 
 
@@ -416,8 +411,9 @@ def union_seconds(spans: list[tuple[float, float]]) -> float | None:
     """Total length of the union of ``spans`` (start, end); None when there are none."""
     if not spans:
         return None
-    total, (lo, hi) = 0.0, sorted(spans)[0]
-    for a, b in sorted(spans)[1:]:
+    first, *rest = sorted(spans)
+    total, (lo, hi) = 0.0, first
+    for a, b in rest:
         if a > hi:
             total, lo, hi = total + hi - lo, a, b
         else:

@@ -413,8 +413,8 @@ def smoothed(curve: RunCurves, window: int) -> RunCurves:
     if window < 1:
         raise ValueError(f"smoothing window must be >= 1 evals, got {window}")
     acc = curve.eval_accuracy
-    out = tuple(sum(acc[max(0, i - window + 1):i + 1]) / len(acc[max(0, i - window + 1):i + 1]) for i in range(len(acc)))
-    return replace(curve, eval_accuracy=out)
+    spans = (acc[max(0, i - window + 1):i + 1] for i in range(len(acc)))
+    return replace(curve, eval_accuracy=tuple(sum(w) / len(w) for w in spans))
 
 
 def versus(run: RunCurves, grpo: RunCurves, dapo: RunCurves | None = None, window: int = 1) -> Versus:
