@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..errors import check_finite, field_error
 
+DTYPES = ("float32", "float64")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
@@ -50,6 +51,13 @@ class TrainingConfig:
     torch_threads: int = 1
     """Torch intra-op threads of the local loop. Part of the behaviour: float reductions, hence exact results,
     depend on it. One is fastest for tiny models on a shared CPU."""
+    dtype: str = "float32"
+    """Parameter and compute dtype of the local loop's policy (rollouts, updates, evaluation): float32 or float64.
+    float32 results depend on the CPU's kernels (PyTorch picks AVX-512, AVX2 or scalar code at run time and they
+    round differently), and a sampled run amplifies the last-bit differences into another trajectory after tens of
+    steps. In float64 those differences are ~1e-16 and never flip a sampled token in a benchmark-length run, so a
+    seed gives the same run on any x86 CPU, at about 1.5x the step time. The warm start is stored in float32 and
+    cast up exactly. The verl backend trains in its own precision and refuses float64."""
     eval_samples: int = 4
     """Samples per held-out prompt at each evaluation (accuracy is mean@k)."""
     checkpoint_every: int = 10
@@ -69,6 +77,9 @@ class TrainingConfig:
         for name in ("lr", "weight_decay", "grad_clip", "clip_low", "clip_high", "kl_coef", "warmup_steps", "keep_every"):
             if getattr(self, name) < 0:
                 raise field_error(self, name, "must be >= 0", f"set {name} >= 0")
+        if self.dtype not in DTYPES:
+            raise field_error(self, "dtype", f"is {self.dtype!r}, not one of {', '.join(DTYPES)}",
+                              "use float32 (fast) or float64 (the same run on every CPU)")
         if self.lr > 1:
             raise field_error(self, "lr", "is above 1, which diverges at once", "use e.g. 1e-6 (paper) or 1e-4 (embedded)")
         if self.clip_low >= 1:

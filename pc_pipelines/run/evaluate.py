@@ -23,7 +23,7 @@ def evaluate_policy(run: TrainingRun, policy_dir: Path, step: int, engine_factor
     from ..training.base_policy import load_policy
 
     cfg = run.config.training
-    model, tok = load_policy(policy_dir)
+    model, tok = load_policy(policy_dir, dtype=cfg.dtype)
     engine = engine_factory(model, tok) if engine_factory is not None else TransformersEngine(model, tok, device=device)
     try:
         with MathGrader(overlong_reward=cfg.overlong_reward) as grader:

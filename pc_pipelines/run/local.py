@@ -76,13 +76,13 @@ class PayloadSidecar:
         return side
 
 
-def load_model(path: Path, device: str, what: str = "the base policy"):
-    """The model and tokenizer at ``path``; a directory that does not hold a loadable causal LM is a
+def load_model(path: Path, device: str, dtype: str, what: str = "the base policy"):
+    """The model (in ``dtype``) and tokenizer at ``path``; a directory that does not hold a loadable causal LM is a
     :class:`RunError` naming it and the fix (before anything of the run changes)."""
     from ..training.base_policy import load_policy
 
     try:
-        return load_policy(path, device)
+        return load_policy(path, device, dtype)
     except FileNotFoundError as exc:
         raise RunError(str(exc)) from None
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
@@ -150,11 +150,11 @@ class LocalBackend:
 
     def start(self) -> None:
         torch.set_num_threads(self.run.config.training.torch_threads)
-        self._build(*load_model(self.run.policy_path, self.device))
+        self._build(*load_model(self.run.policy_path, self.device, self.run.config.training.dtype))
 
     def restore(self, checkpoint: Path) -> None:
         torch.set_num_threads(self.run.config.training.torch_threads)
-        model, tok = load_model(checkpoint / "policy", self.device, what=f"the policy of checkpoint {checkpoint.name}")
+        model, tok = load_model(checkpoint / "policy", self.device, self.run.config.training.dtype, what=f"the policy of checkpoint {checkpoint.name}")
         try:
             sidecar = PayloadSidecar.load(checkpoint / "sidecar.parquet")
             updater_state = torch.load(checkpoint / "trainer.pt", weights_only=False)

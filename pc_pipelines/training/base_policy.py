@@ -370,8 +370,10 @@ def ensure_base_policy(
     return build_base_policy(path, task, policy, template, progress, measure)
 
 
-def load_policy(path: str | Path, device: str | torch.device = "cpu"):
-    """Model and tokenizer of an HF directory (ours or any causal LM with a fast tokenizer)."""
+def load_policy(path: str | Path, device: str | torch.device = "cpu", dtype: str | None = None):
+    """Model and tokenizer of an HF directory (ours or any causal LM with a fast tokenizer). ``dtype`` (``float32``
+    / ``float64``, :attr:`TrainingConfig.dtype`) casts the weights after loading (None: as stored); the float32 warm
+    start casts up to float64 exactly."""
     from transformers import AutoModelForCausalLM
 
     path = Path(path)
@@ -381,6 +383,8 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu"):
             "`pilot-commit base-policy --out DIR` or any `save_pretrained` causal LM."
         )
     model = AutoModelForCausalLM.from_pretrained(str(path)).to(device)
+    if dtype is not None:
+        model = model.to(getattr(torch, dtype))
     model.eval()
     return model, load_tokenizer(path)
 

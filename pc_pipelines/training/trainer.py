@@ -595,7 +595,10 @@ class PolicyTrainer:
         )
         logits = out.logits if hasattr(out, "logits") else out[0]
         # logits at position k predict token k + 1: responses start at column P, predicted from P - 1 ... P + R - 2.
-        logits = logits[:, -(r_len + 1) : -1, :].float() / self.config.temperature
+        logits = logits[:, -(r_len + 1) : -1, :]
+        if logits.dtype not in (torch.float32, torch.float64):  # half precision: log-probs in float32
+            logits = logits.float()
+        logits = logits / self.config.temperature
         log_prob = verl_F.logprobs_from_logits(logits, mb.response_ids.to(dev))
         entropy = verl_F.entropy_from_logits(logits) if with_entropy else None
         return log_prob, entropy

@@ -115,6 +115,10 @@ def run_overrides(config: RunConfig, policy_path: str | Path | None = None, nnod
     so the store's ``runs.config_json`` stays the one record of a run. Methods other than PC keep verl's own
     ``rollout.n`` (n) and the allocator decides the requests all the same."""
     a, t = config.allocator, config.training
+    if t.dtype != "float32":
+        raise field_error(t, "dtype", "the verl recipe trains in its own precision (FSDP mixed "
+                          "precision on GPUs), so the run would not be what its config says",
+                          "set training.dtype=float32 for verl runs (float64 is for the embedded CPU loop)")
     n_pilot = a.pilot_n if a.method == "pc" else 0
     out = [
         f"data.train_batch_size={a.train_batch}",

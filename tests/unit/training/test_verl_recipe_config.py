@@ -76,3 +76,13 @@ def test_config_is_package_data_and_the_recipe_imports_lazily():
             "print(sorted(m for m in ('ray', 'vllm', 'verl.trainer.ppo.ray_trainer') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_float64_is_refused_for_verl_and_unknown_dtypes_name_the_fix():
+    run = resolve("bench", {}, method="pc", seed=3)
+    assert run.training.dtype == "float64"  # the benchmark trains in float64 on the embedded loop ...
+    with pytest.raises(ConfigError, match=r"TrainingConfig\.dtype=.float64.: the verl recipe trains in its own precision.*Fix: set "
+                                          r"training\.dtype=float32"):
+        run_overrides(run, "/data/models/qwen", nnodes=1, gpus_per_node=8)  # ... which verl cannot honour
+    with pytest.raises(ConfigError, match=r"dtype.*'bfloat16'.*Fix: use float32"):
+        resolve("bench", {"training.dtype": "bfloat16"}, method="pc", seed=3)
