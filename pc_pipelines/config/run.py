@@ -104,7 +104,7 @@ ALL_SECTIONS = {**SECTIONS, **OPTIONAL_SECTIONS}
 NOT_BEHAVIOUR = {"training": ("checkpoint_every", "keep_checkpoints", "keep_every")}
 # Fields added after the config format's first version: hashed only when they differ from their default.
 ADDED_FIELDS = {
-    "training": ("torch_threads", "eval_samples"),
+    "training": ("torch_threads", "eval_samples", "dtype"),
     "allocator": (
         "band_strategy", "sampling_strategy", "survival_margin", "pilot_strategy", "pilot_wave",
         "commit_strategy", "commit_mean", "commit_min", "commit_max",

@@ -135,10 +135,11 @@ def test_an_engine_with_processes_is_closed_when_the_evaluation_ends(monkeypatch
         def close(self):
             closed.append(True)
 
-    monkeypatch.setattr("pc_pipelines.training.base_policy.load_policy", lambda path: ("model", "tok"))
+    monkeypatch.setattr("pc_pipelines.training.base_policy.load_policy", lambda path, dtype=None: ("model", "tok"))
     monkeypatch.setattr(evaluate_mod, "evaluate_sets", lambda *a, **k: "result")
     run = SimpleNamespace(config=SimpleNamespace(training=SimpleNamespace(
-        overlong_reward=0.0, eval_samples=1, eval_temperature=1.0, eval_top_p=1.0, max_response_length=4), seed=0),
+        overlong_reward=0.0, eval_samples=1, eval_temperature=1.0, eval_top_p=1.0, max_response_length=4,
+        dtype="float32"), seed=0),
         task=SimpleNamespace(eval_sets=[]))
     assert evaluate_mod.evaluate_policy(run, tmp_path, 0, lambda m, t: Engine()) == "result"
     assert closed == [True]
