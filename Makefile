@@ -14,7 +14,7 @@ UI_PORT ?= 3000
 TEST_WORKERS ?= 2
 
 .PHONY: install demo lint test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine \
-        bench-efficiency bench-efficiency-v1 bench-efficiency-ablations bench-faults soak clean
+        bench-efficiency bench-precision bench-efficiency-v1 bench-efficiency-ablations bench-faults soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -80,11 +80,15 @@ bench-engine: $(STAMP)
 	$(BIN)/python benchmarks/engine.py --write docs/BENCHMARKS.md
 
 # The rollout-efficiency study on the reproducible `bench` preset: GRPO's group size tuned on seeds 100-101, then
-# GRPO-64, GRPO-best, DAPO, the paper's PC, our PC and the eviction ablation on seeds 0-2, then the reproducibility
-# runs under the other CPU kernels; resumable (re-run to finish what is missing; parts: `bench_study.py tune|main|
+# GRPO-64, GRPO-best, DAPO, the paper's PC, our PC and the eviction ablation on seeds 8-10 (float64), then the
+# reproducibility runs under the other CPU kernels; resumable (re-run to finish what is missing; parts: `bench_study.py tune|main|
 # repro|report`). Store benchmarks/out/bench.duckdb, section `bench-study` of docs/BENCHMARKS.md, plots docs/img/bench/.
 bench-efficiency: $(STAMP)
 	$(BIN)/python benchmarks/bench_study.py all
+
+# float32 vs float64 under the machine's and the scalar CPU kernels: where runs part, and the cost (section `precision`).
+bench-precision: $(STAMP)
+	$(BIN)/python benchmarks/precision.py
 
 # History: the first study on the embedded default (`efficiency` preset) and its ablations.
 bench-efficiency-v1: $(STAMP)

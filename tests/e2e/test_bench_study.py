@@ -45,10 +45,17 @@ def test_tune_then_main_and_repro_then_the_section(tmp_path, base_policy, policy
     kernels = {rid: json.loads(r["lineage_json"])["cpu_capability"] for rid, r in runs.items()}
     assert kernels["bench-isa-grpo-s5"] == kernels["bench-isa-pc-s5"] == "DEFAULT"
     assert kernels["bench-grpo-s5"] in ("AVX2", "AVX512")
-    # Same seed, other kernels: the first step's rollouts come from the same weights, so they sample the same
-    # rollouts count, but the runs are not required to be bit-equal afterwards.
     steps = {r["run_id"]: r["n"] for r in store.query("SELECT run_id, count(*) AS n FROM steps GROUP BY run_id")}
     assert set(steps.values()) == {2}
+    # The bench preset trains in float64: same seed, other kernels, same run (the ledger's losses to the last bit).
+    assert all(json.loads(r["config_json"])["training"]["dtype"] == "float64" for r in runs.values())
+
+    def ledger(run_id):
+        return store.query("SELECT step, sampled_rollouts, loss, mean_reward FROM steps WHERE run_id = ? ORDER BY step",
+                           [run_id])
+
+    for name in ("grpo-s5", "pc-s5", "grpo-s6", "pc-s6"):
+        assert ledger(f"bench-isa-{name}") == ledger(f"bench-{name}")
 
     text = (tmp_path / "B.md").read_text()
     section = text.split("<!-- bench-study:begin -->", 1)[1].split("<!-- bench-study:end -->", 1)[0]
