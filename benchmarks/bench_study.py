@@ -359,7 +359,7 @@ def study_section(store: Store, img_dir: Path, main: list[study.StudyJob], isa: 
                                    "rounds")
     lines += ["### Plots", "", f"![bench accuracy vs rollouts]({docs_link(plot)})",
               f"![bench rounds per step, paper PC with and without eviction]({docs_link(per_step)})", ""]
-    results = {"preset": PRESET, "steps": main[0].steps if main else 0, "seeds": seeds,
+    results = {"preset": PRESET, "dtype": cfg.training.dtype, "steps": main[0].steps if main else 0, "seeds": seeds,
                "core_seeds": sorted(s for s in core_seeds if s in seeds), "grpo_best_n": best_n,
                "medians": medians, "reproducibility": rep, "smooth_evals": SMOOTH, "command": "make bench-efficiency"}
     return "\n".join(lines) + "\n", results

@@ -79,7 +79,8 @@ def study_headline(path: str | Path = STUDY_RESULTS) -> str:
         seeds += f" (GRPO64 / our PC on {', '.join(map(str, res['seeds']))})"
     smooth = res.get("smooth_evals", 1)
     curves = f" on curves smoothed over {smooth} evals" if smooth > 1 else ""
-    return (f"The study (`make bench-efficiency`, docs/BENCHMARKS.md): preset `{res['preset']}`, {res['steps']} steps a "
+    dtype = f" in {res['dtype']}" if res.get("dtype") else ""
+    return (f"The study (`make bench-efficiency`, docs/BENCHMARKS.md): preset `{res['preset']}`{dtype}, {res['steps']} steps a "
             f"run, seeds {seeds}; median rollouts-to-target ratio{curves}, baseline / PC "
             f"(> 1: PC needed fewer sampled rollouts): our PC {ours}; the paper's PC {paper}.{rep_txt}")
 

@@ -386,6 +386,8 @@ def test_study_headline_reads_the_committed_results_and_says_when_there_are_none
     assert "ratio, baseline / PC" in text  # the first study's file has no smoothing: raw evals
     path.write_text(json.dumps({**res, "smooth_evals": 3}))
     assert "ratio on curves smoothed over 3 evals, baseline / PC" in study_headline(path)
+    path.write_text(json.dumps({**res, "dtype": "float64"}))  # the float64 study says its precision
+    assert "preset `bench` in float64, 120 steps a run" in study_headline(path)
     assert study_headline(tmp_path / "missing.json").startswith("No efficiency study is committed yet")
     assert "20 steps" in smoke_test_note(20) and "SMOKE TEST, not a comparison" in smoke_test_note(20)
     if STUDY_RESULTS.exists():  # the committed file parses and names the frozen preset
