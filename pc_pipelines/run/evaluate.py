@@ -4,14 +4,18 @@ numbers (what the ``segment_eval`` asset and ``pilot-commit eval-segment`` run).
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 
 from ..errors import RunError
 from ..evaluation import EvalResult, eval_seed, evaluate_sets
 from ..rewards import MathGrader
-from ..rollout import EngineFactory, close_engine
+from ..rollout import EngineFactory, close_engine, sampling_plan
 from .checkpoints import checkpoint_at
-from .spec import TrainingRun
+from .spec import SAMPLING_PLAN, TrainingRun
+
+log = logging.getLogger(__name__)
 
 
 def evaluate_policy(run: TrainingRun, policy_dir: Path, step: int, engine_factory: EngineFactory | None = None,
@@ -26,6 +30,7 @@ def evaluate_policy(run: TrainingRun, policy_dir: Path, step: int, engine_factor
     model, tok = load_policy(policy_dir, dtype=cfg.dtype)
     engine = engine_factory(model, tok) if engine_factory is not None else TransformersEngine(model, tok, device=device)
     try:
+        warn_if_other_plan(run, engine)
         with MathGrader(overlong_reward=cfg.overlong_reward) as grader:
             return evaluate_sets(engine, grader, run.task.eval_sets, cfg.eval_samples, cfg.eval_temperature,
                                  cfg.eval_top_p, cfg.max_response_length, eval_seed(run.config.seed, step))
@@ -42,3 +47,20 @@ def evaluate_checkpoint(run: TrainingRun, step: int, engine_factory: EngineFacto
         raise RunError(f"{run.run_id}: no checkpoint after step {step} in {run.checkpoint_dir}. Fix: train the "
                        "segment that ends at that step first (materialize its training_segment).")
     return evaluate_policy(run, path / "policy", step, engine_factory, device)
+
+
+def warn_if_other_plan(run: TrainingRun, engine) -> bool:
+    """Warn (and return True) when ``engine`` draws with other settings than the run recorded: its mean@k is still
+    valid, but it will not equal the driver's own evaluation of that step (another chunk size, other draws)."""
+    plan = sampling_plan(engine)
+    try:
+        recorded = json.loads((Path(run.run_dir) / SAMPLING_PLAN).read_text())
+    except (OSError, ValueError):
+        return False  # nothing recorded (or unreadable: the next training segment says so and how to fix it)
+    if plan is None or recorded == plan:
+        return False
+    log.warning("%s: this evaluation's engine draws with %s, the run's own evaluations with %s: the numbers are a "
+                "valid mean@k but will not equal the run's evaluation of this step. Fix: evaluate with the run's engine "
+                "settings (max_batch_sequences, PC_ROLLOUT_CHUNK).", run.run_id, json.dumps(plan, sort_keys=True),
+                json.dumps(recorded, sort_keys=True))
+    return True

@@ -31,7 +31,7 @@ from ..rollout.transformers_engine import TransformersEngine
 from ..training import PolicyTrainer, RolloutBatch
 from .backend import StepResult
 from .checkpoints import unreadable
-from .spec import TrainingRun
+from .spec import SAMPLING_PLAN, TrainingRun
 
 _CALL_SALT = 0x6E6E
 
@@ -94,7 +94,6 @@ def load_model(path: Path, device: str, dtype: str, what: str = "the base policy
         ) from None
 
 
-SAMPLING_PLAN = "sampling_plan.json"
 
 
 def keep_sampling_plan(run_dir: Path, plan: dict | None) -> None:

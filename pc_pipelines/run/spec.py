@@ -18,6 +18,10 @@ from ..data.task import TaskData
 from ..errors import RunError
 from ..store import RunRecord
 
+SAMPLING_PLAN = "sampling_plan.json"
+"""The file in a run's directory that records the engine settings its rollouts were drawn with (the run's
+``sampling_plan``, kept from start to end: :func:`~.local.keep_sampling_plan`)."""
+
 DATASETS = ("embedded", "deepmath", "polaris")
 
 

@@ -140,7 +140,7 @@ def test_an_engine_with_processes_is_closed_when_the_evaluation_ends(monkeypatch
     run = SimpleNamespace(config=SimpleNamespace(training=SimpleNamespace(
         overlong_reward=0.0, eval_samples=1, eval_temperature=1.0, eval_top_p=1.0, max_response_length=4,
         dtype="float32"), seed=0),
-        task=SimpleNamespace(eval_sets=[]))
+        task=SimpleNamespace(eval_sets=[]), run_id="r", run_dir=tmp_path)
     assert evaluate_mod.evaluate_policy(run, tmp_path, 0, lambda m, t: Engine()) == "result"
     assert closed == [True]
 

@@ -42,3 +42,24 @@ def test_engines_say_what_decides_their_draws():
 
     assert sampling_plan(Silent()) is None and sampling_plan(None) is None
     assert sampling_plan(Saying()) == {"engine": "x"}
+
+
+def test_an_evaluation_with_other_engine_settings_warns_that_its_numbers_will_differ(tmp_path, caplog):
+    from types import SimpleNamespace
+
+    from pc_pipelines.run.evaluate import warn_if_other_plan
+
+    class Engine:
+        def __init__(self, plan):
+            self.plan = plan
+
+        def sampling_plan(self):
+            return self.plan
+
+    run = SimpleNamespace(run_id="r", run_dir=tmp_path)
+    assert warn_if_other_plan(run, Engine(PLAN)) is False  # nothing recorded yet: nothing to compare
+    keep_sampling_plan(tmp_path, PLAN)
+    assert warn_if_other_plan(run, Engine(dict(PLAN))) is False and not caplog.records
+    assert warn_if_other_plan(run, Engine(None)) is False  # an engine that does not say
+    assert warn_if_other_plan(run, Engine({**PLAN, "max_batch_sequences": 8})) is True
+    assert "will not equal the run's evaluation" in caplog.text and "Fix: evaluate with the run's engine" in caplog.text
