@@ -53,6 +53,21 @@ def local_resources() -> dict:
     }
 
 
+def env_number(env: dict[str, str], name: str, default: str, kind: type = int, minimum: float = 1):
+    """``env[name]`` (or ``default``) as ``kind``, at least ``minimum``; anything else is an error naming the variable
+    and the fix (a bad value must not surface as a bare ValueError from deep in the code location's load)."""
+    raw = env.get(name, default)
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = None
+    if value is None or value != value or value < minimum:  # value != value: NaN
+        what = "a whole number" if kind is int else "a number"
+        raise RuntimeError(f"{name}={raw!r}: must be {what} >= {minimum:g}. Fix: set it to e.g. {default}, or unset it "
+                           f"for the default ({default}).")
+    return value
+
+
 def k8s_resources(env: dict[str, str] | None = None) -> dict:
     """The Kubernetes environment (``k8s/README.md``): the Dagster run pod and the training pods share the PVC
     mounted at ``/data`` (store ``/data/pc.duckdb``, run directories ``/data/runs``, prepared data ``/data/data``);
@@ -72,7 +87,7 @@ def k8s_resources(env: dict[str, str] | None = None) -> dict:
         compute = K8sComputeResource(image=image, namespace=namespace)
     elif kind == "rayjob":
         compute = KubeRayComputeResource(image=image, namespace=namespace,
-                                         workers=int(env.get("PC_K8S_RAY_WORKERS", "2")))
+                                         workers=env_number(env, "PC_K8S_RAY_WORKERS", "2"))
     else:
         raise RuntimeError(f"PC_K8S_COMPUTE={kind!r}: use pod (one GPU pod per segment) or rayjob (multi-node).")
     return {
@@ -104,7 +119,7 @@ def ray_resources(env: dict[str, str] | None = None) -> dict:
                            "e.g. http://127.0.0.1:8265). Fix: set it, or use PC_PIPELINES_ENV=local.")
     shared = Path(env.get("PC_RAY_SHARED_DIR", "runs")).resolve()
     compute = RayJobComputeResource(address=address, python=env.get("PC_RAY_PYTHON") or None,
-                                    entrypoint_num_cpus=float(env.get("PC_RAY_ENTRYPOINT_CPUS", "1")),
+                                    entrypoint_num_cpus=env_number(env, "PC_RAY_ENTRYPOINT_CPUS", "1", float, 0),
                                     data_dir=str(shared / "data"))
     return {
         "store": StoreResource(path=str(shared / "pc.duckdb")),

@@ -88,6 +88,21 @@ def test_the_ray_environment_selects_it_on_one_shared_directory(tmp_path):
     assert isinstance(environment_resources({})["compute"], LocalComputeResource)
     with pytest.raises(RuntimeError, match="PC_RAY_ADDRESS"):
         ray_resources({"PC_PIPELINES_ENV": "ray"})
+    env = {"PC_RAY_ADDRESS": "http://127.0.0.1:8265", "PC_RAY_SHARED_DIR": str(tmp_path)}
+    assert ray_resources({**env, "PC_RAY_ENTRYPOINT_CPUS": "0.5"})["compute"].entrypoint_num_cpus == 0.5
+    for bad in ("two", "-1", "nan"):
+        with pytest.raises(RuntimeError, match=rf"PC_RAY_ENTRYPOINT_CPUS='{bad}': must be a number >= 0\. Fix: set it"):
+            ray_resources({**env, "PC_RAY_ENTRYPOINT_CPUS": bad})
+
+
+def test_a_bad_ray_worker_count_names_the_variable_and_the_fix():
+    from resources import k8s_resources
+
+    env = {"PC_K8S_IMAGE": "img:1", "PC_K8S_COMPUTE": "rayjob"}
+    assert k8s_resources({**env, "PC_K8S_RAY_WORKERS": "4"})["compute"].workers == 4
+    for bad in ("2.5", "0", "many"):
+        with pytest.raises(RuntimeError, match=rf"PC_K8S_RAY_WORKERS='{bad}': must be a whole number >= 1\. Fix"):
+            k8s_resources({**env, "PC_K8S_RAY_WORKERS": bad})
 
 
 def test_the_resource_imports_neither_ray_nor_dagster_ray_until_it_launches():
