@@ -404,13 +404,38 @@ def _run(jobs, args) -> float:
 
 
 def _walls(store: Store, jobs: list[study.StudyJob]) -> float | None:
-    """Wall seconds a part took as its runs recorded it: the union of its runs' [created, last updated] spans, so a
-    part finished in two invocations does not count the time between them (None: no runs).
+    """Wall seconds a part took as its runs recorded it: the union over its runs of the spans they were running
+    (:func:`running_spans`, from each run's creation and its steps' write times), so a part finished in two
+    invocations counts neither the time between them nor a run's own time dead between a kill and its resume."""
+    if not Path(store.path).exists():
+        return None
+    ids = [j.run_id for j in jobs]
+    created = {r["run_id"]: float(r["c"]) for r in store.query(
+        "SELECT run_id, epoch(created_at) AS c FROM runs WHERE list_contains(?, run_id)", [ids]) if r["c"] is not None}
+    writes: dict[str, list[float]] = {}
+    for r in store.query("SELECT run_id, epoch(written_at) AS w FROM steps WHERE list_contains(?, run_id) "
+                         "ORDER BY run_id, step", [ids]):
+        if r["w"] is not None:
+            writes.setdefault(r["run_id"], []).append(float(r["w"]))
+    return union_seconds([span for rid, c in created.items() for span in running_spans(c, writes.get(rid, []))])
 
-    Worked example: runs spanning [0, 100], [50, 300] and [1000, 1100] seconds -> [0, 300] + [1000, 1100] = 400 s."""
-    got = store.query("SELECT epoch(created_at) AS a, epoch(updated_at) AS b FROM runs WHERE list_contains(?, run_id)",
-                      [[j.run_id for j in jobs]]) if Path(store.path).exists() else []
-    return union_seconds([(float(r["a"]), float(r["b"])) for r in got if r["a"] is not None and r["b"] is not None])
+
+GAP_FACTOR, GAP_FLOOR_S = 10.0, 120.0
+
+
+def running_spans(created: float, writes: list[float]) -> list[tuple[float, float]]:
+    """The spans a run was running: from its creation to its first step's write, then between consecutive step
+    writes, leaving out any span longer than ``GAP_FACTOR`` times the run's median span and ``GAP_FLOOR_S`` (the
+    run was killed and resumed later: an evaluation every few steps costs a few steps' time, not ten).
+
+    Worked example: created at 0, steps written at 5, 10, 15, 1015, 1020 -> spans [0, 5], [5, 10], [10, 15],
+    [1015, 1020] (median 5 s; the 1000 s from 15 to 1015 is a gap) = 20 s of running."""
+    times = [created, *sorted(writes)]
+    spans = [(a, b) for a, b in zip(times, times[1:]) if b >= a]
+    if not spans:
+        return []
+    limit = max(GAP_FACTOR * statistics.median(b - a for a, b in spans), GAP_FLOOR_S)
+    return [(a, b) for a, b in spans if b - a <= limit]
 
 
 def union_seconds(spans: list[tuple[float, float]]) -> float | None:
@@ -469,8 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.part in ("all", "repro"):
         _run(isa, args)
     walls = {"tune": _walls(store, tune), "main": _walls(store, main_), "repro": _walls(store, isa)}
-    common = (f"--steps {args.steps} --seeds {' '.join(map(str, args.seeds))} --primary-seeds "
-              f"{' '.join(map(str, args.primary_seeds))}")
+    common = f"--steps {args.steps} --seeds {' '.join(map(str, args.seeds))}" + (
+        f" --primary-seeds {' '.join(map(str, args.primary_seeds))}" if args.primary_seeds else "")
     tune_text, best = tune_section(store, tune, f"python benchmarks/bench_study.py tune --steps {args.steps} "
                                    f"--tune-seeds {' '.join(map(str, args.tune_seeds))}", walls["tune"])
     if args.part == "tune" or args.best_n is None:

@@ -84,3 +84,15 @@ def test_a_parts_wall_time_is_the_union_of_its_runs_spans():
     assert b.union_seconds([(1000, 1100), (0, 100), (50, 300)]) == 400  # the docstring's example
     assert b.union_seconds([(0, 10), (10, 20)]) == 20 and b.union_seconds([(0, 50), (10, 20)]) == 50
     assert b.union_seconds([]) is None
+
+
+def test_a_runs_time_dead_between_a_kill_and_its_resume_is_not_wall_time():
+    b = load_bench_study()
+    assert b.running_spans(0, [5, 10, 15, 1015, 1020]) == [(0, 5), (5, 10), (10, 15), (1015, 1020)]  # docstring
+    # an evaluation every few steps (a span a few times the median) is running time, not a gap
+    assert b.running_spans(0, [5, 10, 40, 45]) == [(0, 5), (5, 10), (10, 40), (40, 45)]
+    # short runs: nothing under GAP_FLOOR_S is a gap, however many medians it is
+    assert b.running_spans(0, [1, 2, 3, 100]) == [(0, 1), (1, 2), (2, 3), (3, 100)]
+    assert b.running_spans(0, []) == [] and b.running_spans(0, [7]) == [(0, 7)]
+    spans = b.running_spans(0, [5, 10, 15, 1015, 1020]) + b.running_spans(12, [17, 22])
+    assert b.union_seconds(spans) == 27  # two runs side by side: [0, 22] + [1015, 1020]
