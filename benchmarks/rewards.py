@@ -14,6 +14,10 @@ second (responses / wall time) for:
 * ``grade_batch``, warm cache: the next round over the same prompts (fresh samples), as PC's commit round sees
   its pilots' prompts again, and as later epochs do;
 * ``grade_batch`` called from a non-main thread (worker process), cold cache, worker already started.
+
+A second table times box extraction on huge, adversarial inputs (200 K characters of braces, backslashes, nested
+boxes) and the grading of a 100 KB response: both must stay linear in the input's length (the unit tests check the
+answers on the same inputs, this measures the time).
 """
 
 from __future__ import annotations
@@ -30,9 +34,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import machine, write_section
 
-from pc_pipelines.rewards import MathGrader
+from pc_pipelines.rewards import MathGrader, extract_boxed
 
 ROOT = Path(__file__).resolve().parents[1]
+HUGE_INPUTS = {  # name -> text; tests/unit/rewards/test_math_reward.py checks extract_boxed's answers on these
+    "200 K characters, then a box": "x" * 200_000 + r"\boxed{357}",
+    "20 K unclosed boxes": r"\boxed{" * 20_000,
+    "200 K open braces": "{" * 200_000,
+    "a box of 200 K open braces": r"\boxed{" + "{" * 200_000,
+    "200 K backslashes": "\\" * 200_000,
+    "a box, then 200 K spaces": r"\boxed" + " " * 200_000,
+    "a box of 100 K escaped braces": r"\boxed{" + r"\{" * 100_000 + "}",
+}
 WIDTH = 5  # the embedded task's operand width: answers have WIDTH + 1 digits
 
 
@@ -66,6 +79,16 @@ def timed(fn, repeats: int) -> tuple[float, object]:
         out = fn()
         best.append(time.perf_counter() - t0)
     return float(np.median(best)), out
+
+
+def best_of(fn, repeats: int) -> float:
+    """The fastest of ``repeats`` timed calls of ``fn``, in seconds."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def on_thread(fn):
@@ -208,6 +231,15 @@ def main() -> int:
             "which the boxed-answer contract scores NO_BOXED; it has no truncation rule)."
         ),
     ]
+    lines += ["", "Huge inputs (box extraction alone; best of 3 runs):", "",
+              "| input | characters | `extract_boxed` |", "|---|---:|---:|"]
+    for name, text in HUGE_INPUTS.items():
+        lines.append(f"| {name} | {len(text):,} | {best_of(lambda t=text: extract_boxed(t), 3) * 1e3:,.1f} ms |")
+    big = "Let me think. " * 8000 + r"so \boxed{000357}"
+    g100 = MathGrader(cache_size=0)
+    g100.check_gold("357")
+    lines.append(f"| a {len(big) // 1000} KB response, graded (`MathGrader.grade`, cache off) | {len(big):,} | "
+                 f"{best_of(lambda: MathGrader.grade(g100, big, '357'), 3) * 1e3:,.1f} ms |")
     text = "\n".join(lines)
     print(text)
     if not args.no_write:

@@ -19,6 +19,7 @@ import argparse
 import itertools
 import json
 import logging
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -271,7 +272,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     except duckdb.Error as exc:  # a SQL error is the user's to fix: show DuckDB's message, not a traceback
         hint = SQL_TABLES
         text = str(exc)
-        if isinstance(exc, duckdb.PermissionException) or "read-only" in text or "locked" in text:
+        if isinstance(exc, duckdb.PermissionException) or "read-only" in text or "locked" in text or writing_statement(args.query):
             hint = ("`pilot-commit sql` is read-only: SELECT (and WITH, DESCRIBE, SUMMARIZE, EXPLAIN, temporary views) "
                     "over the store's tables and views; it cannot write, read other files, attach databases or "
                     "change settings. To export, use --csv or --json and redirect stdout.\n" + SQL_TABLES)
@@ -280,6 +281,30 @@ def cmd_sql(args: argparse.Namespace) -> int:
     _print_rows(cols, rows, "json" if args.json else "csv" if args.csv else "table")
     _warn_problems(store, args.store)
     return 0
+
+
+# Statements `pilot-commit sql` refuses, by their first keyword (DuckDB's error for some of them names neither
+# read-only nor a permission: DuckDB 2.0.1 says "Cannot COPY to <the catalog>: the file belongs to an attached
+# database"). The hint that says what sql allows is shown for these whatever DuckDB's words.
+WRITING_KEYWORDS = frozenset({"COPY", "EXPORT", "IMPORT", "ATTACH", "DETACH", "INSTALL", "LOAD", "SET", "RESET",
+                              "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "CHECKPOINT", "VACUUM",
+                              "TRUNCATE", "PRAGMA", "USE", "CALL"})
+
+
+def writing_statement(query: str) -> bool:
+    """Whether any statement of ``query`` starts with a keyword of WRITING_KEYWORDS (comments and blank statements
+    skipped; a `CREATE TEMP VIEW` is allowed by the store, so an error there is a plain SQL error)."""
+    text = re.sub(r"--[^\n]*|/\*.*?\*/", " ", query, flags=re.S)
+    for statement in text.split(";"):
+        words = statement.split()
+        if not words:
+            continue
+        head = words[0].upper()
+        if head == "CREATE" and len(words) > 2 and words[1].upper() in ("TEMP", "TEMPORARY") and words[2].upper() == "VIEW":
+            continue
+        if head in WRITING_KEYWORDS:
+            return True
+    return False
 
 
 def _warn_problems(store: Store, path: str) -> None:

