@@ -81,16 +81,6 @@ def timed(fn, repeats: int) -> tuple[float, object]:
     return float(np.median(best)), out
 
 
-def best_of(fn, repeats: int) -> float:
-    """The fastest of ``repeats`` timed calls of ``fn``, in seconds."""
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def on_thread(fn):
     box: dict = {}
     th = threading.Thread(target=lambda: box.setdefault("v", fn()))
@@ -231,15 +221,15 @@ def main() -> int:
             "which the boxed-answer contract scores NO_BOXED; it has no truncation rule)."
         ),
     ]
-    lines += ["", "Huge inputs (box extraction alone; best of 3 runs):", "",
+    lines += ["", "Huge inputs (box extraction alone; median of 3 runs):", "",
               "| input | characters | `extract_boxed` |", "|---|---:|---:|"]
     for name, text in HUGE_INPUTS.items():
-        lines.append(f"| {name} | {len(text):,} | {best_of(lambda t=text: extract_boxed(t), 3) * 1e3:,.1f} ms |")
+        lines.append(f"| {name} | {len(text):,} | {timed(lambda t=text: extract_boxed(t), 3)[0] * 1e3:,.1f} ms |")
     big = "Let me think. " * 8000 + r"so \boxed{000357}"
     g100 = MathGrader(cache_size=0)
     g100.check_gold("357")
     lines.append(f"| a {len(big) // 1000} KB response, graded (`MathGrader.grade`, cache off) | {len(big):,} | "
-                 f"{best_of(lambda: MathGrader.grade(g100, big, '357'), 3) * 1e3:,.1f} ms |")
+                 f"{timed(lambda: g100.grade(big, '357'), 3)[0] * 1e3:,.1f} ms |")
     text = "\n".join(lines)
     print(text)
     if not args.no_write:

@@ -94,8 +94,6 @@ def load_model(path: Path, device: str, dtype: str, what: str = "the base policy
         ) from None
 
 
-
-
 def keep_sampling_plan(run_dir: Path, plan: dict | None) -> None:
     """A run draws its rollouts with one sampling plan (:func:`~pc_pipelines.rollout.sampling_plan`) from start
     to end: the first segment writes it to ``run_dir/sampling_plan.json``, every later one must match it, or a resume
