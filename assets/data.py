@@ -72,7 +72,7 @@ class DeepMathConfig(Config):
         default=500,
         ge=0,
         le=50_000,
-        description="Rows of the held-out evaluation split (DESIGN.md section 6: 500). Must leave training rows.",
+        description="Rows of the held-out evaluation split (docs/DESIGN.md section 6: 500). Must leave training rows.",
     )
     seed: int = Field(
         default=0,
@@ -270,13 +270,14 @@ def polaris(context: AssetExecutionContext, config: PolarisConfig, data: DataRes
 @asset(group_name="data", kinds={"parquet"})
 def benchmarks(context: AssetExecutionContext, data: DataResource) -> MaterializeResult:
     """The six evaluation benchmarks (AIME24, AIME25, AMC23, MATH-500, Minerva Math, OlympiadBench) from
-    ``benchmarks_dir``, one Parquet each, golds the verifier cannot parse quarantined with the reason."""
+    ``benchmarks_dir`` (unset: the copies shipped with the package, sha256-checked), one Parquet each, golds the
+    verifier cannot parse quarantined with the reason."""
     try:
-        prepared = prepare_benchmarks(data.benchmarks_dir)
+        prepared = prepare_benchmarks(data.benchmarks_dir, verify=data.verify_benchmarks)
     except DatasetError as e:
         raise Failure(
             description=f"{e}\n\nHow to provide it: set the resource config key "
-            "`resources.data.config.benchmarks_dir` in the launchpad.",
+            "`resources.data.config.benchmarks_dir` in the launchpad (unset: the copies shipped with the package).",
             allow_retries=False,
         ) from None
     out = _out_dir(data) / BENCHMARKS_SUBDIR

@@ -15,7 +15,7 @@ Design (the study's hygiene, issue 6 point 3):
   and PC share every hyperparameter, the prompt stream of a seed, and the matched n = n_pilot + n_commit = 64;
 * the budget is a fixed number of training steps per run (the same for every method); rollouts-to-target reads
   each method's cumulative SAMPLED rollouts (pilots, DAPO's filtered groups, everything) at its first eval at or
-  above the target = min(GRPO peak, PC peak) of that seed (DESIGN.md section 6);
+  above the target = min(GRPO peak, PC peak) of that seed (docs/DESIGN.md section 6);
 * everything goes into ONE store, ``benchmarks/out/efficiency.duckdb`` (git-ignored); runs are resumable: re-running
   a command only finishes what is missing;
 * ablation variants are PC runs in their own families (``efficiency-ablate/<variant>``) compared with the primary

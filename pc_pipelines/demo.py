@@ -80,6 +80,7 @@ def demo(argv: list[str] | None = None) -> int:
 
     sensor = build_advance_runs_sensor()
     job = build_definitions(res).resolve_job_def(train_segment_job.name)
+    failed: list[str] = []
     while True:
         tick = sensor(build_sensor_context(instance=instance, resources={"store": res["store"]}))
         if isinstance(tick, SkipReason):
@@ -92,6 +93,7 @@ def demo(argv: list[str] | None = None) -> int:
                                             raise_on_error=False)
             if not result.success:
                 say(f"{req.partition_key} failed (the sensor retries it, then pauses the run); see the log above")
+                failed.append(req.partition_key)
                 continue
             m = result.asset_materializations_for_node("segment_eval")[0].metadata
             t = result.asset_materializations_for_node("training_segment")[0].metadata
@@ -112,6 +114,9 @@ def demo(argv: list[str] | None = None) -> int:
         f"(try: .venv/bin/pilot-commit sql --store {res['store'].path} \"SELECT * FROM segments\")")
     if os.environ.get("DAGSTER_HOME"):
         say("`make ui` shows these materializations at http://127.0.0.1:3000")
+    if failed:
+        say(f"{len(failed)} segment run(s) failed: {', '.join(failed)} (their logs are above)")
+        return 1
     return 0
 
 

@@ -1,7 +1,7 @@
 """``pilot-commit train-segment`` / ``eval-segment``: one training segment of a registered run, or the evaluation of
 its checkpoint, as a process of its own.
 
-This is the in-pod entrypoint of the scale path (DESIGN.md section 4). The Dagster ``training_segment`` asset
+This is the in-pod entrypoint of the scale path (docs/DESIGN.md section 4). The Dagster ``training_segment`` asset
 launches it through a Pipes client (``PipesK8sClient`` for one GPU pod, dagster-ray's ``PipesKubeRayJobClient`` for
 a multi-node RayJob, its ``PipesRayJobClient`` for a job on an existing Ray cluster, ``PipesSubprocessClient`` on one
 machine) instead of calling :func:`~.run.run_segment` in the orchestrator's process. It is a thin command line over the run layer, and calls the very same

@@ -43,7 +43,7 @@ class EvalResult:
 
     @property
     def mean(self) -> float:
-        """Average accuracy: the unweighted mean over sets (DESIGN.md section 6)."""
+        """Average accuracy: the unweighted mean over sets (docs/DESIGN.md section 6)."""
         return float(np.mean(list(self.accuracy.values()))) if self.accuracy else 0.0
 
     def to_json(self) -> dict[str, Any]:

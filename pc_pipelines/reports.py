@@ -1,5 +1,5 @@
 """Reports over a store: the rollouts-to-target table (paper Table 2) as Markdown, per-run curves, PNG plots and a
-per-method summary (DESIGN.md section 6). A plain library: the CLI (``pilot-commit report --plots DIR``) and the
+per-method summary (docs/DESIGN.md section 6). A plain library: the CLI (``pilot-commit report --plots DIR``) and the
 Dagster report asset both call :func:`build_report`.
 
 Curves are read from the store's views, for the latest run of each (family, method, seed), exactly the runs

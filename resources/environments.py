@@ -74,7 +74,8 @@ def k8s_resources(env: dict[str, str] | None = None) -> dict:
     training segments run as pods of ``PC_K8S_IMAGE`` in ``PC_K8S_NAMESPACE`` (default ``pc-pipelines``), one
     GPU pod each (``PC_K8S_COMPUTE=pod``, the default) or a KubeRay RayJob of ``PC_K8S_RAY_WORKERS`` GPU nodes
     (``PC_K8S_COMPUTE=rayjob``, experimental). Evaluation (``segment_eval``) runs ``pilot-commit eval-segment`` in a GPU
-    pod of the same image (one pod with the RayJob compute too). ``env``: the variables to read (default
+    pod of the same image (one pod with the RayJob compute too). The benchmarks asset reads the evaluation sets
+    shipped in the image unless ``PC_BENCHMARKS_DIR`` names a directory (on the PVC, say). ``env``: the variables to read (default
     ``os.environ``)."""
     env = dict(os.environ if env is None else env)
     image = env.get("PC_K8S_IMAGE")
@@ -98,7 +99,7 @@ def k8s_resources(env: dict[str, str] | None = None) -> dict:
         "data": DataResource(
             deepmath_path=env.get("PC_DEEPMATH_PATH") or None,
             polaris_path=env.get("PC_POLARIS_PATH") or None,
-            benchmarks_dir=env.get("PC_BENCHMARKS_DIR", "/data/benchmarks"),
+            benchmarks_dir=env.get("PC_BENCHMARKS_DIR") or None,  # unset: the copies in the image
             out_dir="/data/data",
         ),
     }

@@ -1,4 +1,4 @@
-"""Rollout allocation: GRPO, DAPO and Pilot-Commit as pure, numpy-only bookkeeping (DESIGN.md section 3).
+"""Rollout allocation: GRPO, DAPO and Pilot-Commit as pure, numpy-only bookkeeping (docs/DESIGN.md section 3).
 
 This package is where the paper lives. It never sees tokens or tensors, only prompt ids, rollout counts, rollout
 ids and rewards, and it imports nothing heavier than numpy (its config, :class:`AllocatorConfig`, lives in the

@@ -17,7 +17,7 @@ same step; its fresh entry waits for the next step) no prompt trains twice in on
 **Across epochs.** R persists across epoch boundaries: Algorithm 1 of the paper sets ``R <- {}`` once, before the
 epoch loop, and "prompts in R may come from previous steps"; the authors' recipe empties R at epoch end. We follow
 the algorithm: an epoch boundary is an accident of where the stream stands (a sampling batch may even span two
-epochs, DESIGN.md section 3), not a policy change, so emptying R there would throw away paid-for pilots that are
+epochs, docs/DESIGN.md section 3), not a policy change, so emptying R there would throw away paid-for pilots that are
 still within the lag bound d. The age rule (``expire``) is the only thing that retires an entry; eviction only
 stops a prompt from being drawn again (its live entry, if any, still trains).
 

@@ -3,7 +3,7 @@
 A method describes ONE training step as a generator: it yields an :class:`EngineCall`, receives the rewards
 of that call as a :class:`CallResult`, decides, and yields the next call until the step is complete. The
 :class:`~pc_pipelines.allocation.allocator.StepContext` it is handed does the bookkeeping (rollout ids, ledger,
-observations, buffer, stream), so a method is only its protocol. That keeps DESIGN.md section 3 readable here,
+observations, buffer, stream), so a method is only its protocol. That keeps docs/DESIGN.md section 3 readable here,
 one method per class:
 
 * GRPO: one round of b_t fresh prompts x n; every group is trained (zero-variance groups just get zero advantage).
@@ -19,7 +19,7 @@ again in that step, so no prompt trains twice in one step; and R persists across
 paper's Algorithm 1 (the recipe empties it at epoch end), the age rule alone retiring entries. The reasons are
 in ``buffer.py``'s docstring.
 
-Departures from the paper's recipe, all deliberate (DESIGN.md section 3): shortfall never raises (verl's DAPO
+Departures from the paper's recipe, all deliberate (docs/DESIGN.md section 3): shortfall never raises (verl's DAPO
 does): at ``max_rounds`` the step trains on what it has and is flagged; a step with zero groups still advances
 the step counter so buffer ages advance. A pool exhausted by eviction ends the step early (also a shortfall).
 """
@@ -211,7 +211,7 @@ class PilotCommit(AllocationMethod):
         epochs: np.ndarray,
         need: int,
     ) -> int:
-        """Band and eviction for pilots whose waves are done (two independent decisions, DESIGN.md section 3).
+        """Band and eviction for pilots whose waves are done (two independent decisions, docs/DESIGN.md section 3).
 
         ``parts`` holds (result, rows) per wave, row-aligned; returns how many were kept.
         """

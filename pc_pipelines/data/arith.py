@@ -1,6 +1,6 @@
 """The embedded default's verifiable task: zero-padded addition with a controllable spread of difficulty.
 
-Why this task (DESIGN.md section 4): the comparison of allocators is only meaningful if the run holds a
+Why this task (docs/DESIGN.md section 4): the comparison of allocators is only meaningful if the run holds a
 skill RL can *learn and transfer* within minutes on a CPU, so that prompts move from "hard" through the pass-rate
 band to "solved" as in the paper's Figure 1. Sharpening an over-smoothed policy or memorised facts RL cannot reach
 both make the comparison meaningless (a prototype measured exactly that). What worked in a prototype, and what

@@ -1,6 +1,6 @@
 """Real training datasets (DeepMath-103K, Polaris-53K): loading from local files, filtering, quarantine, held-out split.
 
-The library half of the Dagster data assets (DESIGN.md sections 2 and 6): importable and testable without Dagster.
+The library half of the Dagster data assets (docs/DESIGN.md sections 2 and 6): importable and testable without Dagster.
 Nothing is downloaded, ever. Public API::
 
     DatasetError(ValueError)                                   # names the file / row / field and the fix

@@ -21,7 +21,7 @@ class EvalSet:
     k: int | None = None
     """Samples per prompt for this set (mean@k); None: the run's ``training.eval_samples``. The small competition
     sets (AIME24/25, AMC23: 30-40 prompts) use 32 so that one eval's noise is comparable to MATH-500's at k = 4
-    (DESIGN.md section 6)."""
+    (docs/DESIGN.md section 6)."""
 
     def __post_init__(self) -> None:
         if self.k is not None and self.k < 1:

@@ -1,4 +1,4 @@
-"""Rewards: math-verify grading of boxed answers, timeout-safe and cached (DESIGN.md section 2).
+"""Rewards: math-verify grading of boxed answers, timeout-safe and cached (docs/DESIGN.md section 2).
 
 Importing this package is cheap: math-verify (and sympy) are imported on the first verification.
 See ``pc_pipelines.rewards.math`` for the rules and the timeout design.

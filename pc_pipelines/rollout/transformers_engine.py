@@ -1,7 +1,7 @@
 """Rollouts with Hugging Face ``generate``: KV-cached, batched, CPU or GPU.
 
 One :meth:`TransformersEngine.generate` call serves a whole generation round (pilot and commit requests
-together, DESIGN.md section 3). Internally each request is expanded into ``n`` sequences, sequences are sorted by
+together, docs/DESIGN.md section 3). Internally each request is expanded into ``n`` sequences, sequences are sorted by
 prompt length (less padding), cut into chunks of at most ``max_batch_sequences`` and generated with left padding
 and a KV cache; results are put back in request order.
 

@@ -36,7 +36,7 @@ from .spec import SAMPLING_PLAN, TrainingRun
 _CALL_SALT = 0x6E6E
 
 class PayloadSidecar:
-    """Rollout payloads (prompt and response token ids) by rollout id: the allocator holds ids only (DESIGN.md
+    """Rollout payloads (prompt and response token ids) by rollout id: the allocator holds ids only (docs/DESIGN.md
     section 3), the buffered pilots' payloads live here between steps and in checkpoints."""
 
     def __init__(self) -> None:

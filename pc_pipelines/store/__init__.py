@@ -1,6 +1,6 @@
 """The prompt-statistics store: per-step Parquet logs under the run directory and a DuckDB catalog with views.
 
-Writing never blocks reading (DESIGN.md section 5). See :mod:`.schema` for the layout and the tables,
+Writing never blocks reading (docs/DESIGN.md section 5). See :mod:`.schema` for the layout and the tables,
 :mod:`.steplog` for the atomic step writes, :mod:`.catalog` for the catalog and its short transactions,
 :mod:`.runlock` for the one-writer-per-run lock.
 """

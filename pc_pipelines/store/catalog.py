@@ -1,7 +1,7 @@
 """The DuckDB catalog: runs, checkpoints and eval results in short transactions, views over the step logs.
 
 DuckDB lets one process hold a database file for writing and then no other process may open it, not even
-read-only (DESIGN.md section 5). So every connection here is short: open, do one thing, close. Writers and readers
+read-only (docs/DESIGN.md section 5). So every connection here is short: open, do one thing, close. Writers and readers
 that find the file locked retry with backoff until ``lock_timeout_s``; the step logs themselves never touch the
 catalog, so SQL works while any number of runs write steps.
 

@@ -1,6 +1,6 @@
 """Per-step Parquet logs: one directory per step, made visible by one atomic rename, verifiable by its manifest.
 
-Writing never blocks reading (DESIGN.md section 5): the trainer never opens the DuckDB catalog while it steps.
+Writing never blocks reading (docs/DESIGN.md section 5): the trainer never opens the DuckDB catalog while it steps.
 It writes each step's tables into ``.tmp-step-<N>-<nonce>/`` inside the run directory and renames the directory to
 ``step-<N>/``. Readers list ``step-<N>/`` directories by name (never a glob pattern handed to DuckDB), so:
 

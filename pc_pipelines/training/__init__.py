@@ -1,4 +1,4 @@
-"""The embedded policy update: GRPO advantages and verl's clipped policy loss on a causal LM (DESIGN.md section 3).
+"""The embedded policy update: GRPO advantages and verl's clipped policy loss on a causal LM (docs/DESIGN.md section 3).
 
 Importing this package pulls in torch; verl is imported lazily, on the first advantage or loss computation.
 """

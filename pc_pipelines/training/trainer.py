@@ -1,4 +1,4 @@
-"""The GRPO policy update, built on verl's own advantage and policy-loss functions (DESIGN.md section 3).
+"""The GRPO policy update, built on verl's own advantage and policy-loss functions (docs/DESIGN.md section 3).
 
 :meth:`PolicyTrainer.train_step` trains one training step's batch of groups: group-normalized advantages (verl's
 ``compute_grpo_outcome_advantage``), old log-probs recomputed for the whole batch under the current policy, PPO

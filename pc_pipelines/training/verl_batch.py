@@ -14,7 +14,7 @@ rollout ids, rewards, trained groups) and verl's batches:
   order the workers returned them in).
 * :func:`decode_responses` + a grader -> one reward per rollout -> :func:`feedback`: the per-request reward arrays
   ``StepSession.observe`` takes.
-* :class:`PayloadStore`: the generated rows by rollout id (the allocator holds ids only, DESIGN.md section 3):
+* :class:`PayloadStore`: the generated rows by rollout id (the allocator holds ids only, docs/DESIGN.md section 3):
   a PC pilot generated at step t is trained at step t' <= t + d from here; checkpoints save and load it.
 * :func:`training_batch`: the step's trained groups -> one training ``DataProto``: every row of a group (for PC
   the prompt's pilot rows plus its commit rows) shares one ``uid``, so verl's GRPO advantage
@@ -23,7 +23,7 @@ rollout ids, rewards, trained groups) and verl's batches:
 * :func:`step_metrics`: the allocator's ledger as ``pc/...`` metrics for verl's tracker.
 
 Departure from the paper's recipe: old log-probs are recomputed by the trainer for the whole batch (as the recipe
-does), so lagged pilot rows need no stored log-probs; rewards are binary 1/0 with overlong = 0 (DESIGN.md section 3).
+does), so lagged pilot rows need no stored log-probs; rewards are binary 1/0 with overlong = 0 (docs/DESIGN.md section 3).
 """
 
 from __future__ import annotations

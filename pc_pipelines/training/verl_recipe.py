@@ -9,7 +9,7 @@ paper's recipe; GRPO advantages over ``uid``; ``_update_actor``), weight syncs, 
 **Experimental**: the trainer has not run on a GPU cluster yet.
 
 Departures from the paper's recipe: no commit-batch trimming to the GPU count (verl's uneven chunking instead);
-binary 1/0 rewards with overlong = 0 instead of the 1.5B script's +/-1 with an overlong penalty (DESIGN.md
+binary 1/0 rewards with overlong = 0 instead of the 1.5B script's +/-1 with an overlong penalty (docs/DESIGN.md
 section 3); the stream, band, eviction and lag rules are the allocator's (tested on CPU), not a re-implementation.
 """
 

@@ -2,6 +2,7 @@
 small files in the real schemas (DeepMath-103K, Polaris-53K) and on the real benchmark files."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,12 +12,13 @@ from dagster import AssetKey, AssetSelection, Definitions, materialize
 
 from assets import arith_task, base_policy
 from assets.data import DATA_ASSETS, DATA_CHECKS, benchmarks, deepmath, polaris
+from pc_pipelines.data.benchmarks import EVAL_SETS_DIR
 from pc_pipelines.data.datasets import PREPARED_SCHEMA, QUARANTINE_SCHEMA, problem_id
 from resources import DataResource
 
 pytestmark = pytest.mark.integration
 
-REAL_BENCHMARKS = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "benchmarks"
+REAL_BENCHMARKS = EVAL_SETS_DIR
 
 # DeepMath rows: (question, final_answer, difficulty). Binary answers, per normalized part.
 BINARY = {
@@ -364,13 +366,13 @@ def test_polaris_quarantine_difficulty_and_checks(tmp_path, fmt):
 
 
 def test_benchmarks_asset_on_the_real_directory(tmp_path):
-    assert REAL_BENCHMARKS.is_dir(), f"benchmark files not present at {REAL_BENCHMARKS}: check out ../shared beside"
+    assert REAL_BENCHMARKS.is_dir(), f"benchmark files not present at {REAL_BENCHMARKS}: they ship with the package"
     lines = {
         d.name: sum(1 for line in (d / "test.jsonl").read_text().splitlines() if line.strip())
         for d in sorted(REAL_BENCHMARKS.iterdir()) if (d / "test.jsonl").is_file()
     }
     assert set(lines) == {"aime24", "aime25", "amc23", "math500", "minerva_math", "olympiadbench"}
-    data = DataResource(benchmarks_dir=str(REAL_BENCHMARKS), out_dir=str(tmp_path / "out"))
+    data = DataResource(out_dir=str(tmp_path / "out"))  # benchmarks_dir unset: the copies shipped in the package
     checks = [c for c in DATA_CHECKS if AssetKey("benchmarks") in c.keys_by_input_name.values()]
     r = materialize([benchmarks, *checks], resources={"data": data})
     assert r.success
@@ -402,6 +404,19 @@ def test_benchmarks_asset_on_the_real_directory(tmp_path):
         assert md(ev.metadata, "rows") == sum(lines.values())
     bounds = md(checks[("benchmarks", "row_count_in_range")].metadata, "bounds")
     assert bounds["minerva_math"] == {"min_rows": 259, "max_rows": 272, "rows": 272}  # ceil(0.95 * 272)
+
+
+def test_benchmarks_asset_refuses_a_changed_file_by_name(tmp_path):
+    shutil.copytree(REAL_BENCHMARKS, tmp_path / "sets")
+    path = tmp_path / "sets" / "aime24" / "test.jsonl"
+    path.write_bytes(path.read_bytes() + b"\n")  # one byte more
+    d = DataResource(benchmarks_dir=str(tmp_path / "sets"), out_dir=str(tmp_path / "out"))
+    r = materialize([benchmarks], resources={"data": d}, raise_on_error=False)
+    msg = failure_description(r)
+    assert not r.success and str(path) in msg and "differs from the pinned copy" in msg and "verify_benchmarks" in msg
+    assert not (tmp_path / "out").exists()  # nothing written from a refused directory
+    ok = DataResource(benchmarks_dir=str(tmp_path / "sets"), verify_benchmarks=False, out_dir=str(tmp_path / "out"))
+    assert materialize([benchmarks], resources={"data": ok}).success
 
 
 def test_benchmarks_missing_directory_says_how_to_configure_it(tmp_path):

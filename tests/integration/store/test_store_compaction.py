@@ -146,7 +146,7 @@ COMPACTOR = textwrap.dedent(
     from pc_pipelines.store import Store
     from pc_pipelines.store import catalog
 
-    # A shared volume (DESIGN.md section 5: k8s pods on one volume) deletes slowly: a few ms per directory.
+    # A shared volume (docs/DESIGN.md section 5: k8s pods on one volume) deletes slowly: a few ms per directory.
     real_rmtree, marker = shutil.rmtree, Path(sys.argv[2])
 
     def slow_rmtree(path, *args, **kwargs):
@@ -164,7 +164,7 @@ COMPACTOR = textwrap.dedent(
 
 @pytest.mark.slow
 def test_readers_do_not_fail_while_compaction_deletes_step_dirs(tmp_path):
-    """DESIGN.md section 5: SQL works while runs write. After ``compact()`` commits, ``vacuum()`` deletes the
+    """docs/DESIGN.md section 5: SQL works while runs write. After ``compact()`` commits, ``vacuum()`` deletes the
     compacted step directories; a reader whose ``read_parquet`` glob listed a directory just before it was deleted must still
     get an answer (the watermark already excludes those rows), not ``IO Error: Cannot open file ...``."""
     st = make_store(tmp_path, 250)

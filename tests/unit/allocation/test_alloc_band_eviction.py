@@ -1,6 +1,6 @@
 """PC's two independent pilot decisions: the inclusive keep band and eviction across epochs.
 
-Acceptance criteria 3 and 5 of the allocator issue (DESIGN.md section 3; stream.py's eviction contract).
+Acceptance criteria 3 and 5 of the allocator issue (docs/DESIGN.md section 3; stream.py's eviction contract).
 """
 
 from __future__ import annotations

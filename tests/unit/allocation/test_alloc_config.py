@@ -1,6 +1,6 @@
 """AllocatorConfig validates itself: each bad value fails at construction with a ConfigError naming the field and
 saying how to fix it; what needs the registries (method and strategy names, what PC's method accepts) fails where
-the allocator is built, with the same message format. Acceptance criterion 10 of the allocator issue (DESIGN.md
+the allocator is built, with the same message format. Acceptance criterion 10 of the allocator issue (docs/DESIGN.md
 section 2: errors say how to fix).
 """
 

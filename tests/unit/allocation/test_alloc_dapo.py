@@ -1,6 +1,6 @@
 """DAPO: dynamic sampling trains the first b_t informative groups in stream order; the rest is surplus.
 
-Acceptance criterion 13 of the allocator issue (DESIGN.md section 3, DAPO).
+Acceptance criterion 13 of the allocator issue (docs/DESIGN.md section 3, DAPO).
 """
 
 from __future__ import annotations

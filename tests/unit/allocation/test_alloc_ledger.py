@@ -1,6 +1,6 @@
 """Ledger, trained groups, lag and shortfall of the allocator, checked against a recording fake engine.
 
-Acceptance criteria 1, 2, 4, 8, 9 and 14 of the allocator issue (DESIGN.md section 3).
+Acceptance criteria 1, 2, 4, 8, 9 and 14 of the allocator issue (docs/DESIGN.md section 3).
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ def test_paper_steady_state_costs(n, n_pilot):
         assert g.trained_rollouts == b_t * n
         assert d.sampled_rollouts == sum(d_engine.rollouts_by_stage(t).values()) == b_g * n
         assert d.trained_rollouts == b_t * n and d.rounds == 1 and d.surplus == b_g - b_t
-    if n == 128:  # the paper's headline numbers (DESIGN.md section 3)
+    if n == 128:  # the paper's headline numbers (docs/DESIGN.md section 3)
         assert (g.sampled_rollouts, g.trained_rollouts) == (16_384, 16_384)
         assert (d.sampled_rollouts, d.trained_rollouts) == (49_152, 16_384)
 

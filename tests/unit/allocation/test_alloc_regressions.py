@@ -22,7 +22,7 @@ from pc_pipelines.allocation import Allocator, AllocatorConfig, AllocatorError, 
 
 
 def test_engine_reusing_its_flat_reward_array_does_not_corrupt_buffered_pilots():
-    """Contract (types.py, DESIGN.md 3): a trained group's rewards are the rewards the engine returned for its ids.
+    """Contract (types.py, docs/DESIGN.md 3): a trained group's rewards are the rewards the engine returned for its ids.
 
     An engine that hands back the same preallocated float64 array every call (a common pooling pattern) must not
     change rewards the allocator already observed. The bug: CallResult kept ``rewards.astype(float64, copy=False)``
@@ -50,7 +50,7 @@ def test_engine_reusing_its_flat_reward_array_does_not_corrupt_buffered_pilots()
 
 
 def test_rounds_equal_engine_calls_when_the_pool_is_exhausted():
-    """Contract (StepLedger.rounds, DESIGN.md 3): with binding on a round is exactly one engine call.
+    """Contract (StepLedger.rounds, docs/DESIGN.md 3): with binding on a round is exactly one engine call.
 
     The bug: when eviction had emptied the pool, PC/DAPO/GRPO called ``ctx.begin_round()`` before discovering that
     the stream had nothing left and stopped without a call, so the ledger counted a round that generated nothing.

@@ -1,6 +1,6 @@
 """The endless prompt stream and common random numbers across methods.
 
-Acceptance criteria 6 and 12 of the allocator issue (DESIGN.md section 3 "Prompt stream"; stream.py).
+Acceptance criteria 6 and 12 of the allocator issue (docs/DESIGN.md section 3 "Prompt stream"; stream.py).
 """
 
 from __future__ import annotations

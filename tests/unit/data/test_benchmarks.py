@@ -1,13 +1,18 @@
-"""Benchmark adapters (pc_pipelines.data.benchmarks): the six real files, and small files for the error paths."""
+"""Benchmark adapters (pc_pipelines.data.benchmarks): the six real files shipped in the package, their sha256 check,
+and small files for the error paths."""
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
 
 from pc_pipelines.data.benchmarks import (
+    BENCHMARK_SPECS,
     BENCHMARKS,
+    EVAL_SETS_DIR,
     load_benchmarks,
     prepare_benchmark,
     prepare_benchmarks,
@@ -15,7 +20,7 @@ from pc_pipelines.data.benchmarks import (
 from pc_pipelines.data.datasets import PREPARED_SCHEMA, DatasetError
 from pc_pipelines.rewards import MathGrader, extract_boxed, math_reward
 
-REAL_DIR = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "benchmarks"
+REAL_DIR = EVAL_SETS_DIR
 README_ROWS = {"aime24": 30, "aime25": 30, "amc23": 40, "math500": 500, "minerva_math": 272, "olympiadbench": 675}
 # Golds math-verify cannot parse as written (measured on the shipped files), kept once normalized.
 NORMALIZED = {"aime24": 0, "aime25": 0, "amc23": 0, "math500": 0, "minerva_math": 6, "olympiadbench": 4}
@@ -37,13 +42,14 @@ FORMERLY_QUARANTINED = [
     ("olympiadbench", 188, "17.5%", "17.5", "17.5", "82.5"),
 ]
 
-# The project is always checked out with ../shared beside it (CI too): a missing directory is a failure, not a skip.
+# The sets ship inside the package: a missing directory is a failure, not a skip.
 needs_real = pytest.mark.usefixtures("real_dir_present")
 
 
 @pytest.fixture
 def real_dir_present():
-    assert REAL_DIR.is_dir(), f"benchmark files not present at {REAL_DIR}: check out ../shared beside the project"
+    assert REAL_DIR.is_dir(), f"benchmark files not present at {REAL_DIR}: they ship with the package"
+    assert REAL_DIR == Path(__file__).resolve().parents[3] / "pc_pipelines" / "data" / "eval_sets"
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +59,7 @@ def grader():
 
 @pytest.fixture(scope="module")
 def real(grader):
-    return prepare_benchmarks(REAL_DIR, grader=grader)
+    return prepare_benchmarks(grader=grader)  # the default directory: the shipped copies
 
 
 def _raw(name):
@@ -126,7 +132,7 @@ def test_formerly_quarantined_golds_are_normalized_and_graded(real, grader, name
 
 def test_a_gold_nothing_normalizes_stays_quarantined_with_the_reason(tmp_path, grader):
     _write(tmp_path, "aime24", [{"problem": "p0", "answer": "\\odot\\odot"}, {"problem": "p1", "answer": "5%"}])
-    p = prepare_benchmark(tmp_path, "aime24", grader)
+    p = prepare_benchmark(tmp_path, "aime24", grader, verify=False)
     assert p.rows.column("answer").to_pylist() == ["5"]
     (q,) = p.quarantine.to_pylist()
     assert (q["row_index"], q["reason"]) == (0, "unparsable_answer") and "no math expression" in q["detail"]
@@ -181,7 +187,7 @@ def test_small_files_quarantine_bad_rows(tmp_path, grader):
         {"id": 1, "question": "q0", "final_answer": ["$1$", "$2$"], "is_multiple_answer": True},
         {"id": 2, "question": "q1", "final_answer": [], "is_multiple_answer": False},
     ])
-    out = prepare_benchmarks(tmp_path, ["aime25", "minerva_math", "olympiadbench"], grader=grader)
+    out = prepare_benchmarks(tmp_path, ["aime25", "minerva_math", "olympiadbench"], grader=grader, verify=False)
     aime = out["aime25"]
     assert aime.rows.column("answer").to_pylist() == ["70"]
     assert [(r["row_index"], r["reason"]) for r in aime.quarantine.to_pylist()] == [(1, "empty_problem"),
@@ -199,4 +205,33 @@ def test_small_files_quarantine_bad_rows(tmp_path, grader):
 def test_wrong_problem_field_is_reported(tmp_path):
     _write(tmp_path, "olympiadbench", [{"problem": "q", "final_answer": ["1"]}])
     with pytest.raises(DatasetError, match="no 'question' field"):
-        prepare_benchmark(tmp_path, "olympiadbench")
+        prepare_benchmark(tmp_path, "olympiadbench", verify=False)
+
+
+@needs_real
+def test_the_shipped_files_match_the_pinned_sha256_and_the_readme():
+    readme = (REAL_DIR / "README.md").read_text()
+    for name in BENCHMARKS:
+        digest = hashlib.sha256((REAL_DIR / name / "test.jsonl").read_bytes()).hexdigest()
+        assert digest == BENCHMARK_SPECS[name].sha256, name
+        assert f"{digest}  {name}/test.jsonl" in readme, name  # the README lists the same value
+
+
+@needs_real
+def test_a_changed_file_is_refused_by_name_unless_verify_is_off(tmp_path, grader):
+    shutil.copytree(REAL_DIR, tmp_path / "sets")
+    path = tmp_path / "sets" / "amc23" / "test.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[3]["answer"] = 28.0  # one gold changed: the kind of edit nobody sees in a diff of 40 rows
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DatasetError) as e:
+        prepare_benchmarks(tmp_path / "sets", grader=grader)
+    msg = str(e.value)
+    want = BENCHMARK_SPECS["amc23"].sha256
+    assert "'amc23'" in msg and str(path) in msg and want in msg and hashlib.sha256(path.read_bytes()).hexdigest() in msg
+    assert "verify_benchmarks: false" in msg and "Fix:" in msg
+    for name in ("aime24", "aime25", "math500", "minerva_math", "olympiadbench"):  # the others are not blamed
+        assert f"'{name}'" not in msg
+    # on purpose: the changed file is read as it is
+    out = prepare_benchmark(tmp_path / "sets", "amc23", grader, verify=False)
+    assert out.rows.column("answer").to_pylist()[3] == "28"

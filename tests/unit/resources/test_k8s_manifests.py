@@ -3,7 +3,7 @@
 * every core-kind manifest in ``k8s/`` and the pod the code builds for ``PipesK8sClient`` (through dagster-k8s's own
   ``build_pod_body``) with ``kubernetes-validate --strict`` (unknown fields are errors);
 * the RayJob in ``k8s/rayjob.yaml`` and the one ``KubeRayComputeResource`` builds against the KubeRay CRD schemas
-  in ``../shared/schemas/kuberay/`` (``v1`` ``openAPIV3Schema``, made strict: an object schema with properties
+  in ``k8s/schemas/kuberay/`` (``v1`` ``openAPIV3Schema``, made strict: an object schema with properties
   accepts no other field unless it says ``x-kubernetes-preserve-unknown-fields``), their ``rayClusterSpec`` against
   the RayCluster CRD's spec, and their pod templates as core ``PodTemplate``s;
 * the Helm values against the chart keys this project relies on (the chart's own values schema is not available
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
 K8S = ROOT / "k8s"
-SCHEMAS = ROOT.parent / "shared" / "schemas" / "kuberay"
+SCHEMAS = K8S / "schemas" / "kuberay"
 K8S_VERSION = "1.33.0"
 CORE_FILES = ["storage.yaml", "rbac.yaml", "training-segment-pod.yaml"]
 
@@ -56,7 +56,7 @@ def strict_crd_schema(path: Path) -> dict:
 @pytest.fixture(scope="module")
 def crds():
     if not SCHEMAS.is_dir():
-        pytest.fail(f"KubeRay CRD schemas missing at {SCHEMAS} (the shared checkout's schemas/kuberay)")
+        pytest.fail(f"KubeRay CRD schemas missing at {SCHEMAS} (byte-identical KubeRay copies; k8s/schemas/kuberay/README.md)")
     return {"RayJob": strict_crd_schema(SCHEMAS / "ray.io_rayjobs.yaml"),
             "RayCluster": strict_crd_schema(SCHEMAS / "ray.io_rayclusters.yaml")}
 

@@ -33,4 +33,4 @@ def test_defaults_are_the_embedded_local_environment():
     assert TransformersEngineResource().device == "cpu"
     assert LocalComputeResource().device == "cpu"
     data = DataResource()
-    assert data.deepmath_path is None and data.benchmarks_dir.endswith("shared/data/benchmarks")
+    assert data.deepmath_path is None and data.benchmarks_dir is None and data.verify_benchmarks is True

@@ -1,4 +1,4 @@
-"""The contract every RolloutEngine must pass (DESIGN.md section 2: one protocol, several real engines).
+"""The contract every RolloutEngine must pass (docs/DESIGN.md section 2: one protocol, several real engines).
 
 Parametrized over engines: ``transformers`` runs everywhere; ``vllm`` (experimental) runs only on a CUDA host with
 vLLM installed and is skipped here, saying so. Each engine serves the same tiny random Qwen2 (saved as an HF
