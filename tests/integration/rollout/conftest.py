@@ -1,6 +1,6 @@
 """Fixtures of the Ray rollout tests: a tiny random Qwen2 with the embedded tokenizer (as the engine contract tests
 build it) and one torch thread in this process (the actors' count: chunks equal bit for bit only at equal thread
-counts). ``procs`` (this process's descendants from /proc) is in ``tests/integration/conftest.py``."""
+counts). ``procs`` (this process's descendants from /proc) is in ``tests/conftest.py``."""
 
 from __future__ import annotations
 

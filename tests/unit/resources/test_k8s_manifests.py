@@ -203,10 +203,13 @@ def test_helm_values_use_the_charts_keys_and_select_the_k8s_environment():
     assert limit["key"] == "pc/run" and limit["limit"] == 1  # one segment in flight per run, as locally
 
 
-def test_dockerfile_is_non_root_installs_the_gpu_extra_and_bakes_no_secret():
+def test_dockerfile_is_non_root_installs_the_pinned_vllm_and_bakes_no_secret():
     text = (K8S / "Dockerfile").read_text()
     users = re.findall(r"^USER\s+(\S+)", text, re.M)
     assert users and users[-1].split(":")[0] not in ("root", "0")
-    assert re.search(r'pip install "\.\[gpu', text)
+    # the engines under the same pins CI tests on CPU (etc/scale/constraints.txt), vLLM without its declared pins
+    assert "COPY etc/scale ./etc/scale" in text
+    assert re.search(r"pip install --no-deps -c etc/scale/constraints\.txt vllm\b", text)
+    assert re.search(r"pip install -c etc/scale/constraints\.txt \.", text)
     for line in re.findall(r"^(?:ENV|ARG)\s+.*$", text, re.M):
         assert not re.search(r"TOKEN|PASSWORD|SECRET|API_KEY", line, re.I), line
