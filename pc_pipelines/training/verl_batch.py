@@ -10,6 +10,8 @@ rollout ids, rewards, trained groups) and verl's batches:
   sequence per row, so per-request ``n`` costs nothing); every row carries its rollout id, request index and stage.
   The batch allows uneven chunks (``_verl_auto_padding``), so no rollout is wasted on padding to the number of
   agent-loop workers (the paper's 0.5-era recipe instead trimmed the commit batch to a multiple of the GPU count).
+* :func:`with_request_columns`: the request's columns put back where verl's agent loop left them out (0.9.1 copies
+  them only when it adds no column of its own, which it does with reward-loop workers running).
 * :func:`split_by_request`: the generated batch back into one ``DataProto`` per request, by rollout id (whatever
   order the workers returned them in).
 * :func:`decode_responses` + a grader -> one reward per rollout -> :func:`feedback`: the per-request reward arrays
@@ -41,6 +43,7 @@ import torch
 from ..allocation import EngineCall, StepOutcome
 
 ROLLOUT_ID = "pc_rollout_id"
+GLOBAL_STEPS = "global_steps"
 REQUEST = "pc_request"
 STAGE = "pc_stage"
 PROMPT_ID = "pc_prompt_id"
@@ -114,6 +117,21 @@ def round_batch(call: EngineCall, row_of: Callable[[int], Mapping[str, Any]]) ->
         meta_info={AUTO_PADDING: True, "global_steps": call.step, "pc_call": call.index},
     )
     return batch, RoundLayout(call, offsets, counts)
+
+
+def with_request_columns(request, output):
+    """A copy of ``output`` (verl's generation of ``request``) with every non-tensor column of the request it lacks,
+    by position: verl 0.9.1's agent loop keeps its rows in request order but passes the request's columns through only
+    when it adds none of its own (with reward-loop workers it adds some, and ``pc_rollout_id`` went missing)."""
+    missing = [k for k in request.non_tensor_batch if k not in output.non_tensor_batch]
+    if not missing:
+        return output
+    if len(output) != len(request):
+        raise BatchError(f"the generated batch has {len(output)} rows for {len(request)} requested and lacks the "
+                         f"request's columns {missing}: they cannot be put back by position. Fix: generate one row "
+                         "per requested row.")
+    columns = {**output.non_tensor_batch, **{k: request.non_tensor_batch[k] for k in missing}}
+    return type(output)(batch=output.batch, non_tensor_batch=columns, meta_info=output.meta_info)
 
 
 def split_by_request(output, layout: RoundLayout) -> list:
@@ -260,7 +278,12 @@ def training_batch(outcome: StepOutcome, payloads: PayloadStore):
     batch.batch["token_level_scores"] = scores
     batch.batch["token_level_rewards"] = scores.clone()
     batch.meta_info.pop(AUTO_PADDING, None)
-    batch.meta_info["global_steps"] = outcome.step
+    if GLOBAL_STEPS in batch.non_tensor_batch:
+        # verl's agent loop stamps each generated row with its step (lagged pilots: an earlier one); the same key in
+        # meta_info would make DataProto.to_tensordict assert (one key, two places)
+        batch.meta_info.pop(GLOBAL_STEPS, None)
+    else:
+        batch.meta_info[GLOBAL_STEPS] = outcome.step
     return batch
 
 

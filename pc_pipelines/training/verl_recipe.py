@@ -151,6 +151,15 @@ def run_overrides(config: RunConfig, policy_path: str | Path | None = None, nnod
     return out
 
 
+REWARD_OVERRIDES = (
+    # "pkg://": verl imports the module by name. Given this file's path it would load it as a loose file, whose
+    # relative imports fail in every reward-loop worker (found on CPU with verl's real trainer).
+    "reward.custom_reward_function.path=pkg://pc_pipelines.training.verl_recipe",
+    "reward.custom_reward_function.name=null_score",
+)
+"""The recipe's reward hook for verl's reward loop: :func:`null_score`."""
+
+
 def null_score(data_source, solution_str, ground_truth, extra_info=None) -> float:
     """verl's reward hook for the agent loop: the recipe grades in the driver (overlong needs the finish reason,
     which a score function does not see), so the workers score nothing."""

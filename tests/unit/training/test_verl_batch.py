@@ -28,6 +28,7 @@ from pc_pipelines.training.verl_batch import (
     split_by_request,
     step_metrics,
     training_batch,
+    with_request_columns,
 )
 
 EOS, PAD, P_WIDTH, R_WIDTH = 1, 0, 6, 16
@@ -142,3 +143,59 @@ def test_split_refuses_a_batch_with_missing_rows():
         split_by_request(out.slice(0, 7), layout)
     with pytest.raises(BatchError, match="one reward per row"):
         feedback(layout, np.zeros(3))
+
+
+def agent_loop_with_reward_workers(gen: DataProto, step: int) -> DataProto:
+    """What verl 0.9.1's agent loop returns with reward-loop workers running (seen with verl's real trainer on CPU):
+    rows in request order, its own columns (``global_steps`` per row, score extras), none of the request's."""
+    out = fake_generate(gen, np.random.default_rng(0))
+    out = out.select_idxs(np.argsort(out.non_tensor_batch[ROLLOUT_ID], kind="stable"))  # back in request order
+    n = len(out)
+    out.non_tensor_batch = {"global_steps": np.full(n, step, dtype=object), "extras": np.array([{}] * n, dtype=object)}
+    out.meta_info = {"global_steps": step}
+    return out
+
+
+def test_rows_verl_strips_of_their_request_columns_still_split_and_train():
+    cfg = AllocatorConfig(method="grpo", train_batch=4, n=4, seed=0)
+    alloc = Allocator(cfg, len(ROWS))
+    payloads = PayloadStore()
+    session = alloc.begin_step()
+    with MathGrader() as grader:
+        while (call := session.next_call()) is not None:
+            gen, layout = round_batch(call, ROWS.__getitem__)
+            raw = agent_loop_with_reward_workers(gen, step=0)
+            with pytest.raises(BatchError, match="no 'pc_rollout_id' column"):
+                split_by_request(raw, layout)  # the failure the probe hit
+            out = with_request_columns(gen, raw)
+            assert out.non_tensor_batch[ROLLOUT_ID].tolist() == gen.non_tensor_batch[ROLLOUT_ID].tolist()
+            assert out.non_tensor_batch["global_steps"].tolist() == [0] * len(gen)  # verl's own columns stay
+            parts = split_by_request(out, layout)
+            payloads.put(parts, layout)
+            flat = DataProto.concat(parts)
+            texts, truncated = decode_responses(flat, decode, EOS)
+            session.observe(feedback(layout, grader.rewards(texts, [GOLDS[p] for p in
+                                                                     flat.non_tensor_batch[PROMPT_ID]], truncated)))
+            with pytest.raises(BatchError, match="cannot be put back by position"):
+                with_request_columns(gen, raw.slice(0, len(raw) - 1))
+    batch = training_batch(session.finish(), payloads)
+    assert "global_steps" in batch.non_tensor_batch and "global_steps" not in batch.meta_info
+    assert set(batch.to_tensordict().keys()) >= {"token_level_rewards", UID, ROLLOUT_ID}  # verl asserted here
+
+
+def test_a_batch_without_verl_step_columns_carries_the_step_in_meta_info():
+    cfg = AllocatorConfig(method="grpo", train_batch=2, n=4, seed=0)
+    alloc = Allocator(cfg, len(ROWS))
+    payloads = PayloadStore()
+    session = alloc.begin_step()
+    with MathGrader() as grader:
+        while (call := session.next_call()) is not None:
+            gen, layout = round_batch(call, ROWS.__getitem__)
+            parts = split_by_request(fake_generate(gen, np.random.default_rng(1)), layout)
+            payloads.put(parts, layout)
+            flat = DataProto.concat(parts)
+            texts, truncated = decode_responses(flat, decode, EOS)
+            session.observe(feedback(layout, grader.rewards(texts, [GOLDS[p] for p in
+                                                                     flat.non_tensor_batch[PROMPT_ID]], truncated)))
+    batch = training_batch(session.finish(), payloads)
+    assert batch.meta_info["global_steps"] == 0 and "global_steps" not in batch.non_tensor_batch

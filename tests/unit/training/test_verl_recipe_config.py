@@ -86,3 +86,21 @@ def test_float64_is_refused_for_verl_and_unknown_dtypes_name_the_fix():
         run_overrides(run, "/data/models/qwen", nnodes=1, gpus_per_node=8)  # ... which verl cannot honour
     with pytest.raises(ConfigError, match=r"dtype.*'bfloat16'.*Fix: use float32"):
         resolve("bench", {"training.dtype": "bfloat16"}, method="pc", seed=3)
+
+
+def test_verl_loads_the_reward_hook_as_a_module_in_a_fresh_process():
+    """The reward-loop workers resolve ``reward.custom_reward_function`` with verl's own loader: the hook must import
+    with its package (a loose-file load of verl_recipe.py fails on its relative imports)."""
+    code = ("from pc_pipelines.training.verl_recipe import REWARD_OVERRIDES, compose_recipe_config; "
+            "from verl.trainer.ppo.reward import get_custom_reward_fn; "
+            "fn = get_custom_reward_fn(compose_recipe_config(REWARD_OVERRIDES)); "
+            "print(fn(data_source='arith', solution_str='\\\\boxed{3}', ground_truth='3'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "0.0"
+    # what the recipe used to pass, a file path, does not load (the bug the probe hit with verl's real workers)
+    old = code.replace("compose_recipe_config(REWARD_OVERRIDES)", "compose_recipe_config(["
+                       "'reward.custom_reward_function.path=pc_pipelines/training/verl_recipe.py', "
+                       "'reward.custom_reward_function.name=null_score'])")
+    assert subprocess.run([sys.executable, "-c", old], capture_output=True, text=True, check=False,
+                          cwd=ROOT).returncode != 0
