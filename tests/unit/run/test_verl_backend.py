@@ -1,7 +1,7 @@
 """The verl backend through the segment driver, on CPU with verl's real ``DataProto``: everything of ours (the
 allocator's rounds as generation batches, grading, feedback, the trained groups' batch, our state saved beside
 verl's actor checkpoint and restored before it, evaluation on exported HF weights) is the production code; a test
-trainer stands in for verl's Ray workers (what has not run on GPUs: :func:`pc_pipelines.run.verl.ray_trainer`).
+trainer stands in for verl's Ray workers (the real ones: tests/integration/run/test_verl_backend_cpu.py).
 
 The stand-in answers each generation row with a right or wrong ``\\boxed{}`` answer chosen by (rollout id, prompt
 id), as verl 0.9's agent loop shapes its output (left-padded prompts, right-padded responses, masks), and its
