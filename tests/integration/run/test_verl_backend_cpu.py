@@ -4,12 +4,16 @@ and :mod:`pc_pipelines.training.verl_vllm_compat` (verl 0.9.1 on vLLM 0.32, prod
 
 A PC run of 2 steps through :class:`VerlBackend` + :func:`run_segment` (generation rounds on vLLM, a real PPO update
 with non-zero advantages, weight syncs, verl's actor checkpoint with its HF export), a resumed segment of 1 step
-(verl's checkpoint loaded into a fresh trainer), the checkpoint's evaluation (what ``eval-segment`` runs), and no
+(verl's checkpoint loaded into a fresh trainer), the checkpoint's evaluation (in process, and by ``pilot-commit
+eval-segment`` as the segment_eval asset launches it: the same result), and no
 process (Ray, vLLM) outlives the test. The policy is the one of ``test_local_backend_vllm.py`` (2 heads: head_dim
 32, which vLLM's CPU attention needs; 2-3 digit prompts: pilots with reward variance). Memory: ~6-8 GB."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,4 +137,11 @@ def test_a_pc_run_on_verls_ray_trainer_updates_resumes_and_evaluates(policy_cach
 
     result = evaluate_checkpoint(run, 2)  # eval-segment's path: the checkpoint's HF weights (verl's export)
     assert result.accuracy and all(0.0 <= a <= 1.0 for a in result.accuracy.values())
+    # and eval-segment itself, as the segment_eval asset launches it: the run from the store, one JSON line
+    out = subprocess.run([sys.executable, "-m", "pc_pipelines.cli", "eval-segment", "--store", str(tmp_path / "pc.duckdb"),
+                          "--run-id", "on-verl", "--runs-root", str(tmp_path), "--step", "2"],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.splitlines()[-1])
+    assert report["step"] == 2 and report["average_accuracy"] == pytest.approx(result.mean)
     assert procs.wait_gone(procs.descendants() - before, timeout=30) == set()
