@@ -122,7 +122,9 @@ class VLLMEngine:
             self._weights_dir = Path(tempfile.mkdtemp(prefix="pc-vllm-weights-"))
         state = self.policy.state_dict()
         names = list(state)
-        tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state.items()}  # tied weights: own copies
+        # one copy each (tied weights get their own: safetensors refuses shared storage); .to() then .clone() copied a
+        # GPU tensor twice
+        tensors = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in state.items()}
         tmp, path = self._weights_dir / "weights.safetensors.tmp", self._weights_dir / "weights.safetensors"
         save_file(tensors, str(tmp))
         tmp.replace(path)
