@@ -113,9 +113,16 @@ def _configured_policy(context: AssetExecutionContext, path: Path) -> Materializ
             f"policy_path {str(path)!r} is not a Hugging Face model directory (no config.json). Fix: point it at a "
             "local directory saved with save_pretrained (model and tokenizer), or unset it for the embedded warm start."
         )
+    from pc_pipelines.errors import RunError
+    from pc_pipelines.training.base_policy import refuse_custom_code
+
     try:
-        hf = AutoConfig.from_pretrained(path)
-        tok = AutoTokenizer.from_pretrained(path)
+        refuse_custom_code(path, what="policy_path")  # no "run the custom code?" and no code of the model run
+    except RunError as exc:
+        raise Failure(str(exc)) from None
+    try:
+        hf = AutoConfig.from_pretrained(path, trust_remote_code=False)
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except Exception as exc:  # transformers raises many types; the message names the directory
         raise Failure(f"policy_path {str(path)!r} cannot be loaded: {type(exc).__name__}: {exc}. Fix: save the model "
                       "and its tokenizer with save_pretrained into that directory.") from exc

@@ -7,6 +7,7 @@ Thin: the segment arithmetic lives in :mod:`pc_pipelines.segments`, the training
 added by hand in the UI carry no config, so the assets refuse any key the store has no plan for.
 """
 
+from contextlib import ExitStack
 from dataclasses import replace
 
 from dagster import AssetExecutionContext, DynamicPartitionsDefinition, Failure, MaterializeResult, MetadataValue, asset
@@ -14,8 +15,10 @@ from dagster import AssetExecutionContext, DynamicPartitionsDefinition, Failure,
 from pc_pipelines.errors import RunError
 from pc_pipelines.run import StepRecord, TrainingRun, list_checkpoints, load_training_run
 from pc_pipelines.segments import SegmentError, parse_partition_key, partition_key, resume_step
-from pc_pipelines.store import Store, StoreError
+from pc_pipelines.store import RunBusyError, Store, StoreError, hold_run
+from pc_pipelines.store.runlock import describe
 from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
+from resources.compute import PipesComputeResource
 
 from .data import deepmath, polaris
 from .embedded import arith_task, base_policy
@@ -63,6 +66,30 @@ def _log_step(context: AssetExecutionContext):
     return on_step
 
 
+def _refused(key: str, exc: RunBusyError, seg: dict) -> Failure:
+    """The step's failure for a materialization refused by the run's writer lock: nothing was recorded. The
+    message names the holder (pid, host, command) and the fix."""
+    holder = exc.holder or {}
+    return Failure(
+        f"{key}: refused, another process writes this run: {exc} Nothing was recorded: the segment is still "
+        f"{seg['status']} ({seg['attempts']} attempt(s)). In Dagster: the advance_runs sensor requests nothing for "
+        f"this run while that process holds it and goes on once it is done; re-materialize {key} by hand only "
+        "after that.",
+        metadata={"refused_by": describe(exc.holder) if exc.holder else str(exc),
+                  "holder_pid": str(holder.get("pid", "unknown")), "holder_host": str(holder.get("host", "unknown")),
+                  "segment_status": seg["status"]},
+        allow_retries=False,
+    )
+
+
+def _settle(st: Store, run_id: str, context: AssetExecutionContext) -> None:
+    """A run whose segments are all done is finished, whatever the attempt that just ended did to its status (a
+    failed re-materialization of a done segment sets it ``failed``)."""
+    if all(r["status"] == "done" for r in st.segments(run_id)) and (st.get_run(run_id) or {}).get("status") != "finished":
+        st.set_status(run_id, "finished")
+        context.log.info("run %s: every segment is done; finished", run_id)
+
+
 # ---- training_segment ------------------------------------------------------------------------------------------
 @asset(
     group_name="training",
@@ -78,31 +105,54 @@ def training_segment(
     engine: RolloutEngineResource,
     data: DataResource,
 ) -> MaterializeResult:
-    """Train one segment of a run from the previous segment's checkpoint; its steps go to the store."""
+    """Train one segment of a run from the previous segment's checkpoint; its steps go to the store.
+
+    The run's writer lock is taken before anything is recorded: refused (another process writes the run), the
+    segment's row is left as it was and the step fails naming the holder. In process, the lock is held throughout;
+    a launched process (Pipes) takes it itself, so the asset holds it only while it records the attempt, and a
+    launched process refused in between puts the row back (:meth:`~pc_pipelines.store.Store.segment_refused`)."""
     st = store.get()
-    run_id, k, run, seg = segment_row(st, context.partition_key)
-    first, last = int(seg["first_step"]), int(seg["last_step"])
+    key, attempt = context.partition_key, context.run.run_id
+    run_id, k, run, _ = segment_row(st, key)
     tr = training_run(run, checkpoints, data)
-    have = [s for s, _ in list_checkpoints(tr.checkpoint_dir)]
+    lock = ExitStack()
     try:
-        start = resume_step(first, last, have, done=seg["status"] == "done")
-    except SegmentError as exc:
-        raise Failure(f"{context.partition_key}: {exc} ({partition_key(run_id, k - 1)})") from exc
-    context.log.info("%s: steps %d..%d from %s", context.partition_key, first, last,
-                     "the base policy" if start < 0 else f"the checkpoint after step {start}")
-    st.segment_started(run_id, k, context.run.run_id)
-    try:
-        result = compute.run_segment(tr, st, from_step=start, until_step=last, on_step=_log_step(context),
-                                     engine_factory=engine.build, context=context)
-    except BaseException as exc:
-        reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
-        st.segment_failed(run_id, k, reason[:2000])
-        if isinstance(exc, (RunError, StoreError)):  # refused (another writer, no intact checkpoint): say why
-            raise Failure(f"{context.partition_key}: {exc}") from exc
-        raise
-    st.segment_done(run_id, k, result.cumulative_rollouts, result.last_eval_accuracy, result.mean_reward_std)
-    if all(r["status"] == "done" for r in st.segments(run_id)):
-        st.set_status(run_id, "finished")
+        lock.enter_context(hold_run(run_id, st.run_dir(run_id), tr.run_dir,
+                                    command=f"dagster training_segment {key} (Dagster run {attempt})"))
+    except RunBusyError as exc:
+        raise _refused(key, exc, segment_row(st, key)[3]) from None
+    with lock:
+        seg = segment_row(st, key)[3]  # as it is now that this process writes the run
+        first, last = int(seg["first_step"]), int(seg["last_step"])
+        have = [s for s, _ in list_checkpoints(tr.checkpoint_dir)]
+        try:
+            start = resume_step(first, last, have, done=seg["status"] == "done")
+        except SegmentError as exc:
+            raise Failure(f"{key}: {exc} ({partition_key(run_id, k - 1)})") from exc
+        context.log.info("%s: steps %d..%d from %s%s", key, first, last,
+                         "the base policy" if start < 0 else f"the checkpoint after step {start}",
+                         " (re-materializing a done segment: it stays done)" if seg["status"] == "done" else "")
+        before = st.segment_started(run_id, k, attempt)
+        if isinstance(compute, PipesComputeResource):
+            lock.close()  # the launched process takes the run's lock itself
+        try:
+            result = compute.run_segment(tr, st, from_step=start, until_step=last, on_step=_log_step(context),
+                                         engine_factory=engine.build, context=context)
+        except RunBusyError as exc:  # a launched process found another writer: this attempt never happened
+            st.segment_refused(run_id, k, attempt, before)
+            raise _refused(key, exc, before) from None
+        except BaseException as exc:
+            reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+            st.segment_failed(run_id, k, reason[:2000], orchestrator_run_id=attempt)
+            try:
+                _settle(st, run_id, context)
+            except Exception as settle_exc:  # the original error matters more (a full disk may refuse this too)
+                context.log.error("run %s: could not settle its status: %s", run_id, settle_exc)
+            if isinstance(exc, (RunError, StoreError)):  # refused (no intact checkpoint, ...): say why
+                raise Failure(f"{key}: {exc}") from exc
+            raise
+        st.segment_done(run_id, k, result.cumulative_rollouts, result.last_eval_accuracy, result.mean_reward_std)
+        _settle(st, run_id, context)
     steps = st.query(
         "SELECT step, sampled_rollouts, mean_reward_std, informative_share FROM steps WHERE run_id = ? "
         "AND step BETWEEN ? AND ? ORDER BY step", [run_id, first, last])

@@ -23,8 +23,11 @@ from _report import machine, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = "tests/integration/faults"
-AREAS = {"test_faults_inputs": "inputs, configs, benchmark golds", "test_faults_runs": "writers, checkpoints, stops",
-         "test_faults_store": "names, damaged steps, sql"}
+AREAS = {"test_faults_inputs": "inputs, configs, --set values, store paths",
+         "test_faults_runs": "writers, checkpoints, stops",
+         "test_faults_segments": "Dagster segment state, the sensor",
+         "test_faults_store": "names, damaged / swapped steps, sql, links, stale status",
+         "test_faults_tampering": "tampered checkpoints, custom model code, full disk in torch.save"}
 
 
 def run_suite(workers: int) -> tuple[list[dict], float]:
@@ -52,22 +55,24 @@ def section(cases: list[dict], wall: float, cmd: str) -> str:
         "",
         f"Command: `{cmd}`. Machine: {machine()}. Wall time: {wall / 60:.1f} min.",
         "",
-        "| suite | area | cases tried | held | not held | skipped | data lost |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| suite | area | cases tried | held | not held | skipped | data lost | code run |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     files = sorted({c["file"] for c in cases})
     for f in [*files, None]:
         sub = [c for c in cases if f is None or c["file"] == f]
         n = {k: sum(c["outcome"] == k for c in sub) for k in ("held", "not held", "skipped")}
-        lost = "0" if not n["not held"] else "see below"
+        lost = "0" if not n["not held"] else "see below"  # a held case asserts both; a failed one: inspect it
         name = f"`{f}`" if f else "**all**"
         lines.append(f"| {name} | {AREAS.get(f, '') if f else ''} | {len(sub)} | {n['held']} | {n['not held']} | "
-                     f"{n['skipped']} | {lost} |")
+                     f"{n['skipped']} | {lost} | {lost} |")
     bad = [c for c in cases if c["outcome"] != "held"]
     if bad:
         lines += ["", "Not held or skipped:", ""] + [f"- `{c['file']}::{c['name']}`: {c['outcome']}" for c in bad]
     lines += ["", "A held case asserts its steps whole (each exactly once), the other runs untouched and, for a user "
-              "error, the fix named without a traceback: data lost is 0 for every held case."]
+              "error, the fix named without a traceback: data lost is 0 for every held case. A case that plants code "
+              "(a pickle payload, custom model code, a YAML tag) asserts that its marker file was never created: code "
+              "run is 0 for every held case."]
     return "\n".join(lines) + "\n"
 
 

@@ -27,13 +27,14 @@ from pathlib import Path
 import numpy as np
 
 from .allocation import METHODS
-from .cli_args import add_config_args, progress_bar, run_config, run_name_arg
+from .cli_args import add_config_args, int_arg, progress_bar, run_config, run_id_of, run_name_arg
 from .config import RunConfig, available_presets, load_preset, parse_overrides, resolve
 from .errors import ConfigError
 from .simulate import SimStep, Simulation
 from .stopping import StopFlag, StopRequested, run_outcome, stop_on_signals
 from .store import RunBusyError, Store, StoreError
 from .store.names import RunIdError
+from .store.runlock import with_live_status
 
 log = logging.getLogger("pc_pipelines.cli")
 
@@ -57,7 +58,7 @@ TABLE_FIELDS = (
 
 
 def _add_sim_args(p: argparse.ArgumentParser, steps: int) -> None:
-    p.add_argument("--steps", type=int, default=steps, help=f"training steps (default {steps})")
+    p.add_argument("--steps", type=int_arg, default=steps, help=f"training steps (default {steps})")
 
 
 # ---- simulate ---------------------------------------------------------------------------------------------------
@@ -70,7 +71,9 @@ def _sim_steps(cfg: RunConfig, steps: int, store: str | None, run_id: str | None
         return _stoppable(Simulation(cfg.allocator, cfg.sim).run(steps), stop)
     from .sim_runs import record_simulation
 
-    recorded = record_simulation(cfg, Store(store), steps, run_id=run_id, overwrite=overwrite, stop=stop)
+    target = Store(store)
+    target.check_path(read_only=False)  # /dev/null, a directory, a name too long: refused before anything is made
+    recorded = record_simulation(cfg, target, steps, run_id=run_id, overwrite=overwrite, stop=stop)
     first = next(recorded, None)
     return (r.sim_step for r in itertools.chain([] if first is None else [first], recorded))
 
@@ -84,7 +87,8 @@ def _stoppable(steps: Iterator[SimStep], stop: StopFlag | None) -> Iterator[SimS
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     cfg = run_config(args)
-    run_id = args.run_name or cfg.default_run_id()
+    # with a store, the run id is checked before it is opened (a family the id cannot carry)
+    run_id = run_id_of(cfg, args.run_name) if args.store else args.run_name or cfg.default_run_id()
     with stop_on_signals() as stop:
         try:
             return _simulate(args, cfg, run_id, stop)
@@ -153,6 +157,8 @@ def cmd_simulate_demo(args: argparse.Namespace) -> int:
     curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for m in methods:
         rc = run_config(args, method=m, pc_only_to_pc=True)
+        if args.store:
+            run_id_of(rc, None)  # a family the run ids cannot carry: refused before the store is opened
         steps_iter = _sim_steps(rc, args.steps, args.store, overwrite=args.overwrite)
         acc, cum, std, multi, evicted = [], [], [], 0, 0
         with progress_bar(args.steps, f"simulate {m:>6}", enabled=True) as bar:
@@ -320,7 +326,7 @@ def _warn_problems(store: Store, path: str) -> None:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     store = Store(args.store)
-    runs = store.list_runs()
+    runs = with_live_status(store, store.list_runs())  # a run whose writer is gone shows as stopped
     cols = ["run_id", "family", "method", "seed", "steps", "cumulative_sampled", "cumulative_trained", "status"]
     if args.json:  # the reason a run is stopped, failed or paused comes with it; damaged or missing steps too
         cols += ["status_reason", "missing_steps", "damaged_steps", "problems"]
@@ -338,12 +344,20 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Every damaged or missing step, with how to repair it; exit 1 when there is any, 0 when the store is whole."""
-    scan = Store(args.store).check()
+    """Every damaged or missing step, with how to repair it; exit 1 when there is any, 0 when the store is whole.
+    Runs recorded as running whose writer is gone are listed as stopped (their steps are not damaged by it)."""
+    store = Store(args.store)
+    scan, running = store.check(with_running=True)
+    stale = [r for r in with_live_status(store, running) if r["status"] == "stopped"]
     if args.json:
         sys.stdout.write(json.dumps({"store": args.store, "runs": scan.runs, "steps_checked": scan.steps_checked,
-                                     "problems": [p.to_dict() for p in scan.problems]}, indent=1) + "\n")
-    elif not scan.problems:
+                                     "problems": [p.to_dict() for p in scan.problems],
+                                     "stopped_runs": [{k: r[k] for k in ("run_id", "status", "status_reason")}
+                                                      for r in stale]}, indent=1) + "\n")
+        return 1 if scan.problems else 0
+    for r in stale:
+        sys.stdout.write(f"run {r['run_id']}: stopped: {r['status_reason']}\n")
+    if not scan.problems:
         sys.stdout.write(f"{args.store}: {scan.runs} run(s), {scan.steps_checked} uncompacted step director(ies) "
                          "checked against their manifests (compacted steps live in the catalog), no damaged or "
                          "missing step.\n")

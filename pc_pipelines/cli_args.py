@@ -8,7 +8,7 @@ import sys
 
 from .allocation import METHODS, SELECTION_STRATEGIES, check_config
 from .config import RunConfig, parse_overrides, resolve
-from .errors import ConfigError
+from .errors import ConfigError, brief
 from .store.names import RunIdError, validate_run_id
 
 
@@ -16,6 +16,34 @@ def progress_bar(total: int, desc: str, enabled: bool):
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, disable=not enabled, leave=False)
+
+
+# ---- bounded numeric flags ------------------------------------------------------------------------------------
+# argparse's own int/float types quote a bad value whole (a 5,000-digit --seed, a pasted file) and Python refuses
+# to convert an integer of more than 4,300 digits: these refuse both in one short line naming the flag.
+FLAG_NUMBER_MAX_CHARS = 40
+
+
+def int_arg(value: str) -> int:
+    """argparse ``type`` of an integer flag: at most 19 digits (a signed 64-bit integer)."""
+    text = value.strip()
+    if len(text) > FLAG_NUMBER_MAX_CHARS or len(text.lstrip("+-")) > 19:
+        raise argparse.ArgumentTypeError(f"{brief(value, 30)} is not an integer of at most 19 digits")
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{brief(value, 30)} is not an integer") from None
+
+
+def float_arg(value: str) -> float:
+    """argparse ``type`` of a float flag (the config refuses NaN and infinity, naming the field)."""
+    if len(value) > FLAG_NUMBER_MAX_CHARS:
+        raise argparse.ArgumentTypeError(f"{brief(value, 30)} is not a number of at most {FLAG_NUMBER_MAX_CHARS} "
+                                         "characters")
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{brief(value, 30)} is not a number") from None
 
 
 # ---- config from arguments --------------------------------------------------------------------------------------
@@ -45,31 +73,31 @@ def add_config_args(p: argparse.ArgumentParser, with_method: bool = True, preset
     if with_method:
         g.add_argument("--method", default=None, choices=list(METHODS),
                        help="allocation method (default: --set allocator.method, else the preset's, else pc)")
-    g.add_argument("--seed", type=int, default=None,
+    g.add_argument("--seed", type=int_arg, default=None,
                    help="seeds the prompt stream, tie-breaks and the simulator (default: --set seed, else 0)")
-    g.add_argument("--train-batch", type=int, help="b_t: prompts per training step")
-    g.add_argument("--n", type=int, help="rollouts per trained group (matched across methods)")
-    g.add_argument("--n-pilot", type=int, help="PC pilot rollouts per prompt")
-    g.add_argument("--n-commit", type=int, help="PC commit rollouts per kept prompt (n = n_pilot + n_commit); with "
+    g.add_argument("--train-batch", type=int_arg, help="b_t: prompts per training step")
+    g.add_argument("--n", type=int_arg, help="rollouts per trained group (matched across methods)")
+    g.add_argument("--n-pilot", type=int_arg, help="PC pilot rollouts per prompt")
+    g.add_argument("--n-commit", type=int_arg, help="PC commit rollouts per kept prompt (n = n_pilot + n_commit); with "
                    "allocator.commit_strategy=variance (the embedded preset) commits average allocator.commit_mean instead")
-    g.add_argument("--oversample", type=float, help="s: sampling batch b_g = s*b_t")
-    g.add_argument("--p-lower", type=float, help="keep band lower edge, inclusive (paper 0.125)")
-    g.add_argument("--p-upper", type=float, help="keep band upper edge, inclusive (paper 0.75)")
-    g.add_argument("--p-solve", type=float, help="evict at pilot p_hat >= this (paper 1.0)")
+    g.add_argument("--oversample", type=float_arg, help="s: sampling batch b_g = s*b_t")
+    g.add_argument("--p-lower", type=float_arg, help="keep band lower edge, inclusive (paper 0.125)")
+    g.add_argument("--p-upper", type=float_arg, help="keep band upper edge, inclusive (paper 0.75)")
+    g.add_argument("--p-solve", type=float_arg, help="evict at pilot p_hat >= this (paper 1.0)")
     g.add_argument("--no-evict", action="store_true", help="PC: never evict solved prompts")
-    g.add_argument("--max-age", type=int, help="d: max policy lag of a buffered pilot (paper 4)")
-    g.add_argument("--max-rounds", type=int, help="generation rounds per step before shortfall (default 10)")
+    g.add_argument("--max-age", type=int_arg, help="d: max policy lag of a buffered pilot (paper 4)")
+    g.add_argument("--max-rounds", type=int_arg, help="generation rounds per step before shortfall (default 10)")
     g.add_argument("--no-binding", action="store_true", help="PC: separate pilot and commit engine calls")
     g.add_argument("--selection", choices=sorted(SELECTION_STRATEGIES), help="PC buffer selection strategy")
-    g.add_argument("--prompts", type=int, help="simulated prompt pool size")
-    g.add_argument("--spread", type=float, help="simulated difficulty spread")
+    g.add_argument("--prompts", type=int_arg, help="simulated prompt pool size")
+    g.add_argument("--spread", type=float_arg, help="simulated difficulty spread")
 
 
 def _flag_over(overrides: dict, key: str, value, flag: str) -> None:
     """Set ``key`` from a flag; a --set of the same key with another value is refused (one would be ignored)."""
     if key in overrides and overrides[key] != value:
         raise ConfigError(
-            f"--set {key}={overrides[key]!r} conflicts with {flag} (= {value!r}); one of them would be ignored. "
+            f"--set {key}={brief(overrides[key])} conflicts with {flag} (= {brief(value)}); one of them would be ignored. "
             f"Fix: give {key} once, either as {flag} or as --set {key}=..."
         )
     overrides[key] = value
@@ -111,6 +139,18 @@ def run_config(args: argparse.Namespace, method: str | None = None, pc_only_to_p
     cfg = resolve(args.preset, overrides, method=method, seed=args.seed, family=args.family)
     check_config(cfg.allocator)  # the method and strategy names against their registries, before any work
     return cfg
+
+
+def run_id_of(cfg: RunConfig, run_name: str | None) -> str:
+    """The run's id: ``--run-name`` (checked by :func:`run_name_arg`), else the default
+    ``<family>-<method>-s<seed>-<hash>``, checked here so a family the id cannot carry (a space, a '/') is refused
+    as a configuration error before any store or run directory is opened."""
+    if run_name:
+        return run_name
+    try:
+        return validate_run_id(cfg.default_run_id(), field="the default run id (<family>-<method>-s<seed>-<hash>)")
+    except RunIdError as exc:
+        raise ConfigError(f"{exc} Or name the run with --run-name.") from None
 
 
 def run_name_arg(value: str) -> str:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from .allocation import training_methods
-from .cli_args import add_config_args, progress_bar, run_config, run_name_arg
+from .cli_args import add_config_args, int_arg, progress_bar, run_config, run_id_of, run_name_arg
 from .errors import ConfigError
 
 log = logging.getLogger("pc_pipelines.cli")
@@ -118,6 +118,8 @@ def _train(args: argparse.Namespace, stop) -> int:
                           f"{', '.join(training_methods())}.")
     out = Path(args.out)
     store = Store(args.store or out / "pc.duckdb")
+    run_id_of(cfg, args.run_name)  # a family the default run id cannot carry: refused before anything is written
+    store.check_path(read_only=False)  # /dev/null, a directory, a name too long: refused before the run is prepared
     show = not args.quiet and not args.json
     progress = _SFTProgress(cfg.policy.sft_steps if cfg.policy else 0, show)
     try:
@@ -173,7 +175,7 @@ def _train(args: argparse.Namespace, stop) -> int:
 def add_parsers(sub) -> None:
     p = sub.add_parser("train", help="train the embedded policy with a registered method (GRPO, DAPO, PC; checkpointed, resumable)")
     add_config_args(p, preset="embedded")
-    p.add_argument("--steps", type=int, default=200, help="the run's total training steps (default 200)")
+    p.add_argument("--steps", type=int_arg, default=200, help="the run's total training steps (default 200)")
     p.add_argument("--run-name", type=run_name_arg, help="run id (default: family-method-seed-confighash); letters, "
                    "digits, '.', '_', '-', starting with a letter or digit, at most 128 characters")
     p.add_argument("--out", default="runs", help="runs directory: <out>/<run-name>/ holds checkpoints and TensorBoard")

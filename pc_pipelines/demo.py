@@ -21,7 +21,9 @@ from assets.reports import rollouts_report
 from assets.sensors import build_advance_runs_sensor
 from resources import DataResource, LocalCheckpointResource, StoreResource, local_resources
 
+from .config import parse_overrides, resolve
 from .definitions import build_definitions
+from .errors import ConfigError
 from .reports import smoke_test_note, study_headline
 
 
@@ -46,6 +48,12 @@ def demo(argv: list[str] | None = None) -> int:
     p.add_argument("--root", default="runs", help="store, run directories, data and plots go here (default runs/)")
     p.add_argument("--cache-dir", default=None, help="warm-start cache (default ~/.cache/pc-pipelines)")
     args = p.parse_args(argv)
+    try:  # --set values (and the preset / methods they go with) are checked before any data or warm start is built
+        for method in args.methods.split(","):
+            resolve(args.preset, parse_overrides(_method_overrides(args.overrides, method)), method=method,
+                    seed=args.seed)
+    except ConfigError as exc:
+        p.exit(2, f"{p.prog}: configuration error: {exc}\n")
     logging.basicConfig(level=logging.WARNING)
     t0 = time.monotonic()
     root = args.root.rstrip("/")
@@ -69,7 +77,7 @@ def demo(argv: list[str] | None = None) -> int:
 
     run_ids = []
     for method in args.methods.split(","):
-        overrides = [o for o in args.overrides if method == "pc" or not o.startswith("allocator.n_pilot=")]
+        overrides = _method_overrides(args.overrides, method)
         cfg = {"method": method, "preset": args.preset, "seed": args.seed, "overrides": overrides,
                "segment_steps": args.segment_steps,
                "total_steps": args.segments * args.segment_steps, "cache_dir": args.cache_dir}
@@ -119,6 +127,10 @@ def demo(argv: list[str] | None = None) -> int:
         return 1
     return 0
 
+
+def _method_overrides(overrides: list[str], method: str) -> list[str]:
+    """The --set overrides of one method's run: PC-only settings (allocator.n_pilot) go to the PC run only."""
+    return [o for o in overrides if method == "pc" or not o.startswith("allocator.n_pilot=")]
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ The bottom of the package: it imports nothing of it, so any module may use it.
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import fields
 from typing import Any
 
@@ -43,3 +44,26 @@ def check_finite(config: Any) -> None:
 class RunError(RuntimeError):
     """A run cannot go on as asked (no such checkpoint, another config, a policy that does not load, ...); the
     message says why and how to fix it. Nothing of the run was changed when it is raised before training starts."""
+
+
+MESSAGE_VALUE_CHARS = 80
+"""How much of a value a message quotes; a longer one is cut, with its full length (see :func:`brief`)."""
+
+
+def brief(value: Any, limit: int = MESSAGE_VALUE_CHARS) -> str:
+    """``repr(value)`` for an error message, at most about ``limit`` characters: a long string is cut to its first
+    ``limit`` characters and ``... (N characters)``; a huge integer is described by its digit count (``str()`` of
+    one past 4,300 digits raises); containers are shown a few levels and items deep (an alias bomb's shared lists
+    would otherwise take exponential time to print). Use it wherever a message quotes what a user typed."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}... ({len(value):,} characters)"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * limit:
+        digits = int(value.bit_length() * math.log10(2)) + 1
+        return f"<{'a negative' if value < 0 else 'an'} integer of about {digits:,} digits>"
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 4, 4, 4, 4
+    r.maxstring, r.maxlong, r.maxother = limit, limit, limit
+    text = r.repr(value)
+    return text if len(text) <= limit + 20 else text[:limit] + "..."

@@ -190,15 +190,17 @@ def load_curves(store: Store, family: str | None = None, latest_only: bool = Tru
     """The curves of every run (of ``family``, or all) that has steps or evals, ordered by family, method
     (grpo, dapo, pc, others), seed. ``latest_only``: only the latest run of each (family, method, seed), the runs
     ``rollouts_to_target`` compares."""
-    latest = (
-        "QUALIFY row_number() OVER (PARTITION BY family, method, seed ORDER BY created_at DESC, run_id) = 1"
-        if latest_only
-        else ""
-    )
-    runs = store.query(
-        f"SELECT run_id, family, method, seed, created_at FROM runs WHERE ? IS NULL OR family = ? {latest}",
-        [family, family],
-    )
+    runs = store.query("SELECT * FROM runs WHERE ? IS NULL OR family = ?", [family, family])
+    # the store's order of registration (runs.seq, v7), never a wall clock; a store not upgraded yet: creation time
+    order = {r["run_id"]: i for i, r in enumerate(sorted(
+        runs, key=lambda r: (r.get("seq") is not None, r.get("seq") or 0, r["created_at"], r["run_id"])))}
+    if latest_only:
+        newest: dict[tuple, dict] = {}
+        for r in runs:
+            key = (r["family"], r["method"], r["seed"])
+            if key not in newest or order[r["run_id"]] > order[newest[key]["run_id"]]:
+                newest[key] = r
+        runs = list(newest.values())
     if not runs:
         return []
     ids = [r["run_id"] for r in runs]
@@ -240,8 +242,7 @@ def load_curves(store: Store, family: str | None = None, latest_only: bool = Tru
                 informative_share=tuple(_float(s["informative_share"]) for s in st),
             )
         )
-    created = {r["run_id"]: r["created_at"] for r in runs}
-    out.sort(key=lambda c: (c.family, _method_key(c.method), c.seed, created[c.run_id], c.run_id))
+    out.sort(key=lambda c: (c.family, _method_key(c.method), c.seed, order[c.run_id], c.run_id))
     return out
 
 

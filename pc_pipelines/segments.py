@@ -14,12 +14,23 @@ time windows, and two dynamic dimensions would form a full cross product of runs
 Segment ``k`` needs the checkpoint after step ``first(k) - 1``; the run keeps every checkpoint at a multiple of
 ``segment_steps`` steps (``training.keep_every``), so any segment can be re-materialized later.
 
+**Who writes a segment.** One process at a time writes a run (the run's writer lock,
+:mod:`pc_pipelines.store.runlock`). The ``training_segment`` asset takes that lock *before* it records anything:
+a materialization refused because another process holds the run (``RunBusyError``) leaves the segment's row as it
+was and fails its Dagster step with the holder's pid and host. Any segment can be re-materialized later: a done
+segment stays ``done`` while it is re-trained and if the re-run fails (its rows and checkpoints stay valid until the
+replay replaces them, atomically, at its end), so a run whose segments are all done stays ``finished``.
+
 **The sensor** (:func:`decide`) looks at every run with a segment plan and returns one :class:`SensorDecision` per
-run, carrying its reason: request the first segment that is not done when the one before it is done; wait while a
-segment of the run is in flight (one at a time per run, also enforced by a run-queue tag limit); pause the run after
-``max_failures`` consecutive failures of its next segment; finish it when every segment is done. Dagster launches a
-given run key once, so a retry after a failure gets its own key: ``<run>/<k>`` for the first attempt, then
-``<run>/<k>/retry-<n>`` (a departure from a single ``<run>/<k>`` key, which could never be retried).
+run, carrying its reason: request the first segment that is not done when the one before it is done; wait while
+the run is in flight (one segment at a time per run, also enforced by a run-queue tag limit); pause the run after
+``max_failures`` consecutive failures of its next segment; finish it when every segment is done. A run is in flight
+while any queued or running Dagster run trains one of its partitions (tagged by the sensor or launched by hand: the
+partition tag Dagster sets on every partitioned run says which), or while a live process holds its writer lock
+(a ``pilot-commit`` command, a launched pod whose Dagster run is gone). Dagster launches a given run key once per
+sensor, so every attempt gets a key of its own: ``<run>/<k>`` for the first, then ``<run>/<k>/retry-<n>``, ``n`` the
+segment's attempts so far, moved past any key the sensor already used (a run refused or cancelled before it
+recorded an attempt used its key too).
 """
 
 from __future__ import annotations
@@ -126,7 +137,9 @@ class RunView:
     run_id: str
     status: str  # the store's run status: running | paused | finished | failed
     segments: tuple[SegmentView, ...]
-    in_flight: bool  # an orchestrator run of this training run is queued or running
+    in_flight: bool  # a Dagster run training one of its segments is queued or running, or a process writes it
+    busy: str = ""  # what is in flight, in words (the WAIT decision's reason)
+    used_run_keys: frozenset[str] = frozenset()  # run keys the sensor's earlier requests for this run used
 
 
 @dataclass(frozen=True)
@@ -142,9 +155,15 @@ class SensorDecision:
         return None if self.segment is None else partition_key(self.run_id, self.segment)
 
 
-def run_key(run_id: str, segment: int, attempts: int) -> str:
-    """The sensor's run key for the next attempt of a segment: ``<run>/<k>``, then ``<run>/<k>/retry-<n>``."""
-    return f"{run_id}/{segment}" if attempts == 0 else f"{run_id}/{segment}/retry-{attempts}"
+def run_key(run_id: str, segment: int, attempts: int, used: frozenset[str] | set[str] = frozenset()) -> str:
+    """The sensor's run key for the next attempt of a segment: ``<run>/<k>``, then ``<run>/<k>/retry-<n>`` with ``n``
+    = ``attempts``, or the first ``n`` above it whose key is not in ``used`` (Dagster would skip a used key)."""
+    n = attempts
+    while True:
+        key = f"{run_id}/{segment}" if n == 0 else f"{run_id}/{segment}/retry-{n}"
+        if key not in used:
+            return key
+        n += 1
 
 
 def decide(run: RunView, max_failures: int) -> SensorDecision:
@@ -154,7 +173,8 @@ def decide(run: RunView, max_failures: int) -> SensorDecision:
     if not run.segments:
         return SensorDecision(run.run_id, Action.SKIP, "run has no segment plan (not started by start_run)")
     if run.in_flight:
-        return SensorDecision(run.run_id, Action.WAIT, "a segment of this run is in flight")
+        return SensorDecision(run.run_id, Action.WAIT,
+                              "a segment of this run is in flight" + (f": {run.busy}" if run.busy else ""))
     nxt = next((s for s in run.segments if s.status != "done"), None)
     if nxt is None:
         return SensorDecision(run.run_id, Action.FINISH, f"all {len(run.segments)} segments are done")
@@ -166,13 +186,13 @@ def decide(run: RunView, max_failures: int) -> SensorDecision:
             segment=nxt.segment,
         )
     if nxt.status == "running":
-        # The store says running but no orchestrator run is in flight: the process died without recording it.
+        # The store says running but nothing is in flight: the process died without recording it.
         return SensorDecision(
             run.run_id, Action.REQUEST, f"segment {nxt.segment} was interrupted; resuming it from its last checkpoint",
-            segment=nxt.segment, run_key=run_key(run.run_id, nxt.segment, nxt.attempts),
+            segment=nxt.segment, run_key=run_key(run.run_id, nxt.segment, nxt.attempts, run.used_run_keys),
         )
     what = "retrying" if nxt.status == "failed" else "next"
     return SensorDecision(
         run.run_id, Action.REQUEST, f"{what} segment {nxt.segment} of {len(run.segments)}",
-        segment=nxt.segment, run_key=run_key(run.run_id, nxt.segment, nxt.attempts),
+        segment=nxt.segment, run_key=run_key(run.run_id, nxt.segment, nxt.attempts, run.used_run_keys),
     )

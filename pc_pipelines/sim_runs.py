@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from .config import RunConfig
 from .simulate import SimStep, Simulation
 from .stopping import SpaceReserve, StopFlag, StopRequested, run_outcome
-from .store import RunRecord, Store, StoreError, hold_run, remove_run, run_has_data, step_tables
+from .store import RunRecord, Store, StoreError, hold_run, refuse_symlinked, remove_run, run_has_data, step_tables
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,8 @@ def record_simulation(
     run_id = run_id or config.default_run_id()
     store.init()
     run_dir = store.run_dir(run_id)
+    if overwrite:
+        refuse_symlinked(run_id, run_dir)  # before the lock: nothing is written through the link either
     with hold_run(run_id, run_dir, command="pilot-commit simulate"):
         existing = store.get_run(run_id)
         if existing is not None and not overwrite:
@@ -77,8 +79,7 @@ def record_simulation(
                     "record it again."
                 )
         if existing is not None and overwrite:
-            remove_run(store, run_id, run_dir)
-            log.info("run %s: overwritten (its rows and step files were deleted)", run_id)
+            remove_run(store, run_id, run_dir)  # logs what it deleted
         yield from _record(config, store, steps, run_id, flush_every_s, compact_every, on_step, stop)
 
 

@@ -7,8 +7,8 @@ run ends with when it does not finish.
   run with status ``stopped``, and the command exits with 128 + the signal number (130 for Ctrl-C, 143 for
   SIGTERM) after one line on stderr, never a traceback.
 * :func:`run_outcome` maps the exception a run ended with to its status and reason: ``stopped`` for a stop or an
-  interrupt, ``failed`` otherwise, with a disk full (ENOSPC, also when a library wraps it, as torch does) or another
-  I/O error spelled out together with the fix.
+  interrupt, ``failed`` otherwise, with a disk full (ENOSPC, also when a library wraps it, as safetensors does, or
+  hides it, as torch's zip writer does: :func:`disk_full_error`) or another I/O error spelled out with the fix.
 * :class:`SpaceReserve`: recording that a disk filled up needs a little room on that disk (the catalog's status
   update). A writer sets a small file aside when it starts and gives that room back before it records its end.
 
@@ -107,18 +107,51 @@ _DISK_FULL_TEXT = ("no space left on device", "disk quota exceeded")
 
 def io_error(exc: BaseException) -> OSError | None:
     """The OSError behind ``exc`` (itself, its cause or context), or one made from a library's wrapped message
-    (torch reports a full disk as ``RuntimeError: ... file write failed`` / ``No space left on device``)."""
+    (safetensors reports a full disk as ``SafetensorError: ... No space left on device (os error 28)``, pyarrow as
+    an OSError that may carry no errno). torch's zip writer on a path says only ``unexpected pos``: the writers
+    avoid that (:func:`~pc_pipelines.run.checkpoints.save_torch`) or ask :func:`disk_full_error`."""
     seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if isinstance(e, OSError):
-            return e
         text = str(e).lower()
+        if isinstance(e, OSError) and (e.errno is not None or not any(t in text for t in _DISK_FULL_TEXT)):
+            return e
         if any(t in text for t in _DISK_FULL_TEXT):
-            return OSError(errno.ENOSPC, f"No space left on device ({type(e).__name__}: {str(e)[:300]})")
+            return OSError(errno.ENOSPC, f"No space left on device ({type(e).__name__}: {str(e)[:300]})",
+                           *([e.filename] if isinstance(e, OSError) and e.filename else []))
         e = e.__cause__ or e.__context__
     return None
+
+
+def free_bytes(path: str | Path) -> int | None:
+    """Bytes an unprivileged writer may still write on the filesystem holding ``path`` (or its nearest existing
+    parent); None when it cannot be told."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        st = os.statvfs(p)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def disk_full_error(exc: BaseException, path: str | Path, margin: int = 1 << 20) -> OSError | None:
+    """An ``OSError(ENOSPC)`` naming ``path`` when ``exc`` (an error of a write into ``path``) is a full disk that
+    its library did not call one, else None. torch's zip writer given a path reports ENOSPC as
+    ``RuntimeError: [enforce fail at inline_container.cc:...] unexpected pos``, and verl's workers save with it: a
+    write that failed while the filesystem holding ``path`` has less than ``margin`` bytes left failed on the full
+    disk. None for an error that already is an I/O error (:func:`io_error` describes it), a stop, or a disk with room.
+    Ask before the partial write's space is given back."""
+    if not isinstance(exc, Exception) or io_error(exc) is not None:
+        return None
+    free = free_bytes(path)
+    if free is None or free >= margin:
+        return None
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    return OSError(errno.ENOSPC, f"No space left on device ({free} bytes left; the write failed with "
+                                 f"{type(exc).__name__}: {first})", str(path))
 
 
 def is_disk_full(err: OSError) -> bool:

@@ -21,6 +21,10 @@ not care where the segment ran. ``evaluate`` is the same for the ``segment_eval`
 benchmarks is GPU work, not the Dagster run pod's), returning an :class:`~pc_pipelines.evaluation.EvalResult`. The
 step rows themselves reach the store as Parquet step logs written by the process that trained (on a shared volume
 for pods), never through Pipes.
+
+A launched ``train-segment`` refused by the run's writer lock (another process writes the run) exits having done
+nothing; its Pipes session closes with the ``RunBusyError``, and ``run_segment`` raises :class:`LaunchRefused` (a
+``RunBusyError``) with the launched process's message, so the asset leaves the segment's state as it was.
 """
 
 from __future__ import annotations
@@ -37,7 +41,40 @@ from pydantic import Field, model_validator
 from pc_pipelines.evaluation import EvalResult
 from pc_pipelines.rollout import EngineFactory
 from pc_pipelines.run import STEP_KEYS, SegmentResult, StepRecord, TrainingRun, evaluate_checkpoint, run_segment
-from pc_pipelines.store import Store
+from pc_pipelines.store import RunBusyError, Store
+from pc_pipelines.store.runlock import LOCK_NAME, read_holder
+
+
+class LaunchRefused(RunBusyError):
+    """A launched ``train-segment`` refused by the run's writer lock: another process writes the run, and the
+    launched one did nothing. The message is the launched process's own (it names the holder); ``holder`` is the
+    lock's record as the orchestrator reads it afterwards (None once released)."""
+
+    def __init__(self, run_id: str, lock_path: Path, holder: dict[str, Any] | None, message: str) -> None:
+        super().__init__(run_id, lock_path, holder)
+        self.args = (message,)
+
+
+def _last_event_id(context) -> int:
+    """The storage id of the newest event of the context's Dagster run (0: none)."""
+    records = context.instance.get_records_for_run(context.run.run_id, ascending=False, limit=1).records
+    return records[0].storage_id if records else 0
+
+
+def _refused_by_lock(context, after: int) -> str | None:
+    """The message of a ``RunBusyError`` the launched process ended with, from the Pipes ``closed`` message the
+    client logged as an engine event after event ``after`` (None: it ended otherwise, or sent no such message)."""
+    from dagster import DagsterEventType
+
+    records = context.instance.get_records_for_run(context.run.run_id, of_type=DagsterEventType.ENGINE_EVENT).records
+    for rec in records:
+        event = rec.event_log_entry.dagster_event
+        error = getattr(getattr(event, "engine_event_data", None), "error", None)
+        if rec.storage_id > after and error is not None and error.cls_name == RunBusyError.__name__:
+            message = error.message.strip()  # "pc_pipelines.store.runlock.RunBusyError: run ..."
+            head, _, rest = message.partition(": ")
+            return rest if head.endswith(RunBusyError.__name__) and rest else message
+    return None
 
 
 def _reported(meta: dict[str, Any], key: str) -> Any:
@@ -152,7 +189,15 @@ class PipesComputeResource(ComputeResource):
         if context is None or until_step is None:
             raise Failure(f"{type(self).__name__} runs segments of the training_segment asset (it needs the asset's "
                           "context and until_step). Fix: use LocalComputeResource for step counts outside Dagster.")
-        completed = self.launch(context, self.segment_args(run, store, from_step, until_step))
+        after = _last_event_id(context)
+        try:
+            completed = self.launch(context, self.segment_args(run, store, from_step, until_step))
+        except Exception as exc:
+            message = _refused_by_lock(context, after)
+            if message is not None:  # the launched process found another writer of the run and did nothing
+                lock = store.run_dir(run.run_id) / LOCK_NAME
+                raise LaunchRefused(run.run_id, lock, read_holder(lock), message) from exc
+            raise
         rows = [m for m in completed.get_custom_messages() if isinstance(m, dict) and "step" in m]
         records = [StepRecord.from_json(m) for m in rows]
         for rec in records:

@@ -34,7 +34,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         AutoModelForCausalLM.from_config(cfg).save_pretrained(d)
         tok.save_pretrained(d)
-        model = AutoModelForCausalLM.from_pretrained(d).eval()
+        model = AutoModelForCausalLM.from_pretrained(d, trust_remote_code=False).eval()  # never a model's own code
         prompt = "00012+00003" + INSTRUCTION
         ids = tok(prompt, add_special_tokens=False)["input_ids"]
         with torch.no_grad():

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, brief
 from .allocator import AllocatorConfig
 from .policy import PolicyConfig
 from .sim import SimConfig
@@ -38,6 +38,11 @@ class RunConfig:
     """The embedded base policy's recipe (None when the policy is a given model directory)."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.family, str) or not self.family:
+            raise ConfigError(
+                f"RunConfig.family={brief(self.family)}: a run's family is a non-empty name. Fix: give the run a family "
+                "(--family NAME or --set family=NAME), or keep the preset's."
+            )
         if self.task is not None and self.task.num_prompts < self.allocator.train_batch:
             raise ConfigError(
                 f"task.num_prompts={self.task.num_prompts} is below allocator.train_batch={self.allocator.train_batch}. "

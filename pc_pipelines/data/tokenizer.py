@@ -44,6 +44,8 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
-    tok = PreTrainedTokenizerFast.from_pretrained(str(path))
+    """The fast tokenizer of an HF directory, read from its ``tokenizer.json`` (data, never code: the concrete
+    class ignores a ``tokenizer_config.json`` ``auto_map``, and ``trust_remote_code=False`` says so), left-padded."""
+    tok = PreTrainedTokenizerFast.from_pretrained(str(path), trust_remote_code=False)
     tok.padding_side = "left"
     return tok

@@ -9,17 +9,36 @@ write leaves the previous one intact; retention keeps the newest ``keep_checkpoi
 **Checkpoints verify themselves.** The last file written (atomically, after every other file is synced) is
 ``manifest.json``: every file's name, size and sha256; a checkpoint is intact only when its files match it
 (:func:`verify_checkpoint`). Format 1 checkpoints (no manifest) are checked for their files. torch is imported only
-to write and read ``rng.pt``, so listing checkpoints stays light.
+to write and read torch files, so listing checkpoints stays light.
+
+**Nothing in a checkpoint runs.** A manifest proves a checkpoint whole, not harmless: whoever can write it can
+rewrite the sizes and sha256s. So a torch file of a checkpoint is read as tensors and plain data only: its pickle
+is scanned without running it (:func:`pickle_problem`) and loaded with ``weights_only=True``
+(:func:`load_plain`); anything else in it (a class, a function: ``posix.system``) refuses the resume with the fix,
+before anything of the run is loaded or changed. ``rng.pt`` holds plain data (numpy's key as a list of ints); one
+written before holds numpy arrays, read through exactly the numpy names they need. verl loads its own actor files
+unrestricted, so the verl backend scans them first against the classes they hold (:func:`refuse_unsafe_pickles`);
+its payloads are tensors and JSON (:class:`~pc_pipelines.training.verl_batch.PayloadStore`).
+A checkpoint refused so is not skipped for an older one, as a damaged one is: its files match its manifest,
+so someone altered it, and which steps to give up is the operator's call (the fix says how).
+
+**A full disk is a full disk**: torch's zip writer given a path hides ENOSPC (``RuntimeError: ... unexpected
+pos``), so torch files are written through a Python file (:func:`save_torch`), and an error of the backend's
+writers (verl's workers save with torch themselves) on a filesystem left with no room is reported as ENOSPC
+(:func:`~pc_pipelines.stopping.disk_full_error`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import pickle
 import random
+import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +46,7 @@ import numpy as np
 
 from ..allocation import Allocator
 from ..errors import RunError
+from ..stopping import disk_full_error
 from ..store import Store
 from .records import Totals
 from .spec import TrainingRun
@@ -212,8 +232,6 @@ def save_checkpoint(run: TrainingRun, store: Store, allocator: Allocator, totals
     (``write_backend_files(directory)`` returns those the checkpoint cannot do without), then the run's own state,
     then the manifest; rename it into place, record it in the store and apply the retention. Returns its
     directory."""
-    import torch
-
     step = allocator.step - 1
     root = run.checkpoint_dir
     root.mkdir(parents=True, exist_ok=True)
@@ -224,14 +242,16 @@ def save_checkpoint(run: TrainingRun, store: Store, allocator: Allocator, totals
     try:
         required = write_backend_files(tmp)
         (tmp / "allocator.json").write_text(json.dumps(allocator.state_dict()))
-        torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
-                   tmp / "rng.pt")
+        save_torch(rng_state(), tmp / "rng.pt")
         meta = {"format": CHECKPOINT_FORMAT, "run_id": run.run_id, "config_hash": run.config.config_hash,
                 "step": step, "totals": totals.__dict__}
         (tmp / "meta.json").write_text(json.dumps(meta))
         write_manifest(tmp, [*RUN_STATE_FILES, *required])  # last: intact when its files match its manifest
-    except BaseException:
+    except BaseException as exc:
+        full = disk_full_error(exc, tmp)  # a writer that hid ENOSPC (verl's); asked before the space comes back
         shutil.rmtree(tmp, ignore_errors=True)  # a full disk gets the partial checkpoint's space back
+        if full is not None:
+            raise full from exc
         raise
     if final.exists():
         shutil.rmtree(final)
@@ -269,14 +289,160 @@ def unreadable(path: Path, exc: BaseException) -> RunError:
 
 def load_run_state(path: Path) -> tuple[Allocator, dict[str, Any]]:
     """The allocator and the global RNG states saved in the checkpoint at ``path`` (nothing is applied yet)."""
+    try:
+        allocator = Allocator.from_state_dict(json.loads((path / "allocator.json").read_text()))
+    except Exception as exc:
+        raise unreadable(path, exc) from None
+    return allocator, load_rng(path)
+
+
+# ---- torch files: written so a full disk says so, read as tensors and plain data only ------------------------------
+class _Sink:
+    """The file :func:`save_torch` hands torch: it keeps the OSError of a failed write, which torch's zip writer
+    turns into ``RuntimeError: [enforce fail at inline_container.cc:...] unexpected pos``."""
+
+    def __init__(self, f) -> None:
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def save_torch(obj: Any, path: Path) -> None:
+    """``torch.save(obj, path)`` through a Python file, so a full disk (or any failed write) is the OSError it was,
+    naming ``path``, not torch's ``unexpected pos``."""
+    import torch
+
+    path = Path(path)
+    with open(path, "wb") as f:
+        sink = _Sink(f)
+        try:
+            torch.save(obj, sink)
+            f.flush()
+        except (RuntimeError, OSError) as exc:
+            err = sink.error or (exc if isinstance(exc, OSError) else None)
+            if err is None:
+                raise
+            with contextlib.suppress(OSError):
+                f.close()  # its buffered bytes fail the same way: the first error is the one to tell
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from exc
+
+
+def pickle_problem(path: Path, allowed: Iterable[str] = ()) -> str | None:
+    """None when the torch file at ``path`` holds tensors and plain data only (what ``torch.load(weights_only=True)``
+    reads), plus instances of the classes named in ``allowed``; else what else it holds, one line. The pickle is read
+    as opcodes, never run (``torch.serialization.get_unsafe_globals_in_checkpoint``): a file that is not a
+    ``torch.save`` zip file, or whose pickle uses opcodes the weights-only unpickler has no use for, is refused too."""
     import torch
 
     try:
-        allocator = Allocator.from_state_dict(json.loads((path / "allocator.json").read_text()))
-        rng = torch.load(path / "rng.pt", weights_only=False)
+        found = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
     except Exception as exc:
-        raise unreadable(path, exc) from None
-    return allocator, rng
+        return f"is not a torch.save file of tensors and plain data ({type(exc).__name__}: {_first_line(exc)})"
+    extra = sorted(set(found) - set(allowed))
+    return f"holds objects other than tensors and plain data ({', '.join(extra)})" if extra else None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def altered(checkpoint: Path, rel: str, problem: str) -> RunError:
+    """The refusal of a checkpoint whose torch file ``rel`` holds more than pc-pipelines writes (``problem``)."""
+    return RunError(
+        f"checkpoint {checkpoint}: {rel} {problem}: pc-pipelines never writes those, so the checkpoint was altered; "
+        f"nothing in it was run and nothing of the run changed. Fix: move it aside (e.g. to "
+        f"damaged-{checkpoint.name}) to resume from the one before it, or start a new --run-name."
+    )
+
+
+def refuse_unsafe_pickles(checkpoint: Path, under: str, allowed: Iterable[str] = ()) -> list[Path]:
+    """Scan every ``*.pt`` under ``checkpoint / under`` (:func:`pickle_problem`, nothing runs) and raise
+    :func:`altered`'s RunError for the first that holds anything but tensors, plain data and ``allowed`` classes.
+    For files a library loads with ``weights_only=False`` (verl's actor checkpoint). Returns the files scanned."""
+    allowed = frozenset(allowed)
+    files = sorted((checkpoint / under).rglob("*.pt"))
+    for f in files:
+        problem = pickle_problem(f, allowed)
+        if problem is not None:
+            raise altered(checkpoint, f.relative_to(checkpoint).as_posix(), problem)
+    return files
+
+
+def load_plain(checkpoint: Path, rel: str, safe_globals: Iterable[Any] = ()) -> Any:
+    """The torch file ``checkpoint / rel`` read as tensors and plain data (``weights_only=True``), after a scan
+    that runs nothing; ``safe_globals`` (objects, or ``(object, "module.name")`` pairs) are the only classes and
+    functions it may name besides. Anything else: :func:`altered`; a file that cannot be read: :func:`unreadable`."""
+    import torch
+
+    safe = list(safe_globals)
+    names = [g[1] if isinstance(g, tuple) else f"{g.__module__}.{g.__name__}" for g in safe]
+    path = checkpoint / rel
+    if not path.is_file():
+        raise unreadable(checkpoint, FileNotFoundError(f"{rel} is missing"))
+    problem = pickle_problem(path, names)
+    if problem is not None:
+        raise altered(checkpoint, rel, problem)
+    try:
+        with torch.serialization.safe_globals(safe):
+            return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as exc:  # the weights-only unpickler refused what the scan let by
+        found = re.findall(r"GLOBAL (\S+)|got <class '([^']+)'>", str(exc))
+        what = ", ".join(a or b for a, b in found) or _first_line(exc)
+        raise altered(checkpoint, rel, f"holds objects other than tensors and plain data ({what})") from None
+    except Exception as exc:
+        raise unreadable(checkpoint, exc) from None
+
+
+# ---- rng.pt ------------------------------------------------------------------------------------------------------------
+def rng_state() -> dict[str, Any]:
+    """Every global RNG state as plain data: torch's (a uint8 tensor), numpy's legacy one (name, key as a list of
+    624 ints, pos, has_gauss, cached_gaussian) and Python's. ``np.random.set_state`` takes it as it is (so does a
+    version that read rng.pt unrestricted)."""
+    import torch
+
+    name, key, pos, has_gauss, cached = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "numpy": (str(name), key.tolist(), int(pos), int(has_gauss), float(cached)),
+            "python": random.getstate()}
+
+
+def _old_rng_globals() -> list[Any]:
+    """What an rng.pt written before issue 31 names (numpy's state as an array): exactly numpy's array
+    reconstruction, under its numpy 2 and numpy 1 names, and the uint32 dtype of its key."""
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy 1
+        from numpy.core.multiarray import _reconstruct
+
+    return [(_reconstruct, "numpy._core.multiarray._reconstruct"), (_reconstruct, "numpy.core.multiarray._reconstruct"),
+            np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+
+
+def load_rng(checkpoint: Path) -> dict[str, Any]:
+    """The global RNG states of the checkpoint at ``checkpoint`` (``rng.pt``), checked to be states; one written
+    before issue 31 (numpy's key as an array) reads the same."""
+    import torch
+
+    rng = load_plain(checkpoint, "rng.pt", _old_rng_globals())
+    try:
+        name, key, pos, has_gauss, cached = rng["numpy"]
+        key = np.asarray(key)
+        if key.shape != (624,) or key.dtype.kind not in "iu" or not isinstance(rng["torch"], torch.Tensor):
+            raise ValueError("rng.pt does not hold RNG states")
+        version, internal, gauss = rng["python"]
+        state = {"torch": rng["torch"],
+                 "numpy": (str(name), key.astype(np.uint32), int(pos), int(has_gauss), float(cached)),
+                 "python": (int(version), tuple(int(x) for x in internal), gauss)}
+    except Exception as exc:
+        raise unreadable(checkpoint, exc) from None
+    return state
 
 
 def restore_rng(rng: dict[str, Any]) -> None:

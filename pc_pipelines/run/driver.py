@@ -34,7 +34,7 @@ from ..allocation import Allocator
 from ..errors import RunError
 from ..rollout import EngineFactory
 from ..stopping import SpaceReserve, StopFlag, StopRequested, run_outcome
-from ..store import StepLogWriter, Store, hold_run, remove_run, run_has_data, step_tables
+from ..store import StepLogWriter, Store, hold_run, refuse_symlinked, remove_run, run_has_data, step_tables
 from ..store.runlock import holds
 from .backend import Backend
 from .checkpoints import (
@@ -254,6 +254,8 @@ def run_segment(
         from .local import LocalBackend  # torch: only when a local segment runs
 
         backend = LocalBackend(run, device=device, engine_factory=engine_factory)
+    if overwrite:
+        refuse_symlinked(run.run_id, store.run_dir(run.run_id), run.run_dir)  # before the lock writes through a link
     with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command=_command()):
         if overwrite:
             if from_step is not None:

@@ -6,8 +6,9 @@ engine call (seed derived from (run seed, step, call index)), grade every rollou
 response scores ``overlong_reward``), keep the payloads (token ids) in the :class:`PayloadSidecar` by rollout id
 and hand the rewards back; the trained groups (buffered pilots from earlier steps included) form one
 :class:`~pc_pipelines.training.RolloutBatch`, one GRPO group each, for one update; the sidecar then drops every
-payload the allocator no longer references. Its checkpoint files: ``policy/`` (an HF directory), ``trainer.pt``
-(the optimizer) and ``sidecar.parquet`` (the buffer's pilots).
+payload the allocator no longer references. Its checkpoint files: ``policy/`` (an HF directory, safetensors),
+``trainer.pt`` (the optimizer: tensors and plain data, read back with ``weights_only=True``) and ``sidecar.parquet``
+(the buffer's pilots).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..rollout import EngineFactory, RolloutRequest, SamplingParams, close_engin
 from ..rollout.transformers_engine import TransformersEngine
 from ..training import PolicyTrainer, RolloutBatch
 from .backend import StepResult
-from .checkpoints import unreadable
+from .checkpoints import load_plain, save_torch, unreadable
 from .spec import SAMPLING_PLAN, TrainingRun
 
 _CALL_SALT = 0x6E6E
@@ -82,7 +83,9 @@ def load_model(path: Path, device: str, dtype: str, what: str = "the base policy
     from ..training.base_policy import load_policy
 
     try:
-        return load_policy(path, device, dtype)
+        return load_policy(path, device, dtype, what=what)
+    except RunError:  # a policy refused for what it would run (custom code, pickled objects): says why and the fix
+        raise
     except FileNotFoundError as exc:
         raise RunError(str(exc)) from None
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
@@ -151,10 +154,11 @@ class LocalBackend:
 
     def restore(self, checkpoint: Path) -> None:
         torch.set_num_threads(self.run.config.training.torch_threads)
-        model, tok = load_model(checkpoint / "policy", self.device, self.run.config.training.dtype, what=f"the policy of checkpoint {checkpoint.name}")
+        updater_state = load_plain(checkpoint, "trainer.pt")  # tensors and plain data only, or refused
+        model, tok = load_model(checkpoint / "policy", self.device, self.run.config.training.dtype,
+                                what=f"the policy of checkpoint {checkpoint.name}")
         try:
             sidecar = PayloadSidecar.load(checkpoint / "sidecar.parquet")
-            updater_state = torch.load(checkpoint / "trainer.pt", weights_only=False)
         except Exception as exc:  # an unverifiable (format 1) checkpoint can still be unreadable
             raise unreadable(checkpoint, exc) from None
         self._build(model, tok)
@@ -164,7 +168,7 @@ class LocalBackend:
     def save(self, directory: Path) -> list[str]:
         self.model.save_pretrained(directory / "policy")
         self.tokenizer.save_pretrained(directory / "policy")
-        torch.save(self.updater.state_dict(), directory / "trainer.pt")
+        save_torch(self.updater.state_dict(), directory / "trainer.pt")  # a full disk is ENOSPC, not "unexpected pos"
         self.sidecar.save(directory / "sidecar.parquet")
         weights = [f"policy/{p.name}" for p in (directory / "policy").iterdir() if p.suffix in (".safetensors", ".bin")]
         return ["policy/config.json", "trainer.pt", "sidecar.parquet", *weights]

@@ -14,6 +14,13 @@ weights under ``policy/`` as every checkpoint does (verl's export, with ``hf_mod
 ``checkpoint.save_contents``) and our payloads (the buffered pilots' generated rows) under ``payloads/``; the driver
 adds the allocator, the RNGs and the ledger. Restoring reads ours first, then lets verl load its own. Evaluation exports the current policy's HF weights
 and scores them with :func:`~pc_pipelines.run.evaluate.evaluate_policy`, the path ``eval-segment`` takes.
+
+verl's workers load their actor files with ``torch.load(weights_only=False)``: before a checkpoint reaches them,
+every ``*.pt`` under ``verl/actor`` is scanned without running it and refused unless it holds tensors, plain data
+and the classes of :data:`VERL_ACTOR_GLOBALS` only (:func:`~.checkpoints.refuse_unsafe_pickles`). verl runs no code
+of a model either (:func:`~pc_pipelines.training.verl_recipe.no_remote_code`). Our payloads are tensors read with
+``weights_only=True`` and JSON (:class:`~pc_pipelines.training.verl_batch.PayloadStore`), not verl's pickled
+``DataProto.save_to_disk`` files.
 """
 
 from __future__ import annotations
@@ -34,6 +41,18 @@ from ..training import verl_batch as vb
 from .backend import StepResult
 from .evaluate import evaluate_policy
 from .spec import TrainingRun
+
+VERL_ACTOR_GLOBALS = frozenset({
+    # extra_state_*.pt: numpy RNG states
+    "numpy.ndarray", "numpy.dtype", "numpy._core.multiarray._reconstruct", "numpy.core.multiarray._reconstruct",
+    # model_*.pt, optim_*.pt: FSDP2's sharded tensors
+    "torch.distributed.tensor.DTensor", "torch.distributed.device_mesh.DeviceMesh",
+    "torch.distributed.tensor._dtensor_spec.DTensorSpec", "torch.distributed.tensor._dtensor_spec.ShardOrderEntry",
+    "torch.distributed.tensor._dtensor_spec.TensorMeta", "torch.distributed.tensor.placement_types.Shard",
+    "torch.distributed.tensor.placement_types.Replicate", "torch.distributed.tensor.placement_types.Partial",
+})
+"""What verl 0.9.1's actor checkpoint files may name besides tensors and plain data (what one written on CPU with
+FSDP2 holds, plus the other two DTensor placements): data classes, no function that runs anything."""
 
 
 class VerlTrainer(Protocol):
@@ -94,8 +113,10 @@ class VerlBackend:
         self._build().sync_weights()
 
     def restore(self, checkpoint: Path) -> None:
-        from .checkpoints import unreadable
+        from .checkpoints import refuse_unsafe_pickles, unreadable
 
+        # verl loads these unrestricted in its workers: scanned (nothing runs) before any worker starts
+        refuse_unsafe_pickles(checkpoint, "verl/actor", VERL_ACTOR_GLOBALS)
         try:
             payloads = vb.PayloadStore.load(checkpoint / "payloads")  # ours first, then verl's own
         except Exception as exc:
@@ -182,6 +203,7 @@ def ray_trainer(run: TrainingRun, nnodes: int, gpus_per_node: int, overrides: Se
         f"trainer.default_local_dir={run.run_dir / 'verl'}", f"data.train_files={data}", f"data.val_files={data}",
         *verl_recipe.REWARD_OVERRIDES, *overrides])
     verl_recipe.PCSettings.from_config(cfg)  # the batch settings fit the GPUs (a ConfigError says how if not)
+    verl_recipe.no_remote_code(cfg)  # no model's own code, in this process or verl's workers
     verl_recipe.plain_chat_template(cfg)
     import pc_pipelines.training.verl_vllm_compat  # noqa: F401 - verl 0.9.1 on vLLM 0.32, in this process
     if not ray.is_initialized():  # and in every Ray worker, through verl's plugin mechanism

@@ -6,9 +6,9 @@ Writing never blocks reading (docs/DESIGN.md section 5). See :mod:`.schema` for 
 """
 
 from .catalog import RunRecord, Store, StoreError
-from .runlock import RunBusyError, hold_run, remove_run, run_has_data
+from .runlock import RunBusyError, hold_run, refuse_symlinked, remove_run, run_has_data
 from .schema import SCHEMA_VERSION, STEP_TABLES
 from .steplog import StepLogWriter, step_tables
 
 __all__ = ["RunBusyError", "RunRecord", "SCHEMA_VERSION", "STEP_TABLES", "Store", "StoreError", "StepLogWriter",
-           "hold_run", "remove_run", "run_has_data", "step_tables"]
+           "hold_run", "refuse_symlinked", "remove_run", "run_has_data", "step_tables"]

@@ -133,7 +133,18 @@ class Store:
             )
 
     # ---- connections ----------------------------------------------------------------------------------------------
+    def check_path(self, read_only: bool) -> None:
+        """Refuse a store path that cannot work before anything is opened, created or written (a StoreError whose
+        fix fits the cause: a device such as /dev/null, a directory, a name too long, no permission; see
+        :func:`.names.store_path_problem`). Commands that do other work before opening the store call it first."""
+        from .names import store_path_problem
+
+        problem = store_path_problem(self.path, writing=not read_only)
+        if problem is not None:
+            raise StoreError(problem)
+
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+        self.check_path(read_only)
         if read_only and not self.path.exists():
             raise StoreError(
                 f"no store at {self.path}. Fix: write one first (e.g. `pilot-commit simulate --store {self.path}`) "
@@ -144,14 +155,59 @@ class Store:
         while True:
             try:
                 return duckdb.connect(str(self.path), read_only=read_only)
-            except duckdb.IOException as exc:  # "Could not set lock on file": another process holds it
-                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                    raise StoreError(
-                        f"could not open {self.path} ({'read' if read_only else 'write'}): {exc}. Fix: close the other "
-                        "process holding the catalog for writing (a long `duckdb` shell session, say) and retry."
-                    ) from exc
+            except duckdb.Error as exc:  # only a lock held by another process is worth waiting for
+                if not self._lock_conflict(exc) or time.monotonic() > deadline:
+                    raise StoreError(self._open_failure(exc, read_only)) from None
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 0.5)
+
+    @staticmethod
+    def _lock_conflict(exc: BaseException) -> bool:
+        """DuckDB's "Could not set lock on file ...: Conflicting lock is held in <program> (PID n)"."""
+        text = str(exc).lower()
+        return isinstance(exc, duckdb.IOException) and ("could not set lock" in text or "conflicting lock" in text)
+
+    def _open_failure(self, exc: BaseException, read_only: bool) -> str:
+        """The message for a catalog DuckDB would not open, with the fix for its cause (DuckDB's text tells it)."""
+        import re
+
+        from .names import shown_path
+
+        text = str(exc)
+        low = text.lower()
+        path, mode = shown_path(self.path), "reading" if read_only else "writing"
+        detail = text if len(text) <= 240 else text[:240] + "..."
+        head = f"could not open the store {path} for {mode}"
+        if self._lock_conflict(exc):
+            held = re.search(r"conflicting lock is held in (.+?) \(PID (\d+)\)", text, flags=re.I)
+            who = f" ({shown_path(held.group(1), 60)}, PID {held.group(2)})" if held else ""
+            return (f"{head}: another process{who} holds the catalog, and DuckDB lets no other process open it "
+                    f"meanwhile, not even to read (waited {self.lock_timeout_s:g} s). Fix: close the other process "
+                    "holding the catalog for writing (a long `duckdb` shell session, say) and retry.")
+        if "no space left" in low:
+            return (f"{head}: the disk holding it is full (DuckDB: {detail}). Fix: free space on that disk (`df -h`) "
+                    "or choose a store on another disk, then retry.")
+        if "permission denied" in low or "read-only file system" in low:
+            return (f"{head}: permission denied (DuckDB: {detail}). Fix: give yourself read and write access to "
+                    "the file and its directory (chmod/chown), or choose a store path on a writable disk of your own.")
+        if "file name too long" in low:
+            return (f"{head}: a name in the path is too long for the file system. Fix: choose a shorter store path "
+                    "(e.g. --store ./pc.duckdb).")
+        if "is a directory" in low:
+            return (f"{head}: it is a directory. Fix: name the catalog file, e.g. --store {shown_path(self.path, 100)}"
+                    "/pc.duckdb.")
+        if "not a valid duckdb database" in low:
+            return (f"{head}: the file is not a DuckDB database, so it is no store's catalog (nothing was changed). "
+                    "Fix: check the --store path: give a store's .duckdb file, or a new path to start a store.")
+        if "corrupt" in low or "checksum" in low or "could not read enough bytes" in low:
+            return (f"{head}: the catalog file is damaged (DuckDB: {detail}); nothing was changed. Fix: restore it "
+                    "from a backup, or move it aside and record the runs again into a new store.")
+        if "version" in low and ("storage" in low or "database file" in low or "serializ" in low):
+            return (f"{head}: it was written by another DuckDB release (DuckDB: {detail}). Fix: use the DuckDB "
+                    f"release this pc-pipelines pins ({duckdb.__version__} here), or export it with the release "
+                    "that wrote it.")
+        return (f"{head} (DuckDB: {detail}). Fix: check that --store names a store's .duckdb file and that its "
+                "disk is healthy (`dmesg`, `df -h`), then retry.")
 
     @contextlib.contextmanager
     def connect(self, read_only: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -189,7 +245,7 @@ class Store:
         if "runs" in tables:
             # the scan already took each run's files above its watermark only: no per-row watermark test needed
             # (which would also keep DuckDB from pushing filters down into the file scans)
-            for sql in view_sql(names, compacted=compacted, watermark=False):
+            for sql in view_sql(names, compacted=compacted, watermark=False, sequence="seq" in run_cols):
                 con.execute(sql)
         con.execute("CREATE OR REPLACE TEMP VIEW damaged_steps AS SELECT * FROM _step_problems")
         con.execute("SET enable_external_access = false")
@@ -301,12 +357,19 @@ class Store:
                     "cumulative figures report it in missing_steps)")
         return f"{redo}; or accept the gap (cumulative figures report it in missing_steps)"
 
-    def check(self) -> StoreScan:
-        """Every damaged or missing step of every run, with full checksums (``pilot-commit check``)."""
-        with self.connect(read_only=True):
+    def check(self, with_running: bool = False) -> Any:
+        """Every damaged or missing step of every run, with full checksums (``pilot-commit check``); with
+        ``with_running`` also the runs recorded as running (run_id, kind, status, status_reason), read in the same
+        session: ``(scan, runs)``."""
+        running: list[dict[str, Any]] = []
+        with self.connect(read_only=True) as con:
             scan = self.last_scan
+            if with_running and con.execute(
+                    "SELECT count(*) FROM information_schema.tables WHERE table_name = 'runs'").fetchone()[0]:
+                cur = con.execute("SELECT run_id, kind, status, status_reason FROM runs WHERE status = 'running'")
+                running = [dict(zip([d[0] for d in cur.description], row)) for row in cur.fetchall()]
         assert scan is not None
-        return scan
+        return (scan, running) if with_running else scan
 
     def init(self, vacuum: bool = True) -> Store:
         """Create or upgrade the catalog, refresh its views. Idempotent; safe while runs write step logs.
@@ -390,8 +453,9 @@ class Store:
             else:
                 con.execute(
                     "INSERT INTO runs (run_id, family, method, preset, seed, config_json, config_hash, lineage_json, "
-                    "kind, status, status_reason, compacted_through, run_dir, created_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', NULL, NULL, ?, ?, ?)",
+                    "kind, status, status_reason, compacted_through, run_dir, created_at, updated_at, seq) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', NULL, NULL, ?, ?, ?, "
+                    "(SELECT coalesce(max(seq), 0) + 1 FROM runs))",
                     [
                         run.run_id,
                         run.family,
@@ -563,19 +627,45 @@ class Store:
             "SELECT * FROM segments WHERE ? IS NULL OR run_id = ? ORDER BY run_id, segment", [run_id, run_id]
         )
 
-    def _update_segment(self, run_id: str, segment: int, sql: str, params: list[Any]) -> None:
+    def _update_segment(self, run_id: str, segment: int, sql: str, params: list[Any], where: str = "TRUE",
+                        where_params: Sequence[Any] = (), touch: bool = True) -> tuple[dict[str, Any], bool]:
+        """Update one segment row in one transaction when ``where`` holds for it (``touch``: and set its
+        ``updated_at``); the row as it was before, and whether it was updated."""
         with self.connect(read_only=False) as con:
             con.execute("BEGIN")
-            if con.execute("SELECT 1 FROM segments WHERE run_id = ? AND segment = ?", [run_id, segment]).fetchone() is None:
+            cur = con.execute("SELECT * FROM segments WHERE run_id = ? AND segment = ?", [run_id, segment])
+            row = cur.fetchone()
+            if row is None:
                 con.execute("ROLLBACK")
                 raise StoreError(f"run {run_id!r} has no segment {segment}. Fix: start the run with the start_run job.")
-            con.execute(f"UPDATE segments SET {sql}, updated_at = ? WHERE run_id = ? AND segment = ?",
-                        [*params, _now(), run_id, segment])
+            before = dict(zip([d[0] for d in cur.description], row))
+            stamp, stamped = (", updated_at = ?", [_now()]) if touch else ("", [])
+            n = con.execute(f"UPDATE segments SET {sql}{stamp} WHERE run_id = ? AND segment = ? AND ({where}) "
+                            "RETURNING segment", [*params, *stamped, run_id, segment, *where_params]).fetchall()
             con.execute("COMMIT")
+        return before, bool(n)
 
-    def segment_started(self, run_id: str, segment: int, orchestrator_run_id: str | None = None) -> None:
-        self._update_segment(run_id, segment, "status = 'running', attempts = attempts + 1, orchestrator_run_id = ?",
-                             [orchestrator_run_id])
+    def segment_started(self, run_id: str, segment: int, orchestrator_run_id: str | None = None) -> dict[str, Any]:
+        """Record an attempt at the segment (``orchestrator_run_id``: the Dagster run making it); the caller holds
+        the run's writer lock, so no other process is training it. A ``done`` segment stays done while it is
+        re-materialized (its rows and checkpoints stay valid until the replay replaces them at its end); any other
+        becomes ``running``. Returns the row as it was (for :meth:`segment_refused`)."""
+        before, _ = self._update_segment(
+            run_id, segment, "status = CASE WHEN status = 'done' THEN 'done' ELSE 'running' END, "
+            "attempts = attempts + 1, orchestrator_run_id = ?", [orchestrator_run_id])
+        return before
+
+    def segment_refused(self, run_id: str, segment: int, orchestrator_run_id: str | None,
+                        before: dict[str, Any]) -> bool:
+        """Undo :meth:`segment_started` for an attempt the run's writer lock refused after it was recorded (a
+        launched process found another writer): the row goes back to ``before``, unless another attempt has
+        recorded itself since. Returns whether it was put back."""
+        _, done = self._update_segment(
+            run_id, segment, "status = ?, attempts = ?, orchestrator_run_id = ?, updated_at = ?",
+            [before["status"], before["attempts"], before["orchestrator_run_id"], before["updated_at"]],
+            where="orchestrator_run_id IS NOT DISTINCT FROM ? AND attempts = ?",
+            where_params=[orchestrator_run_id, int(before["attempts"]) + 1], touch=False)
+        return done
 
     def segment_done(self, run_id: str, segment: int, cumulative_rollouts: int, eval_accuracy: float | None,
                      mean_reward_std: float | None) -> None:
@@ -586,9 +676,23 @@ class Store:
             [int(cumulative_rollouts), eval_accuracy, mean_reward_std],
         )
 
-    def segment_failed(self, run_id: str, segment: int, error: str) -> None:
-        self._update_segment(run_id, segment,
-                             "status = 'failed', consecutive_failures = consecutive_failures + 1, error = ?", [error])
+    def segment_failed(self, run_id: str, segment: int, error: str, orchestrator_run_id: str | None = None,
+                       only_running: bool = False) -> bool:
+        """Record a failed attempt: ``failed``, one more consecutive failure, ``error``. A ``done`` segment stays
+        done (a failed re-materialization leaves the previous rows and checkpoints in place) and keeps the error
+        for the record. ``orchestrator_run_id``: only while the row is still that Dagster run's attempt;
+        ``only_running``: only while it is ``running``. Returns whether it was recorded."""
+        where, params = ["TRUE"], []
+        if orchestrator_run_id is not None:
+            where.append("orchestrator_run_id = ?")
+            params.append(orchestrator_run_id)
+        if only_running:
+            where.append("status = 'running'")
+        _, done = self._update_segment(
+            run_id, segment, "status = CASE WHEN status = 'done' THEN 'done' ELSE 'failed' END, "
+            "consecutive_failures = consecutive_failures + 1, error = ?", [error],
+            where=" AND ".join(where), where_params=params)
+        return done
 
     # ---- reading ----------------------------------------------------------------------------------------------
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:

@@ -267,6 +267,44 @@ def holds(directory: str | Path) -> bool:
     return str(Path(directory).resolve()) in _HELD
 
 
+# ---- honest status --------------------------------------------------------------------------------------------
+def writer_gone(store: Store, run_id: str) -> str | None:
+    """Why a run recorded as ``running`` has no writer any more (its lock released with no end recorded, or held
+    in the name of a dead process on this host: a SIGKILL, a crash, a store moved mid-write), in words; None while
+    its writer may be alive (a live pid on this host, or a holder on another host, which this host cannot see).
+    Reads the lock file's record only: a reader never takes the lock a writer might be about to take."""
+    try:
+        lock = store.run_dir(run_id) / LOCK_NAME
+    except StoreError:
+        return None
+    if not lock.exists():
+        return "no process holds its writer lock (none was ever taken in this store)"
+    holder = read_holder(lock)
+    if not holder:
+        return "no process holds its writer lock (its writer ended without recording how)"
+    if holder.get("host") != socket.gethostname():
+        return None
+    if not is_stale(holder):
+        return None
+    return f"its writer, {describe(holder)}, is gone (killed or crashed before it could record its end)"
+
+
+def with_live_status(store: Store, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``runs`` rows (``Store.list_runs``) with each ``running`` run whose writer is gone shown as ``stopped``, the
+    reason naming the writer and the fix (the catalog is not changed: its writer, or a resume, records the end)."""
+    out = []
+    for r in runs:
+        if r.get("status") == "running":
+            why = writer_gone(store, r["run_id"])
+            if why is not None:
+                fix = (f"`pilot-commit train --run-name {r['run_id']} --resume` (or re-materialize its Dagster "
+                       "segment) continues it" if r.get("kind") != "simulate" else
+                       f"re-record it with `pilot-commit simulate --run-name {r['run_id']} --overwrite` and its flags")
+                r = {**r, "status": "stopped", "status_reason": f"recorded as running, but {why}. Fix: {fix}."}
+        out.append(r)
+    return out
+
+
 # ---- overwrite ----------------------------------------------------------------------------------------------------
 RUN_TABLES = ("runs", "checkpoints", "eval_results", "segments", *(f"compacted_{t}" for t in STEP_TABLES))
 
@@ -279,29 +317,54 @@ def run_has_data(store: Store, run_id: str) -> int:
     return int(row[0]["n"]) if row else 0
 
 
-def remove_run(store: Store, run_id: str, *directories: str | Path) -> None:
+def refuse_symlinked(run_id: str, *directories: str | Path) -> None:
+    """Refuse (:class:`StoreError`, nothing touched) to overwrite a run whose directory is a symbolic link: deleting
+    its contents would delete the files of the folder it points to."""
+    for d in directories:
+        d = Path(d)
+        if d.is_symlink():
+            raise StoreError(
+                f"run {run_id!r}: its directory {d} is a symbolic link to {d.resolve()}; overwriting the run would delete "
+                f"the files there, so nothing was deleted. Fix: remove the link (`rm {d}`: the folder it points "
+                "to is kept) and run again, or choose another --run-name."
+            )
+
+
+def remove_run(store: Store, run_id: str, *directories: str | Path) -> str:
     """Delete ``run_id``'s rows (every catalog table, one transaction) and everything in ``directories`` but the
-    lock file. The caller holds the run's lock on each directory (a writer would otherwise recreate files)."""
+    lock file; returns what was deleted, in words. The caller holds the run's lock on each directory (a writer
+    would otherwise recreate files). A directory that is a symbolic link is refused before anything is deleted
+    (:func:`refuse_symlinked`); a link inside a directory is removed, never followed."""
+    refuse_symlinked(run_id, *directories)
     for d in directories:
         if Path(d).exists() and not holds(d):
             raise StoreError(f"remove_run({run_id!r}): this process does not hold the lock of {d}. Fix: call it "
                              "inside hold_run(run_id, ...).")
+    rows = 0
     if store.path.exists():
         with store.connect(read_only=False) as con:
             tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
             con.execute("BEGIN")
             for t in RUN_TABLES:
                 if t in tables:
-                    con.execute(f"DELETE FROM {t} WHERE run_id = ?", [run_id])
+                    rows += con.execute(f"DELETE FROM {t} WHERE run_id = ?", [run_id]).fetchone()[0]
             con.execute("COMMIT")
+    removed = []
     for d in directories:
         d = Path(d)
         if not d.is_dir():
             continue
+        n = 0
         for p in d.iterdir():
             if p.name == LOCK_NAME:
                 continue
             if p.is_dir() and not p.is_symlink():
+                n += sum(1 for q in p.rglob("*") if not q.is_dir() or q.is_symlink()) + 1
                 shutil.rmtree(p)
             else:
+                n += 1
                 p.unlink()
+        removed.append(f"{n} entries in {d}")
+    what = f"deleted {rows} catalog rows" + (f" and {', '.join(removed)}" if removed else "")
+    log.warning("run %s overwritten: %s", run_id, what)
+    return what

@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from ..allocation.reasons import reason_sql
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 STEP_TABLES: dict[str, pa.Schema] = {
     "steps": pa.schema(
@@ -143,7 +143,8 @@ DDL = [
         compacted_through BIGINT,         -- v2: steps <= this live in compacted_* tables (NULL: none)
         run_dir VARCHAR NOT NULL,
         created_at TIMESTAMPTZ NOT NULL,
-        updated_at TIMESTAMPTZ NOT NULL
+        updated_at TIMESTAMPTZ NOT NULL,
+        seq BIGINT                        -- v7: registration order in this store (newest attempt: highest)
     )""",
     """CREATE TABLE IF NOT EXISTS checkpoints (
         run_id VARCHAR NOT NULL,
@@ -239,6 +240,12 @@ MIGRATIONS: dict[int, list[str]] = {
     4: [],
     # v6 (one live buffer entry per prompt): steps count the entries a newer pilot replaced.
     5: ["ALTER TABLE compacted_steps ADD COLUMN IF NOT EXISTS buffer_replaced INTEGER"],
+    # v7: the store's own order of registration, so "the latest run" never depends on a wall clock (a machine whose
+    # clock is behind registers an older-looking run); existing runs are numbered in their creation order.
+    6: ["ALTER TABLE runs ADD COLUMN IF NOT EXISTS seq BIGINT",
+        """UPDATE runs SET seq = o.rn FROM (
+               SELECT run_id, row_number() OVER (ORDER BY created_at, run_id) AS rn FROM runs) o
+           WHERE runs.run_id = o.run_id"""],
 }
 
 
@@ -248,7 +255,8 @@ _REASON = reason_sql(decision="o.decision", stage="o.stage", rule="o.rule", evic
 """``decision_reasons.reason``: the SQL rendering of ``pc_pipelines/allocation/reasons.py``'s templates."""
 
 
-def view_sql(files: dict[str, str] | None = None, compacted: bool = True, watermark: bool = True) -> list[str]:
+def view_sql(files: dict[str, str] | None = None, compacted: bool = True, watermark: bool = True,
+             sequence: bool = True) -> list[str]:
     """The views, in dependency order.
 
     ``files`` None: the catalog's own (persistent) views, over the ``compacted_*`` tables only. They name no file,
@@ -257,9 +265,11 @@ def view_sql(files: dict[str, str] | None = None, compacted: bool = True, waterm
     session by :meth:`.Store.connect`); the views are then TEMP views of that session, which shadow the persistent
     ones, and take catalog rows at or below each run's watermark and file rows above it. ``compacted`` /
     ``watermark``: whether the catalog has the ``compacted_*`` tables / ``runs.compacted_through`` (older versions
-    read without being upgraded).
+    read without being upgraded). ``sequence``: whether ``runs.seq`` exists (v7; before it the latest run of a
+    (family, method, seed) is the one created last).
     """
     create = "CREATE OR REPLACE VIEW" if files is None else "CREATE OR REPLACE TEMP VIEW"
+    newest_first = "seq DESC NULLS LAST, run_id" if sequence else "created_at DESC, run_id"
 
     def step_view(t: str) -> str:
         if files is None:
@@ -327,7 +337,7 @@ def view_sql(files: dict[str, str] | None = None, compacted: bool = True, waterm
         f"""{create} rollouts_to_target AS
            WITH latest AS (
                SELECT run_id FROM runs
-               QUALIFY row_number() OVER (PARTITION BY family, method, seed ORDER BY created_at DESC, run_id) = 1),
+               QUALIFY row_number() OVER (PARTITION BY family, method, seed ORDER BY {newest_first}) = 1),
            curve AS (SELECT * FROM eval_curve WHERE run_id IN (SELECT run_id FROM latest)),
            peaks AS (SELECT family, seed, method, max(accuracy) AS peak FROM curve GROUP BY ALL),
            targets AS (

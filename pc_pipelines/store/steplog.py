@@ -42,6 +42,8 @@ _RULE_LABELS = np.array([r.label for r in Rule], dtype=object)
 
 
 MANIFEST = "MANIFEST.json"
+MANIFEST_FORMAT = 2  # 2: names the run and the step (an int); 1: "step" is the directory's name, no run
+IDENTITY_RUN, IDENTITY_STEP = "pc_pipelines.run_id", "pc_pipelines.step"  # keys of each file's Parquet metadata
 QUARANTINE = ".quarantine"
 _PARQUET_MAGIC = b"PAR1"
 _STEP_FILES = tuple(f"{t}.parquet" for t in STEP_TABLES)
@@ -71,15 +73,78 @@ def _write_durable(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def verify_step_dir(step_dir: Path | str, checksums: bool = True) -> str | None:
-    """None when ``step_dir`` holds one complete, intact step; else what is wrong with it, in words.
+def _foreign_rows(table: pa.Table, run_id: str, step: int) -> str | None:
+    """What in ``table`` belongs to another run or step (its ``run_id`` / ``step`` columns), or None."""
+    if table.num_rows == 0:
+        return None
+    import pyarrow.compute as pc
 
-    With a manifest: every step table's file is listed, present, of the listed size and (``checksums``) sha256.
-    Without one (written before manifests): every table's file is present and framed as Parquet (``PAR1`` at both
-    ends), which catches empty and truncated files but not flipped bytes. (Plain ``os`` calls on strings: readers
-    run this over every uncompacted step of every run.)
+    for col, want in (("run_id", run_id), ("step", step)):
+        if col in table.column_names:
+            bounds = pc.min_max(table[col])
+            lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+            if lo != want or hi != want:
+                return f"holds rows of {col} {lo!r}" + (f"..{hi!r}" if hi != lo else "") + f", not {want!r}"
+    return None
+
+
+def _identity_problem(name: str, data: bytes, run_id: str, step: int) -> str | None:
+    """Whether the Parquet file ``name`` (its bytes) says it holds ``run_id``'s ``step``: the run and step in its
+    metadata (files written since step identities) and the min / max statistics of its ``run_id`` and ``step``
+    columns (every file that has rows). None when it does; else what it holds instead."""
+    try:
+        md = pq.read_metadata(pa.BufferReader(data))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        return f"{name} is not a readable Parquet file ({str(exc)[:120]})"
+    kv = md.metadata or {}
+    said_run = kv.get(IDENTITY_RUN.encode())
+    said_step = kv.get(IDENTITY_STEP.encode())
+    if said_run is not None and said_run.decode(errors="replace") != run_id:
+        return f"{name} says it holds run {said_run.decode(errors='replace')!r}, not {run_id!r}"
+    if said_step is not None and said_step.decode(errors="replace") != str(step):
+        return f"{name} says it holds step {said_step.decode(errors='replace')}, not {step}"
+    for g in range(md.num_row_groups):
+        rg = md.row_group(g)
+        for c in range(rg.num_columns):
+            col = rg.column(c)
+            want = {"run_id": run_id, "step": step}.get(col.path_in_schema)
+            stats = col.statistics
+            if want is None or stats is None or not stats.has_min_max:
+                continue
+            lo, hi = stats.min, stats.max
+            if isinstance(lo, bytes):
+                lo, hi = lo.decode(errors="replace"), hi.decode(errors="replace")
+            if lo != want or hi != want:
+                return (f"{name} holds rows of {col.path_in_schema} {lo!r}" + (f"..{hi!r}" if hi != lo else "")
+                        + f", not {want!r} (a file of another run or step)")
+    return None
+
+
+def _expected_identity(root: str) -> tuple[str, int | None]:
+    """The run (the parent directory's name) and the step (``step-<N>``) a step directory must hold; a
+    quarantined one (``<run>/.quarantine/step-<N>.<when>``) keeps its run's and step's."""
+    parent, name = os.path.split(os.path.normpath(root))
+    if os.path.basename(parent) == QUARANTINE:
+        parent, name = os.path.dirname(parent), name.split(".", 1)[0]
+    try:
+        step = int(name[5:]) if name.startswith("step-") else None
+    except ValueError:
+        step = None
+    return os.path.basename(parent), step
+
+
+def verify_step_dir(step_dir: Path | str, checksums: bool = True) -> str | None:
+    """None when ``step_dir`` holds one complete, intact step of its own run; else what is wrong with it, in words.
+
+    With a manifest: every step table's file is listed, present, of the listed size and (``checksums``) sha256,
+    and the manifest names this directory's run and step. Without one (written before manifests): every table's
+    file is present and framed as Parquet (``PAR1`` at both ends), which catches empty and truncated files but not
+    flipped bytes. With ``checksums`` (every reader's session, ``pilot-commit check``) each file must also hold this
+    run's step (:func:`_identity_problem`): a file or directory copied from another step or run is reported like a
+    damaged one. (Plain ``os`` calls on strings: readers run this over every uncompacted step of every run.)
     """
     root = os.fspath(step_dir)
+    run_id, step = _expected_identity(root)
     try:
         with open(os.path.join(root, MANIFEST), "rb") as f:
             raw = f.read()
@@ -94,15 +159,23 @@ def verify_step_dir(step_dir: Path | str, checksums: bool = True) -> str | None:
                     size = os.fstat(f.fileno()).st_size
                     if size < 12:
                         return f"{name} is {size} bytes (no manifest; a Parquet file is at least 12)"
-                    head = f.read(4)
-                    f.seek(-4, os.SEEK_END)
-                    tail = f.read(4)
+                    data = f.read() if checksums and step is not None else None
+                    if data is None:
+                        head = f.read(4)
+                        f.seek(-4, os.SEEK_END)
+                        tail = f.read(4)
+                    else:
+                        head, tail = data[:4], data[-4:]
             except FileNotFoundError:
                 return f"{name} is missing (no manifest)"
             except OSError as exc:
                 return f"{name} unreadable ({exc.strerror})"
             if head != _PARQUET_MAGIC or tail != _PARQUET_MAGIC:
                 return f"{name} is not a complete Parquet file (no manifest; PAR1 framing broken)"
+            if data is not None:
+                problem = _identity_problem(name, data, run_id, step)
+                if problem:
+                    return problem
         return None
     try:
         manifest = json.loads(raw)
@@ -111,6 +184,12 @@ def verify_step_dir(step_dir: Path | str, checksums: bool = True) -> str | None:
             raise TypeError("files is not an object")
     except (ValueError, KeyError, TypeError) as exc:
         return f"{MANIFEST} is damaged ({exc})"
+    said = manifest.get("step")
+    said_step = said if isinstance(said, int) else _expected_identity(os.path.join(root, str(said)))[1]
+    if step is not None and said_step != step:
+        return f"{MANIFEST} describes step {said!r}, not {step} (a step directory copied under another number)"
+    if "run_id" in manifest and manifest["run_id"] != run_id:
+        return f"{MANIFEST} describes run {manifest['run_id']!r}, not {run_id!r} (a step directory of another run)"
     for name in _STEP_FILES:
         entry = files.get(name)
         if not isinstance(entry, dict) or "size" not in entry or "sha256" not in entry:
@@ -122,14 +201,18 @@ def verify_step_dir(step_dir: Path | str, checksums: bool = True) -> str | None:
                     return f"{name} is {size} bytes, the manifest says {entry['size']}"
                 if not checksums:
                     continue
-                digest = hashlib.file_digest(f, "sha256").hexdigest() if hasattr(hashlib, "file_digest") \
-                    else hashlib.sha256(f.read()).hexdigest()
+                data = f.read()
         except FileNotFoundError:
             return f"{name} is missing"
         except OSError as exc:
             return f"{name} unreadable ({exc.strerror})"
+        digest = hashlib.sha256(data).hexdigest()
         if digest != entry["sha256"]:
             return f"{name} has sha256 {digest[:12]}..., the manifest says {str(entry['sha256'])[:12]}... (bytes changed)"
+        if step is not None:
+            problem = _identity_problem(name, data, run_id, step)
+            if problem:
+                return problem
     return None
 
 
@@ -181,25 +264,32 @@ class StepLogWriter:
                 shutil.rmtree(p, ignore_errors=True)
 
     def write_step(self, step: int, tables: dict[str, pa.Table]) -> Path:
-        return self.write_dir(step_dir_name(step), tables)
-
-    def write_dir(self, name: str, tables: dict[str, pa.Table]) -> Path:
-        """Write all step tables into ``name/`` atomically (replacing a previous ``name/``)."""
+        """Write all step tables of ``step`` into ``step-<N>/`` atomically (replacing a previous one). Every file
+        names its run (this directory's name) and step in its Parquet metadata, and so does the manifest; rows of
+        another run or step are refused here, so a file that disagrees with its directory was put there by hand."""
+        name = step_dir_name(step)
+        run_id = self.run_dir.name
         missing = set(STEP_TABLES) - set(tables)
         if missing:
             raise ValueError(f"{name}: tables {sorted(missing)} missing; every step writes all of {sorted(STEP_TABLES)}")
+        for table_name, table in tables.items():
+            problem = _foreign_rows(table, run_id, step)
+            if problem:
+                raise ValueError(f"{name}/{table_name}.parquet: {problem}; a step directory holds its own rows only")
+        identity = {IDENTITY_RUN: run_id, IDENTITY_STEP: str(step)}
         final = self.run_dir / name
         tmp = self.run_dir / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
         files = {}
         for table_name, table in tables.items():
             sink = pa.BufferOutputStream()
-            pq.write_table(table.cast(STEP_TABLES[table_name]), sink, compression="zstd")
+            pq.write_table(table.cast(STEP_TABLES[table_name]).replace_schema_metadata(identity), sink,
+                           compression="zstd")
             data = sink.getvalue().to_pybytes()
             _write_durable(tmp / f"{table_name}.parquet", data)
             files[f"{table_name}.parquet"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
         # The manifest last: a step directory with a manifest is complete by construction.
-        manifest = {"format": 1, "step": name, "files": files}
+        manifest = {"format": MANIFEST_FORMAT, "run_id": run_id, "step": step, "files": files}
         _write_durable(tmp / MANIFEST, json.dumps(manifest, sort_keys=True, indent=1).encode())
         _fsync_dir(tmp)
         if final.exists():

@@ -15,6 +15,8 @@ import json
 import logging
 import math
 import os
+import pickle
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -26,6 +28,7 @@ import torch
 from ..config import ArithTaskConfig, PolicyConfig
 from ..data.arith import ArithProblems, build_splits, probe_problems
 from ..data.tokenizer import INSTRUCTION, build_tokenizer, load_tokenizer
+from ..errors import RunError
 
 log = logging.getLogger(__name__)
 
@@ -370,10 +373,64 @@ def ensure_base_policy(
     return build_base_policy(path, task, policy, template, progress, measure)
 
 
-def load_policy(path: str | Path, device: str | torch.device = "cpu", dtype: str | None = None):
+CUSTOM_CODE_FILES = ("config.json", "tokenizer_config.json")
+"""Where a Hugging Face directory asks to run its own Python code (an ``auto_map``)."""
+
+
+def refuse_custom_code(path: str | Path, what: str = "the policy") -> None:
+    """Refuse (:class:`RunError`) a model directory whose ``config.json`` or ``tokenizer_config.json`` has an
+    ``auto_map``: the model needs Python code shipped with it, which pc-pipelines never runs. Checked before
+    transformers reads the directory (which, left to itself, could ask "run the custom code? [y/N]" on a terminal).
+    A file that is missing or not JSON is left for the loader to report."""
+    path = Path(path)
+    for name in CUSTOM_CODE_FILES:
+        try:
+            data = json.loads((path / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("auto_map"):
+            raise RunError(
+                f"{what} at {path} needs Python code of its own ({name} has an auto_map: "
+                f"{json.dumps(data['auto_map'])[:200]}); pc-pipelines loads models and tokenizers of transformers' "
+                "built-in architectures only and runs no code that comes with a model. Fix: use a model whose "
+                "architecture transformers ships (qwen2, llama, ...), saved with `save_pretrained`."
+            )
+
+
+def _weights_only_refusal(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) is torch's weights-only loader refusing a pickle."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, pickle.UnpicklingError) or "weights only load failed" in str(e).lower():
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _pickled_weights(path: Path, exc: BaseException, what: str) -> RunError:
+    """The refusal of pickle-format weights (``pytorch_model.bin``) that hold more than tensors: torch's
+    weights-only loader stopped them (its own message advises ``weights_only=False``, which would run them)."""
+    found = re.findall(r"GLOBAL (\S+)|got <class '([^']+)'>", str(exc))
+    held = ", ".join(dict.fromkeys(a or b for a, b in found)) or "objects torch's weights-only loader refuses"
+    files = ", ".join(sorted(p.name for p in path.glob("*.bin"))) or "its weights"
+    return RunError(
+        f"{what} at {path}: its weights ({files}) are a pickle file holding objects other than tensors ({held}); "
+        "loading them could run code, so pc-pipelines refuses them. Fix: convert them to safetensors with "
+        "`model.save_pretrained(dir, safe_serialization=True)` in a trusted environment, and pass that dir."
+    )
+
+
+def load_policy(path: str | Path, device: str | torch.device = "cpu", dtype: str | None = None,
+                what: str = "the policy"):
     """Model and tokenizer of an HF directory (ours or any causal LM with a fast tokenizer). ``dtype`` (``float32``
     / ``float64``, :attr:`TrainingConfig.dtype`) casts the weights after loading (None: as stored); the float32 warm
-    start casts up to float64 exactly."""
+    start casts up to float64 exactly.
+
+    Nothing in the directory runs: a model that needs its own code is refused (:func:`refuse_custom_code`), both
+    load with ``trust_remote_code=False``, and pickle-format weights load with ``weights_only=True`` (tensors only;
+    anything else is refused with the fix, :class:`RunError`)."""
     from transformers import AutoModelForCausalLM
 
     path = Path(path)
@@ -382,7 +439,14 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu", dtype: str
             f"{path} is not a Hugging Face model directory (no config.json). Fix: pass a directory written by "
             "`pilot-commit base-policy --out DIR` or any `save_pretrained` causal LM."
         )
-    model = AutoModelForCausalLM.from_pretrained(str(path)).to(device)
+    refuse_custom_code(path, what)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), trust_remote_code=False, weights_only=True)
+    except Exception as exc:
+        if _weights_only_refusal(exc):
+            raise _pickled_weights(path, exc, what) from None
+        raise
+    model = model.to(device)
     if dtype is not None:
         model = model.to(getattr(torch, dtype))
     model.eval()
@@ -396,6 +460,7 @@ __all__ = [
     "ensure_base_policy",
     "load_policy",
     "pass_rate_histogram",
+    "refuse_custom_code",
     "read_meta",
 ]
 

@@ -219,25 +219,56 @@ class PayloadStore:
         return part.slice(start - base, start - base + count)
 
     def save(self, directory: Path) -> list[str]:
-        """Write every stored request into ``directory`` (``index.json`` and one ``DataProto`` file per request,
-        verl's own ``save_to_disk``); returns the files written, relative to the directory's parent."""
+        """Write every stored request into ``directory``: ``index.json``, and per request ``<start>.pt`` (its
+        tensors, a ``torch.save`` dict that ``weights_only=True`` reads) and ``<start>.json`` (its non-tensor columns
+        and ``meta_info`` as JSON). No pickle of Python objects: restoring a checkpoint runs nothing in it (verl's
+        own ``save_to_disk`` pickles the whole ``DataProto``). Returns the files written, relative to the
+        directory's parent."""
+        import io
+
         directory.mkdir(parents=True, exist_ok=True)
         written = []
         for start in self._starts:
-            self._parts[start].save_to_disk(directory / f"{start}.pkl")
-            written.append(f"{directory.name}/{start}.pkl")
-        (directory / "index.json").write_text(json.dumps({"starts": self._starts}))
+            part = self._parts[start]
+            buf = io.BytesIO()
+            torch.save({k: v.contiguous() for k, v in part.batch.items()} if part.batch is not None else {}, buf)
+            with open(directory / f"{start}.pt", "wb") as f:  # a full disk is the OSError it is, naming the file
+                f.write(buf.getbuffer())
+            columns = {k: _column_json(k, v) for k, v in part.non_tensor_batch.items()}
+            (directory / f"{start}.json").write_text(json.dumps(
+                {"rows": len(part), "columns": columns, "meta_info": part.meta_info}, default=_json_default))
+            written += [f"{directory.name}/{start}.pt", f"{directory.name}/{start}.json"]
+        (directory / "index.json").write_text(json.dumps({"format": PAYLOAD_FORMAT, "starts": self._starts}))
         return [f"{directory.name}/index.json", *written]
 
     @classmethod
     def load(cls, directory: Path) -> PayloadStore:
-        """The store :meth:`save` wrote into ``directory``."""
+        """The store :meth:`save` wrote into ``directory``: tensors read with ``weights_only=True``, the rest from
+        JSON. A payload of the pickled format (before issue 31) is refused with the way to convert it."""
         from verl import DataProto
 
+        index = json.loads((directory / "index.json").read_text())
+        if index.get("format") != PAYLOAD_FORMAT:
+            raise BatchError(
+                f"{directory} holds payloads pickled by verl's DataProto.save_to_disk (written before "
+                "pc-pipelines read checkpoints without unpickling); loading them would run whatever they hold. Fix: "
+                "if you wrote this checkpoint yourself, convert it in a trusted session with "
+                "`pc_pipelines.training.verl_batch.convert_pickled_payloads(<that directory>)` and rewrite the "
+                "checkpoint's manifest (`pc_pipelines.run.checkpoints.write_manifest`), or resume from an earlier "
+                "checkpoint / start the run over with --overwrite."
+            )
         store = cls()
-        for start in json.loads((directory / "index.json").read_text())["starts"]:
-            store._starts.append(int(start))
-            store._parts[int(start)] = DataProto.load_from_disk(directory / f"{start}.pkl")
+        for start in index["starts"]:
+            start = int(start)
+            tensors = torch.load(directory / f"{start}.pt", weights_only=True)
+            doc = json.loads((directory / f"{start}.json").read_text(), object_hook=_json_object)
+            non_tensors = {k: _column_array(k, c, doc["rows"]) for k, c in doc["columns"].items()}
+            if tensors:
+                part = DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=doc["meta_info"])
+            else:
+                part = DataProto(batch=None, non_tensor_batch=non_tensors, meta_info=doc["meta_info"])
+            store._starts.append(start)
+            store._parts[start] = part
         return store
 
     def keep_only(self, live: np.ndarray) -> None:
@@ -249,6 +280,69 @@ class PayloadStore:
             if lo >= live.shape[0] or live[lo] >= start + n:
                 del self._parts[start]
                 self._starts.remove(start)
+
+
+PAYLOAD_FORMAT = 2  # 2: <start>.pt (tensors) + <start>.json; 1 (no "format"): verl's pickled DataProto files
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return {"__ndarray__": value.tolist(), "dtype": value.dtype.str}
+    if isinstance(value, np.generic):
+        return value.item()
+    raise BatchError(f"a payload holds a {type(value).__name__}, which is not stored without pickling. Fix: keep "
+                     "non-tensor columns to strings, numbers, lists, dicts and numpy arrays.")
+
+
+def _json_object(d: dict) -> Any:
+    if "__ndarray__" in d and set(d) == {"__ndarray__", "dtype"}:
+        dtype = np.dtype(d["dtype"])
+        if dtype.kind == "O":
+            raise BatchError("a payload's JSON names an object array inside a value. Fix: re-save the checkpoint.")
+        return np.asarray(d["__ndarray__"], dtype=dtype)
+    return d
+
+
+def _column_json(name: str, col: np.ndarray) -> dict[str, Any]:
+    col = np.asarray(col)
+    if col.dtype.kind == "O":
+        return {"dtype": "object", "shape": list(col.shape), "values": col.ravel().tolist()}
+    if col.dtype.kind not in "biufU?":
+        raise BatchError(f"payload column {name!r} has dtype {col.dtype}, which is not stored without pickling.")
+    return {"dtype": col.dtype.str, "shape": list(col.shape), "values": col.ravel().tolist()}
+
+
+def _column_array(name: str, c: dict[str, Any], rows: int) -> np.ndarray:
+    shape = tuple(int(x) for x in c["shape"])
+    if c["dtype"] == "object":
+        out = np.empty(len(c["values"]), dtype=object)
+        for i, v in enumerate(c["values"]):  # element by element: a list value stays one object
+            out[i] = v
+        return out.reshape(shape)
+    dtype = np.dtype(c["dtype"])
+    if dtype.kind == "O":
+        raise BatchError(f"payload column {name!r} names an object dtype as numbers. Fix: re-save the checkpoint.")
+    return np.asarray(c["values"], dtype=dtype).reshape(shape)
+
+
+def convert_pickled_payloads(directory: Path) -> int:
+    """Rewrite a payload directory of the pickled format (verl's ``save_to_disk``, before issue 31) in the current
+    one. It UNPICKLES the old files: run it only on a checkpoint you wrote yourself. Returns the requests converted;
+    the checkpoint's manifest must then be rewritten (its files changed)."""
+    from verl import DataProto
+
+    directory = Path(directory)
+    index = json.loads((directory / "index.json").read_text())
+    if index.get("format") == PAYLOAD_FORMAT:
+        return 0
+    store = PayloadStore()
+    for start in index["starts"]:
+        store._starts.append(int(start))
+        store._parts[int(start)] = DataProto.load_from_disk(directory / f"{start}.pkl")
+    for start in index["starts"]:
+        (directory / f"{start}.pkl").unlink()
+    store.save(directory)
+    return len(store._starts)
 
 
 def group_uid(step: int, prompt_id: int) -> str:

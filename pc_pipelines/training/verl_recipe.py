@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config import AllocatorConfig
-from ..errors import field_error
+from ..errors import ConfigError, field_error
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -171,18 +171,61 @@ PLAIN_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% e
 format), and verl applies the tokenizer's chat template to every prompt (its dataset and its agent loop)."""
 
 
+def _trust_keys(cfg) -> list[str]:
+    """Every ``trust_remote_code`` key of a composed config, dotted."""
+    from omegaconf import OmegaConf
+
+    def walk(node, prefix: str):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "trust_remote_code":
+                    yield f"{prefix}{key}"
+                else:
+                    yield from walk(value, f"{prefix}{key}.")
+
+    return list(walk(OmegaConf.to_container(cfg, resolve=False), ""))
+
+
+def no_remote_code(cfg) -> list[str]:
+    """Refuse a recipe config that asks verl to run a model's own Python code (any ``trust_remote_code`` true:
+    ``actor_rollout_ref.model``, ``critic.model``, ``reward_model.model``, ``data``) and a policy or tokenizer
+    directory that needs it (an ``auto_map``, :func:`~pc_pipelines.training.base_policy.refuse_custom_code`); pin
+    every such key to false (verl's workers read them). Returns the keys pinned."""
+    from omegaconf import OmegaConf, open_dict
+
+    keys = _trust_keys(cfg)
+    values = {k: OmegaConf.select(cfg, k, default=None, throw_on_resolution_failure=False) for k in keys}
+    asked = [k for k, v in values.items() if v and str(v).lower() not in ("false", "0", "none", "null")]
+    if asked:
+        raise ConfigError(
+            f"{', '.join(f'{k}={values[k]}' for k in asked)}: pc-pipelines runs no Python code that "
+            "comes with a model or tokenizer. Fix: drop the override (--recipe-set) and use a model whose "
+            "architecture transformers ships (qwen2, llama, ...)."
+        )
+    with open_dict(cfg):
+        for k in keys:
+            OmegaConf.update(cfg, k, False)
+    from .base_policy import refuse_custom_code  # torch: verl's driver has it
+
+    model = cfg.actor_rollout_ref.model
+    for what, path in (("the policy", model.get("path")), ("the tokenizer", model.get("tokenizer_path"))):
+        if path and Path(str(path)).is_dir():
+            refuse_custom_code(str(path), what)
+    return keys
+
+
 def plain_chat_template(cfg) -> bool:
     """Give a policy whose tokenizer has no chat template (the embedded task's) :data:`PLAIN_CHAT_TEMPLATE`, through
     verl's ``actor_rollout_ref.model.custom_chat_template`` (the tokenizer itself is not changed). A template set
-    there already, or the tokenizer's own, is kept. Returns whether it set one."""
+    there already, or the tokenizer's own, is kept. Returns whether it set one. The tokenizer loads with
+    ``trust_remote_code=False`` whatever the config says (:func:`no_remote_code` refuses one asking otherwise)."""
     from omegaconf import open_dict
     from transformers import AutoTokenizer
 
     model = cfg.actor_rollout_ref.model
     if model.get("custom_chat_template") is not None:
         return False
-    tok = AutoTokenizer.from_pretrained(str(model.get("tokenizer_path") or model.path),
-                                        trust_remote_code=bool(model.get("trust_remote_code", False)))
+    tok = AutoTokenizer.from_pretrained(str(model.get("tokenizer_path") or model.path), trust_remote_code=False)
     if getattr(tok, "chat_template", None):
         return False
     with open_dict(cfg):

@@ -88,3 +88,32 @@ def test_sensor_retries_with_a_new_run_key_then_pauses_with_the_reason():
     assert d.action is Action.PAUSE and d.segment == 1
     assert "failed 3 times in a row" in d.reason and "CUDA OOM" in d.reason and "r/seg-0001" in d.reason
     assert run_key("r", 2, 0) == "r/2" and run_key("r", 2, 4) == "r/2/retry-4"
+
+
+def test_run_keys_skip_keys_the_sensor_already_used():
+    """A refused or cancelled attempt records nothing, but Dagster launches a sensor's run key once: the next request
+    moves past every key already used (``used_run_keys``), so it is never skipped as a duplicate."""
+    assert run_key("r", 1, 0, {"r/1"}) == "r/1/retry-1"
+    assert run_key("r", 1, 0, {"r/1", "r/1/retry-1", "r/1/retry-3"}) == "r/1/retry-2"
+    assert run_key("r", 1, 2, {"r/1", "r/1/retry-1"}) == "r/1/retry-2"
+    assert run_key("r", 1, 0, {"r/2", "other/1"}) == "r/1"
+    v = RunView("r", "running", (SegmentView(0, "done", 1), SegmentView(1, "planned", 0)), False,
+                used_run_keys=frozenset({"r/1"}))
+    d = decide(v, max_failures=3)
+    assert (d.action, d.segment, d.run_key) == (Action.REQUEST, 1, "r/1/retry-1")
+
+
+def test_sensor_waits_for_whatever_is_in_flight_and_says_what():
+    """In flight (a queued or running Dagster run of any of the run's partitions, or a live writer-lock holder):
+    WAIT, whatever the segments' states say, with the reason naming it; nothing in flight: the decision follows the
+    rows."""
+    busy = "its writer lock is held by pid 7 on host h (pilot-commit train-segment)"
+    for statuses in (("done", "planned"), ("done", "failed"), ("done", "running"), ("planned",), ("done", "done")):
+        v = RunView("r", "running", view(*statuses).segments, True, busy)
+        d = decide(v, max_failures=3)
+        assert d.action is Action.WAIT and d.segment is None and d.run_key is None
+        assert d.reason == f"a segment of this run is in flight: {busy}"
+    assert decide(view("done", "planned", in_flight=True), 3).reason == "a segment of this run is in flight"
+    # a run whose every segment is done is finished once nothing is in flight, whatever its status says
+    for status in ("running", "failed", "stopped"):
+        assert decide(view("done", "done", status=status), 3).action is Action.FINISH

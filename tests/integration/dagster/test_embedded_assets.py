@@ -1,5 +1,7 @@
 """The embedded data and policy assets materialize with dagster.materialize on temporary paths."""
 
+import json
+
 import pyarrow.parquet as pq
 import pytest
 from dagster import materialize
@@ -51,3 +53,13 @@ def test_base_policy_from_a_configured_hf_directory(tmp_path, request):
     assert not bad.success
     msg = "\n".join(e.event_specific_data.error.to_string() for e in bad.all_events if e.event_type_value == "STEP_FAILURE")
     assert "no config.json" in msg and "save_pretrained" in msg
+    # a directory whose config asks for its own code (auto_map) is refused before transformers reads it
+    custom = tmp_path / "custom"
+    custom.mkdir()
+    marker = tmp_path / "ran"
+    (custom / "config.json").write_text(json.dumps({"model_type": "mine", "auto_map": {"AutoConfig": "m.C"}}))
+    (custom / "m.py").write_text(f"open({str(marker)!r}, 'w').write('x')\nclass C: pass\n")
+    bad = materialize([base_policy], raise_on_error=False,
+                      run_config={"ops": {"base_policy": {"config": {"policy_path": str(custom)}}}})
+    msg = "\n".join(e.event_specific_data.error.to_string() for e in bad.all_events if e.event_type_value == "STEP_FAILURE")
+    assert not bad.success and "auto_map" in msg and "Fix:" in msg and not marker.exists()

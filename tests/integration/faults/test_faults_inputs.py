@@ -1,5 +1,7 @@
 """Faults in what a user types or hands in (issue 18, inputs): `--set` keys, NaN / out-of-range configs, and bad
-dataset files (BINARY Parquet columns, NaN answers, non-UTF-8 JSONL).
+dataset files (BINARY Parquet columns, NaN answers, non-UTF-8 JSONL); issue 31: `--set` values that are not one
+plain value (YAML tags, huge integers, null, alias bombs, 120k characters, lists) and store paths that cannot work
+(/dev/null, /dev/full, a 300-character name, a directory, not a DuckDB file, a lock another process holds).
 
 Each case runs the real CLI (a subprocess, as a user would) or the real loader on real files written in tmp_path,
 and checks: the setting is honoured, or refused with a message naming the field / file / line and the fix; no
@@ -12,8 +14,10 @@ import hashlib
 import json
 import math
 import os
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -160,6 +164,185 @@ def test_train_with_a_nan_temperature_is_refused_before_writing(tmp_path):
     refused(cli("train", "--steps", "1", "--out", str(out), "--quiet", "--set", "training.temperature=nan"),
             "TrainingConfig.temperature=nan", "finite")
     assert tree_digest(out) == files
+
+
+# ---- input hygiene (issue 31): --set values that are not one plain value, and store paths that cannot work ----
+MAX_MESSAGE = 2000
+ALIAS_BOMB = ("[&a [lol,lol,lol,lol,lol,lol,lol,lol,lol], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a], "
+              "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c], &e [*d,*d,*d,*d,*d,*d,*d,*d,*d], "
+              "&f [*e,*e,*e,*e,*e,*e,*e,*e,*e], &g [*f,*f,*f,*f,*f,*f,*f,*f,*f], &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]]")
+
+
+def refused_short(res: subprocess.CompletedProcess, *needles: str) -> str:
+    """refused(), and the message is short: a long value is quoted cut, never echoed whole."""
+    err = refused(res, *needles)
+    assert len(err) < MAX_MESSAGE, (len(err), err[:3000])
+    return err
+
+
+def set_refused(tmp_path: Path, setting: str, *needles: str) -> str:
+    """`simulate --store` with one --set, run in tmp_path: refused before the store (or anything) is written."""
+    res = cli("simulate", *SMALL, "--steps", "2", "--store", str(tmp_path / "pc.duckdb"), "--set", setting,
+              cwd=tmp_path)
+    err = refused_short(res, *needles)
+    assert "configuration error" in err
+    assert list(tmp_path.iterdir()) == [], sorted(p.name for p in tmp_path.iterdir())
+    return err
+
+
+@pytest.mark.parametrize("value", ['!!python/object/apply:os.system ["touch MARKER"]', "!!python/name:os.system"],
+                         ids=["object-apply", "name"])
+def test_set_with_a_python_yaml_tag_is_refused_and_runs_nothing(tmp_path, value):
+    """Expected: exit 2, "--set training.temperature: ... YAML tag", a Fix, no traceback (before: yaml's
+    ConstructorError traceback), under 2,000 characters; MARKER is never created, no store is written."""
+    err = set_refused(tmp_path, f"training.temperature={value}", "--set training.temperature", "YAML tag")
+    assert "ConstructorError" not in err
+    assert not (tmp_path / "MARKER").exists() and not (ROOT / "MARKER").exists()
+
+
+def test_train_with_a_yaml_tag_writes_nothing_to_its_out_dir(tmp_path):
+    """Expected: `train --set training.temperature='!!python/name:os.system'` exits 2 naming the field, with a Fix
+    and no traceback; its --out directory is left as it was."""
+    out = tmp_path / "runs"
+    out.mkdir()
+    refused_short(cli("train", "--steps", "1", "--out", str(out), "--quiet", "--set",
+                      "training.temperature=!!python/name:os.system", cwd=tmp_path),
+                  "--set training.temperature", "YAML tag")
+    assert list(out.iterdir()) == [] and not (tmp_path / "MARKER").exists()
+
+
+def test_set_with_a_5000_digit_integer_is_refused_naming_the_field(tmp_path):
+    """Expected: exit 2, "--set allocator.n: the integer 99999999999999999999... has 5,000 digits", a Fix, no
+    traceback (before: Python's "Exceeds the limit (4300 digits)" ValueError), a short message, no store written."""
+    set_refused(tmp_path, "allocator.n=" + "9" * 5000, "--set allocator.n", "5,000 digits", "64 bits")
+
+
+def test_set_family_to_null_is_refused_naming_family(tmp_path):
+    """Expected: `--set family=~` exits 2 with "family is null" and a Fix (before: the run's family was the
+    string "None"), no store written."""
+    set_refused(tmp_path, "family=~", "family is null", "--set family=")
+
+
+def test_set_family_to_a_yaml_alias_bomb_is_refused_at_once(tmp_path):
+    """Expected: a YAML alias bomb (9**8 leaves if expanded) as the family exits 2 in seconds, "--set family" and a
+    Fix, a message under 2,000 characters (before: accepted, its expansion became the family), no store written."""
+    t0 = time.monotonic()
+    set_refused(tmp_path, "family=" + ALIAS_BOMB, "--set family", "a list")
+    assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.parametrize("key", ["family", "training.prompt_template", "allocator.method"])
+def test_set_with_a_120k_character_value_is_refused_with_the_value_cut(tmp_path, key):
+    """Expected: exit 2, "--set KEY: the value 'xxx...'... (120,000 characters) is too long: at most 1,024
+    characters", a Fix, the whole message under 2,000 characters (before: a 240 KB message), no store written."""
+    set_refused(tmp_path, f"{key}=" + "x" * 120_000, f"--set {key}", "(120,000 characters)", "at most 1,024")
+
+
+@pytest.mark.parametrize("setting,needles", [
+    ("training.temperature=[1, 2]", ["--set training.temperature", "a list"]),
+    ("allocator.method={name: pc}", ["--set allocator.method", "a mapping"]),
+    ("sim.num_prompts=- 300", ["--set sim.num_prompts", "a list"]),
+], ids=["list-for-float", "mapping-for-str", "block-list-for-int"])
+def test_set_with_a_list_or_mapping_for_a_scalar_field_is_refused(tmp_path, setting, needles):
+    """Expected: exit 2 naming the field, "a list" / "a mapping" and a Fix, no traceback, no store written."""
+    set_refused(tmp_path, setting, *needles)
+
+
+def test_set_null_for_a_field_that_needs_a_value_is_refused(tmp_path):
+    """Expected: `--set training.temperature=~` exits 2 with "training.temperature is null" and a Fix giving an
+    example value, no store written."""
+    set_refused(tmp_path, "training.temperature=~", "training.temperature is null",
+                "--set training.temperature=1.0")
+
+
+STORE_COMMANDS = {
+    "simulate": lambda store: ["simulate", *SMALL, "--steps", "2", "--store", store],
+    "runs": lambda store: ["runs", "--store", store],
+    "sql": lambda store: ["sql", "--store", store, "SELECT count(*) FROM runs"],
+}
+
+
+def store_refused(res: subprocess.CompletedProcess, *needles: str) -> str:
+    """A store path refused: exit 2, a Fix that is not the lock's, no traceback, a short message."""
+    err = refused_short(res, "store error", *needles)
+    assert "close the other process" not in err
+    return err
+
+
+@pytest.mark.parametrize("command", sorted(STORE_COMMANDS))
+@pytest.mark.parametrize("device", ["/dev/null", "/dev/full"])
+def test_store_on_a_device_is_refused_and_the_device_left_alone(command, device):
+    """Expected: exit 2, "store path /dev/X is a character device, not a regular file" with its Fix (a file of your
+    own), no traceback; /dev/X is still a character device and nothing was created beside it (.runs, .wal)."""
+    if not Path(device).exists():
+        pytest.skip(f"no {device} here")
+    before = os.stat(device)
+    store_refused(cli(*STORE_COMMANDS[command](device)), f"store path {device} is a character device",
+                  "--store ./pc.duckdb")
+    after = os.stat(device)
+    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
+    assert not Path(device + ".runs").exists() and not Path(device + ".wal").exists()
+
+
+@pytest.mark.parametrize("command", sorted(STORE_COMMANDS))
+def test_store_with_a_300_character_file_name_is_refused_naming_the_limit(tmp_path, command):
+    """Expected: exit 2, "the store's file name is 300 bytes long, past this file system's limit of 255 bytes" and
+    "Fix: choose a shorter name", no traceback (before: `runs` crashed with ENAMETOOLONG, `simulate` said to close
+    another process); the path is shown cut; nothing created in its directory."""
+    store = tmp_path / ("s" * 293 + ".duckdb")
+    store_refused(cli(*STORE_COMMANDS[command](str(store))), "300 bytes long", "255 bytes", "choose a shorter name")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", sorted(STORE_COMMANDS))
+def test_store_path_that_is_a_directory_is_refused_with_a_file_inside_as_the_fix(tmp_path, command):
+    """Expected: exit 2, "store path DIR is a directory" with "Fix: name the catalog file, e.g. --store
+    DIR/pc.duckdb", no traceback; the directory stays empty."""
+    d = tmp_path / "stores"
+    d.mkdir()
+    store_refused(cli(*STORE_COMMANDS[command](str(d))), f"store path {d} is a directory", f"--store {d}/pc.duckdb")
+    assert list(d.iterdir()) == [] and [p.name for p in tmp_path.iterdir()] == ["stores"]
+
+
+@pytest.mark.parametrize("command", sorted(STORE_COMMANDS))
+def test_store_file_that_is_not_a_duckdb_database_is_left_alone(tmp_path, command):
+    """Expected: exit 2, "the file is not a DuckDB database" with the Fix to check the --store path, no traceback;
+    the file's bytes are unchanged and nothing is created beside it."""
+    f = tmp_path / "notes.duckdb"
+    f.write_text("my notes\n")
+    store_refused(cli(*STORE_COMMANDS[command](str(f))), "is not a DuckDB database", "check the --store path")
+    assert f.read_text() == "my notes\n" and [p.name for p in tmp_path.iterdir()] == ["notes.duckdb"]
+
+
+HOLDER = "import duckdb, sys; con = duckdb.connect(sys.argv[1]); print('held', flush=True); sys.stdin.read()"
+
+
+def test_store_held_for_writing_by_another_process_says_close_the_other_process(tmp_path):
+    """Expected: while another process holds the catalog open for writing (as a `duckdb` shell would), simulate,
+    runs and sql each wait for the lock (60 s), then exit 2 with "another process (..., PID n) holds the catalog"
+    and "Fix: close the other process holding the catalog", no traceback; the catalog is unchanged."""
+    store = tmp_path / "pc.duckdb"
+    assert cli(*STORE_COMMANDS["simulate"](str(store))).returncode == 0
+    files = tree_digest(tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(store)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+        procs = {c: subprocess.Popen([sys.executable, "-m", "pc_pipelines.cli", *STORE_COMMANDS[c](str(store))],
+                                     cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for c in STORE_COMMANDS}  # side by side: each waits out the lock timeout
+        results = {}
+        for c, p in procs.items():
+            out, err = p.communicate(timeout=300)
+            results[c] = subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    for c, res in results.items():
+        err = refused_short(res, "store error", f"PID {holder.pid}", "close the other process holding the catalog")
+        assert "holds the catalog" in err, (c, err)
+    assert tree_digest(tmp_path) == files
 
 
 # ---- dataset files ----------------------------------------------------------------------------------------------

@@ -361,6 +361,105 @@ def test_a_copied_or_moved_store_reads_its_own_files(base, tmp_path):
 def test_step_manifest_is_present_for_every_step_the_cli_writes(store):
     for step, d in killed_steps(store).items():
         manifest = json.loads((d / MANIFEST).read_text())
-        assert manifest["step"] == d.name
+        assert (manifest["run_id"], manifest["step"]) == ("killed", step)
         for name, entry in manifest["files"].items():
             assert (d / name).stat().st_size == entry["size"], (step, name)
+
+
+
+# ---- 4. issue 31: step identity, deletion through a link, honest status -----------------------------------------
+def rewrite_manifest(step_dir: Path, **fields) -> None:
+    """What a careful tamperer does: the manifest made to match the files now in ``step_dir`` (sizes, sha256)."""
+    manifest = json.loads((step_dir / MANIFEST).read_text())
+    for name in manifest["files"]:
+        data = (step_dir / name).read_bytes()
+        manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    manifest.update(fields)
+    (step_dir / MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_a_step_file_swapped_for_another_steps_is_reported_and_left_out(store):
+    """steps.parquet of step 5 replaced by step 3's, the manifest rewritten to match: `check` exits 1 naming step 5
+    and what it holds; step 3 is served once, step 5 is missing (not a second step 3), cumulative figures say so."""
+    steps = killed_steps(store)
+    before = dict(steps_of(store, "killed"))
+    shutil.copy2(steps[3] / "steps.parquet", steps[5] / "steps.parquet")
+    rewrite_manifest(steps[5])
+
+    rows = steps_of(store, "killed")
+    assert [s for s, _ in rows] == [s for s in sorted(before) if s != 5]  # step 3 once, step 5 left out
+    assert dict(rows) == {s: v for s, v in before.items() if s != 5}
+    out = cli("check", "--store", str(store), check=False)
+    assert out.returncode == 1
+    assert "run killed step 5: damaged: steps.parquet says it holds step 3, not 5" in out.stdout
+    assert runs_json(store)["killed"]["problems"] == "step 5 damaged"
+
+
+def test_a_step_directory_copied_under_another_number_or_run_is_reported(base, store):
+    """A whole step directory copied under a new number (manifest untouched, then rewritten to the new number) and
+    into another run: each is reported naming what it holds; no step or run gains rows."""
+    steps = killed_steps(store)
+    last = max(steps)
+    before = steps_of(store, "killed")
+    shutil.copytree(steps[2], steps[2].parent / f"step-{last + 1:08d}")
+    out = cli("check", "--store", str(store), check=False)
+    assert out.returncode == 1
+    assert f"run killed step {last + 1}: damaged: MANIFEST.json describes step 2, not {last + 1}" in out.stdout
+    rewrite_manifest(steps[2].parent / f"step-{last + 1:08d}", step=last + 1)
+    out = cli("check", "--store", str(store), check=False)
+    assert f"run killed step {last + 1}: damaged: " in out.stdout and "says it holds step 2" in out.stdout
+    assert steps_of(store, "killed") == before
+
+    # into another run (healthy: 30 compacted steps), manifest rewritten to the new place
+    foreign = Path(str(store) + ".runs") / "healthy" / "step-00000030"
+    shutil.copytree(steps[4], foreign)
+    rewrite_manifest(foreign, run_id="healthy", step=30)
+    out = cli("check", "--store", str(store), check=False)
+    assert "run healthy step 30: damaged: " in out.stdout and "says it holds run 'killed', not 'healthy'" in out.stdout
+    assert_whole(store, "healthy", base["healthy"])
+
+
+def test_overwrite_never_deletes_through_a_symlinked_run_directory(tmp_path):
+    """`simulate --overwrite` of a run whose step directory is a link to another folder: exit 2, the link and the
+    fix named, the other folder's files and the run's rows untouched; without the link it overwrites and says so."""
+    store = tmp_path / "s.duckdb"
+    rec = simulate(store, "victim", 5)
+    runs_root = Path(str(store) + ".runs")
+    elsewhere = tmp_path / "precious"
+    elsewhere.mkdir()
+    (elsewhere / "thesis.tex").write_text("years of work")
+    real = runs_root / "victim-real"
+    (runs_root / "victim").rename(real)
+    (runs_root / "victim").symlink_to(elsewhere)
+    out = cli("simulate", "--store", str(store), "--run-name", "victim", "--steps", "5", *SMALL, "--overwrite",
+              check=False)
+    assert out.returncode == 2
+    assert "is a symbolic link to" in out.stderr and "nothing was deleted" in out.stderr and "Fix:" in out.stderr
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["thesis.tex"]  # not even a lock file
+    assert (elsewhere / "thesis.tex").read_text() == "years of work"
+    (runs_root / "victim").unlink()
+    real.rename(runs_root / "victim")
+    assert_whole(store, "victim", rec)
+    out = cli("simulate", "--store", str(store), "--run-name", "victim", "--steps", "3", *SMALL, "--overwrite",
+              "--json")
+    assert "run victim overwritten: deleted" in out.stderr
+    assert {r["run_id"]: r["steps"] for r in json.loads(cli("runs", "--store", str(store), "--json").stdout)} == {
+        "victim": 3}
+    assert [s for s, _ in steps_of(store, "victim")] == [0, 1, 2]
+
+
+def test_a_killed_writer_shows_as_stopped_with_its_pid_and_host(store):
+    """After a SIGKILL the catalog still says `running`; `runs` and `check` show the run as stopped, naming the
+    dead writer's pid and host and the fix (the catalog itself is not changed by a reader)."""
+    import socket
+
+    runs = runs_json(store)
+    assert runs["killed"]["status"] == "stopped"
+    reason = runs["killed"]["status_reason"]
+    assert "is gone" in reason and f"on host {socket.gethostname()}" in reason and "pid " in reason
+    assert "Fix:" in reason
+    assert runs["healthy"]["status"] == "finished"
+    assert Store(store).get_run("killed")["status"] == "running"
+    out = cli("check", "--store", str(store), "--json")
+    assert [r["run_id"] for r in json.loads(out.stdout)["stopped_runs"]] == ["killed"]
+    assert "run killed: stopped: recorded as running, but its writer, pid" in cli("check", "--store", str(store)).stdout

@@ -63,8 +63,8 @@ def columns(path, table: str) -> list[str]:
         con.close()
 
 
-def test_schema_version_is_five():
-    assert SCHEMA_VERSION == 6
+def test_schema_version_is_seven():
+    assert SCHEMA_VERSION == 7
     assert sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
 
 
@@ -88,8 +88,8 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
     assert columns(path, "compacted_steps") == []
 
     st = Store(path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 6
-    assert {"status_reason", "compacted_through"} <= set(columns(path, "runs"))
+    assert st.schema_version() == SCHEMA_VERSION == 7
+    assert {"status_reason", "compacted_through", "seq"} <= set(columns(path, "runs"))
     assert columns(path, "segments")[:5] == ["run_id", "segment", "first_step", "last_step", "status"]
     for table in STEP_TABLES:
         assert columns(path, f"compacted_{table}") == list(STEP_TABLES[table].names), table
@@ -98,6 +98,7 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
     assert [run[k] for k in ("run_id", "family", "method", "preset", "seed", "config_json", "config_hash",
                              "lineage_json", "kind", "status", "run_dir")] == V1_ROW[:11]
     assert run["created_at"] == T0 and run["status_reason"] is None and run["compacted_through"] is None
+    assert run["seq"] == 1  # existing runs numbered in their creation order
     assert st.query("SELECT accuracy FROM eval_results WHERE run_id = 'old-run'") == [{"accuracy": 0.25}]
 
     st.set_status("old-run", "failed", "OOM at step 5")
@@ -108,6 +109,7 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
     st.register_run(RunRecord(run_id="new-run", family="fam", method="grpo", preset="p", seed=1, config={},
                               config_hash="h", kind="simulate"))
     listed = {r["run_id"]: r for r in st.list_runs()}
+    assert st.get_run("new-run")["seq"] == 2
     assert listed["old-run"]["status_reason"] == "OOM at step 5"
     assert listed["new-run"]["status"] == "running" and listed["new-run"]["steps"] == 0
     # the old run's step logs (v1 wrote Parquet the same way) are visible, and compaction works on it
@@ -166,7 +168,7 @@ def test_version_5_catalog_gains_buffer_replaced_keeping_its_rows(tmp_path):
     con.close()
 
     st = Store(st.path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 6
+    assert st.schema_version() == SCHEMA_VERSION == 7
     assert columns(st.path, "compacted_steps") == list(STEP_TABLES["steps"].names)
     new = step_tables("r", 3)
     new["steps"] = pa.Table.from_pylist([{"run_id": "r", "step": 3, "sampled_rollouts": 10, "buffer_replaced": 7}],
@@ -243,3 +245,24 @@ def test_version_4_catalog_is_read_without_writing_and_upgraded_to_file_free_vie
     views = view_definitions(st.path)
     assert "rollout_breakdown" in views
     assert not any("read_parquet" in sql or str(st.runs_root) in sql for sql in views.values()), views
+
+
+def test_the_latest_run_is_the_last_registered_whatever_the_clocks_say(tmp_path, monkeypatch):
+    """Issue 31: a re-run on a machine whose clock is a day behind is still the newest attempt of its (family,
+    method, seed): registration order is the store's own sequence, not created_at."""
+    from pc_pipelines.store import catalog
+
+    st = Store(tmp_path / "s.duckdb").init()
+    rec = dict(family="fam", method="grpo", preset="p", seed=0, config={}, config_hash="h", kind="simulate")
+    st.register_run(RunRecord(run_id="first", **rec))
+    real_now = catalog._now
+    monkeypatch.setattr(catalog, "_now", lambda: real_now() - dt.timedelta(days=1))
+    st.register_run(RunRecord(run_id="second", **rec))  # created "yesterday"
+    runs = {r["run_id"]: r for r in st.query("SELECT run_id, seq, created_at FROM runs")}
+    assert runs["second"]["created_at"] < runs["first"]["created_at"]
+    assert (runs["first"]["seq"], runs["second"]["seq"]) == (1, 2)
+    from pc_pipelines.reports import load_curves
+
+    st.add_eval_results([{"run_id": r, "step": 0, "benchmark": "b", "accuracy": 0.5} for r in ("first", "second")])
+    assert [c.run_id for c in load_curves(st, "fam")] == ["second"]
+    assert [c.run_id for c in load_curves(st, "fam", latest_only=False)] == ["first", "second"]

@@ -28,3 +28,24 @@ def test_save_pretrained_loads_with_auto_tokenizer(tmp_path):
     text = "00001+00002" + INSTRUCTION
     assert auto(text, add_special_tokens=False)["input_ids"] == tok(text, add_special_tokens=False)["input_ids"]
     assert auto.pad_token_id == 0 and auto.eos_token_id == 1
+
+
+def test_load_tokenizer_runs_no_code_a_tokenizer_config_names(tmp_path):
+    """An auto_map in tokenizer_config.json (a tokenizer class of the directory's own) is never imported: the
+    tokenizer is read from tokenizer.json (load_policy refuses such a directory outright, before this)."""
+    import json
+
+    from pc_pipelines.data.tokenizer import load_tokenizer
+
+    build_tokenizer().save_pretrained(tmp_path)
+    marker = tmp_path / "RAN"
+    (tmp_path / "tokenization_custom.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n")
+    cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    cfg["auto_map"] = {"AutoTokenizer": [None, "tokenization_custom.CustomTokenizerFast"]}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    tok = load_tokenizer(tmp_path)
+    assert not marker.exists()
+    from transformers import PreTrainedTokenizerFast
+
+    assert isinstance(tok, PreTrainedTokenizerFast) and tok.padding_side == "left"
+    assert tok.decode(tok("12+3", add_special_tokens=False)["input_ids"]) == "12+3"

@@ -2,6 +2,7 @@
 real files, real flocks, a second real process as the other writer."""
 
 import errno
+import json
 import os
 import signal
 import socket
@@ -79,6 +80,59 @@ def test_remove_run_needs_the_lock_and_keeps_it(tmp_path):
     assert store.get_run("a") is None
     assert store.query("SELECT count(*) AS n FROM eval_results WHERE run_id = 'a'") == [{"n": 0}]
     assert store.query("SELECT run_id, count(*) AS n FROM steps GROUP BY run_id") == [{"run_id": "b", "n": 2}]
+
+
+def test_remove_run_refuses_a_symlinked_directory_and_removes_links_inside_without_following(tmp_path):
+    from pc_pipelines.store import refuse_symlinked
+
+    store = Store(tmp_path / "s.duckdb").init()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("x")
+    link = tmp_path / "runlink"
+    link.symlink_to(outside)
+    with pytest.raises(StoreError, match="symbolic link") as info:
+        refuse_symlinked("a", tmp_path / "plain", link)
+    assert "nothing was deleted" in str(info.value) and f"rm {link}" in str(info.value)
+    with pytest.raises(StoreError, match="symbolic link"), hold_run("a", link):
+        remove_run(store, "a", link)
+    assert (outside / "keep.txt").read_text() == "x"
+    # a link inside a real run directory: the link goes, what it points to stays
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "inner").symlink_to(outside)
+    (d / "sub").mkdir()
+    (d / "sub" / "f").write_text("y")
+    with hold_run("a", d):
+        what = remove_run(store, "a", d)
+    assert sorted(p.name for p in d.iterdir()) == [LOCK_NAME]
+    assert (outside / "keep.txt").read_text() == "x"
+    assert what == f"deleted 0 catalog rows and 3 entries in {d}"
+
+
+def test_a_running_run_whose_writer_is_gone_shows_as_stopped(tmp_path):
+    from pc_pipelines.store import RunRecord
+    from pc_pipelines.store.runlock import with_live_status, writer_gone
+
+    store = Store(tmp_path / "s.duckdb").init()
+    for r in ("live", "dead", "elsewhere", "released"):
+        store.register_run(RunRecord(run_id=r, family="f", method="pc", preset="p", seed=0, config={},
+                                     config_hash="h", kind="train"))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    records = {"live": {"pid": os.getpid(), "host": host}, "dead": {"pid": dead.pid, "host": host},
+               "elsewhere": {"pid": dead.pid, "host": host + "-other"}, "released": None}
+    for run, rec in records.items():
+        (store.run_dir(run) / LOCK_NAME).write_text(json.dumps(rec) + "\n" if rec else "")
+    assert writer_gone(store, "live") is None and writer_gone(store, "elsewhere") is None
+    assert f"pid {dead.pid} on host {host}" in writer_gone(store, "dead")
+    assert "ended without recording" in writer_gone(store, "released")
+    shown = {r["run_id"]: r for r in with_live_status(store, store.list_runs())}
+    assert {r: shown[r]["status"] for r in records} == {"live": "running", "dead": "stopped",
+                                                         "elsewhere": "running", "released": "stopped"}
+    assert "--run-name dead --resume" in shown["dead"]["status_reason"]
+    assert store.get_run("dead")["status"] == "running"  # a reader changes nothing
 
 
 def test_run_outcome_names_disk_full_io_errors_and_stops():

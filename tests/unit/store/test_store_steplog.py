@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -54,7 +55,7 @@ def test_step_dir_name_is_zero_padded_and_sorts():
 
 def test_write_step_writes_all_four_files_with_the_schema(tmp_path):
     w = StepLogWriter(tmp_path / "run")
-    d = w.write_step(5, tables("r", 5, marker=10, n_obs=3))
+    d = w.write_step(5, tables("run", 5, marker=10, n_obs=3))
     assert d == tmp_path / "run" / "step-00000005"
     assert sorted(p.name for p in d.iterdir()) == sorted([MANIFEST, *(f"{t}.parquet" for t in STEP_TABLES)])
     for name, schema in STEP_TABLES.items():
@@ -67,8 +68,8 @@ def test_write_step_writes_all_four_files_with_the_schema(tmp_path):
 
 def test_replayed_step_replaces_the_old_files(tmp_path):
     w = StepLogWriter(tmp_path / "run")
-    w.write_step(3, tables("r", 3, marker=10, n_obs=2))
-    w.write_step(3, tables("r", 3, marker=20, n_obs=5))
+    w.write_step(3, tables("run", 3, marker=10, n_obs=2))
+    w.write_step(3, tables("run", 3, marker=20, n_obs=5))
     dirs = sorted(p.name for p in (tmp_path / "run").iterdir())
     assert dirs == ["step-00000003"]  # one copy, no .tmp-/.old- leftovers
     d = tmp_path / "run" / "step-00000003"
@@ -81,7 +82,7 @@ def test_replayed_step_replaces_the_old_files(tmp_path):
 
 def test_missing_table_is_refused_and_leaves_nothing(tmp_path):
     w = StepLogWriter(tmp_path / "run")
-    t = tables("r", 0, marker=1, n_obs=1)
+    t = tables("run", 0, marker=1, n_obs=1)
     del t["evictions"]
     with pytest.raises(ValueError, match="evictions"):
         w.write_step(0, t)
@@ -91,7 +92,7 @@ def test_missing_table_is_refused_and_leaves_nothing(tmp_path):
 def test_fresh_writer_sweeps_leftovers_of_killed_writes(tmp_path):
     run = tmp_path / "run"
     w = StepLogWriter(run)
-    w.write_step(0, tables("r", 0, marker=1, n_obs=1))
+    w.write_step(0, tables("run", 0, marker=1, n_obs=1))
     # What a killed write leaves: a half-written temp dir; an interrupted replacement: the old dir renamed aside.
     (run / ".tmp-step-00000001-deadbeef").mkdir()
     (run / ".tmp-step-00000001-deadbeef" / "steps.parquet").write_bytes(b"PAR1 truncated")
@@ -109,7 +110,7 @@ def test_crash_between_the_two_renames_leaves_the_step_absent_and_a_sweepable_ol
     """
     run = tmp_path / "run"
     w = StepLogWriter(run)
-    w.write_step(3, tables("r", 3, marker=10, n_obs=2))
+    w.write_step(3, tables("run", 3, marker=10, n_obs=2))
 
     real_rename = os.rename
     calls = []
@@ -122,7 +123,7 @@ def test_crash_between_the_two_renames_leaves_the_step_absent_and_a_sweepable_ol
 
     monkeypatch.setattr(steplog_mod.os, "rename", crash_on_second_rename)
     with pytest.raises(KeyboardInterrupt):
-        w.write_step(3, tables("r", 3, marker=20, n_obs=2))
+        w.write_step(3, tables("run", 3, marker=20, n_obs=2))
     monkeypatch.setattr(steplog_mod.os, "rename", real_rename)
 
     assert not (run / "step-00000003").exists()  # absent, never doubled
@@ -138,7 +139,7 @@ def test_crash_between_the_two_renames_leaves_the_step_absent_and_a_sweepable_ol
 def test_truncate_after_removes_later_steps_only(tmp_path):
     w = StepLogWriter(tmp_path / "run")
     for s in range(5):
-        w.write_step(s, tables("r", s, marker=s + 1, n_obs=1))
+        w.write_step(s, tables("run", s, marker=s + 1, n_obs=1))
     assert w.truncate_after(2) == 2
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [step_dir_name(s) for s in range(3)]
     assert w.truncate_after(-1) == 3
@@ -147,16 +148,16 @@ def test_truncate_after_removes_later_steps_only(tmp_path):
 
 def test_empty_tables_match_the_schemas(tmp_path):
     w = StepLogWriter(tmp_path / "_schema")
-    d = w.write_dir("step-empty", empty_tables())
+    d = w.write_step(0, empty_tables())
     for name, schema in STEP_TABLES.items():
         t = pq.read_table(d / f"{name}.parquet")
         assert t.num_rows == 0 and t.schema.equals(schema, check_metadata=False)
 
 
 def test_manifest_lists_every_file_with_its_size_and_sha256(tmp_path):
-    d = StepLogWriter(tmp_path / "run").write_step(2, tables("r", 2, marker=7, n_obs=4))
+    d = StepLogWriter(tmp_path / "run").write_step(2, tables("run", 2, marker=7, n_obs=4))
     manifest = json.loads((d / MANIFEST).read_text())
-    assert manifest["format"] == 1 and manifest["step"] == "step-00000002"
+    assert manifest["format"] == 2 and manifest["step"] == 2 and manifest["run_id"] == "run"
     assert sorted(manifest["files"]) == sorted(f"{t}.parquet" for t in STEP_TABLES)
     for name, entry in manifest["files"].items():
         data = (d / name).read_bytes()
@@ -180,7 +181,7 @@ def test_manifest_is_written_last_and_everything_is_fsynced_before_the_rename(tm
 
     monkeypatch.setattr(steplog_mod.os, "fsync", fsync)
     monkeypatch.setattr(steplog_mod.os, "rename", rename)
-    StepLogWriter(tmp_path / "run").write_step(1, tables("r", 1, marker=3, n_obs=2))
+    StepLogWriter(tmp_path / "run").write_step(1, tables("run", 1, marker=3, n_obs=2))
     files = [e for e in events if e.endswith(".parquet")]
     assert sorted(files) == sorted(f"fsync:{t}.parquet" for t in STEP_TABLES)
     i_manifest = events.index(f"fsync:{MANIFEST}")
@@ -197,7 +198,7 @@ def test_manifest_is_written_last_and_everything_is_fsynced_before_the_rename(tm
     ("manifest", "MANIFEST.json is damaged"),
 ])
 def test_verify_step_dir_names_the_damage(tmp_path, damage, expect):
-    d = StepLogWriter(tmp_path / "run").write_step(0, tables("r", 0, marker=5, n_obs=3))
+    d = StepLogWriter(tmp_path / "run").write_step(0, tables("run", 0, marker=5, n_obs=3))
     f = d / "steps.parquet"
     if damage == "truncate":
         f.write_bytes(b"")
@@ -217,7 +218,7 @@ def test_verify_step_dir_names_the_damage(tmp_path, damage, expect):
 
 def test_step_without_manifest_is_checked_for_parquet_framing(tmp_path):
     """Step directories written before manifests existed: presence and PAR1 framing."""
-    d = StepLogWriter(tmp_path / "run").write_step(0, tables("r", 0, marker=5, n_obs=3))
+    d = StepLogWriter(tmp_path / "run").write_step(0, tables("run", 0, marker=5, n_obs=3))
     (d / MANIFEST).unlink()
     assert verify_step_dir(d) is None
     (d / "evictions.parquet").write_bytes((d / "evictions.parquet").read_bytes()[:-10])
@@ -230,9 +231,53 @@ def test_quarantine_moves_a_step_aside_where_no_reader_or_sweep_looks(tmp_path):
     run = tmp_path / "run"
     w = StepLogWriter(run)
     for s in range(3):
-        w.write_step(s, tables("r", s, marker=s + 1, n_obs=1))
+        w.write_step(s, tables("run", s, marker=s + 1, n_obs=1))
     dest = quarantine_step_dir(run / "step-00000001")
     assert dest.parent == run / ".quarantine" and dest.name.startswith("step-00000001.")
     assert [n for n, _ in steplog_mod.list_step_dirs(run)] == [0, 2]
     StepLogWriter(run)  # the sweep leaves quarantined steps alone
     assert dest.is_dir() and verify_step_dir(dest) is None
+
+
+def test_a_step_refuses_rows_of_another_run_or_step(tmp_path):
+    w = StepLogWriter(tmp_path / "run")
+    with pytest.raises(ValueError, match="holds rows of run_id 'other', not 'run'"):
+        w.write_step(1, tables("other", 1, marker=1, n_obs=1))
+    with pytest.raises(ValueError, match="holds rows of step 2, not 1"):
+        w.write_step(1, tables("run", 2, marker=1, n_obs=1))
+    assert list((tmp_path / "run").iterdir()) == []
+
+
+def test_every_file_names_its_run_and_step_and_a_copy_elsewhere_is_caught(tmp_path):
+    run = tmp_path / "run"
+    w = StepLogWriter(run)
+    d3 = w.write_step(3, tables("run", 3, marker=3, n_obs=2))
+    meta = pq.read_metadata(d3 / "evictions.parquet").metadata
+    assert meta[b"pc_pipelines.run_id"] == b"run" and meta[b"pc_pipelines.step"] == b"3"
+    d5 = w.write_step(5, tables("run", 5, marker=5, n_obs=2))
+    assert verify_step_dir(d3) is None and verify_step_dir(d5) is None
+    # the manifest rewritten to match a swapped file: the file still says which step it holds
+    shutil.copy2(d3 / "buffer_state.parquet", d5 / "buffer_state.parquet")
+    manifest = json.loads((d5 / MANIFEST).read_text())
+    data = (d5 / "buffer_state.parquet").read_bytes()
+    manifest["files"]["buffer_state.parquet"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (d5 / MANIFEST).write_text(json.dumps(manifest))
+    assert verify_step_dir(d5) == "buffer_state.parquet says it holds step 3, not 5"
+    assert verify_step_dir(d5, checksums=False) is None  # the cheap size check cannot see it; readers checksum
+    # files written before step identities (no metadata, a format 1 manifest): their columns' statistics
+    old = run / "step-00000006"
+    old.mkdir()
+    files = {}
+    for name, table in tables("run", 3, marker=3, n_obs=2).items():
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        (old / f"{name}.parquet").write_bytes(data := sink.getvalue().to_pybytes())
+        files[f"{name}.parquet"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (old / MANIFEST).write_text(json.dumps({"format": 1, "step": old.name, "files": files}))
+    assert verify_step_dir(old) == "steps.parquet holds rows of step 3, not 6 (a file of another run or step)"
+    (old / MANIFEST).unlink()  # and with no manifest at all
+    assert verify_step_dir(old).startswith("steps.parquet holds rows of step 3")
+    # a directory copied under another number: the manifest names its step
+    shutil.copytree(d3, run / "step-00000007")
+    assert verify_step_dir(run / "step-00000007") == (
+        "MANIFEST.json describes step 3, not 7 (a step directory copied under another number)")

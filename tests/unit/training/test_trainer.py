@@ -350,7 +350,7 @@ def test_state_round_trip_resumes_exactly(base_model):
     expected = params(model)
 
     buf.seek(0)
-    saved = torch.load(buf, weights_only=False)
+    saved = torch.load(buf, weights_only=True)  # the trainer state is tensors and plain data (trainer.pt)
     resumed_model = tiny_model(seed=99)
     resumed_model.load_state_dict(saved["model"])
     resumed = PolicyTrainer(resumed_model, config, PAD, train_batch=8, seed=3)

@@ -194,3 +194,49 @@ def test_a_batch_without_verl_step_columns_carries_the_step_in_meta_info():
     batch = one_step_batch(AllocatorConfig(method="grpo", train_batch=2, n=4, seed=0),
                            lambda gen, layout: split_by_request(fake_generate(gen, np.random.default_rng(1)), layout))
     assert batch.meta_info["global_steps"] == 0 and "global_steps" not in batch.non_tensor_batch
+
+
+def test_payloads_round_trip_without_pickles_and_old_pickles_are_refused(tmp_path):
+    """Issue 31: a checkpoint's payloads are tensors (read with weights_only=True) and JSON; restoring runs nothing.
+    The pickled format verl's save_to_disk writes is refused with the way to convert it, and converts exactly."""
+    import json
+
+    from pc_pipelines.training.verl_batch import convert_pickled_payloads
+
+    alloc = Allocator(AllocatorConfig(method="grpo", train_batch=2, n=4, seed=0), len(ROWS))
+    session = alloc.begin_step()
+    call = session.next_call()
+    gen, layout = round_batch(call, ROWS.__getitem__)
+    out = fake_generate(gen, np.random.default_rng(3))
+    n = len(out)
+    out.non_tensor_batch["extras"] = np.array([{"acc": i % 2, "tags": ["a", i]} for i in range(n)], dtype=object)
+    out.non_tensor_batch["messages"] = np.empty(n, dtype=object)
+    for i in range(n):
+        out.non_tensor_batch["messages"][i] = [{"role": "user", "content": f"q{i}"}]
+    payloads = PayloadStore()
+    payloads.put(split_by_request(out, layout), layout)
+    written = payloads.save(tmp_path / "payloads")
+    assert not [f for f in written if f.endswith(".pkl")]
+    back = PayloadStore.load(tmp_path / "payloads")
+    assert len(back) == len(payloads) == n
+    for start in payloads._starts:
+        a, b = payloads._parts[start], back._parts[start]
+        assert sorted(a.batch.keys()) == sorted(b.batch.keys())
+        for k in sorted(a.batch.keys()):
+            assert torch.equal(a.batch[k], b.batch[k]) and a.batch[k].dtype == b.batch[k].dtype, k
+        assert sorted(a.non_tensor_batch) == sorted(b.non_tensor_batch)
+        for k, col in a.non_tensor_batch.items():
+            assert col.dtype == b.non_tensor_batch[k].dtype and col.tolist() == b.non_tensor_batch[k].tolist(), k
+        assert a.meta_info == b.meta_info
+
+    # the old format: verl's pickles (here with a payload that would create a marker) are never unpickled
+    old = tmp_path / "old"
+    old.mkdir()
+    for start in payloads._starts:
+        payloads._parts[start].save_to_disk(old / f"{start}.pkl")
+    (old / "index.json").write_text(json.dumps({"starts": payloads._starts}))
+    with pytest.raises(BatchError, match="convert_pickled_payloads"):
+        PayloadStore.load(old)
+    assert convert_pickled_payloads(old) == len(payloads._starts)  # the trusted path, on our own files
+    assert not list(old.glob("*.pkl"))
+    assert len(PayloadStore.load(old)) == n

@@ -119,3 +119,36 @@ def test_minibatch_rows_divide_the_batch(rows, groups, per_minibatch, want):
     got = minibatch_rows(rows, groups, per_minibatch)
     assert rows % got == 0 and rows // got <= max(1, groups // per_minibatch)
     assert got == want
+
+
+@pytest.mark.parametrize("key", ["actor_rollout_ref.model.trust_remote_code", "data.trust_remote_code",
+                                 "critic.model.trust_remote_code", "reward_model.model.trust_remote_code"])
+def test_a_recipe_asking_for_a_models_own_code_is_refused(key):
+    from pc_pipelines.training.verl_recipe import no_remote_code
+
+    cfg = compose_recipe_config([f"{key}=true"])
+    with pytest.raises(ConfigError, match=rf"{key}=True: pc-pipelines runs no Python code that comes with a model.*"
+                                          r"Fix: drop the override"):
+        no_remote_code(cfg)
+
+
+def test_every_trust_remote_code_is_pinned_false_and_the_policy_checked(default, base_policy, tmp_path):
+    import json
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    from pc_pipelines.errors import RunError
+    from pc_pipelines.training.verl_recipe import no_remote_code
+
+    cfg = compose_recipe_config([f"actor_rollout_ref.model.path={base_policy}"])
+    keys = no_remote_code(cfg)
+    assert {"actor_rollout_ref.model.trust_remote_code", "data.trust_remote_code", "critic.model.trust_remote_code",
+            "reward_model.model.trust_remote_code"} <= set(keys)
+    assert [OmegaConf.select(cfg, k) for k in keys] == [False] * len(keys)  # reward_model's was null: now false
+    custom = tmp_path / "custom"
+    shutil.copytree(base_policy, custom)
+    config = json.loads((custom / "config.json").read_text())
+    (custom / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForCausalLM": "m.LM"}}))
+    with pytest.raises(RunError, match="needs Python code of its own"):
+        no_remote_code(compose_recipe_config([f"actor_rollout_ref.model.path={custom}"]))

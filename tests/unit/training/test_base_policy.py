@@ -1,0 +1,101 @@
+"""Loading a policy runs nothing that comes with it (issue 31): a directory asking for its own code (an ``auto_map``)
+is refused before transformers reads it, and pickle-format weights holding more than tensors are refused with our
+fix, not torch's advice to load them with ``weights_only=False``. Clean pickle-format weights still load (tensors
+only, ``weights_only=True``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pc_pipelines.errors import RunError
+from pc_pipelines.training.base_policy import load_policy, refuse_custom_code
+
+
+class Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def custom_code(policy: Path, marker: Path, where: str = "config.json") -> None:
+    """Give ``policy`` an auto_map to a module of its own that would create ``marker`` when imported."""
+    (policy / "modeling_custom.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n")
+    cfg = json.loads((policy / where).read_text())
+    key = "AutoModelForCausalLM" if where == "config.json" else "AutoTokenizer"
+    cfg["auto_map"] = {key: "modeling_custom.CustomLM"}
+    (policy / where).write_text(json.dumps(cfg))
+
+
+@pytest.fixture
+def policy(base_policy, tmp_path) -> Path:
+    p = tmp_path / "policy"
+    shutil.copytree(base_policy, p)
+    return p
+
+
+@pytest.mark.parametrize("where", ["config.json", "tokenizer_config.json"])
+def test_a_policy_asking_for_its_own_code_is_refused_before_loading(where, policy, tmp_path):
+    marker = tmp_path / "RAN"
+    custom_code(policy, marker, where)
+    with pytest.raises(RunError) as err:
+        load_policy(policy)
+    msg = str(err.value)
+    assert f"the policy at {policy} needs Python code of its own ({where} has an auto_map" in msg
+    assert "modeling_custom.CustomLM" in msg and "Fix: use a model whose architecture transformers ships" in msg
+    assert not marker.exists()
+
+
+def test_refuse_custom_code_leaves_a_broken_config_to_the_loader(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": ')
+    refuse_custom_code(tmp_path)  # not JSON: transformers' error, mapped by load_model, says so
+    refuse_custom_code(tmp_path / "missing")
+
+
+def pickled(policy: Path, extra: dict | None = None) -> Path:
+    """The policy with its weights as a pytorch_model.bin (torch's pickle format) instead of safetensors."""
+    state = load_file(policy / "model.safetensors")
+    (policy / "model.safetensors").unlink()
+    torch.save({**state, **(extra or {})}, policy / "pytorch_model.bin")
+    return policy / "pytorch_model.bin"
+
+
+def test_pickled_weights_with_a_payload_are_refused_with_our_fix(policy, tmp_path):
+    marker = tmp_path / "PWNED"
+    weights = pickled(policy, {"x": Payload(marker)})
+    torch.load(weights, weights_only=False)  # the payload is live: a plain load runs it
+    assert marker.exists()
+    marker.unlink()
+    with pytest.raises(RunError) as err:
+        load_policy(policy)
+    msg = str(err.value)
+    assert not marker.exists()
+    assert msg.startswith(f"the policy at {policy}: its weights (pytorch_model.bin) are a pickle file holding objects "
+                          "other than tensors (posix.system)")
+    assert "Fix: convert them to safetensors with `model.save_pretrained(dir, safe_serialization=True)`" in msg
+    assert "weights_only" not in msg
+
+
+def test_clean_pickled_weights_load_as_tensors(policy, base_policy):
+    pickled(policy)
+    model, tok = load_policy(policy)
+    want, _ = load_policy(base_policy)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), want.state_dict().values()))
+
+
+def test_load_model_passes_the_refusal_on_unchanged(policy, tmp_path):
+    from pc_pipelines.run.local import load_model
+
+    custom_code(policy, tmp_path / "RAN")
+    with pytest.raises(RunError) as err:
+        load_model(policy, "cpu", "float32", what="the policy of checkpoint step-00000003")
+    assert str(err.value).startswith(f"the policy of checkpoint step-00000003 at {policy} needs Python code")
+    assert "cannot be loaded" not in str(err.value)
