@@ -463,3 +463,31 @@ def test_a_killed_writer_shows_as_stopped_with_its_pid_and_host(store):
     out = cli("check", "--store", str(store), "--json")
     assert [r["run_id"] for r in json.loads(out.stdout)["stopped_runs"]] == ["killed"]
     assert "run killed: stopped: recorded as running, but its writer, pid" in cli("check", "--store", str(store)).stdout
+
+
+def test_a_rerun_on_a_clock_a_day_behind_is_still_the_run_report_compares(tmp_path):
+    """The newest attempt of a (family, method, seed) is the one registered last in the store (runs.seq), whatever
+    the writers' clocks say: a PC re-run recorded on a machine whose clock is a day behind the first PC run's is the
+    run `report` and `rollouts_to_target` compare."""
+    store = tmp_path / "s.duckdb"
+    simulate(store, "g", 30, method="grpo")
+    simulate(store, "pc-first", 30)
+    con = duckdb.connect(str(store))  # the first run's clock was a day ahead: the re-run looks a day older
+    con.execute("UPDATE runs SET created_at = created_at + INTERVAL 1 DAY WHERE run_id = 'pc-first'")
+    con.close()
+    cli("simulate", "--store", str(store), "--run-name", "pc-rerun", "--method", "pc", "--steps", "30",
+        "--prompts", "5000", "--train-batch", "32", "--n", "8", "--json")
+
+    def reaches(run: str, target: float) -> int:
+        return min(r["cumulative_sampled"] for r in sql(
+            store, f"SELECT accuracy, cumulative_sampled FROM eval_curve WHERE run_id = '{run}'")
+            if r["accuracy"] >= target - 1e-12)
+
+    def peak(run: str) -> float:
+        return sql(store, f"SELECT max(accuracy) AS m FROM eval_curve WHERE run_id = '{run}'")[0]["m"]
+
+    (seed,) = json.loads(cli("report", "--store", str(store), "--json").stdout)["sim"]["seeds"]
+    target = min(peak("g"), peak("pc-rerun"))
+    assert seed["target"] == pytest.approx(target)
+    assert seed["rollouts"]["pc"] == reaches("pc-rerun", target)
+    assert reaches("pc-first", min(peak("g"), peak("pc-first"))) != seed["rollouts"]["pc"]  # the old run differs
