@@ -18,10 +18,6 @@ towards the pause limit), only if the row is still that run's attempt.
 """
 
 import contextlib
-import errno
-import fcntl
-import os
-import socket
 
 from dagster import (
     AssetObservation,
@@ -36,8 +32,8 @@ from dagster import (
 )
 
 from pc_pipelines.segments import Action, RunView, SegmentError, SegmentView, decide, parse_partition_key
-from pc_pipelines.store import Store, StoreError
-from pc_pipelines.store.runlock import LOCK_NAME, describe, is_stale, read_holder
+from pc_pipelines.store import Store
+from pc_pipelines.store.runlock import live_writer
 from resources import StoreResource
 
 from .jobs import train_segment_job
@@ -85,35 +81,6 @@ def dagster_in_flight(instance) -> dict[str, str]:
     return out
 
 
-def lock_holder(st: Store, run_id: str) -> str | None:
-    """The live process holding ``run_id``'s writer lock, in words (None: nobody, or a dead holder's record)."""
-    try:
-        path = st.run_dir(run_id) / LOCK_NAME
-    except StoreError:
-        return None
-    holder = read_holder(path)
-    if not holder:  # released (a holder truncates its record) or never taken
-        return None
-    if holder.get("host") == socket.gethostname():
-        return None if is_stale(holder) else describe(holder)
-    # Another host's record: its pid says nothing here, the lock does (NFS clients share flock through the server).
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return describe(holder)
-        return None
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
-
-
 def used_run_keys(instance, run_id: str) -> frozenset[str]:
     """The run keys of every Dagster run this sensor requested for ``run_id`` (Dagster skips a request whose key
     one of them has)."""
@@ -142,7 +109,7 @@ def run_views(st: Store, instance) -> list[RunView]:
                 busy = busy or f"Dagster run {dr.run_id} ({dr.status.value}) of segment {r['segment']}"
             elif dr is None or dr.status in _FAILED or dr.status == DagsterRunStatus.SUCCESS:
                 ended.append((r, "its run was deleted" if dr is None else f"its run {dr.run_id} ended {dr.status.value}"))
-        holder = None if busy else lock_holder(st, run_id)
+        holder = None if busy else live_writer(st, run_id)
         if holder:
             busy = f"its writer lock is held by {holder}"
         if not busy:

@@ -102,7 +102,7 @@ def _record(config: RunConfig, store: Store, steps: int, run_id: str, flush_ever
                 stop.check()
             st = sim.step()
             t0 = time.perf_counter()
-            writer.write_step(st.outcome.step, step_tables(run_id, st.outcome, sim.allocator))
+            writer.write_step(st.outcome.step, step_tables(run_id, st.outcome))
             dt = time.perf_counter() - t0
             done = i + 1
             evaluated = (st.outcome.step + 1) % every == 0 or i == steps - 1

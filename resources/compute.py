@@ -2,7 +2,7 @@
 
 * :class:`LocalComputeResource`: in the Dagster process, :func:`pc_pipelines.run.run_segment` (the embedded default).
 * :class:`PipesComputeResource` implementations run the same segment as a process of its own, the in-pod entrypoint
-  ``pilot-commit train-segment`` (:mod:`pc_pipelines.entrypoint`), and read back what it reports through Dagster
+  ``pilot-commit train-segment`` (:mod:`pc_pipelines.cli.segment`), and read back what it reports through Dagster
   Pipes (one custom message per step, the materialization at the end):
 
   - :class:`SubprocessComputeResource`: ``PipesSubprocessClient`` on this machine (isolation without a cluster;

@@ -11,7 +11,7 @@ the hood, plain HTTP to the head's dashboard port, no Ray Client and no ``ray.in
   ``py_modules`` and ``pip``; ``entrypoint_num_cpus`` / ``_gpus`` / ``_memory`` reserve the job's resources, so
   Ray places it on a node that has them;
 * **messages**: the entrypoint writes each Pipes message as one JSON line on stdout (line-buffered, see
-  :mod:`pc_pipelines.entrypoint`); Ray writes the job's stdout and stderr to the job log, which dagster-ray tails over
+  :mod:`pc_pipelines.cli.segment`); Ray writes the job's stdout and stderr to the job log, which dagster-ray tails over
   the job server's websocket and turns back into Pipes messages (other lines go to the orchestrator's stdout). The
   per-step custom messages and the final materialization are then handled exactly as for the other Pipes computes
   (:meth:`~resources.compute.PipesComputeResource.run_segment`);

@@ -2,9 +2,10 @@
 
 A method describes ONE training step as a generator: it yields an :class:`EngineCall`, receives the rewards
 of that call as a :class:`CallResult`, decides, and yields the next call until the step is complete. The
-:class:`~pc_pipelines.allocation.allocator.StepContext` it is handed does the bookkeeping (rollout ids, ledger,
-observations, buffer, stream), so a method is only its protocol. That keeps docs/DESIGN.md section 3 readable here,
-one method per class:
+:class:`~pc_pipelines.allocation.step.StepContext` it is handed is all it may touch: its operations (draw prompts,
+make engine calls, train, admit to / pop from the buffer, evict, record observations; the table in ``step.py``) do
+the bookkeeping (rollout ids, ledger, observations, buffer, stream), so a method is only its protocol. That keeps
+docs/DESIGN.md section 3 readable here, one method per class:
 
 * GRPO: one round of b_t fresh prompts x n; every group is trained (zero-variance groups just get zero advantage).
 * DAPO: rounds of b_g fresh prompts x n; keep groups whose rewards are not all equal, in stream order, until b_t
@@ -27,12 +28,13 @@ the step counter so buffer ages advance. A pool exhausted by eviction ends the s
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from ..errors import ConfigError, field_error
+from .step import CallResult, StepContext, StepPlan
 from .strategies import (
     STRATEGIES,
     STRATEGY_KINDS,
@@ -43,13 +45,10 @@ from .strategies import (
     Strategy,
     make_strategy,
 )
-from .types import Decision, EngineCall, Rule, Stage
+from .types import Decision, Rule, Stage
 
 if TYPE_CHECKING:
     from ..config.allocator import AllocatorConfig
-    from .allocator import CallResult, StepContext
-
-StepPlan = Generator[EngineCall, "CallResult", None]
 
 # Inclusive band edges under float error: p_hat = 2/16 must count as inside [0.125, 0.75].
 _EPS = 1e-9
@@ -202,7 +201,7 @@ class PilotCommit(AllocationMethod):
         """Survivors still lacking: enough to finish this step (b_t - committed, counting this round's commits)
         and to fill the next one (b_t), less what the buffer holds after this round's pops."""
         b_t = self.config.train_batch
-        return max(0, (b_t - committed) + b_t - len(ctx.allocator.buffer))
+        return max(0, (b_t - committed) + b_t - ctx.buffered())
 
     def screen(
         self,
@@ -290,7 +289,7 @@ class PilotCommit(AllocationMethod):
                 ctx.train_commits(result, np.arange(len(commits)), commits)
                 yield from self.finish_pilots(ctx, result, np.arange(len(commits), len(result)), pilot_epochs, need)
             else:
-                need = self.pilot_need(ctx, committed + min(len(ctx.allocator.buffer), cfg.train_batch - committed))
+                need = self.pilot_need(ctx, committed + min(ctx.buffered(), cfg.train_batch - committed))
                 pilot_ids, pilot_epochs = ctx.draw(self.sampling.pilots(need))
                 if pilot_ids.shape[0]:
                     ctx.begin_round()

@@ -15,8 +15,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .buffer import BufferEntry
 
 
 class Stage(enum.IntEnum):
@@ -242,7 +246,9 @@ class StepLedger:
 
 @dataclass(frozen=True)
 class StepOutcome:
-    """Everything a finished step hands back: the training batch, the ledger, the per-group record."""
+    """Everything a finished step hands back: the training batch, the ledger, the per-group record, and what the
+    store records of the allocator's state after the step (``buffer_entries``, ``evicted_epochs``), so that nothing
+    downstream needs the allocator itself."""
 
     step: int
     groups: list[TrainedGroup]
@@ -250,6 +256,8 @@ class StepOutcome:
     observations: Observations
     expired: list[tuple[int, int]]  # (prompt_id, born) of buffer entries dropped for age after this step
     evicted_prompts: list[int]  # prompts marked solved this step
+    evicted_epochs: np.ndarray  # int64, aligned with evicted_prompts: the first epoch each prompt is out of the stream
+    buffer_entries: tuple[BufferEntry, ...]  # the replay buffer's live entries after the step's expiry, admission order
     replaced: list[tuple[int, int]] = field(default_factory=list)  # (prompt_id, born) of entries a newer pilot
     # of the same prompt replaced in the buffer this step (never trained; see buffer.py "One live entry per prompt")
 

@@ -3,8 +3,9 @@
 ``<run_dir>/checkpoints/step-NNNNNNNN`` (named by the last completed step) holds the backend's files (the local
 backend: the policy as a normal HF directory, the optimizer state, the rollout payloads) and the run's own:
 ``allocator.json`` (stream, buffer, RNG), ``rng.pt`` (every global RNG state) and ``meta.json`` (the config hash
-and the cumulative ledger). A checkpoint is written to a temporary directory and renamed into place, so a killed
-write leaves the previous one intact; retention keeps the newest ``keep_checkpoints`` and every ``keep_every``.
+and the cumulative ledger). A checkpoint is written to a temporary directory and renamed into place
+(:mod:`pc_pipelines.durable`), so a killed write leaves the previous one intact; retention keeps the newest
+``keep_checkpoints`` and every ``keep_every``.
 
 **Checkpoints verify themselves.** The last file written (atomically, after every other file is synced) is
 ``manifest.json``: every file's name, size and sha256; a checkpoint is intact only when its files match it
@@ -31,7 +32,6 @@ writers (verl's workers save with torch themselves) on a filesystem left with no
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import pickle
@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import durable
 from ..allocation import Allocator
 from ..errors import RunError
 from ..stopping import disk_full_error
@@ -54,6 +55,7 @@ from .spec import TrainingRun
 CHECKPOINT_FORMAT = 2  # 2: manifest.json (files, sizes, sha256) written last; 1: meta.json last, no manifest
 READABLE_FORMATS = (1, 2)
 MANIFEST = "manifest.json"
+CHECKPOINT_MANIFEST = durable.JsonManifest(MANIFEST, order=("format", "files", "required"))
 RUN_STATE_FILES = ("meta.json", "allocator.json", "rng.pt")
 """The run's own files, in every checkpoint whatever the backend."""
 # What a checkpoint written before manifests listed their required files holds besides the weights
@@ -79,33 +81,12 @@ def list_checkpoints(checkpoint_dir: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def write_manifest(directory: Path, required: list[str] | None = None) -> dict[str, Any]:
-    """Sync every file of a checkpoint being written, then write its manifest (name, size, sha256 of each file,
-    and the ``required`` ones the checkpoint cannot do without) atomically: the last file of the checkpoint."""
-    files = {}
-    for p in sorted(directory.rglob("*")):
-        if p.is_file() and p.name not in (MANIFEST, MANIFEST + ".tmp"):
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
-            files[p.relative_to(directory).as_posix()] = {"size": p.stat().st_size, "sha256": _sha256(p)}
-    manifest: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "files": files}
-    if required is not None:
-        manifest["required"] = sorted(set(required))
-    tmp = directory / (MANIFEST + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(manifest, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, directory / MANIFEST)
-    return manifest
+def write_manifest(directory: Path, required: list[str] | None = None) -> durable.Manifest:
+    """Sync every file of the checkpoint at ``directory``, then write its manifest (name, size, sha256 of each file,
+    and the ``required`` ones the checkpoint cannot do without) atomically, last (:func:`~pc_pipelines.durable.seal`,
+    in place: how a checkpoint changed by hand is sealed again; :func:`save_checkpoint` seals its staging copy)."""
+    fields = {"format": CHECKPOINT_FORMAT} | ({} if required is None else {"required": sorted(set(required))})
+    return durable.seal(directory, CHECKPOINT_MANIFEST, fields)
 
 
 def read_json(path: Path) -> Any:
@@ -130,44 +111,10 @@ def verify_checkpoint(path: Path) -> str | None:
         step = int(path.name.split("-", 1)[1])
     except (IndexError, ValueError):
         return f"{path.name} is not named step-<N>"
-    if (path / MANIFEST).exists():
-        try:
-            manifest = read_json(path / MANIFEST)
-            files = manifest["files"]
-            assert isinstance(files, dict)
-        except (ValueError, KeyError, TypeError, AssertionError):
-            return f"{MANIFEST} is not a valid manifest"
-        for rel, want in files.items():
-            f = path / rel
-            if not f.is_file():
-                return f"{rel} is missing"
-            size = f.stat().st_size
-            if size != want.get("size"):
-                return f"{rel} has {size} bytes, its manifest says {want.get('size')} (truncated or replaced)"
-        for rel, want in files.items():
-            if _sha256(path / rel) != want.get("sha256"):
-                return f"{rel} does not match its sha256 in the manifest (corrupted)"
-        if "required" in manifest:
-            lacking = [r for r in (*RUN_STATE_FILES, *manifest["required"]) if r not in files]
-            if lacking:
-                return f"its manifest lists no {', '.join(dict.fromkeys(lacking))}"
-        else:
-            lacking = [r for r in REQUIRED_FILES if r not in files]
-            if lacking or not any(r.startswith("policy/") and r.endswith((".safetensors", ".bin")) for r in files):
-                return f"its manifest lists no {', '.join(lacking) or 'policy weights'}"
-    else:
-        try:
-            meta = read_json(path / "meta.json")
-        except ValueError as exc:
-            return str(exc)
-        if not isinstance(meta, dict) or meta.get("format", 1) != 1:
-            return f"{MANIFEST} is missing (a checkpoint of format {CHECKPOINT_FORMAT} writes it last)"
-        for rel in REQUIRED_FILES:
-            f = path / rel
-            if not f.is_file() or f.stat().st_size == 0:
-                return f"{rel} is {'empty' if f.is_file() else 'missing'}"
-        if not [p for p in (path / "policy").iterdir() if p.suffix in (".safetensors", ".bin") and p.stat().st_size]:
-            return "policy/ has no weights"
+    problem = durable.verify_dir(path, CHECKPOINT_MANIFEST, check=_lists_what_it_needs,
+                                 without_manifest=lambda: _format1_problem(path))
+    if problem:
+        return problem
     try:
         meta = read_json(path / "meta.json")
     except ValueError as exc:
@@ -177,14 +124,47 @@ def verify_checkpoint(path: Path) -> str | None:
     return None
 
 
+def _lists_what_it_needs(manifest: durable.Manifest) -> str | None:
+    """Whether a manifest lists the files its checkpoint needs: its ``required`` list and the run's own files;
+    a manifest without one (written before manifests listed them): the local backend's files and weights."""
+    files = manifest.files
+    if "required" in manifest.fields:
+        required = manifest.fields["required"]
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            return f"{MANIFEST} is damaged (required is not a list of names)"
+        lacking = [r for r in (*RUN_STATE_FILES, *required) if r not in files]
+        return f"its manifest lists no {', '.join(dict.fromkeys(lacking))}" if lacking else None
+    lacking = [r for r in REQUIRED_FILES if r not in files]
+    if lacking or not any(r.startswith("policy/") and r.endswith((".safetensors", ".bin")) for r in files):
+        return f"its manifest lists no {', '.join(lacking) or 'policy weights'}"
+    return None
+
+
+def _format1_problem(path: Path) -> str | None:
+    """A checkpoint without a manifest: of format 1 (written before checkpoints verified themselves), its required
+    files there and not empty; else damaged."""
+    try:
+        meta = read_json(path / "meta.json")
+    except ValueError as exc:
+        return str(exc)
+    if not isinstance(meta, dict) or meta.get("format", 1) != 1:
+        return f"{MANIFEST} is missing (a checkpoint of format {CHECKPOINT_FORMAT} writes it last)"
+    for rel in REQUIRED_FILES:
+        f = path / rel
+        if not f.is_file() or f.stat().st_size == 0:
+            return f"{rel} is {'empty' if f.is_file() else 'missing'}"
+    if not [p for p in (path / "policy").iterdir() if p.suffix in (".safetensors", ".bin") and p.stat().st_size]:
+        return "policy/ has no weights"
+    return None
+
+
 def quarantine_checkpoint(path: Path) -> Path:
     """Move a damaged checkpoint aside to ``damaged-step-NNNNNNNN[-k]`` (kept for inspection; no listing sees it)."""
-    for k in range(1000):
-        target = path.with_name(f"damaged-{path.name}" + (f"-{k}" if k else ""))
-        if not target.exists():
-            os.rename(path, target)
-            return target
-    raise RunError(f"cannot move the damaged checkpoint {path} aside: too many damaged copies. Fix: delete them.")
+    try:
+        return durable.quarantine(path)
+    except FileExistsError:
+        msg = f"cannot move the damaged checkpoint {path} aside: too many damaged copies. Fix: delete them."
+        raise RunError(msg) from None
 
 
 def newest_intact_checkpoint(
@@ -235,10 +215,8 @@ def save_checkpoint(run: TrainingRun, store: Store, allocator: Allocator, totals
     step = allocator.step - 1
     root = run.checkpoint_dir
     root.mkdir(parents=True, exist_ok=True)
-    final = root / checkpoint_name(step)
-    tmp = root / f".tmp-{checkpoint_name(step)}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    stage = durable.Staging(root / checkpoint_name(step), tmp=root / f".tmp-{checkpoint_name(step)}-{os.getpid()}")
+    tmp = stage.path
     try:
         required = write_backend_files(tmp)
         (tmp / "allocator.json").write_text(json.dumps(allocator.state_dict()))
@@ -246,21 +224,20 @@ def save_checkpoint(run: TrainingRun, store: Store, allocator: Allocator, totals
         meta = {"format": CHECKPOINT_FORMAT, "run_id": run.run_id, "config_hash": run.config.config_hash,
                 "step": step, "totals": totals.__dict__}
         (tmp / "meta.json").write_text(json.dumps(meta))
-        write_manifest(tmp, [*RUN_STATE_FILES, *required])  # last: intact when its files match its manifest
+        stage.seal(CHECKPOINT_MANIFEST, {"format": CHECKPOINT_FORMAT,  # last: intact when its files match it
+                                         "required": sorted({*RUN_STATE_FILES, *required})})
     except BaseException as exc:
         full = disk_full_error(exc, tmp)  # a writer that hid ENOSPC (verl's); asked before the space comes back
-        shutil.rmtree(tmp, ignore_errors=True)  # a full disk gets the partial checkpoint's space back
+        stage.discard()  # a full disk gets the partial checkpoint's space back
         if full is not None:
             raise full from exc
         raise
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
+    final = stage.publish()  # a replayed step's checkpoint replaces the old one (renamed aside, then deleted)
     store.add_checkpoint(run.run_id, step, str(final))
     cfg = run.config.training
     for _, old in stale_checkpoints(list_checkpoints(root), cfg.keep_checkpoints, cfg.keep_every):
         shutil.rmtree(old, ignore_errors=True)
-    for junk in root.glob(".tmp-*"):
+    for junk in [*root.glob(".tmp-*"), *root.glob(".old-*")]:
         shutil.rmtree(junk, ignore_errors=True)
     return final
 

@@ -81,7 +81,7 @@ class OpenRun:
             "time_update_s": res.timings.get("update", 0.0),
             "time_bookkeeping_s": res.timings.get("bookkeeping", 0.0),
         }
-        self.writer.write_step(outcome.step, step_tables(self.run.run_id, outcome, self.allocator, extra))
+        self.writer.write_step(outcome.step, step_tables(self.run.run_id, outcome, extra=extra))
         timings = dict(res.timings)
         timings["store"] = timings.get("store", 0.0) + time.perf_counter() - t
         return StepRecord(
@@ -272,7 +272,7 @@ def run_segment(
 
 
 def _command() -> str:
-    return " ".join(["pilot-commit" if sys.argv and sys.argv[0].endswith(("cli.py", "pilot-commit")) else
+    return " ".join(["pilot-commit" if sys.argv and sys.argv[0].endswith((os.path.join("cli", "__main__.py"), "pilot-commit")) else
                      os.path.basename(sys.argv[0] if sys.argv else "python"), *sys.argv[1:2]])
 
 

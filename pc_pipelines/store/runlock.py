@@ -268,25 +268,58 @@ def holds(directory: str | Path) -> bool:
 
 
 # ---- honest status --------------------------------------------------------------------------------------------
+def lock_state(lock: Path) -> tuple[str, dict[str, Any] | None]:
+    """Whether a run's lock file has a writer: ``("free", None)`` (never taken, or released: a holder clears its
+    record), ``("live", holder)`` or ``("gone", holder)`` (a record its dead holder left). A holder on this host is
+    judged by its pid and start time; one on another host by the lock itself: a shared, non-blocking flock taken
+    and released at once (NFS clients share flocks through the server). That probe is the only moment a reader
+    holds the lock; a writer starting in that instant is refused once (RunBusyError) and records nothing."""
+    holder = read_holder(lock)
+    if not holder:
+        return "free", None
+    if holder.get("host") == socket.gethostname():
+        return ("gone" if is_stale(holder) else "live"), holder
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return "live", holder  # cannot look: assume it writes
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return "live", holder  # held (EWOULDBLOCK), or locks unsupported here: assume it writes
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return "gone", holder
+    finally:
+        os.close(fd)
+
+
+def live_writer(store: Store, run_id: str) -> str | None:
+    """The live process writing ``run_id`` (:func:`lock_state`), in words; None when there is none."""
+    try:
+        lock = store.run_dir(run_id) / LOCK_NAME
+    except StoreError:
+        return None
+    state, holder = lock_state(lock)
+    return describe(holder) if state == "live" else None
+
+
 def writer_gone(store: Store, run_id: str) -> str | None:
     """Why a run recorded as ``running`` has no writer any more (its lock released with no end recorded, or held
-    in the name of a dead process on this host: a SIGKILL, a crash, a store moved mid-write), in words; None while
-    its writer may be alive (a live pid on this host, or a holder on another host, which this host cannot see).
-    Reads the lock file's record only: a reader never takes the lock a writer might be about to take."""
+    in the name of a dead process: a SIGKILL, a crash, a store moved mid-write), in words; None while its writer is
+    alive (:func:`lock_state`)."""
     try:
         lock = store.run_dir(run_id) / LOCK_NAME
     except StoreError:
         return None
     if not lock.exists():
         return "no process holds its writer lock (none was ever taken in this store)"
-    holder = read_holder(lock)
-    if not holder:
+    state, holder = lock_state(lock)
+    if state == "free":
         return "no process holds its writer lock (its writer ended without recording how)"
-    if holder.get("host") != socket.gethostname():
-        return None
-    if not is_stale(holder):
-        return None
-    return f"its writer, {describe(holder)}, is gone (killed or crashed before it could record its end)"
+    if state == "gone":
+        return f"its writer, {describe(holder)}, is gone (killed or crashed before it could record its end)"
+    return None
 
 
 def with_live_status(store: Store, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -10,8 +10,8 @@ It writes each step's tables into ``.tmp-step-<N>-<nonce>/`` inside the run dire
   renamed aside, the new one renamed in, the old one deleted. A crash between those two renames leaves the step
   absent, never doubled; the replay that follows writes it again.
 
-Durability: every file is fsynced before the rename, then ``MANIFEST.json`` (each file's name, size and
-sha256) is written and fsynced LAST, then the directory; after the rename the run directory is fsynced too, so a
+Durability (the rule of :mod:`pc_pipelines.durable`): every file is fsynced before the rename, then
+``MANIFEST.json`` (each file's name, size and sha256) is written and fsynced LAST, then the directory; after the rename the run directory is fsynced too, so a
 power loss leaves either the complete step or nothing, never a visible step with empty files. Readers check each
 step against its manifest (:func:`verify_step_dir`): a damaged step is left out of every query and reported
 (``pilot-commit check``), and compaction moves it into ``<run>/.quarantine/``. Step directories written before
@@ -21,8 +21,6 @@ manifests existed are checked for presence and Parquet framing only.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 import os
 import shutil
 import uuid
@@ -33,7 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..allocation import Allocator, Decision, Rule, Stage, StepOutcome
+from .. import durable
+from ..allocation import Decision, Rule, Stage, StepOutcome
 from .schema import STEP_TABLES
 
 _STAGE_LABELS = np.array([s.label for s in Stage], dtype=object)
@@ -42,6 +41,7 @@ _RULE_LABELS = np.array([r.label for r in Rule], dtype=object)
 
 
 MANIFEST = "MANIFEST.json"
+STEP_MANIFEST = durable.JsonManifest(MANIFEST, sort_keys=True)
 MANIFEST_FORMAT = 2  # 2: names the run and the step (an int); 1: "step" is the directory's name, no run
 IDENTITY_RUN, IDENTITY_STEP = "pc_pipelines.run_id", "pc_pipelines.step"  # keys of each file's Parquet metadata
 QUARANTINE = ".quarantine"
@@ -51,26 +51,6 @@ _STEP_FILES = tuple(f"{t}.parquet" for t in STEP_TABLES)
 
 def step_dir_name(step: int) -> str:
     return f"step-{step:08d}"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durable(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new file and fsync it before returning."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _foreign_rows(table: pa.Table, run_id: str, step: int) -> str | None:
@@ -136,23 +116,28 @@ def _expected_identity(root: str) -> tuple[str, int | None]:
 def verify_step_dir(step_dir: Path | str, checksums: bool = True) -> str | None:
     """None when ``step_dir`` holds one complete, intact step of its own run; else what is wrong with it, in words.
 
-    With a manifest: every step table's file is listed, present, of the listed size and (``checksums``) sha256,
-    and the manifest names this directory's run and step. Without one (written before manifests): every table's
-    file is present and framed as Parquet (``PAR1`` at both ends), which catches empty and truncated files but not
-    flipped bytes. With ``checksums`` (every reader's session, ``pilot-commit check``) each file must also hold this
-    run's step (:func:`_identity_problem`): a file or directory copied from another step or run is reported like a
-    damaged one. (Plain ``os`` calls on strings: readers run this over every uncompacted step of every run.)
+    With a manifest (:func:`~pc_pipelines.durable.verify_dir`): every step table's file is listed, present, of the
+    listed size and (``checksums``) sha256, and the manifest names this directory's run and step. Without one
+    (written before manifests): every table's file is present and framed as Parquet (``PAR1`` at both ends), which
+    catches empty and truncated files but not flipped bytes. With ``checksums`` (every reader's session,
+    ``pilot-commit check``) each file must also hold this run's step (:func:`_identity_problem`): a file or
+    directory copied from another step or run is reported like a damaged one. (Plain ``os`` calls on strings:
+    readers run this over every uncompacted step of every run.)
     """
     root = os.fspath(step_dir)
     run_id, step = _expected_identity(root)
-    try:
-        with open(os.path.join(root, MANIFEST), "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raw = None
-    except OSError as exc:
-        return f"{MANIFEST} unreadable ({exc.strerror})"
-    if raw is None:
+
+    def names_this_step(manifest: durable.Manifest) -> str | None:
+        said = manifest.fields.get("step")
+        said_step = said if isinstance(said, int) else _expected_identity(os.path.join(root, str(said)))[1]
+        if step is not None and said_step != step:
+            return f"{MANIFEST} describes step {said!r}, not {step} (a step directory copied under another number)"
+        if "run_id" in manifest.fields and manifest.fields["run_id"] != run_id:
+            return (f"{MANIFEST} describes run {manifest.fields['run_id']!r}, not {run_id!r} (a step directory of "
+                    "another run)")
+        return None
+
+    def without_manifest() -> str | None:
         for name in _STEP_FILES:
             try:
                 with open(os.path.join(root, name), "rb") as f:
@@ -173,47 +158,14 @@ def verify_step_dir(step_dir: Path | str, checksums: bool = True) -> str | None:
             if head != _PARQUET_MAGIC or tail != _PARQUET_MAGIC:
                 return f"{name} is not a complete Parquet file (no manifest; PAR1 framing broken)"
             if data is not None:
-                problem = _identity_problem(name, data, run_id, step)
+                problem = _identity_problem(name, data, run_id, step)  # type: ignore[arg-type]
                 if problem:
                     return problem
         return None
-    try:
-        manifest = json.loads(raw)
-        files = manifest["files"]
-        if not isinstance(files, dict):
-            raise TypeError("files is not an object")
-    except (ValueError, KeyError, TypeError) as exc:
-        return f"{MANIFEST} is damaged ({exc})"
-    said = manifest.get("step")
-    said_step = said if isinstance(said, int) else _expected_identity(os.path.join(root, str(said)))[1]
-    if step is not None and said_step != step:
-        return f"{MANIFEST} describes step {said!r}, not {step} (a step directory copied under another number)"
-    if "run_id" in manifest and manifest["run_id"] != run_id:
-        return f"{MANIFEST} describes run {manifest['run_id']!r}, not {run_id!r} (a step directory of another run)"
-    for name in _STEP_FILES:
-        entry = files.get(name)
-        if not isinstance(entry, dict) or "size" not in entry or "sha256" not in entry:
-            return f"{name} is not listed in {MANIFEST}"
-        try:
-            with open(os.path.join(root, name), "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size != entry["size"]:
-                    return f"{name} is {size} bytes, the manifest says {entry['size']}"
-                if not checksums:
-                    continue
-                data = f.read()
-        except FileNotFoundError:
-            return f"{name} is missing"
-        except OSError as exc:
-            return f"{name} unreadable ({exc.strerror})"
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != entry["sha256"]:
-            return f"{name} has sha256 {digest[:12]}..., the manifest says {str(entry['sha256'])[:12]}... (bytes changed)"
-        if step is not None:
-            problem = _identity_problem(name, data, run_id, step)
-            if problem:
-                return problem
-    return None
+
+    holds_this_step = None if step is None else (lambda name, data: _identity_problem(name, data, run_id, step))
+    return durable.verify_dir(root, STEP_MANIFEST, checksums, expect=_STEP_FILES, check=names_this_step,
+                              check_file=holds_this_step, without_manifest=without_manifest)
 
 
 def list_step_dirs(run_dir: Path) -> list[tuple[int, Path]]:
@@ -241,12 +193,8 @@ def list_step_dirs(run_dir: Path) -> list[tuple[int, Path]]:
 def quarantine_step_dir(step_dir: Path) -> Path:
     """Move a damaged step directory into ``<run>/.quarantine/`` (kept for inspection, out of every query)."""
     step_dir = Path(step_dir)
-    qdir = step_dir.parent / QUARANTINE
-    qdir.mkdir(exist_ok=True)
-    dest = qdir / f"{step_dir.name}.{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
-    os.rename(step_dir, dest)
-    _fsync_dir(step_dir.parent)
-    return dest
+    stamp = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+    return durable.quarantine(step_dir, step_dir.parent / QUARANTINE / f"{step_dir.name}.{stamp}")
 
 
 class StepLogWriter:
@@ -277,31 +225,18 @@ class StepLogWriter:
             if problem:
                 raise ValueError(f"{name}/{table_name}.parquet: {problem}; a step directory holds its own rows only")
         identity = {IDENTITY_RUN: run_id, IDENTITY_STEP: str(step)}
-        final = self.run_dir / name
-        tmp = self.run_dir / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
-        files = {}
-        for table_name, table in tables.items():
-            sink = pa.BufferOutputStream()
-            pq.write_table(table.cast(STEP_TABLES[table_name]).replace_schema_metadata(identity), sink,
-                           compression="zstd")
-            data = sink.getvalue().to_pybytes()
-            _write_durable(tmp / f"{table_name}.parquet", data)
-            files[f"{table_name}.parquet"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        # The manifest last: a step directory with a manifest is complete by construction.
-        manifest = {"format": MANIFEST_FORMAT, "run_id": run_id, "step": step, "files": files}
-        _write_durable(tmp / MANIFEST, json.dumps(manifest, sort_keys=True, indent=1).encode())
-        _fsync_dir(tmp)
-        if final.exists():
-            old = self.run_dir / f".old-{name}-{uuid.uuid4().hex[:8]}"
-            os.rename(final, old)
-            os.rename(tmp, final)
-            _fsync_dir(self.run_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, final)
-            _fsync_dir(self.run_dir)
-        return final
+
+        def fill(stage: durable.Staging) -> dict[str, Any]:
+            for table_name, table in tables.items():
+                sink = pa.BufferOutputStream()
+                pq.write_table(table.cast(STEP_TABLES[table_name]).replace_schema_metadata(identity), sink,
+                               compression="zstd")
+                stage.write(f"{table_name}.parquet", sink.getvalue().to_pybytes())
+            return {"format": MANIFEST_FORMAT, "run_id": run_id, "step": step}  # the manifest last (durable)
+
+        uid = uuid.uuid4().hex[:8]
+        return durable.write_dir(self.run_dir / name, fill, STEP_MANIFEST, tmp=self.run_dir / f".tmp-{name}-{uid}",
+                                 aside=self.run_dir / f".old-{name}-{uid}")
 
     def truncate_after(self, step: int) -> int:
         """Remove step directories after ``step`` (a run resumed from an earlier checkpoint). Returns how many."""
@@ -311,8 +246,9 @@ class StepLogWriter:
         return len(later)
 
 
-def step_tables(run_id: str, outcome: StepOutcome, allocator: Allocator, extra: dict[str, Any] | None = None) -> dict[str, pa.Table]:
-    """The four step tables for one finished step. ``extra`` fills the steps row's loss / reward / timing columns."""
+def step_tables(run_id: str, outcome: StepOutcome, *, extra: dict[str, Any] | None = None) -> dict[str, pa.Table]:
+    """The four step tables for one finished step, from its outcome alone (the buffer's entries and the evictions'
+    effective epochs travel in it). ``extra`` fills the steps row's loss / reward / timing columns."""
     step = outcome.step
     led = outcome.ledger.to_dict()
     led.pop("lags")
@@ -344,7 +280,7 @@ def step_tables(run_id: str, outcome: StepOutcome, allocator: Allocator, extra: 
         schema=STEP_TABLES["prompt_observations"],
     )
 
-    entries = allocator.buffer.entries
+    entries = outcome.buffer_entries
     b = len(entries)
     buffer_state = pa.table(
         {
@@ -366,7 +302,7 @@ def step_tables(run_id: str, outcome: StepOutcome, allocator: Allocator, extra: 
             "run_id": pa.array([run_id] * ev.shape[0], pa.string()),
             "step": np.full(ev.shape[0], step, np.int64),
             "prompt_id": ev,
-            "effective_epoch": allocator.stream.evicted_from[ev] if ev.shape[0] else np.zeros(0, np.int64),
+            "effective_epoch": np.asarray(outcome.evicted_epochs, np.int64),
         },
         schema=STEP_TABLES["evictions"],
     )

@@ -17,7 +17,6 @@ import math
 import os
 import pickle
 import re
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import durable
 from ..config import ArithTaskConfig, PolicyConfig
 from ..data.arith import ArithProblems, build_splits, probe_problems
 from ..data.tokenizer import INSTRUCTION, build_tokenizer, load_tokenizer
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 META_FILE = "pc_base_policy.json"
 SUMS_FILE = "SHA256SUMS"
+WARM_START_SUMS = durable.Sha256Sums(SUMS_FILE)
 RECIPE_VERSION = 2
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "warm_starts"
 """Canonical warm starts that ship with the package, one ``base-policy-<recipe hash>`` directory each."""
@@ -264,39 +265,36 @@ def build_base_policy(
     with MathGrader() as grader:
         probe = probe_pass_rate(model, tokenizer, task, policy, template, grader) if policy.sft_target is not None else None
         run = sft(model, ids, mask, policy, policy.init_seed, progress, probe)
-    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    meta = {
-        "recipe_version": RECIPE_VERSION,
-        "recipe_hash": recipe_hash(task, policy, template),
-        "task": task.to_dict(),
-        "policy": policy.to_dict(),
-        "template": template,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "sft_losses": run["losses"],
-        "sft_steps_run": run["steps"],
-        "sft_probes": run["probes"],
-        "sft_onset_at": run["onset_at"],
-        "sft_target_reached_at": run["target_reached_at"],
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "sft_seconds": time.perf_counter() - t0,
-    }
-    if measure is not None:
-        meta["warm_start"] = measure(tmp)
-    (tmp / META_FILE).write_text(json.dumps(meta, indent=1))
-    write_sums(tmp)
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-        out_dir.rename(old)
-        tmp.rename(out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(out_dir)
+    stage = durable.Staging(out_dir, tmp=out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}"))
+    tmp = stage.path
+    try:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        meta = {
+            "recipe_version": RECIPE_VERSION,
+            "recipe_hash": recipe_hash(task, policy, template),
+            "task": task.to_dict(),
+            "policy": policy.to_dict(),
+            "template": template,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "sft_losses": run["losses"],
+            "sft_steps_run": run["steps"],
+            "sft_probes": run["probes"],
+            "sft_onset_at": run["onset_at"],
+            "sft_target_reached_at": run["target_reached_at"],
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "sft_seconds": time.perf_counter() - t0,
+        }
+        if measure is not None:
+            meta["warm_start"] = measure(tmp)
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=1))
+        stage.seal(WARM_START_SUMS)  # SHA256SUMS last
+    except BaseException:
+        stage.discard()
+        raise
+    stage.publish(aside=out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}"))
     log.info("base policy built at %s in %.1f s", out_dir, meta["sft_seconds"])
     return out_dir
 
@@ -315,31 +313,26 @@ def default_cache_dir() -> Path:
 
 
 def write_sums(path: str | Path) -> None:
-    """``SHA256SUMS`` (``sha256sum`` format) over every other file of the directory, written last."""
-    path = Path(path)
-    lines = [f"{_sha256(f)}  {f.name}\n" for f in sorted(path.iterdir()) if f.is_file() and f.name != SUMS_FILE]
-    (path / SUMS_FILE).write_text("".join(lines))
+    """``SHA256SUMS`` (``sha256sum`` format) over every other file of the directory, written last (in place)."""
+    durable.seal(path, WARM_START_SUMS)
+
+
+def sums_problem(path: str | Path) -> str | None:
+    """None when every file ``SHA256SUMS`` lists (the metadata among them) matches it; else what is wrong."""
+    return durable.verify_dir(path, WARM_START_SUMS, expect=(META_FILE,),
+                              messages={"sha256": "{name} does not match its sha256 in {manifest}"})
 
 
 def verify_sums(path: str | Path) -> None:
     """Raise :class:`WarmStartError` naming the first file that is missing or differs from ``SHA256SUMS``."""
     path = Path(path)
-    sums = path / SUMS_FILE
     fix = (f"Fix: restore it (`git checkout -- {path}` for the shipped one) or rebuild it with "
            f"`pilot-commit base-policy --out {path}`.")
-    if not sums.is_file():
+    if not (path / SUMS_FILE).is_file():
         raise WarmStartError(f"warm start {path} has no {SUMS_FILE}, so its files cannot be verified. {fix}")
-    for line in sums.read_text().splitlines():
-        digest, _, name = line.partition("  ")
-        f = path / name
-        if not f.is_file():
-            raise WarmStartError(f"warm start {path}: {name} is missing. {fix}")
-        if _sha256(f) != digest:
-            raise WarmStartError(f"warm start {path}: {name} does not match its sha256 in {SUMS_FILE}. {fix}")
-
-
-def _sha256(f: Path) -> str:
-    return hashlib.sha256(f.read_bytes()).hexdigest()
+    problem = sums_problem(path)
+    if problem:
+        raise WarmStartError(f"warm start {path}: {problem}. {fix}")
 
 
 def shipped_base_policy(task: ArithTaskConfig, policy: PolicyConfig, template: str) -> Path | None:
@@ -361,14 +354,19 @@ def ensure_base_policy(
 ) -> Path:
     """The warm start for this recipe: the shipped one when the recipe is the shipped recipe (the same weights on
     every machine), else the cached build, built on first use (SFT results differ between CPUs' kernels: such a
-    build is this machine's own)."""
+    build is this machine's own). A cached build that does not match its ``SHA256SUMS`` is moved aside (to
+    ``damaged-base-policy-<hash>``) and built again."""
     shipped = shipped_base_policy(task, policy, template)
     if shipped is not None:
         return shipped
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     path = cache / f"base-policy-{recipe_hash(task, policy, template)}"
-    if (path / META_FILE).exists() and (path / SUMS_FILE).exists():
-        return path
+    if path.exists():
+        problem = sums_problem(path)
+        if problem is None:
+            return path
+        moved = durable.quarantine(path)  # damaged-base-policy-<hash>, kept for inspection
+        log.warning("the cached warm start %s is damaged (%s): moved to %s; building it again", path, problem, moved)
     log.info("building the embedded base policy (first use; no shipped warm start has this recipe) into %s", path)
     return build_base_policy(path, task, policy, template, progress, measure)
 

@@ -5,8 +5,11 @@ Dagster.
 
 The checker reads the code with ``ast`` (nothing is imported). An edge is one module importing another of the
 checked packages, wherever the import statement sits (module level, inside a function, under ``if TYPE_CHECKING``).
-Type-only imports (under ``if TYPE_CHECKING:``) never run, so they are left out of the cycle check, but they still
-count for the layer order: a lower layer must not even name a higher one's types.
+Type-only imports (under ``if TYPE_CHECKING:``) count like any other, for the layer order and for the cycle check
+alike: they never run, but a module whose types name a module that imports it is as tangled as a runtime cycle (the
+two can only be understood, and moved, together), and ``from __future__ import annotations`` would otherwise let any
+cycle hide behind an ``if TYPE_CHECKING:``. A lower layer must not even name a higher one's types, and no module
+imports back, even for a type hint, one that depends on it. Edges keep their ``type-only`` mark for the messages.
 """
 
 from __future__ import annotations
@@ -25,14 +28,14 @@ PKG = ROOT / "pc_pipelines"
 # Bottom first. A module belongs to the layer of the longest entry that names it or a package above it ("x$": x
 # only); it may import its own layer and those below. Within a layer, the cycle check keeps the order one way.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("errors and config", ("pc_pipelines$", "pc_pipelines.errors", "pc_pipelines.config", "pc_pipelines.presets")),
+    ("errors and config", ("pc_pipelines$", "pc_pipelines.errors", "pc_pipelines.config", "pc_pipelines.presets",
+                           "pc_pipelines.durable")),
     ("allocation (numpy only)", ("pc_pipelines.allocation",)),
     ("components", ("pc_pipelines.data", "pc_pipelines.rewards", "pc_pipelines.rollout", "pc_pipelines.training",
                     "pc_pipelines.store", "pc_pipelines.simulate", "pc_pipelines.evaluation", "pc_pipelines.reports")),
     ("run", ("pc_pipelines.run", "pc_pipelines.stopping", "pc_pipelines.segments", "pc_pipelines.sim_runs",
              "pc_pipelines.study")),
-    ("command line", ("pc_pipelines.cli", "pc_pipelines.cli_args", "pc_pipelines.cli_train",
-                      "pc_pipelines.entrypoint")),
+    ("command line", ("pc_pipelines.cli",)),
     ("dagster", ("resources", "assets", "pc_pipelines.definitions", "pc_pipelines.demo")),
 )
 
@@ -126,11 +129,11 @@ def layer_problems(mods: dict, edges: list[Edge], layers=LAYERS) -> list[str]:
 
 
 def cycles(mods: dict, edges: list[Edge]) -> list[list[str]]:
-    """The strongly connected components with more than one module of the runtime import graph (Tarjan)."""
+    """The strongly connected components with more than one module of the import graph, type-only imports
+    included (Tarjan)."""
     graph: dict[str, list[str]] = {m: [] for m in mods}
     for e in edges:
-        if not e.type_only:
-            graph[e.source].append(e.target)
+        graph[e.source].append(e.target)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -164,6 +167,16 @@ def cycles(mods: dict, edges: list[Edge]) -> list[list[str]]:
     return found
 
 
+def cycle_problems(mods: dict, edges: list[Edge]) -> list[str]:
+    """One message per import cycle: its modules and every import between them (type-only ones marked)."""
+    problems = []
+    for comp in cycles(mods, edges):
+        inside = set(comp)
+        links = "; ".join(str(e) for e in edges if e.source in inside and e.target in inside)
+        problems.append(f"import cycle between {', '.join(comp)}: {links}")
+    return problems
+
+
 # ---- the checker on a planted package ----------------------------------------------------------------------------
 FAKE_LAYERS = (("low", ("pkg$", "pkg.low")), ("high", ("pkg.high",)))
 
@@ -183,6 +196,7 @@ def test_a_clean_package_passes(tmp_path):
     assert [str(e) for e in edges] == ["pkg.high imports pkg.low (line 1)"]
     assert layer_problems(mods, edges, FAKE_LAYERS) == []
     assert cycles(mods, edges) == []
+    assert cycle_problems(mods, edges) == []
 
 
 def test_a_planted_function_local_upward_import_is_a_cycle_and_a_layer_violation(tmp_path):
@@ -192,16 +206,37 @@ def test_a_planted_function_local_upward_import_is_a_cycle_and_a_layer_violation
         "pkg.low imports pkg.high (line 2): low may not import high, a layer above it"
     ]
     assert cycles(mods, edges) == [["pkg.high", "pkg.low"]]
+    assert cycle_problems(mods, edges) == [
+        "import cycle between pkg.high, pkg.low: pkg.high imports pkg.low (line 1); pkg.low imports pkg.high (line 2)"
+    ]
 
 
-def test_a_type_only_upward_import_breaks_the_layers_but_is_no_cycle(tmp_path):
+def test_a_type_only_upward_import_breaks_the_layers_and_is_a_cycle(tmp_path):
     mods = fake_package(tmp_path, "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from . import high\n\n\n"
                                   "def base():\n    return 1\n")
     edges = import_edges(mods)
     assert layer_problems(mods, edges, FAKE_LAYERS) == [
         "pkg.low imports pkg.high (line 4, type-only): low may not import high, a layer above it"
     ]
-    assert cycles(mods, edges) == []
+    assert cycles(mods, edges) == [["pkg.high", "pkg.low"]]
+    assert cycle_problems(mods, edges) == [
+        "import cycle between pkg.high, pkg.low: pkg.high imports pkg.low (line 1); "
+        "pkg.low imports pkg.high (line 4, type-only)"
+    ]
+
+
+def test_a_type_only_cycle_within_one_layer_fails_the_cycle_check(tmp_path):
+    """The shape allocator.py <-> methods.py had: both in one layer, one side importing back only for type hints.
+    The layer order allows it; the cycle check does not."""
+    mods = fake_package(tmp_path, "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from .high import top\n\n\n"
+                                  "def base():\n    return 1\n")
+    edges = import_edges(mods)
+    one_layer = (("all", ("pkg",)),)
+    assert layer_problems(mods, edges, one_layer) == []
+    assert cycle_problems(mods, edges) == [
+        "import cycle between pkg.high, pkg.low: pkg.high imports pkg.low (line 1); "
+        "pkg.low imports pkg.high (line 4, type-only)"
+    ]
 
 
 def test_a_module_in_no_layer_is_reported(tmp_path):
@@ -226,7 +261,8 @@ def test_every_import_points_down(project):
 
 
 def test_the_import_graph_has_no_cycle(project):
-    assert cycles(*project) == []
+    """Type-only imports included."""
+    assert cycle_problems(*project) == []
 
 
 # ---- allocation: numpy only; Dagster: the code location and its demo only ----------------------------------------
@@ -272,7 +308,7 @@ DAGSTER_MODULES = {PKG / "definitions.py", PKG / "demo.py"}
 
 def test_only_the_code_location_and_its_demo_import_dagster():
     """``dagster_pipes`` is allowed: it is the dependency-free half of the Pipes protocol that launched processes
-    (the in-pod entrypoint, pc_pipelines/entrypoint.py) use to report back; it does not import Dagster."""
+    (the in-pod entrypoint, pc_pipelines/cli/segment.py) use to report back; it does not import Dagster."""
     assert all(p.exists() for p in DAGSTER_MODULES)
     for path in PKG.rglob("*.py"):
         if path in DAGSTER_MODULES:

@@ -278,7 +278,7 @@ def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_he
     (origin,) = [m for m in logs if m.startswith("pilot-commit train-segment: code ")]
     ran = Path(origin.removeprefix("pilot-commit train-segment: code ").split(",")[0])
     assert ran != Path(shipped) and ray_head.temp_dir in str(ran) and "py_modules" in str(ran), origin
-    assert ran.name == "pc_pipelines" and (ran / "entrypoint.py").read_bytes() == (Path(shipped) / "entrypoint.py").read_bytes()
+    assert ran.name == "pc_pipelines" and (ran / "cli" / "segment.py").read_bytes() == (Path(shipped) / "cli" / "segment.py").read_bytes()
     emeta = out.asset_materializations_for_node("segment_eval")[0].metadata
     assert emeta["compute"].value == "RayJobComputeResource" and emeta["step"].value == 1
     assert emeta["average_accuracy"].value == pytest.approx(meta["eval_accuracy"].value)  # = the loop's own eval

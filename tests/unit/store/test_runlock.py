@@ -110,27 +110,50 @@ def test_remove_run_refuses_a_symlinked_directory_and_removes_links_inside_witho
     assert what == f"deleted 0 catalog rows and 3 entries in {d}"
 
 
+HOLD_FLOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
 def test_a_running_run_whose_writer_is_gone_shows_as_stopped(tmp_path):
     from pc_pipelines.store import RunRecord
-    from pc_pipelines.store.runlock import with_live_status, writer_gone
+    from pc_pipelines.store.runlock import live_writer, with_live_status, writer_gone
 
     store = Store(tmp_path / "s.duckdb").init()
-    for r in ("live", "dead", "elsewhere", "released"):
+    names = ("live", "dead", "elsewhere-held", "elsewhere-gone", "released")
+    for r in names:
         store.register_run(RunRecord(run_id=r, family="f", method="pc", preset="p", seed=0, config={},
                                      config_hash="h", kind="train"))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     host = socket.gethostname()
     records = {"live": {"pid": os.getpid(), "host": host}, "dead": {"pid": dead.pid, "host": host},
-               "elsewhere": {"pid": dead.pid, "host": host + "-other"}, "released": None}
+               "elsewhere-held": {"pid": 7, "host": host + "-other"},
+               "elsewhere-gone": {"pid": 7, "host": host + "-other"}, "released": None}
     for run, rec in records.items():
         (store.run_dir(run) / LOCK_NAME).write_text(json.dumps(rec) + "\n" if rec else "")
-    assert writer_gone(store, "live") is None and writer_gone(store, "elsewhere") is None
-    assert f"pid {dead.pid} on host {host}" in writer_gone(store, "dead")
-    assert "ended without recording" in writer_gone(store, "released")
-    shown = {r["run_id"]: r for r in with_live_status(store, store.list_runs())}
-    assert {r: shown[r]["status"] for r in records} == {"live": "running", "dead": "stopped",
-                                                         "elsewhere": "running", "released": "stopped"}
+    # another host's writer is judged by the lock itself: this process stands in for it
+    other = subprocess.Popen([sys.executable, "-c", HOLD_FLOCK, str(store.run_dir("elsewhere-held") / LOCK_NAME)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "held"
+        assert writer_gone(store, "live") is None and writer_gone(store, "elsewhere-held") is None
+        assert live_writer(store, "elsewhere-held") == f"pid 7 on host {host}-other"
+        assert f"pid {dead.pid} on host {host}" in writer_gone(store, "dead")
+        assert "pid 7 on host" in writer_gone(store, "elsewhere-gone") and live_writer(store, "elsewhere-gone") is None
+        assert "ended without recording" in writer_gone(store, "released")
+        shown = {r["run_id"]: r for r in with_live_status(store, store.list_runs())}
+        assert {r: shown[r]["status"] for r in names} == {
+            "live": "running", "dead": "stopped", "elsewhere-held": "running", "elsewhere-gone": "stopped",
+            "released": "stopped"}
+    finally:
+        other.kill()
+        other.wait()
+        other.stdout.close()
     assert "--run-name dead --resume" in shown["dead"]["status_reason"]
     assert store.get_run("dead")["status"] == "running"  # a reader changes nothing
 

@@ -99,3 +99,38 @@ def test_load_model_passes_the_refusal_on_unchanged(policy, tmp_path):
         load_model(policy, "cpu", "float32", what="the policy of checkpoint step-00000003")
     assert str(err.value).startswith(f"the policy of checkpoint step-00000003 at {policy} needs Python code")
     assert "cannot be loaded" not in str(err.value)
+
+
+def test_a_damaged_cached_warm_start_is_moved_aside_and_built_again(tmp_path, monkeypatch, caplog):
+    """A cached build whose files no longer match its SHA256SUMS is set aside (kept for inspection) and rebuilt;
+    an intact one is used as it is."""
+    from pc_pipelines import durable
+    from pc_pipelines.config import resolve
+    from pc_pipelines.training import base_policy as bp
+
+    cfg = resolve("embedded", {"task.sft_examples": 123})  # not the shipped recipe: a cached build
+    task, pol, template = cfg.task, cfg.policy, cfg.training.prompt_template
+    assert bp.shipped_base_policy(task, pol, template) is None
+    builds = []
+
+    def fake_build(out_dir, *args, **kwargs):
+        out = Path(out_dir)
+        stage = durable.Staging(out)
+        stage.write("weights.bin", f"build {len(builds)}".encode())
+        stage.write(bp.META_FILE, b"{}")
+        bp.write_sums(stage.path)
+        stage.publish()
+        builds.append(out)
+        return out
+
+    monkeypatch.setattr(bp, "build_base_policy", fake_build)
+    path = bp.ensure_base_policy(task, pol, template, cache_dir=tmp_path)
+    assert (path / "weights.bin").read_bytes() == b"build 0" and len(builds) == 1
+    assert bp.ensure_base_policy(task, pol, template, cache_dir=tmp_path) == path and len(builds) == 1  # intact
+    (path / "weights.bin").write_bytes(b"build X")  # flipped bytes in the cache
+    with caplog.at_level("WARNING"):
+        again = bp.ensure_base_policy(task, pol, template, cache_dir=tmp_path)
+    assert again == path and len(builds) == 2 and (path / "weights.bin").read_bytes() == b"build 1"
+    aside = tmp_path / f"damaged-{path.name}"
+    assert (aside / "weights.bin").read_bytes() == b"build X"
+    assert "is damaged" in caplog.text and str(aside) in caplog.text

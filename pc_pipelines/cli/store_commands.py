@@ -1,0 +1,235 @@
+"""The commands that read a store: ``sql`` (one read-only query), ``runs``, ``check`` (every damaged or missing step,
+with how to repair it; exit 1 when there is any) and ``report`` (the rollouts-to-target table, paper Table 2, and
+its plots). All are read-only and work while runs write."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from ..store import Store
+from ..store.runlock import with_live_status
+
+
+def _format_value(v) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _print_rows(cols: list[str], rows: list[tuple], fmt: str, out=None) -> None:
+    out = out or sys.stdout
+    if fmt == "json":
+        out.write(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1) + "\n")
+    elif fmt == "csv":
+        import csv
+
+        w = csv.writer(out)
+        w.writerow(cols)
+        w.writerows([["" if v is None else v for v in r] for r in rows])
+    else:
+        cells = [[_format_value(v) for v in r] for r in rows]
+        widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+        out.write("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip() + "\n")
+        out.write("  ".join("-" * w for w in widths) + "\n")
+        for r in cells:
+            out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() + "\n")
+        out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
+
+
+SQL_TABLES = (
+    "Tables and views: runs, steps, prompt_observations, buffer_state, evictions, eval_results, checkpoints, "
+    "segments, pass_rate_history, decision_reasons, step_costs, rollout_breakdown, eval_curve, rollouts_to_target, "
+    "damaged_steps."
+)
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    """One read-only query. The session cannot write anything: the catalog is opened read-only and DuckDB's
+    external access is off with its configuration locked (see Store.connect), so COPY, EXPORT, ATTACH, INSTALL
+    and file readers fail with DuckDB's permission error; nothing here ever opens the catalog for writing."""
+    import duckdb
+
+    store = Store(args.store)
+    try:
+        cols, rows = store.query_table(args.query)
+    except duckdb.Error as exc:  # a SQL error is the user's to fix: show DuckDB's message, not a traceback
+        hint = SQL_TABLES
+        text = str(exc)
+        if isinstance(exc, duckdb.PermissionException) or "read-only" in text or "locked" in text or writing_statement(args.query):
+            hint = ("`pilot-commit sql` is read-only: SELECT (and WITH, DESCRIBE, SUMMARIZE, EXPLAIN, temporary views) "
+                    "over the store's tables and views; it cannot write, read other files, attach databases or "
+                    "change settings. To export, use --csv or --json and redirect stdout.\n" + SQL_TABLES)
+        sys.stderr.write(f"pilot-commit sql: {text}\n{hint}\n")
+        return 1
+    _print_rows(cols, rows, "json" if args.json else "csv" if args.csv else "table")
+    _warn_problems(store, args.store)
+    return 0
+
+
+# Statements `pilot-commit sql` refuses, by their first keyword (DuckDB's error for some of them names neither
+# read-only nor a permission: DuckDB 2.0.1 says "Cannot COPY to <the catalog>: the file belongs to an attached
+# database"). The hint that says what sql allows is shown for these whatever DuckDB's words.
+WRITING_KEYWORDS = frozenset({"COPY", "EXPORT", "IMPORT", "ATTACH", "DETACH", "INSTALL", "LOAD", "SET", "RESET",
+                              "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "CHECKPOINT", "VACUUM",
+                              "TRUNCATE", "PRAGMA", "USE", "CALL"})
+
+
+def writing_statement(query: str) -> bool:
+    """Whether any statement of ``query`` starts with a keyword of WRITING_KEYWORDS (comments and blank statements
+    skipped; a `CREATE TEMP VIEW` is allowed by the store, so an error there is a plain SQL error)."""
+    text = re.sub(r"--[^\n]*|/\*.*?\*/", " ", query, flags=re.S)
+    for statement in text.split(";"):
+        words = statement.split()
+        if not words:
+            continue
+        head = words[0].upper()
+        if head == "CREATE" and len(words) > 2 and words[1].upper() in ("TEMP", "TEMPORARY") and words[2].upper() == "VIEW":
+            continue
+        if head in WRITING_KEYWORDS:
+            return True
+    return False
+
+
+def _warn_problems(store: Store, path: str) -> None:
+    scan = store.last_scan
+    if scan is not None and scan.problems:
+        runs = sorted({p.run_id for p in scan.problems})
+        sys.stderr.write(
+            f"pilot-commit: warning: {len(scan.problems)} step(s) of run(s) {', '.join(runs)} are damaged or missing "
+            f"and were left out; cumulative figures of those runs are lower bounds. See `pilot-commit check --store "
+            f"{path}`.\n"
+        )
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    runs = with_live_status(store, store.list_runs())  # a run whose writer is gone shows as stopped
+    cols = ["run_id", "family", "method", "seed", "steps", "cumulative_sampled", "cumulative_trained", "status"]
+    if args.json:  # the reason a run is stopped, failed or paused comes with it; damaged or missing steps too
+        cols += ["status_reason", "missing_steps", "damaged_steps", "problems"]
+        _print_rows(cols, [tuple(r[c] for c in cols) for r in runs], "json")
+        _warn_problems(store, args.store)
+        return 0
+    if any(r["missing_steps"] for r in runs):
+        cols += ["problems"]
+    _print_rows(cols, [tuple(r[c] for c in cols) for r in runs], "table")
+    for r in runs:  # below the table: one line per run that did not end well, with its reason and fix
+        if r["status"] in ("stopped", "failed", "paused") and r["status_reason"]:
+            sys.stdout.write(f"{r['run_id']} {r['status']}: {r['status_reason']}\n")
+    _warn_problems(store, args.store)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Every damaged or missing step, with how to repair it; exit 1 when there is any, 0 when the store is whole.
+    Runs recorded as running whose writer is gone are listed as stopped (their steps are not damaged by it)."""
+    store = Store(args.store)
+    scan, running = store.check(with_running=True)
+    stale = [r for r in with_live_status(store, running) if r["status"] == "stopped"]
+    if args.json:
+        sys.stdout.write(json.dumps({"store": args.store, "runs": scan.runs, "steps_checked": scan.steps_checked,
+                                     "problems": [p.to_dict() for p in scan.problems],
+                                     "stopped_runs": [{k: r[k] for k in ("run_id", "status", "status_reason")}
+                                                      for r in stale]}, indent=1) + "\n")
+        return 1 if scan.problems else 0
+    for r in stale:
+        sys.stdout.write(f"run {r['run_id']}: stopped: {r['status_reason']}\n")
+    if not scan.problems:
+        sys.stdout.write(f"{args.store}: {scan.runs} run(s), {scan.steps_checked} uncompacted step director(ies) "
+                         "checked against their manifests (compacted steps live in the catalog), no damaged or "
+                         "missing step.\n")
+    else:
+        sys.stdout.write(f"{args.store}: {len(scan.problems)} damaged or missing step(s) "
+                         f"({scan.steps_checked} uncompacted step director(ies) checked):\n")
+        for p in scan.problems:
+            sys.stdout.write(f"\nrun {p.run_id} step {p.step}: {p.kind}: {p.detail}\n")
+            if p.path:
+                sys.stdout.write(f"  path: {p.path}\n")
+            sys.stdout.write(f"  fix:  {p.fix}\n")
+    return 1 if scan.problems else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ..reports import ReportError, write_plots
+
+    store = Store(args.store)
+    report = store.report(args.family)
+    _warn_problems(store, args.store)
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=1) + "\n")
+    elif not report:
+        sys.stdout.write(
+            "no family has both a GRPO and a PC run with eval results yet (the target is min(GRPO peak, PC peak)). "
+            f"Record them first, e.g. `pilot-commit simulate-demo --store {args.store}`.\n"
+        )
+    else:
+        _print_report(report)
+    if args.plots:
+        try:
+            paths = write_plots(store, args.plots, args.family)
+        except ReportError as exc:
+            sys.stderr.write(f"pilot-commit report: {exc}\n")
+            return 2
+        # with --json, stdout stays one JSON document: where the plots went goes to stderr
+        out = sys.stderr if args.json else sys.stdout
+        out.write(f"\n{len(paths)} plots in {Path(args.plots).resolve()}:\n" + "".join(f"  {p.name}\n" for p in paths))
+    return 0
+
+
+def _print_report(report: dict) -> None:
+    """Table 2 per family, as the CLI's readable table."""
+    from ..reports import format_count, format_ratio
+
+    for family, fam in report.items():
+        sys.stdout.write(f"\nfamily {family}: cumulative sampled rollouts to reach the target accuracy\n")
+        cols = ["seed", "target", "grpo", "dapo", "pc", "grpo/pc", "dapo/pc"]
+        rows = [
+            (s["seed"], f"{s['target']:.4f}", *[format_count(s["rollouts"][m]) for m in ("grpo", "dapo", "pc")],
+             format_ratio(s["grpo_over_pc"]), format_ratio(s["dapo_over_pc"]))
+            for s in fam["seeds"]
+        ]
+        rows.append(("median", "", "", "", "", format_ratio(fam["median_grpo_over_pc"]),
+                     format_ratio(fam["median_dapo_over_pc"])))
+        _print_rows(cols, rows, "table")
+        short = [f"seed {s['seed']}: {s['missing_steps']}" for s in fam["seeds"] if s.get("missing_steps")]
+        if short:
+            sys.stdout.write(
+                f"warning: runs behind this table lack steps ({', '.join(short)} missing); their rollout counts are "
+                "lower bounds. Fix: see `pilot-commit check --store <this store>`.\n"
+            )
+
+
+def add_parsers(sub) -> None:
+    """``sql``, ``runs``, ``check`` and ``report``."""
+    p = sub.add_parser("sql", help="run a read-only SQL query against a store (works while runs write)")
+    p.add_argument("--store", required=True, help="the store's DuckDB file")
+    p.add_argument("query", help='e.g. "SELECT * FROM pass_rate_history WHERE prompt_id = 7"')
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="CSV on stdout")
+    fmt.add_argument("--json", action="store_true", help="a JSON array of row objects on stdout")
+    p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("runs", help="list a store's runs with steps, cumulative rollouts, status and damaged steps")
+    p.add_argument("--store", required=True)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("check", help="verify every step against its manifest; list damaged or missing steps with "
+                       "how to repair them (exit 1 when there is any)")
+    p.add_argument("--store", required=True)
+    p.add_argument("--json", action="store_true", help="a JSON object: runs, steps_checked, problems")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("report", help="rollouts-to-target table per family and seed (paper Table 2)")
+    p.add_argument("--store", required=True)
+    p.add_argument("--family", help="only this family")
+    p.add_argument("--json", action="store_true", help="per family and seed: target, rollouts per method, ratios")
+    p.add_argument("--plots", metavar="DIR", help="also write PNG plots per family into DIR (accuracy vs rollouts and "
+                   "vs steps, reward std and informative share per step)")
+    p.set_defaults(func=cmd_report)
