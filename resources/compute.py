@@ -33,16 +33,19 @@ import sys
 from abc import abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from dagster import ConfigurableResource, Failure, MetadataValue
 from pydantic import Field, model_validator
 
 from pc_pipelines.evaluation import EvalResult
-from pc_pipelines.rollout import EngineFactory
+from pc_pipelines.rollout import DEFAULT_ENGINE, ENGINES, EngineFactory
+from pc_pipelines.rollout.registry import GPU_IMAGE_ENGINE, launch_device_problem
 from pc_pipelines.run import STEP_KEYS, SegmentResult, StepRecord, TrainingRun, evaluate_checkpoint, run_segment
 from pc_pipelines.store import RunBusyError, Store
 from pc_pipelines.store.runlock import LOCK_NAME, read_holder
+
+from .engines import EngineName
 
 
 class LaunchRefused(RunBusyError):
@@ -138,8 +141,10 @@ class PipesComputeResource(ComputeResource):
     used. Paths default to the orchestrator's own (right for a subprocess); a pod sees the shared volume under its
     own mount, set with ``store_path`` / ``runs_root`` / ``data_dir``."""
 
-    engine: Literal["transformers", "vllm"] = Field(
-        default="transformers", description="Rollout engine of the launched process: transformers or vllm (GPU)."
+    engine: EngineName = Field(
+        default=DEFAULT_ENGINE, description="Rollout engine of the launched process, one registered in "
+                                            "pc_pipelines/rollout/registry.py: "
+                                            + " or ".join(spec.summary for spec in ENGINES.values()) + "."
     )
     device: str = Field(default="cpu", description="torch device of the launched process: cpu or cuda.")
     store_path: str | None = Field(
@@ -258,7 +263,7 @@ class KubeComputeBase(PipesComputeResource):
         default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         description="Tolerations for tainted GPU nodes.",
     )
-    engine: Literal["transformers", "vllm"] = Field(default="vllm", description="Rollout engine in the pod.")
+    engine: EngineName = Field(default=GPU_IMAGE_ENGINE, description="Rollout engine in the pod.")
     device: str = Field(default="cuda", description="torch device in the pod.")
     store_path: str | None = Field(default="/data/pc.duckdb", description="The store's DuckDB file inside the pod.")
     runs_root: str | None = Field(default="/data/runs", description="Run directories inside the pod.")
@@ -275,8 +280,9 @@ class KubeComputeBase(PipesComputeResource):
                 raise ValueError(f"{name}={value!r} is not under mount_path={self.mount_path!r}: the pod would write "
                                  f"where neither Dagster nor the next segment can read. Fix: set {name} under "
                                  f"{root} (e.g. {root}{Path(str(value or 'x')).name}).")
-        if self.engine == "vllm" and not self.device.startswith("cuda"):
-            raise ValueError("engine='vllm' needs device='cuda'. Fix: set device to cuda, or engine to transformers.")
+        problem = launch_device_problem(self.engine, self.device)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     def run_pod(self, context, args: list[str], pod_spec: dict[str, Any], component: str):

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from .compute import K8sComputeResource, KubeRayComputeResource, LocalComputeResource
-from .data import DataResource
+from .data import DataResource, data_paths
 from .engines import RayRolloutEngineResource, RolloutEngineResource, TransformersEngineResource
 from .ray_job import RayJobComputeResource
 from .storage import LocalCheckpointResource, StoreResource
@@ -39,17 +39,15 @@ def local_engine(env: dict[str, str] | None = None) -> RolloutEngineResource:
 
 def local_resources() -> dict:
     """The embedded environment: everything in this process, files under ``runs/``. The real datasets' paths come
-    from ``PC_DEEPMATH_PATH`` / ``PC_POLARIS_PATH`` when set (read when this is called; unset leaves the path empty
-    and the asset says how to provide it); the rollout engine from :func:`local_engine`."""
+    from ``PC_<NAME>_PATH`` when set (``PC_DEEPMATH_PATH``, ``PC_POLARIS_PATH``, one per generic dataset of the
+    registry; read when this is called; unset leaves the path empty and the asset says how to provide it); the
+    rollout engine from :func:`local_engine`."""
     return {
         "store": StoreResource(),
         "checkpoints": LocalCheckpointResource(),
         "engine": local_engine(),
         "compute": LocalComputeResource(),
-        "data": DataResource(
-            deepmath_path=os.environ.get("PC_DEEPMATH_PATH") or None,
-            polaris_path=os.environ.get("PC_POLARIS_PATH") or None,
-        ),
+        "data": DataResource(**data_paths(os.environ)),
     }
 
 
@@ -97,8 +95,7 @@ def k8s_resources(env: dict[str, str] | None = None) -> dict:
         "engine": TransformersEngineResource(),  # in-process engines only: segments and evaluations run in pods
         "compute": compute,
         "data": DataResource(
-            deepmath_path=env.get("PC_DEEPMATH_PATH") or None,
-            polaris_path=env.get("PC_POLARIS_PATH") or None,
+            **data_paths(env),
             benchmarks_dir=env.get("PC_BENCHMARKS_DIR") or None,  # unset: the copies in the image
             out_dir="/data/data",
         ),
@@ -128,8 +125,7 @@ def ray_resources(env: dict[str, str] | None = None) -> dict:
         "engine": TransformersEngineResource(),
         "compute": compute,
         "data": DataResource(
-            deepmath_path=env.get("PC_DEEPMATH_PATH") or None,
-            polaris_path=env.get("PC_POLARIS_PATH") or None,
+            **data_paths(env),
             out_dir=str(shared / "data"),
         ),
     }

@@ -57,6 +57,8 @@ from typing import Any
 from dagster import Failure
 from pydantic import Field, model_validator
 
+from pc_pipelines.rollout.registry import launch_device_problem
+
 from .compute import PipesComputeResource
 
 _log = logging.getLogger(__name__)
@@ -109,8 +111,9 @@ class RayJobComputeResource(PipesComputeResource):
 
     @model_validator(mode="after")
     def _engine_and_device(self):
-        if self.engine == "vllm" and not self.device.startswith("cuda"):
-            raise ValueError("engine='vllm' needs device='cuda'. Fix: set device to cuda, or engine to transformers.")
+        problem = launch_device_problem(self.engine, self.device)
+        if problem is not None:
+            raise ValueError(problem)
         if self.device.startswith("cuda") and self.entrypoint_num_gpus <= 0:
             raise ValueError("device='cuda' with entrypoint_num_gpus=0: Ray would place the job without a GPU. Fix: "
                              "set entrypoint_num_gpus (e.g. 1), or device=cpu and engine=transformers.")

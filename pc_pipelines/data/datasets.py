@@ -37,12 +37,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .spec import DatasetSpec
+
 log = logging.getLogger(__name__)
 
 __all__ = [
     "BINARY_PARTS",
     "DEEPMATH_COLUMNS",
+    "DEEPMATH_DATASET",
     "POLARIS_COLUMNS",
+    "POLARIS_DATASET",
     "PREPARED_SCHEMA",
     "QUARANTINE_REASONS",
     "QUARANTINE_SCHEMA",
@@ -861,4 +865,35 @@ def prepare_rows(
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# To the training loop
+# Their registry entries (pc_pipelines/data/registry.py lists them)
+# ------------------------------------------------------------------------------------------------------------------
+
+DEEPMATH_DATASET = DatasetSpec(
+    "deepmath", "DeepMath-103K",
+    "DeepMath-103K without binary (yes/no/true/false) answers, with a seeded held-out split; bad rows quarantined\n"
+    "into their own Parquet with a reason per row.",
+    load=load_deepmath, prepare=prepare_deepmath, heldout=500, forbid_binary=True, min_kept_fraction=0.75,
+    config_help={
+        "config": "How the DeepMath-103K training set is split (the filter and quarantine rules are fixed: see "
+                  "``pc_pipelines/data/datasets.py``).",
+        "heldout": "Rows of the held-out evaluation split (docs/DESIGN.md section 6: 500). Must leave training rows.",
+        "checks": "Row-count bounds of ``deepmath``'s ``row_count_in_range`` check. By default relative to the rows "
+                  "read from the file: the full 103,110 rows keep about 85K (the paper), a fraction of 0.82, so 0.75 "
+                  "catches a broken load or an over-eager filter while any small or partial copy passes. Pin the "
+                  "paper's numbers with min_rows=80000, max_rows=90000.",
+    },
+)
+POLARIS_DATASET = DatasetSpec(
+    "polaris", "Polaris-53K",
+    'Polaris-53K (difficulty "7/8" -> 0.875), bad rows quarantined into their own Parquet with a reason per row.',
+    load=load_polaris, prepare=prepare_polaris, heldout=0, forbid_binary=False, min_kept_fraction=0.9,
+    config_help={
+        "config": "How the Polaris-53K training set is split (quarantine rules: ``pc_pipelines/data/datasets.py``).",
+        "heldout": "Rows of the held-out evaluation split (0: none; the paper evaluates Polaris runs on the "
+                   "benchmarks). Must leave training rows.",
+        "seed": "Seed of the held-out split (as for DeepMath).",
+        "gold_workers": "Grader worker processes for the gold check (default: automatic).",
+        "checks": "Row-count bounds of ``polaris``'s ``row_count_in_range`` check: relative to the rows read from the "
+                  "file unless pinned (no binary filter, so nearly every row should survive the quarantine).",
+    },
+)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .benchmarks import BENCHMARK_SPECS, BENCHMARKS
+from .benchmarks import BENCHMARK_SPECS, BENCHMARKS, BENCHMARKS_SUBDIR
 from .datasets import DatasetError, PreparedDataset
 from .task import EvalSet, TaskData
 
@@ -64,9 +64,9 @@ def load_prepared_task(data_dir: str | os.PathLike, dataset: str, template: str)
             f"no prepared {dataset} at {path}. Fix: materialize the `{dataset}` asset first (its data resource "
             f"writes to {root}), then start the run."
         )
-    evals = {name: pq.read_table(root / "benchmarks" / f"{name}.parquet") for name in BENCHMARKS
-             if (root / "benchmarks" / f"{name}.parquet").is_file()}
+    evals = {name: pq.read_table(root / BENCHMARKS_SUBDIR / f"{name}.parquet") for name in BENCHMARKS
+             if (root / BENCHMARKS_SUBDIR / f"{name}.parquet").is_file()}
     if not evals:
         log.warning("no prepared benchmarks under %s: the run evaluates on %s_heldout only (materialize "
-                    "`benchmarks` to add them)", root / "benchmarks", dataset)
+                    "`benchmarks` to add them)", root / BENCHMARKS_SUBDIR, dataset)
     return to_task_data(pq.read_table(path), template, f"{dataset}_heldout", eval_tables=evals)

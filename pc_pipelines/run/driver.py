@@ -236,7 +236,7 @@ def run_segment(
     checkpoint at the end.
 
     ``backend`` trains the steps; None: :class:`~.local.LocalBackend` on ``device`` with the rollout engine
-    ``engine_factory`` builds for the loaded policy (default: the transformers engine). ``from_step`` restores
+    ``engine_factory`` builds for the loaded policy (default: the registry's, transformers). ``from_step`` restores
     exactly the checkpoint after that step (-1: the base policy) instead of the latest one and keeps the rows of
     later steps: the steps replayed replace their own rows only, atomically at the end (``Store.replace_steps``),
     so re-materializing a Dagster segment in the middle of a run leaves the segments after it intact (with the

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import RunError
 from ..evaluation import EvalResult, eval_seed, evaluate_sets
 from ..rewards import MathGrader
-from ..rollout import EngineFactory, close_engine, sampling_plan
+from ..rollout import DEFAULT_ENGINE, EngineFactory, close_engine, get_engine, sampling_plan
 from .checkpoints import checkpoint_at
 from .spec import SAMPLING_PLAN, TrainingRun
 
@@ -22,13 +22,15 @@ def evaluate_policy(run: TrainingRun, policy_dir: Path, step: int, engine_factor
                     device: str = "cpu") -> EvalResult:
     """Mean@k of the HF model at ``policy_dir`` on ``run``'s eval sets with the run's eval settings and the seed
     of :func:`~pc_pipelines.evaluation.eval_seed` for ``step``. ``engine_factory`` builds the rollout engine from
-    (model, tokenizer); None: the transformers engine on ``device``."""
-    from ..rollout.transformers_engine import TransformersEngine
+    (model, tokenizer); None: the registry's default engine (transformers) on ``device``."""
     from ..training.base_policy import load_policy
 
     cfg = run.config.training
     model, tok = load_policy(policy_dir, dtype=cfg.dtype)
-    engine = engine_factory(model, tok) if engine_factory is not None else TransformersEngine(model, tok, device=device)
+    if engine_factory is not None:
+        engine = engine_factory(model, tok)
+    else:
+        engine = get_engine(DEFAULT_ENGINE).build(model, tok, device)
     try:
         warn_if_other_plan(run, engine)
         with MathGrader(overlong_reward=cfg.overlong_reward) as grader:

@@ -27,8 +27,16 @@ from ..allocation import Allocator, EngineCall, StepOutcome
 from ..errors import RunError
 from ..evaluation import EvalResult, eval_seed, evaluate_sets
 from ..rewards import MathGrader
-from ..rollout import EngineFactory, RolloutRequest, SamplingParams, close_engine, derive_seed, sampling_plan
-from ..rollout.transformers_engine import TransformersEngine
+from ..rollout import (
+    DEFAULT_ENGINE,
+    EngineFactory,
+    RolloutRequest,
+    SamplingParams,
+    close_engine,
+    derive_seed,
+    get_engine,
+    sampling_plan,
+)
 from ..training import PolicyTrainer, RolloutBatch
 from .backend import StepResult
 from .checkpoints import load_plain, save_torch, unreadable
@@ -141,8 +149,8 @@ class LocalBackend:
         self.model, self.tokenizer = model, tokenizer
         if self.engine_factory is not None:
             self.engine = self.engine_factory(model, tokenizer)
-        else:
-            self.engine = TransformersEngine(model, tokenizer, device=self.device)
+        else:  # the registry's default engine (transformers) on this backend's device
+            self.engine = get_engine(DEFAULT_ENGINE).build(model, tokenizer, self.device)
         keep_sampling_plan(self.run.run_dir, sampling_plan(self.engine))
         self.grader = MathGrader(overlong_reward=cfg.overlong_reward)
         self.updater = PolicyTrainer(model, cfg, tokenizer.pad_token_id, self.run.config.allocator.train_batch,

@@ -22,9 +22,6 @@ SAMPLING_PLAN = "sampling_plan.json"
 """The file in a run's directory that records the engine settings its rollouts were drawn with (the run's
 ``sampling_plan``, kept from start to end: :func:`~.local.keep_sampling_plan`)."""
 
-DATASETS = ("embedded", "deepmath", "polaris")
-
-
 @dataclass(frozen=True)
 class TrainingRun:
     """A training run: its id, resolved config, directory (checkpoints, TensorBoard) and base policy."""
@@ -101,20 +98,17 @@ def prepare_run(
 
 
 def task_for(dataset: str, config: RunConfig, data_dir: str | Path) -> TaskData | None:
-    """The task of a run on ``dataset``: None for the embedded task (:func:`prepare_run` builds it), else the
-    prepared dataset under ``data_dir``. Raises :class:`RunError` saying how to fix a missing one."""
+    """The task of a run on ``dataset``, a training dataset of the registry (:mod:`pc_pipelines.data.registry`):
+    None for the embedded task (:func:`prepare_run` builds it), else what its spec loads (the prepared dataset under
+    ``data_dir``). Raises :class:`RunError` saying how to fix a missing one."""
     from ..data.datasets import DatasetError
-    from ..data.prepared import load_prepared_task
+    from ..data.registry import TRAINING, dataset_names, load_task
 
-    if dataset not in DATASETS:
-        raise RunError(f"dataset {dataset!r} is not one of {DATASETS}. Fix: start the run with one of them.")
-    if dataset == "embedded":
-        if config.task is None:
-            raise RunError(f"preset {config.preset!r} has no embedded task section. Fix: use dataset deepmath or "
-                           "polaris (with policy_path), or the embedded preset.")
-        return None
+    names = dataset_names(TRAINING)
+    if dataset not in names:
+        raise RunError(f"dataset {dataset!r} is not one of {names}. Fix: start the run with one of them.")
     try:
-        return load_prepared_task(data_dir, dataset, config.training.prompt_template)
+        return load_task(dataset, config, data_dir)
     except DatasetError as exc:
         raise RunError(str(exc)) from exc
 
@@ -122,11 +116,13 @@ def task_for(dataset: str, config: RunConfig, data_dir: str | Path) -> TaskData 
 def load_training_run(run: dict[str, Any], runs_root: str | Path, data_dir: str | Path) -> TrainingRun:
     """The :class:`TrainingRun` of a store ``runs`` row registered by ``start_run``: its stored config, its base
     policy (lineage ``policy``), its task, and its directory ``<runs_root>/<run_id>``."""
+    from ..data.registry import EMBEDDED
+
     cfg = from_dict(json.loads(run["config_json"]))
     lineage = json.loads(run["lineage_json"] or "{}")
     if "policy" not in lineage:
         raise RunError(f"run {run['run_id']!r} has no base policy in its lineage. Fix: start it with the start_run job.")
     root = Path(runs_root)
     tr = prepare_run(cfg, root, run["run_id"], policy_path=lineage["policy"],
-                     task=task_for(lineage.get("dataset", "embedded"), cfg, data_dir))
+                     task=task_for(lineage.get("dataset", EMBEDDED), cfg, data_dir))
     return replace(tr, run_dir=root.resolve() / tr.run_id, lineage=lineage)

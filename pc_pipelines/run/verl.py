@@ -88,7 +88,7 @@ class VerlTrainer(Protocol):
 class VerlBackend:
     """A run's steps on verl's trainer. ``trainer`` None: :func:`ray_trainer` (GPU nodes; experimental), built when
     the run starts or restores. ``engine_factory`` builds the evaluation's rollout engine for an exported policy
-    (None: the transformers engine)."""
+    (None: the registry's default engine, transformers)."""
 
     name = "verl"
 

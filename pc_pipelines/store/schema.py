@@ -35,6 +35,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ..allocation.reasons import reason_sql
+from .rollouts_to_target import reached_sql
 
 SCHEMA_VERSION = 7
 
@@ -333,7 +334,8 @@ def view_sql(files: dict[str, str] | None = None, compacted: bool = True, waterm
            ASOF LEFT JOIN step_costs c ON c.run_id = e.run_id AND e.step >= c.step
            GROUP BY e.run_id, r.family, r.method, r.seed, e.step""",
         # Paper Table 2, per family and seed (the latest run of each method): target = min(GRPO peak, PC peak);
-        # each method's cumulative sampled rollouts at its first eval at or above the target (NULL = never).
+        # each method's cumulative sampled rollouts at its first eval at or above the target (NULL = never). The rule
+        # in Python, for the CLI and the studies: rollouts_to_target.py.
         f"""{create} rollouts_to_target AS
            WITH latest AS (
                SELECT run_id FROM runs
@@ -349,7 +351,7 @@ def view_sql(files: dict[str, str] | None = None, compacted: bool = True, waterm
                FROM peaks GROUP BY ALL),
            hits AS (
                SELECT c.family, c.seed, c.method,
-                      min(c.cumulative_sampled) FILTER (WHERE c.accuracy >= t.target - 1e-12) AS rollouts
+                      min(c.cumulative_sampled) FILTER (WHERE {reached_sql('c.accuracy', 't.target')}) AS rollouts
                FROM curve c JOIN targets t USING (family, seed) GROUP BY ALL),
            gaps AS (SELECT family, seed, max(missing_steps) AS missing_steps FROM curve GROUP BY ALL)
            SELECT t.family, t.seed, t.target,

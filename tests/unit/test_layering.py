@@ -33,8 +33,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("allocation (numpy only)", ("pc_pipelines.allocation",)),
     ("components", ("pc_pipelines.data", "pc_pipelines.rewards", "pc_pipelines.rollout", "pc_pipelines.training",
                     "pc_pipelines.store", "pc_pipelines.simulate", "pc_pipelines.evaluation", "pc_pipelines.reports")),
-    ("run", ("pc_pipelines.run", "pc_pipelines.stopping", "pc_pipelines.segments", "pc_pipelines.sim_runs",
-             "pc_pipelines.study")),
+    ("run", ("pc_pipelines.run", "pc_pipelines.stopping", "pc_pipelines.segments", "pc_pipelines.sim_runs")),
     ("command line", ("pc_pipelines.cli",)),
     ("dagster", ("resources", "assets", "pc_pipelines.definitions", "pc_pipelines.demo")),
 )
@@ -326,9 +325,49 @@ def test_only_the_code_location_and_its_demo_import_dagster():
                 assert not (top == "dagster" or top.startswith("dagster_")) or top == "dagster_pipes", (path, name)
 
 
+# ---- research/, reliability/, benchmarks/: they import the package, never the reverse ------------------------------
+SCRIPT_FOLDERS = ("research", "reliability", "benchmarks")
+
+
+def absolute_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import in ``path``, function-local ones and ``importlib.import_module("...")``
+    with a literal name included."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            out.append((node.lineno, node.module or ""))
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            out.append((node.lineno, node.args[0].value))
+    return out
+
+
+def test_nothing_in_the_package_imports_research(tmp_path):
+    """research/ (the studies and their library, study.py) imports pc_pipelines; nothing in pc_pipelines/, assets/ or
+    resources/ imports it, nor reliability/ or benchmarks/ (the package reads the study's committed headline as its
+    own data file, pc_pipelines/presets/bench.results.json)."""
+    planted = tmp_path / "m.py"
+    planted.write_text("import json\n\n\ndef f():\n    from research import study\n\n    return study\n")
+    assert absolute_imports(planted) == [(1, "json"), (5, "research")]
+    assert (ROOT / "research" / "study.py").is_file() and not (PKG / "study.py").exists()
+    hits = [f"{path.relative_to(ROOT)}:{line} imports {name}"
+            for package in ("pc_pipelines", "assets", "resources") for path in sorted((ROOT / package).rglob("*.py"))
+            for line, name in absolute_imports(path) if name.split(".")[0] in SCRIPT_FOLDERS]
+    assert hits == []
+
+
 def test_definitions_assemble_the_jobs_and_the_sensor():
     from pc_pipelines.definitions import defs
 
     assert defs.resolve_job_def("start_run").name == "start_run"
     assert defs.resolve_job_def("train_segment").name == "train_segment"
     assert defs.resolve_sensor_def("advance_runs").job_name == "train_segment"
+
+
+def test_every_layer_entry_names_a_module_that_exists():
+    """A stale entry (a module moved away) would silently stop guarding anything."""
+    mods = find_modules(ROOT, ("pc_pipelines", "resources", "assets"))
+    stale = [e for _, entries in LAYERS for e in entries if e.rstrip("$") not in mods]
+    assert stale == []

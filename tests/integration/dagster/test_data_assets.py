@@ -442,3 +442,70 @@ def test_data_assets_and_checks_load_in_one_definitions():
     assert ("deepmath", "no_binary_answers") in check_keys and ("polaris", "no_binary_answers") not in check_keys
     specs = [s for c in DATA_CHECKS for s in c.check_specs]
     assert all(s.blocking and s.description for s in specs)
+
+
+TOY_SCRIPT = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from toy_dataset import TOY
+from pc_pipelines.data.registry import register_dataset
+register_dataset(TOY)  # what its line in the registry's _REGISTERED does, before the code location is imported
+
+from dagster import AssetKey, materialize
+from assets.data import DATA_CHECKS, toy
+from assets.jobs import StartRunConfig
+from pc_pipelines.config import resolve
+from pc_pipelines.definitions import build_definitions
+from pc_pipelines.run import task_for
+from resources import DataResource, local_resources
+
+copy, out = sys.argv[2], sys.argv[3]
+graph = build_definitions().resolve_asset_graph()
+node = graph.get(AssetKey("toy"))
+checks = [c for c in DATA_CHECKS if AssetKey("toy") in c.keys_by_input_name.values()]
+data = DataResource(toy_path=copy, out_dir=out)
+run = materialize([toy, *checks], resources={"data": data})
+meta = run.asset_materializations_for_node("toy")[0].metadata
+missing = materialize([toy], resources={"data": DataResource(out_dir=out)}, raise_on_error=False)
+print(json.dumps({
+    "group": node.group_name, "kinds": sorted(node.kinds), "description": node.description,
+    "checks": sorted(k.name for k in graph.asset_check_keys if k.asset_key == AssetKey("toy")),
+    "deps_of": sorted(k.to_user_string() for k in graph.get_all_asset_keys() if AssetKey("toy") in graph.get(k).parent_keys),
+    "env_setting": local_resources()["data"].toy_path,
+    "start_run_help": StartRunConfig.model_fields["dataset"].description,
+    "success": run.success, "checks_passed": [e.passed for e in run.get_asset_check_evaluations()],
+    "kept": meta["kept"].value, "heldout_rows": meta["heldout_rows"].value,
+    "prompts": len(task_for("toy", resolve("embedded", {}, method="grpo"), out).prompts),
+    "missing": missing.get_step_failure_events()[0].step_failure_data.user_failure_data.description,
+}))
+"""
+
+
+def test_a_registered_dataset_gets_its_asset_checks_setting_and_deps(tmp_path):
+    """A dataset module (``tests/support/toy_dataset.py``) and its registration, made before the code location is
+    built (a process of its own): the code location has its asset in the ``data`` group with the generic checks,
+    ``DataResource.toy_path`` (``PC_TOY_PATH``), the training and evaluation assets depending on it, start_run
+    offering it; materialized, a run trains on what it wrote."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[3]
+    copy = tmp_path / "toy.jsonl"
+    copy.write_text("".join(json.dumps({"question": f"What is {i} plus {i}?", "answer": str(2 * i)}) + "\n"
+                            for i in range(10)) + json.dumps({"question": "", "answer": "1"}) + "\n")
+    env = {**os.environ, "PC_TOY_PATH": str(copy)}
+    proc = subprocess.run([sys.executable, "-c", TOY_SCRIPT, str(root / "tests" / "support"), str(copy),
+                           str(tmp_path / "out")], cwd=root, env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (got["group"], got["kinds"]) == ("data", ["parquet"])
+    assert got["description"] == "Additions written out in words, as a test's dataset."
+    assert got["checks"] == ["answers_parseable", "problem_and_answer_non_empty", "row_count_in_range", "unique_ids"]
+    assert got["deps_of"] == ["segment_eval", "training_segment"]
+    assert got["env_setting"] == str(copy)
+    assert "deepmath, polaris or toy (prepared by their data assets" in got["start_run_help"]
+    assert got["success"] and got["checks_passed"] == [True] * 4
+    assert (got["kept"], got["heldout_rows"], got["prompts"]) == (10, 2, 8)  # the blank problem quarantined
+    assert "resources.data.config.toy_path" in got["missing"] and "PC_TOY_PATH" in got["missing"]

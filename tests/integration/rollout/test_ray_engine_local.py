@@ -125,3 +125,51 @@ def test_a_dagster_segment_on_ray_actors_equals_the_single_engine_and_lets_its_r
     w = {name: load_file(str(tmp_path / "runs" / name / "checkpoints" / "step-00000001" / "policy" / "model.safetensors"))
          for name in engines}
     assert all(torch.equal(w["ray"][k], w["single"][k]) for k in w["single"])
+
+
+def test_an_engine_registered_in_the_driver_runs_in_the_actors(policy, round_requests, procs):
+    """An engine registered only in this process (``ray="requests"``, defined in this test) runs in two Ray actors:
+    the spec travels with the actors, each builds its engine there, request ``i`` goes to actor ``i % 2`` with its
+    position (the round equals one call of the engine), the engine's sampling plan is the Ray engine's; then it is
+    unregistered and refused."""
+    import os
+
+    import ray
+
+    from pc_pipelines.rollout import (
+        FINISH_LENGTH,
+        EngineSpec,
+        RequestOutput,
+        Rollout,
+        SamplingParams,
+        register_engine,
+        unregister_engine,
+    )
+
+    class Toy:
+        def generate(self, requests, params, indices=None):
+            indices = range(len(requests)) if indices is None else indices
+            return [RequestOutput([len(r.prompt)], [Rollout([params.seed + i], f"{params.seed + i}@{os.getpid()}", [0.0],
+                                                            FINISH_LENGTH) for _ in range(r.n)])
+                    for r, i in zip(requests, indices)]
+
+        def sampling_plan(self):
+            return {"engine": "toy"}
+
+    register_engine(EngineSpec("toy", lambda model, tok, device, **options: Toy(), "toy (a test's)", ray="requests"))
+    before = procs.descendants()
+    try:
+        with RayRolloutEngine(*policy, num_actors=2, engine="toy", object_store_memory=100 * 1024**2) as engine:
+            assert engine.sampling_plan() == {"engine": "toy"} and engine.gpus_per_actor == 0
+            got = engine.generate(round_requests, SamplingParams(seed=7))
+        assert not ray.is_initialized()
+        want = Toy().generate(round_requests, SamplingParams(seed=7))
+        strip = lambda outs: [[(r.token_ids, r.text.split("@")[0]) for r in o.rollouts] for o in outs]  # noqa: E731
+        assert strip(got) == strip(want)
+        pids = [int(o.rollouts[0].text.split("@")[1]) for o in got]
+        assert os.getpid() not in pids and pids[0] == pids[2] != pids[1] == pids[3]  # request i on actor i % 2
+    finally:
+        unregister_engine("toy")
+    assert procs.wait_gone(procs.descendants() - before) == set()
+    with pytest.raises(ValueError, match="engine='toy': Ray actors run one of"):
+        RayRolloutEngine(*policy, engine="toy")

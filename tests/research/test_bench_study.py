@@ -1,4 +1,4 @@
-"""benchmarks/bench_study.py's rules on hand-made curves: GRPO's group size chosen by rollouts to a common target."""
+"""research/bench_study.py's rules on hand-made curves: GRPO's group size chosen by rollouts to a common target."""
 
 import importlib.util
 import sys
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_bench_study():
-    spec = importlib.util.spec_from_file_location("bench_study", ROOT / "benchmarks/bench_study.py")
+    spec = importlib.util.spec_from_file_location("bench_study", ROOT / "research/bench_study.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("bench_study", mod)
     spec.loader.exec_module(mod)

@@ -1,4 +1,4 @@
-"""benchmarks/informative_diagnostic.py's pure parts: the grid, the slope fit, the reading and the tables."""
+"""research/informative_diagnostic.py's pure parts: the grid, the slope fit, the reading and the tables."""
 
 import importlib.util
 import math
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("informative_diagnostic", ROOT / "benchmarks/informative_diagnostic.py")
+    spec = importlib.util.spec_from_file_location("informative_diagnostic", ROOT / "research/informative_diagnostic.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("informative_diagnostic", mod)
     spec.loader.exec_module(mod)

@@ -1,7 +1,7 @@
 """The soak (issue 18): concurrent real runs writing one store, a reader in a loop, a writer SIGKILLed at random
 every ~30 s and resumed; afterwards every run's steps must be complete and exactly once. Run: ``make soak`` or
 
-    .venv/bin/python benchmarks/soak.py --minutes 30 --write docs/RELIABILITY.md
+    .venv/bin/python reliability/soak.py --minutes 30 --write docs/RELIABILITY.md
 
 Writers are ``pilot-commit train`` processes (tiny config, a checkpoint every step) of four runs: PC seeds 0 and 1,
 GRPO and DAPO, all in one store. Every ``--kill-every`` seconds on average (uniform in [0.5x, 1.5x], seeded) one live
@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # _report.py: the docs sections
 from _report import machine, write_section
 
 from pc_pipelines.store import Store
@@ -207,7 +207,7 @@ def verify(store: Store, writers: list[Writer], reader: Reader, wall: float) -> 
 def section(res: dict, cmd: str) -> str:
     rd = res["reader"]
     lines = [
-        "## Soak (`benchmarks/soak.py`)",
+        "## Soak (`reliability/soak.py`)",
         "",
         f"Command: `{cmd}`. Machine: {machine()}. Wall time: {res['wall_s'] / 60:.1f} min. Verdict: "
         f"**{'every run complete, each step exactly once' if res['ok'] else 'FAILED (see below)'}**.",
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fresh and out.exists():
         shutil.rmtree(out)
     res = soak(args.minutes, args.kill_every, args.seed, out)
-    cmd = f"python benchmarks/soak.py --minutes {args.minutes:g} --kill-every {args.kill_every:g} --seed {args.seed}"
+    cmd = f"python reliability/soak.py --minutes {args.minutes:g} --kill-every {args.kill_every:g} --seed {args.seed}"
     body = section(res, cmd)
     print(body)
     (out / "soak.json").write_text(json.dumps({"command": cmd, "result": res}, indent=1))

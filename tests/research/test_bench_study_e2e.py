@@ -1,4 +1,4 @@
-"""`benchmarks/bench_study.py` as a user runs it, shrunk: tune GRPO's group size, the study's main runs, the
+"""`research/bench_study.py` as a user runs it, shrunk: tune GRPO's group size, the study's main runs, the
 reproducibility runs under the other CPU kernels, and the Markdown section, from real `pilot-commit train` runs."""
 
 import json
@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def bench(tmp_path, cache, part, *args):
-    cmd = [sys.executable, str(ROOT / "benchmarks/bench_study.py"), part, "--store", str(tmp_path / "b.duckdb"),
+    cmd = [sys.executable, str(ROOT / "research/bench_study.py"), part, "--store", str(tmp_path / "b.duckdb"),
            "--out", str(tmp_path / "runs"), "--img-dir", str(tmp_path / "img"), "--write", str(tmp_path / "B.md"),
            "--results", str(tmp_path / "results.json"),
            "--cache-dir", str(cache), "--quiet", "--steps", "2", "--seeds", "5", "--tune-seeds", "7",

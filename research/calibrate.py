@@ -8,12 +8,12 @@ tuning seed, and writes the calibration table into docs/BENCHMARKS.md (section `
 share per 20 steps (and split into all-wrong and all-right groups), the epochs covered, and GRPO's held-out curve.
 The chosen candidate is then frozen in the ``bench`` preset.
 
-    python benchmarks/calibrate.py probe                    # the warm start's zero-variance share per length (~1 min)
-    python benchmarks/calibrate.py probe --temperature 0.5 0.3   # the same at lower training temperatures
-    python benchmarks/calibrate.py run --workers 1          # every candidate, tuning seed 100, 120 steps (~90 min)
-    python benchmarks/calibrate.py run --pools d4-6/500@T0.3   # one candidate
-    python benchmarks/calibrate.py report                   # re-render the section from the store
-    python benchmarks/calibrate.py report --steps 80        # the same runs read at a shorter length (a prefix)
+    python research/calibrate.py probe                    # the warm start's zero-variance share per length (~1 min)
+    python research/calibrate.py probe --temperature 0.5 0.3   # the same at lower training temperatures
+    python research/calibrate.py run --workers 1          # every candidate, tuning seed 100, 120 steps (~90 min)
+    python research/calibrate.py run --pools d4-6/500@T0.3   # one candidate
+    python research/calibrate.py report                   # re-render the section from the store
+    python research/calibrate.py report --steps 80        # the same runs read at a shorter length (a prefix)
 
 Epochs for PC are estimated from its stream (b_g fresh prompts per round, at least one round a step), so the
 table says before any PC run how many times PC would cycle the pool.
@@ -28,11 +28,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# research/ is a package imported from the checkout (never by pc_pipelines); benchmarks/_report.py writes the docs
+# sections of benchmarks/, research/ and reliability/ alike.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _report import machine, write_section
 
-from pc_pipelines import study
 from pc_pipelines.store import Store
+from research import study
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = "bench"
@@ -170,7 +173,7 @@ def section(rows: list[dict], cmd: str, wall_s: float | None) -> str:
     wall = f"{wall_s / 60:.0f} min" if wall_s is not None else "re-rendered from the store"
     n_win = max((len(r["zero_var"]) for r in rows), default=0)
     lines = [
-        "## Calibration of the benchmark's regime on GRPO alone (`benchmarks/calibrate.py`, issue 16)",
+        "## Calibration of the benchmark's regime on GRPO alone (`research/calibrate.py`, issue 16)",
         "",
         f"Command: `{cmd}`. Machine: {machine()}. Wall time: {wall}. GRPO at n = 64, b_t 16, from the shipped warm "
         f"start, tuning seed {SEED} (never a reported seed), before any PC run. Candidate = RL pool (digit lengths / "
@@ -303,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     if args.cmd == "run":
         study.run_jobs(jobs, store, args.out, workers=args.workers, show_progress=not args.quiet)
-    cmd = f"python benchmarks/calibrate.py run --pools {' '.join(args.pools)} --seed {args.seed} --steps {args.steps}"
+    cmd = f"python research/calibrate.py run --pools {' '.join(args.pools)} --seed {args.seed} --steps {args.steps}"
     body = section(calibration_rows(store, jobs), cmd, time.monotonic() - t0 if args.cmd == "run" else None)
     print(body)
     if args.write:

@@ -10,7 +10,7 @@ This is an estimate from logged runs: a run with the prior would have drawn othe
 ones and trained a slightly different policy. Read the store read-only, so a study may hold it meanwhile only if
 it is not writing (DuckDB: one writer excludes all readers).
 
-    python benchmarks/prior_counterfactual.py --store benchmarks/out/efficiency.duckdb \
+    python research/prior_counterfactual.py --store benchmarks/out/efficiency.duckdb \
         --runs efficiency-ablate-all_four-pc-s0 efficiency-ablate-all_four-pc-s1 efficiency-ablate-all_four-pc-s2
 """
 

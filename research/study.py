@@ -1,6 +1,7 @@
 """The rollout-efficiency study: GRPO vs DAPO vs PC on one store, its statistics, tables and plots.
 
-``benchmarks/efficiency.py`` is the command; this module is what it runs, so the tests exercise the same code:
+The studies of research/ (``bench_study.py``, ``efficiency.py`` and the others) are the commands; this module is
+what they run, so the tests (tests/research/) exercise the same code. It imports ``pc_pipelines``, never the reverse:
 
 * :class:`StudyJob` + :func:`run_jobs`: real training runs as ``pilot-commit train`` subprocesses, ``workers`` at a
   time (each torch process on one thread, so 2 workers use the 2 cores), longest jobs first, one progress bar over
@@ -13,7 +14,8 @@
   the mean reward std and informative share of the trained groups.
 * :func:`versus`: rollouts to target of any run against a GRPO (and DAPO) run of the same seed, with the store's
   rule (target = min(GRPO peak, the run's peak); cost = cumulative sampled rollouts at the first eval at or above
-  it), for ablation variants that are not in the primary family's ``rollouts_to_target`` view.
+  it; ``pc_pipelines/store/rollouts_to_target.py``, the functions the store's view agrees with), for ablation variants
+  that are not in the primary family's ``rollouts_to_target`` view, optionally on smoothed curves.
 
 Worked example of :func:`versus`: GRPO evals ``[(0, .70), (10240, .80), (20480, .84), (30720, .83)]`` peak at .84;
 PC evals ``[(0, .70), (15360, .82), (30720, .86)]`` peak at .86; target = min(.84, .86) = .84; GRPO first reaches
@@ -38,8 +40,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .allocation import training_methods
-from .reports import (
+from pc_pipelines.allocation import training_methods
+from pc_pipelines.reports import (
     OTHER_COLORS,
     RunCurves,
     format_count,
@@ -50,7 +52,8 @@ from .reports import (
     new_figure,
     save_figure,
 )
-from .store import Store
+from pc_pipelines.store import Store
+from pc_pipelines.store.rollouts_to_target import first_reaching, target_accuracy
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +217,8 @@ def simulate_jobs(jobs: Sequence[StudyJob], store: Store, show_progress: bool = 
     """Run ``jobs`` against the simulator (their preset must have a ``sim`` section), into ``store``."""
     from tqdm.auto import tqdm
 
-    from .config import parse_overrides, resolve
-    from .sim_runs import record_simulation
+    from pc_pipelines.config import parse_overrides, resolve
+    from pc_pipelines.sim_runs import record_simulation
 
     store.init(vacuum=False)
     done = {j.run_id for j in jobs if _done_steps(store, j.run_id) >= j.steps}  # a re-run reuses finished runs
@@ -377,10 +380,7 @@ def median(vals: Sequence[float | None]) -> float | None:
 # ---- rollouts to target for any pair of runs ------------------------------------------------------------------
 def first_at_or_above(curve: RunCurves, target: float) -> int | None:
     """Cumulative sampled rollouts at the curve's first eval at or above ``target`` (None: never)."""
-    for rollouts, acc in zip(curve.eval_rollouts, curve.eval_accuracy):
-        if acc >= target - 1e-12:
-            return rollouts
-    return None
+    return first_reaching(curve.eval_rollouts, curve.eval_accuracy, target)
 
 
 @dataclass(frozen=True)
@@ -423,9 +423,9 @@ def versus(run: RunCurves, grpo: RunCurves, dapo: RunCurves | None = None, windo
     if window != 1:
         run, grpo = smoothed(run, window), smoothed(grpo, window)
         dapo = smoothed(dapo, window) if dapo is not None else None
-    if run.peak_accuracy is None or grpo.peak_accuracy is None:
+    target = target_accuracy(grpo.peak_accuracy, run.peak_accuracy)
+    if target is None:
         return Versus(run.run_id, run.seed, None, None, None, None)
-    target = min(grpo.peak_accuracy, run.peak_accuracy)
     return Versus(run.run_id, run.seed, target, first_at_or_above(run, target), first_at_or_above(grpo, target),
                   first_at_or_above(dapo, target) if dapo is not None else None)
 

@@ -1,6 +1,6 @@
-"""The fault-injection suite's summary for docs/RELIABILITY.md (issue 18). Run: ``make bench-faults`` or
+"""The fault-injection suite's summary for docs/RELIABILITY.md (issue 18). Run: ``make faults`` or
 
-    .venv/bin/python benchmarks/faults.py --write docs/RELIABILITY.md
+    .venv/bin/python reliability/faults.py --write docs/RELIABILITY.md
 
 Runs ``tests/integration/faults`` (real processes, real files, real DuckDB) through pytest with a JUnit report and
 counts, per file: cases tried, held (passed), and not held. Every case asserts that no step is lost or duplicated,
@@ -18,7 +18,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # _report.py: the docs sections
 from _report import machine, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ def run_suite(workers: int) -> tuple[list[dict], float]:
 
 def section(cases: list[dict], wall: float, cmd: str) -> str:
     lines = [
-        "## Fault-injection summary (`benchmarks/faults.py`)",
+        "## Fault-injection summary (`reliability/faults.py`)",
         "",
         f"Command: `{cmd}`. Machine: {machine()}. Wall time: {wall / 60:.1f} min.",
         "",
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", default=str(ROOT / "docs/RELIABILITY.md"), help="the Markdown file ('' = none)")
     args = ap.parse_args(argv)
     cases, wall = run_suite(args.workers)
-    body = section(cases, wall, f"python benchmarks/faults.py --workers {args.workers}")
+    body = section(cases, wall, f"python reliability/faults.py --workers {args.workers}")
     print(body)
     if args.write:
         write_section(Path(args.write), "faults-summary", body)

@@ -1,12 +1,12 @@
 """The rollout-efficiency study (issue 6): PC vs GRPO vs DAPO on the embedded default, seeds, table, plots.
 
-    make bench-efficiency-v1                                # the primary comparison, then its section of the docs
-    .venv/bin/python benchmarks/efficiency.py primary [--seeds 0 1 2] [--steps 200] [--workers 2]
-    .venv/bin/python benchmarks/efficiency.py ablate band   # paper band vs widened (real PC runs, the primary seeds)
-    .venv/bin/python benchmarks/efficiency.py ablate evict  # eviction on vs off (simulator; --engine real: PC runs)
-    .venv/bin/python benchmarks/efficiency.py ablate split  # pilot/commit split at n = 64 (simulator)
-    .venv/bin/python benchmarks/efficiency.py ablate thresholds   # p_upper, p_lower, p_solve (simulator)
-    .venv/bin/python benchmarks/efficiency.py report        # re-render every section from the store, no training
+    make study-efficiency-v1                              # the primary comparison, then its section of the docs
+    .venv/bin/python research/efficiency.py primary [--seeds 0 1 2] [--steps 200] [--workers 2]
+    .venv/bin/python research/efficiency.py ablate band   # paper band vs widened (real PC runs, the primary seeds)
+    .venv/bin/python research/efficiency.py ablate evict  # eviction on vs off (simulator; --engine real: PC runs)
+    .venv/bin/python research/efficiency.py ablate split  # pilot/commit split at n = 64 (simulator)
+    .venv/bin/python research/efficiency.py ablate thresholds   # p_upper, p_lower, p_solve (simulator)
+    .venv/bin/python research/efficiency.py report        # re-render every section from the store, no training
     .venv/bin/pilot-commit report --store benchmarks/out/efficiency.duckdb --family efficiency
 
 Design (the study's hygiene, issue 6 point 3):
@@ -33,10 +33,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# research/ is a package imported from the checkout (never by pc_pipelines); benchmarks/_report.py writes the docs
+# sections of benchmarks/, research/ and reliability/ alike.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _report import docs_link, machine, write_section
 
-from pc_pipelines import study
 from pc_pipelines.allocation import training_methods
 from pc_pipelines.reports import (
     METHOD_ORDER,
@@ -46,6 +48,7 @@ from pc_pipelines.reports import (
     summary_markdown,
 )
 from pc_pipelines.store import Store
+from research import study
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = "efficiency"
@@ -121,7 +124,7 @@ def cmd_primary(args: argparse.Namespace) -> int:
 
 def _publish_primary(args: argparse.Namespace, store: Store, jobs, wall_s: float | None) -> int:
     """Print the primary section and write it into ``--write`` (``wall_s`` None: re-rendered, nothing trained)."""
-    cmd = (f"python benchmarks/efficiency.py primary --seeds {' '.join(map(str, args.seeds))} --steps {args.steps} "
+    cmd = (f"python research/efficiency.py primary --seeds {' '.join(map(str, args.seeds))} --steps {args.steps} "
            f"--workers {args.workers}")
     body = primary_section(store, args.img_dir, jobs, cmd, wall_s)
     print(body)
@@ -202,7 +205,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         variants = {name: ([j.run_id for j in jobs if j.family == f"{ABLATE}/{_slug(name)}"] if ov else
                            [j.run_id for j in base if j.method == "pc"]) for name, ov in table.items()}
         baseline_family = FAMILY
-        cmd = f"python benchmarks/efficiency.py ablate {args.name} --seeds {' '.join(map(str, args.seeds))} --steps {args.steps}"
+        cmd = f"python research/efficiency.py ablate {args.name} --seeds {' '.join(map(str, args.seeds))} --steps {args.steps}"
     else:
         fam_base = "sim-ablate/base"  # shared by every simulator ablation of the same steps and seeds
         steps = args.sim_steps
@@ -217,7 +220,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         variants = {name: [j.run_id for j in jobs if j.family == f"sim-ablate-{args.name}/{_slug(name)}"]
                     for name in table}
         baseline_family = fam_base
-        cmd = (f"python benchmarks/efficiency.py ablate {args.name} --engine sim --sim-seeds "
+        cmd = (f"python research/efficiency.py ablate {args.name} --engine sim --sim-seeds "
                f"{' '.join(map(str, args.sim_seeds))} --sim-steps {steps}")
     wall = time.monotonic() - t0
     body = ablation_section(store, args.name, engine, variants, baseline_family, cmd, wall, Path(args.img_dir))

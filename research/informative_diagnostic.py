@@ -1,12 +1,12 @@
 """Issue 30 point 1: does held-out accuracy per step depend on the number of informative groups per step on `bench`?
 
-    .venv/bin/python benchmarks/informative_diagnostic.py --dry-run       # the planned runs and the time estimate
-    .venv/bin/python benchmarks/informative_diagnostic.py                 # every part, then the docs section (resumable)
-    .venv/bin/python benchmarks/informative_diagnostic.py grpo            # GRPO-64 at b_t 8 / 16 / 32 x lr x1 / x3
-    .venv/bin/python benchmarks/informative_diagnostic.py drop0           # GRPO-64 with zero-advantage groups dropped
-    .venv/bin/python benchmarks/informative_diagnostic.py pc              # our PC (the preset's) at b_t 16 x lr x1 / x3
-    .venv/bin/python benchmarks/informative_diagnostic.py report --plots  # re-render the section (and the PNG)
-    .venv/bin/python benchmarks/informative_diagnostic.py --smoke         # 2 steps at b_t 4, one seed, a temp store
+    .venv/bin/python research/informative_diagnostic.py --dry-run       # the planned runs and the time estimate
+    .venv/bin/python research/informative_diagnostic.py                 # every part, then the docs section (resumable)
+    .venv/bin/python research/informative_diagnostic.py grpo            # GRPO-64 at b_t 8 / 16 / 32 x lr x1 / x3
+    .venv/bin/python research/informative_diagnostic.py drop0           # GRPO-64 with zero-advantage groups dropped
+    .venv/bin/python research/informative_diagnostic.py pc              # our PC (the preset's) at b_t 16 x lr x1 / x3
+    .venv/bin/python research/informative_diagnostic.py report --plots  # re-render the section (and the PNG)
+    .venv/bin/python research/informative_diagnostic.py --smoke         # 2 steps at b_t 4, one seed, a temp store
 
 The hypothesis under test (issue 30): with token-mean loss and Adam, zero-advantage groups dilute the gradient's
 scale, which Adam normalizes away, so a step is limited by the learning rate, not by how much signal it carries.
@@ -58,12 +58,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# research/ is a package imported from the checkout (never by pc_pipelines); benchmarks/_report.py writes the docs
+# sections of benchmarks/, research/ and reliability/ alike.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _report import docs_link, machine, write_section
-from bench_study import running_spans, union_seconds
 
-from pc_pipelines import study
 from pc_pipelines.store import Store
+from research import study
+from research.bench_study import running_spans, union_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = "bench"
@@ -630,7 +633,7 @@ def section(rows: Sequence[Row], cmd: str, walls: dict[str, float | None], steps
         wall += (f" (an evaluation took {timing['eval_s']:.1f} s" + (f", a run's start {timing['start_s']:.0f} s"
                  if "start_s" in timing else "") + ", medians)")
     lines = [
-        "## Informative groups per step vs learning per step (`benchmarks/informative_diagnostic.py`, issue 30 point 1)",
+        "## Informative groups per step vs learning per step (`research/informative_diagnostic.py`, issue 30 point 1)",
         "",
         f"Command: `{cmd}`. Machine: {machine()}. Wall time per part (from the runs' step times): {wall}; 2 runs at "
         f"a time, each torch process on 1 thread. Store: `{store_path}`.",
@@ -733,11 +736,11 @@ def main(argv: list[str] | None = None) -> int:
                      for p in PARTS}
         walls = part_walls(store, {p: js for p, js in part_jobs.items() if js})
         png = plot(rows, Path(args.img_dir) / "informative_slope_vs_groups.png") if args.plots and rows else None
-        cmd = (f"python benchmarks/informative_diagnostic.py --steps {args.steps} --seeds "
+        cmd = (f"python research/informative_diagnostic.py --steps {args.steps} --seeds "
                f"{' '.join(map(str, args.seeds))}" + (" --plots" if args.plots else "")
                + (f" --fit-steps {args.fit_steps}" if args.fit_steps else ""))
         if args.smoke:
-            cmd = "python benchmarks/informative_diagnostic.py --smoke"
+            cmd = "python research/informative_diagnostic.py --smoke"
         timing = measured_timing(store, [r.run_id for r in rows])
         shown = Path(args.store).resolve()
         shown = shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown

@@ -1,4 +1,4 @@
-"""benchmarks/precision.py's pieces: its four runs and where two ledgers first part."""
+"""research/precision.py's pieces: its four runs and where two ledgers first part."""
 
 import importlib.util
 import sys
@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_precision():
-    spec = importlib.util.spec_from_file_location("precision_bench", ROOT / "benchmarks/precision.py")
+    spec = importlib.util.spec_from_file_location("precision_bench", ROOT / "research/precision.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("precision_bench", mod)
     spec.loader.exec_module(mod)

@@ -1,7 +1,7 @@
 """float32 vs float64 on the benchmark: does a seed give the same run under other CPU kernels, and at what cost?
 
-    .venv/bin/python benchmarks/precision.py             # GRPO, bench preset, seed 3, 60 steps: 4 runs, ~25 min
-    .venv/bin/python benchmarks/precision.py --steps 10  # a quick look
+    .venv/bin/python research/precision.py             # GRPO, bench preset, seed 3, 60 steps: 4 runs, ~25 min
+    .venv/bin/python research/precision.py --steps 10  # a quick look
 
 Four runs of one seed: {float32, float64} x {the machine's own kernels, ``ATEN_CPU_CAPABILITY=default`` (scalar)}.
 Per precision it reports the first step whose loss differs between the two kernel sets, the first step whose
@@ -18,11 +18,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# research/ is a package imported from the checkout (never by pc_pipelines); benchmarks/_report.py writes the docs
+# sections of benchmarks/, research/ and reliability/ alike.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _report import machine, write_section
 
-from pc_pipelines import study
 from pc_pipelines.store import Store
+from research import study
 
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES = ("float32", "float64")
@@ -98,7 +101,7 @@ def section(store: Store, out: Path, seed: int, steps: int, cmd: str) -> str:
         "SELECT run_id, json_extract_string(lineage_json, '$.cpu_capability') AS cap FROM runs WHERE family = 'precision'")}
     native = caps.get(f"precision-float32-native-s{seed}", "?")
     lines = [
-        "## float32 vs float64: the same run under other CPU kernels? (`benchmarks/precision.py`)", "",
+        "## float32 vs float64: the same run under other CPU kernels? (`research/precision.py`)", "",
         f"Command: `{cmd}`. Machine: {machine()}. GRPO on the `bench` preset, seed {seed}, {steps} steps, trained in "
         f"float32 and in float64 (`training.dtype`), each under this machine's kernels ({native}) and under "
         "`ATEN_CPU_CAPABILITY=default` (scalar).", "",
@@ -135,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     store = Store(args.store)
     study.run_jobs(jobs(args.seed, args.steps), store, args.out, workers=2, show_progress=not args.quiet)
     body = section(store, Path(args.out), args.seed, args.steps,
-                   f"python benchmarks/precision.py --steps {args.steps} --seed {args.seed}")
+                   f"python research/precision.py --steps {args.steps} --seed {args.seed}")
     print(body)
     if args.write:
         write_section(Path(args.write), "precision", body)

@@ -1,4 +1,4 @@
-"""`benchmarks/efficiency.py` as a user runs it: a tiny primary comparison (2 methods, 1 seed, 3 steps) through real
+"""`research/efficiency.py` as a user runs it: a tiny primary comparison (2 methods, 1 seed, 3 steps) through real
 `pilot-commit train` subprocesses into one store, its Markdown section and plots; then a simulator ablation."""
 
 import re
@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def bench(tmp_path, cache, *args):
-    cmd = [sys.executable, str(ROOT / "benchmarks/efficiency.py"), "--store", str(tmp_path / "eff.duckdb"),
+    cmd = [sys.executable, str(ROOT / "research/efficiency.py"), "--store", str(tmp_path / "eff.duckdb"),
            "--out", str(tmp_path / "runs"), "--img-dir", str(tmp_path / "img"), "--write", str(tmp_path / "B.md"),
            "--cache-dir", str(cache), "--quiet", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, check=False)

@@ -1,10 +1,10 @@
 """The rollout-efficiency study on the reproducible benchmark (issue 16 point 3): one command, three resumable parts.
 
-    make bench-efficiency                          # every part below, then the docs section (resumable)
-    .venv/bin/python benchmarks/bench_study.py tune      # GRPO at n = 16 / 32 / 64 on the tuning seeds 100, 101
-    .venv/bin/python benchmarks/bench_study.py main      # the reported seeds 8, 9, 10: every method and the ablation
-    .venv/bin/python benchmarks/bench_study.py repro     # GRPO-64 vs our PC again under the other CPU kernels
-    .venv/bin/python benchmarks/bench_study.py report    # re-render the section from the store, no training
+    make study-bench                                   # every part below, the docs section and the headline (resumable)
+    .venv/bin/python research/bench_study.py tune      # GRPO at n = 16 / 32 / 64 on the tuning seeds 100, 101
+    .venv/bin/python research/bench_study.py main      # the reported seeds 8, 9, 10: every method and the ablation
+    .venv/bin/python research/bench_study.py repro     # GRPO-64 vs our PC again under the other CPU kernels
+    .venv/bin/python research/bench_study.py report    # re-render the section from the store, no training
 
 Design (the study's hygiene):
 * every run resolves from the FROZEN ``bench`` preset (pc_pipelines/presets/bench.yaml: the regime calibrated on
@@ -41,12 +41,15 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# research/ is a package imported from the checkout (never by pc_pipelines); benchmarks/_report.py writes the docs
+# sections of benchmarks/, research/ and reliability/ alike.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _report import docs_link, machine, write_section
 
-from pc_pipelines import study
-from pc_pipelines.reports import STUDY_RESULTS, RunCurves, format_count, format_ratio
+from pc_pipelines.reports import RunCurves, format_count, format_ratio
 from pc_pipelines.store import Store
+from research import study
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = "bench"
@@ -182,8 +185,8 @@ def tune_section(store: Store, jobs: list[study.StudyJob], cmd: str, wall_s: flo
         ratio = ref.get(r.seed) / r.rollouts if ref.get(r.seed) and r.rollouts else None
         lines.append(f"| {r.n} | {r.seed} | {_acc(r.peak)} | {_acc(r.last)} | {_acc(r.target)} | "
                      f"{format_count(r.rollouts)} | {format_ratio(ratio)} |")
-    frozen = (f"Frozen: `GRPO_BEST_N = {GRPO_BEST_N}` (benchmarks/bench_study.py)." if GRPO_BEST_N is not None else
-              "Not frozen yet: set `GRPO_BEST_N` in benchmarks/bench_study.py to the choice before `main`.")
+    frozen = (f"Frozen: `GRPO_BEST_N = {GRPO_BEST_N}` (research/bench_study.py)." if GRPO_BEST_N is not None else
+              "Not frozen yet: set `GRPO_BEST_N` in research/bench_study.py to the choice before `main`.")
     lines += ["", f"Choice by the rule (lowest median rollouts to target, ties to the higher peak): **n = {best}**. "
               + frozen, ""]
     return "\n".join(lines), best
@@ -304,7 +307,7 @@ def study_section(store: Store, img_dir: Path, main: list[study.StudyJob], isa: 
     rep_lines, rep = repro_lines(store, main, isa, tuple(core_seeds))
     cfg = _preset()
     lines = [
-        "## The rollout-efficiency study on the benchmark (`benchmarks/bench_study.py`, issue 16)",
+        "## The rollout-efficiency study on the benchmark (`research/bench_study.py`, issue 16)",
         "",
         f"Command: `{cmd}` (or `make bench-efficiency`). Machine: {machine()}. Wall time per part: "
         + ", ".join(f"{k} {_wall(v)}" for k, v in walls.items()) +
@@ -458,8 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks/out/bench-runs"), help="run directories")
     ap.add_argument("--img-dir", default=str(ROOT / "docs/img/bench"), help="where the PNGs go")
     ap.add_argument("--write", default=str(ROOT / "docs/BENCHMARKS.md"), help="the Markdown file to update ('' = none)")
-    ap.add_argument("--results", default=str(STUDY_RESULTS),
-                    help="the headline numbers as JSON ('' = none; default the committed file `make demo` prints)")
+    ap.add_argument("--results", default="",
+                    help="write the headline numbers as JSON into this file (default: none). `make study-bench` names "
+                    "the package's data file pc_pipelines/presets/bench.results.json, the headline `make demo` prints")
     ap.add_argument("--cache-dir", help="the base policy cache (default: the shipped warm start)")
     ap.add_argument("--workers", type=int, default=2, help="runs at a time (default 2: one per core)")
     ap.add_argument("--steps", type=int, default=STEPS, help=f"steps per run (default {STEPS}, the frozen length)")
@@ -489,25 +493,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.part in ("all", "main"):
         if args.best_n is None:
             raise SystemExit("bench_study.py: GRPO's best group size is not frozen yet. Fix: run `bench_study.py tune`, "
-                             "read its choice, set GRPO_BEST_N in benchmarks/bench_study.py (or pass --best-n N).")
+                             "read its choice, set GRPO_BEST_N in research/bench_study.py (or pass --best-n N).")
         _run(main_, args)
     if args.part in ("all", "repro"):
         _run(isa, args)
     walls = {"tune": _walls(store, tune), "main": _walls(store, main_), "repro": _walls(store, isa)}
     common = f"--steps {args.steps} --seeds {' '.join(map(str, args.seeds))}" + (
         f" --primary-seeds {' '.join(map(str, args.primary_seeds))}" if args.primary_seeds else "")
-    tune_text, best = tune_section(store, tune, f"python benchmarks/bench_study.py tune --steps {args.steps} "
+    tune_text, best = tune_section(store, tune, f"python research/bench_study.py tune --steps {args.steps} "
                                    f"--tune-seeds {' '.join(map(str, args.tune_seeds))}", walls["tune"])
     if args.part == "tune" or args.best_n is None:
         print(tune_text)
         if args.best_n is None:
-            print(f"\nFreeze it: set GRPO_BEST_N = {best} in benchmarks/bench_study.py, then run `bench_study.py main`.")
+            print(f"\nFreeze it: set GRPO_BEST_N = {best} in research/bench_study.py, then run `bench_study.py main`.")
         elif best != args.best_n:
             print(f"\nThe rule picks n = {best} on these runs, but n = {args.best_n} is frozen: the study keeps the "
                   "frozen size (a choice is never re-made after the reported seeds ran).")
         return 0
     body, results = study_section(store, Path(args.img_dir), main_, isa, args.best_n,
-                                  f"python benchmarks/bench_study.py {common}", walls, tune_text,
+                                  f"python research/bench_study.py {common}", walls, tune_text,
                                   core_seeds=tuple(args.seeds))
     print(body)
     if args.write:
