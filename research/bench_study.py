@@ -406,7 +406,7 @@ def _run(jobs, args) -> float:
     return time.monotonic() - t0
 
 
-def _walls(store: Store, jobs: list[study.StudyJob]) -> float | None:
+def part_wall(store: Store, jobs: list[study.StudyJob]) -> float | None:
     """Wall seconds a part took as its runs recorded it: the union over its runs of the spans they were running
     (:func:`running_spans`, from each run's creation and its steps' write times), so a part finished in two
     invocations counts neither the time between them nor a run's own time dead between a kill and its resume."""
@@ -497,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         _run(main_, args)
     if args.part in ("all", "repro"):
         _run(isa, args)
-    walls = {"tune": _walls(store, tune), "main": _walls(store, main_), "repro": _walls(store, isa)}
+    walls = {"tune": part_wall(store, tune), "main": part_wall(store, main_), "repro": part_wall(store, isa)}
     common = f"--steps {args.steps} --seeds {' '.join(map(str, args.seeds))}" + (
         f" --primary-seeds {' '.join(map(str, args.primary_seeds))}" if args.primary_seeds else "")
     tune_text, best = tune_section(store, tune, f"python research/bench_study.py tune --steps {args.steps} "

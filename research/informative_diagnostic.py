@@ -66,7 +66,7 @@ from _report import docs_link, machine, write_section
 
 from pc_pipelines.store import Store
 from research import study
-from research.bench_study import running_spans, union_seconds
+from research.bench_study import part_wall
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = "bench"
@@ -581,21 +581,9 @@ def plot(rows: Sequence[Row], out: Path) -> Path:
 
 
 def part_walls(store: Store, jobs: dict[str, list[study.StudyJob]]) -> dict[str, float | None]:
-    """Wall seconds of each part as its runs recorded them (bench_study's rule: the union of the spans its runs
-    were running; a kill and resume between does not count)."""
-    if not Path(store.path).exists():
-        return {p: None for p in jobs}
-    ids = [j.run_id for js in jobs.values() for j in js]
-    created = {r["run_id"]: float(r["c"]) for r in store.query(
-        "SELECT run_id, epoch(created_at) AS c FROM runs WHERE list_contains(?, run_id)", [ids]) if r["c"] is not None}
-    writes: dict[str, list[float]] = {}
-    for r in store.query("SELECT run_id, epoch(written_at) AS w FROM steps WHERE list_contains(?, run_id) "
-                         "ORDER BY run_id, step", [ids]):
-        if r["w"] is not None:
-            writes.setdefault(r["run_id"], []).append(float(r["w"]))
-    return {p: union_seconds([sp for j in js if j.run_id in created
-                              for sp in running_spans(created[j.run_id], writes.get(j.run_id, []))])
-            for p, js in jobs.items()}
+    """Wall seconds of each part as its runs recorded them (bench_study's rule, :func:`part_wall`: the union of the
+    spans its runs were running; a kill and resume between does not count)."""
+    return {p: part_wall(store, js) for p, js in jobs.items()}
 
 
 def measured_timing(store: Store, run_ids: Sequence[str]) -> dict[str, float]:
