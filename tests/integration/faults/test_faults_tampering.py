@@ -29,48 +29,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fault_cli import cli, messages, no_traceback, run_row, steps_of, train
 
 from pc_pipelines.run.checkpoints import verify_checkpoint
 from pc_pipelines.store import Store
 
 pytestmark = [pytest.mark.integration]
-
-EXE = [sys.executable, "-m", "pc_pipelines.cli"]
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
-TRAIN = ["--set", "allocator.train_batch=8", "--set", "allocator.n=8", "--set", "allocator.n_pilot=2",
-         "--set", "allocator.pilot_wave=1", "--set", "allocator.commit_mean=6", "--set", "task.num_prompts=100",
-         "--set", "training.ppo_minibatch=4", "--set", "training.eval_every=2", "--set", "training.eval_samples=1",
-         "--set", "training.checkpoint_every=1", "--set", "training.keep_checkpoints=10"]
-
-
-def cli(*args, timeout=600, check_rc=None, stdin_text=None):
-    r = subprocess.run([*EXE, *args], capture_output=True, text=True, timeout=timeout, env=ENV, check=False,
-                       input=stdin_text)
-    if check_rc is not None:
-        assert r.returncode == check_rc, (r.returncode, r.stderr[-3000:])
-    return r
-
-
-def train(out: Path, name: str, policy: Path, steps: int, *extra: str, **kw):
-    return cli("train", "--method", "pc", "--steps", str(steps), "--out", str(out), "--run-name", name, "--policy",
-               str(policy), "--json", "--quiet", "--seed", "3", *TRAIN, *extra, **kw)
-
-
-def steps_of(store: Path, run: str) -> list[int]:
-    return [r["step"] for r in Store(store).query("SELECT step FROM steps WHERE run_id = ? ORDER BY step", [run])]
-
-
-def run_row(store: Path, run: str) -> dict | None:
-    return Store(store).get_run(run)
-
-
-def no_traceback(text: str) -> None:
-    assert "Traceback" not in text, text[-3000:]
-
-
-def messages(err: str) -> list[str]:
-    """stderr without transformers' own progress bars ("Loading weights", "Writing model shards")."""
-    return [ln for ln in err.splitlines() if ln.strip() and "%|" not in ln]
 
 
 class Payload:
