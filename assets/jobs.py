@@ -8,13 +8,14 @@ from typing import Literal
 from dagster import Config, Failure, OpExecutionContext, define_asset_job, job, op
 from pydantic import Field
 
-from pc_pipelines.allocation import check_config, training_methods
+from pc_pipelines.allocation import training_methods
 from pc_pipelines.config import parse_overrides, resolve
 from pc_pipelines.data.registry import EMBEDDED, TRAINING, auto_dataset, dataset_names, datasets, or_list
 from pc_pipelines.errors import ConfigError, RunError
-from pc_pipelines.run import prepare_run, task_for
-from pc_pipelines.segments import SegmentPlan, partition_key
-from pc_pipelines.store.names import RUN_ID_RULE, RunIdError, validate_run_id
+from pc_pipelines.run import task_for
+from pc_pipelines.run.segments import SegmentPlan, partition_key
+from pc_pipelines.run.start import check_trainable, start_training_run
+from pc_pipelines.store.names import RUN_ID_RULE, RunIdError, run_id_for
 from resources import CheckpointResource, DataResource, StoreResource
 
 from .evaluation import segment_eval
@@ -73,37 +74,33 @@ def register_training_run(
     data: DataResource,
 ) -> str:
     """Resolve the run's config, register it and its segment plan in the store, add its partitions."""
-    overrides = parse_overrides(config.overrides)
-    if overrides.get("training.keep_every", config.segment_steps) != config.segment_steps:
-        raise Failure(
-            f"overrides: training.keep_every={overrides['training.keep_every']!r} would be ignored: a segmented run "
-            f"keeps every segment boundary (keep_every = segment_steps = {config.segment_steps}). Fix: drop the "
-            "override, or change segment_steps."
-        )
-    overrides["training.keep_every"] = config.segment_steps
     try:
+        overrides = parse_overrides(config.overrides)
+        if overrides.get("training.keep_every", config.segment_steps) != config.segment_steps:
+            raise ConfigError(
+                f"overrides: training.keep_every={overrides['training.keep_every']!r} would be ignored: a segmented "
+                f"run keeps every segment boundary (keep_every = segment_steps = {config.segment_steps}). Fix: drop "
+                "the override, or change segment_steps."
+            )
+        overrides["training.keep_every"] = config.segment_steps
         cfg = resolve(config.preset, overrides, method=config.method, seed=config.seed, family=config.family)
-        check_config(cfg.allocator)  # the strategy names against their registries, before the warm start
-    except ConfigError as exc:  # the message names the setting and the fix: no traceback
+        # Before the warm start: a bad name fails in a second, naming the field (start_run checks both again).
+        check_trainable(cfg)
+        run_id_for(cfg.default_run_id(), config.run_name, field="start_run config run_name")
+    except (ConfigError, RunIdError) as exc:  # the message names the setting and the fix: no traceback
         raise Failure(f"configuration error: {exc}", allow_retries=False) from None
-    try:  # before the warm start: a bad name fails in a second, naming the field (the store checks it again)
-        validate_run_id(config.run_name if config.run_name is not None else cfg.default_run_id(),
-                        field="start_run config run_name" if config.run_name is not None
-                        else "default run id (from start_run config family)")
-    except RunIdError as exc:
-        raise Failure(str(exc)) from None
     plan = SegmentPlan(config.segment_steps, config.total_steps)
     choices = dataset_choices()
     if config.dataset not in choices:
         raise Failure(f"dataset {config.dataset!r} is not one of {choices}. Fix: pick one of them.")
     dataset = config.dataset if config.dataset != "auto" else auto_dataset(cfg.task is not None)
     try:
-        run = prepare_run(
+        run = start_training_run(
             cfg, checkpoints.runs_root(), config.run_name, policy_path=config.policy_path, cache_dir=config.cache_dir,
             progress=lambda s, loss: s % 200 == 0 and context.log.info("warm start SFT step %d loss %.4f", s, loss),
-            task=_task_for(dataset, cfg, data),
+            task=_task_for(dataset, cfg, data), run_name_field="start_run config run_name",
         )
-    except RunError as exc:
+    except (RunError, ConfigError) as exc:
         raise Failure(str(exc)) from exc
     run = replace(run, run_dir=checkpoints.run_dir(run.run_id), lineage={
         **run.lineage, "preset": config.preset, "overrides": config.overrides, "segment_steps": plan.segment_steps,

@@ -1,6 +1,7 @@
 """The ``advance_runs`` sensor: requests each active training run's next segment (``train_segment``) as soon as the
-previous one succeeded, and pauses a run after repeated failures. Its decisions are :func:`pc_pipelines.segments.decide`;
-this module reads the store, Dagster's run records and the runs' writer locks into the views it decides on.
+previous one succeeded, and pauses a run after repeated failures. Its decisions are
+:func:`pc_pipelines.run.segments.decide`; this module reads the store, Dagster's run records and the runs' writer locks
+into the views it decides on.
 
 **In flight.** A run is in flight, and the sensor requests nothing for it, while
 
@@ -31,7 +32,8 @@ from dagster import (
     sensor,
 )
 
-from pc_pipelines.segments import Action, RunView, SegmentError, SegmentView, decide, parse_partition_key
+from pc_pipelines.run.lifecycle import record_finished
+from pc_pipelines.run.segments import Action, RunView, SegmentError, SegmentView, decide, parse_partition_key
 from pc_pipelines.store import Store
 from pc_pipelines.store.runlock import live_writer
 from resources import StoreResource
@@ -155,7 +157,7 @@ def build_advance_runs_sensor(max_failures: int = 3, interval_s: int = 30, defau
                 events.append(AssetObservation(asset_key=training_segment.key, partition=d.partition_key,
                                                metadata={"paused": d.reason}))
             elif d.action is Action.FINISH:
-                st.set_status(d.run_id, "finished")
+                record_finished(st, d.run_id, complete=True)  # decide(): every segment is done
         for n in notes:
             context.log.info(n)
         if requests or events:

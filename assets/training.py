@@ -1,7 +1,7 @@
 """The ``training`` asset group: ``training_segment``, one segment of a training run per partition
 (``<run>/seg-NNNN``), trained from the previous segment's checkpoint through the compute resource.
 
-Thin: the segment arithmetic lives in :mod:`pc_pipelines.segments`, the training in
+Thin: the segment arithmetic lives in :mod:`pc_pipelines.run.segments`, the training in
 :func:`pc_pipelines.run.run_segment` (in process, or a launched process through the compute resource). The store's
 ``segments`` table is the run's plan and each segment's last outcome; Dagster's partitions mirror it. Partitions
 added by hand in the UI carry no config, so the assets refuse any key the store has no plan for.
@@ -23,7 +23,8 @@ from dagster import (
 from pc_pipelines.data.registry import TRAINING, datasets
 from pc_pipelines.errors import RunError
 from pc_pipelines.run import StepRecord, TrainingRun, list_checkpoints, load_training_run
-from pc_pipelines.segments import SegmentError, parse_partition_key, partition_key, resume_step
+from pc_pipelines.run.lifecycle import record_finished
+from pc_pipelines.run.segments import SegmentError, parse_partition_key, partition_key, resume_step
 from pc_pipelines.store import RunBusyError, Store, StoreError, hold_run
 from pc_pipelines.store.runlock import describe
 from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
@@ -95,8 +96,8 @@ def _refused(key: str, exc: RunBusyError, seg: dict) -> Failure:
 def _settle(st: Store, run_id: str, context: AssetExecutionContext) -> None:
     """A run whose segments are all done is finished, whatever the attempt that just ended did to its status (a
     failed re-materialization of a done segment sets it ``failed``)."""
-    if all(r["status"] == "done" for r in st.segments(run_id)) and (st.get_run(run_id) or {}).get("status") != "finished":
-        st.set_status(run_id, "finished")
+    was = (st.get_run(run_id) or {}).get("status")
+    if record_finished(st, run_id, complete=all(r["status"] == "done" for r in st.segments(run_id))) and was != "finished":
         context.log.info("run %s: every segment is done; finished", run_id)
 
 

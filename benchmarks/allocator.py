@@ -23,7 +23,7 @@ from _report import machine, write_section
 
 from pc_pipelines.allocation import METHODS, Allocator, AllocatorConfig
 from pc_pipelines.config import SimConfig
-from pc_pipelines.simulate import Simulation
+from pc_pipelines.simulator import Simulation
 
 
 def bookkeeping(method: str, steps: int, warmup: int = 20) -> dict:

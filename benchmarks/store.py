@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import machine, write_section
 
 from pc_pipelines.config import resolve
-from pc_pipelines.sim_runs import record_simulation
+from pc_pipelines.simulator import record_simulation
 from pc_pipelines.store import Store
 
 

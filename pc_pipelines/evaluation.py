@@ -1,7 +1,10 @@
 """Evaluation: mean@k accuracy of a policy on evaluation sets, graded by the same verifier as training.
 
+The one home of evaluation, below both its users: this module scores a policy (an engine) it is given; loading a
+run's saved checkpoint to score it is :mod:`pc_pipelines.run.checkpoint_eval`, in the run layer.
+
 One function (:func:`evaluate_sets`) serves the segment driver's periodic evaluation and the evaluation of a saved
-checkpoint (:func:`pc_pipelines.run.evaluate.evaluate_checkpoint`, the Dagster ``segment_eval`` asset). Both draw
+checkpoint (:func:`pc_pipelines.run.checkpoint_eval.evaluate_checkpoint`, the Dagster ``segment_eval`` asset). Both draw
 their samples with the seed :func:`eval_seed` derives from (run seed, step), so evaluating the same checkpoint
 twice gives the same numbers: a segment's last step scores what the driver's own evaluation there gave.
 """

@@ -218,7 +218,7 @@ def simulate_jobs(jobs: Sequence[StudyJob], store: Store, show_progress: bool = 
     from tqdm.auto import tqdm
 
     from pc_pipelines.config import parse_overrides, resolve
-    from pc_pipelines.sim_runs import record_simulation
+    from pc_pipelines.simulator import record_simulation
 
     store.init(vacuum=False)
     done = {j.run_id for j in jobs if _done_steps(store, j.run_id) >= j.steps}  # a re-run reuses finished runs

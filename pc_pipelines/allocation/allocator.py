@@ -15,9 +15,9 @@ a step only the parts of it the step changes. Prompts are integer ids ``0 .. M-1
 dataset rows). Requests may carry any ``n`` and a ``wave`` number, and a method may issue any number of calls per
 round, so strategies with per-prompt rollout counts and multi-wave pilots fit without changing the interface.
 
-State (step counter, rollout-id counter, stream position, evictions, buffer, tie-break generator, method
-state) round-trips through :meth:`Allocator.state_dict` as plain JSON between steps; a step is atomic from the
-checkpoint's point of view (a crash mid-step replays the step from the last checkpoint).
+State (step counter, rollout-id counter, stream position, evictions and un-evictions, buffer, tie-break generator,
+method state, which holds the strategies' own, e.g. the easy pool) round-trips through :meth:`Allocator.state_dict`
+as plain JSON between steps; a step is atomic from the checkpoint's point of view (a crash mid-step replays the step from the last checkpoint).
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ in ``buffer.py``'s docstring.
 
 Departures from the paper's recipe, all deliberate (docs/DESIGN.md section 3): shortfall never raises (verl's DAPO
 does): at ``max_rounds`` the step trains on what it has and is flagged; a step with zero groups still advances
-the step counter so buffer ages advance. A pool exhausted by eviction ends the step early (also a shortfall).
+the step counter so buffer ages advance. A pool exhausted by eviction ends the step early (also a shortfall;
+``easy_pool`` eviction then draws its pilots back from the easy pool, ``strategies.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .strategies import (
     STRATEGY_KINDS,
     BandStrategy,
     CommitStrategy,
+    EvictionStrategy,
     PilotStrategy,
     SamplingStrategy,
     Strategy,
@@ -153,7 +155,8 @@ class DAPO(AllocationMethod):
 
 @register_method("pc")
 class PilotCommit(AllocationMethod):
-    """Pilot-Commit with its four strategies (band, sampling, pilot waves, commit sizes; the paper's by default).
+    """Pilot-Commit with its five strategies (band, sampling, pilot waves, commit sizes, eviction; the paper's by
+    default).
 
     A round with binding on is one engine call holding the commits of buffered prompts and the FIRST pilot wave
     of fresh prompts; with sequential pilots a second call in the same round samples the later wave for the
@@ -185,6 +188,7 @@ class PilotCommit(AllocationMethod):
         self.sampling: SamplingStrategy = self.strategies["sampling"]  # type: ignore[assignment]
         self.pilot: PilotStrategy = self.strategies["pilot"]  # type: ignore[assignment]
         self.commit: CommitStrategy = self.strategies["commit"]  # type: ignore[assignment]
+        self.eviction: EvictionStrategy = self.strategies["eviction"]  # type: ignore[assignment]
 
     def band(self) -> tuple[float, float]:
         return (self.config.p_lower, self.config.p_upper)
@@ -209,10 +213,12 @@ class PilotCommit(AllocationMethod):
         parts: list[tuple[CallResult, np.ndarray]],
         epochs: np.ndarray,
         need: int,
+        returned: np.ndarray,
     ) -> int:
         """Band and eviction for pilots whose waves are done (two independent decisions, docs/DESIGN.md section 3).
 
-        ``parts`` holds (result, rows) per wave, row-aligned; returns how many were kept.
+        ``parts`` holds (result, rows) per wave, row-aligned; ``epochs`` and ``returned`` (back from the easy pool)
+        align with the rows; returns how many were kept.
         """
         cfg = self.config
         last, rows = parts[-1]
@@ -226,6 +232,7 @@ class PilotCommit(AllocationMethod):
         evicted = (p_hat >= cfg.p_solve - _EPS) if cfg.evict else np.zeros(rows.shape[0], bool)
         ctx.admit(last, rows[kept], [(r, w[kept]) for r, w in parts[:-1]])
         ctx.evict(last, rows[evicted], epochs[evicted])
+        self.eviction.settle(ctx, last, rows, epochs, evicted, returned)
         ctx.record(
             prompt_id=last.call.prompt_ids[rows],
             call=last.call,
@@ -237,6 +244,7 @@ class PilotCommit(AllocationMethod):
             lag=None,
             wave=last.call.waves[rows],
             rule=np.where(widened, Rule.ADAPTIVE_BAND, Rule.BAND),
+            returned=returned,
         )
         led = ctx.ledger
         led.widened += int(widened.sum())
@@ -244,28 +252,33 @@ class PilotCommit(AllocationMethod):
         return int(kept.sum())
 
     def finish_pilots(
-        self, ctx: StepContext, first: CallResult, rows: np.ndarray, epochs: np.ndarray, need: int
+        self, ctx: StepContext, first: CallResult, rows: np.ndarray, epochs: np.ndarray, need: int,
+        returned: np.ndarray,
     ) -> StepPlan:
-        """Given the first wave (``rows`` of ``first``): decide early, sample the later wave, screen, learn."""
+        """Given the first wave (``rows`` of ``first``): decide early, sample the later wave, screen, learn.
+        ``epochs`` and ``returned`` align with ``rows`` (as the eviction strategy's ``draw`` gave them)."""
         waves = self.pilot.waves()
         if rows.shape[0] == 0:
             return
         if len(waves) == 1:
-            kept = self.screen(ctx, [(first, rows)], epochs, need)
+            kept = self.screen(ctx, [(first, rows)], epochs, need, returned)
         else:
             early = self.pilot.decided_early(first.mean[rows], first.min[rows], first.max[rows])
             e_rows = rows[early]
             if e_rows.shape[0]:
                 mean = first.mean[e_rows]
                 decision = np.where(mean > 0.5, Decision.SKIPPED_EASY, Decision.DEFERRED_HARD).astype(np.int8)
-                ctx.observe(first, e_rows, decision, rule=Rule.EARLY_WAVE)
+                ctx.observe(first, e_rows, decision, rule=Rule.EARLY_WAVE, returned=returned[early])
+                self.eviction.settle(ctx, first, e_rows, epochs[early], np.zeros(e_rows.shape[0], bool),
+                                     returned[early])
                 ctx.ledger.early_decided += int(e_rows.shape[0])
                 ctx.ledger.pilot_rollouts_saved += int(e_rows.shape[0]) * sum(waves[1:])
             u_rows = rows[~early]
             kept = 0
             if u_rows.shape[0]:
                 second = yield ctx.make_call([(first.call.prompt_ids[u_rows], waves[1], Stage.PILOT)], wave=1)
-                kept = self.screen(ctx, [(first, u_rows), (second, np.arange(len(second)))], epochs[~early], need)
+                kept = self.screen(ctx, [(first, u_rows), (second, np.arange(len(second)))], epochs[~early], need,
+                                   returned[~early])
         self.sampling.update(int(rows.shape[0]), kept)
 
     def plan_step(self, ctx):
@@ -276,7 +289,7 @@ class PilotCommit(AllocationMethod):
             if cfg.binding:
                 commits = ctx.pop_buffer(cfg.train_batch - committed)
                 need = self.pilot_need(ctx, committed + len(commits))
-                pilot_ids, pilot_epochs = ctx.draw(self.sampling.pilots(need))
+                pilot_ids, pilot_epochs, pilot_returned = self.eviction.draw(ctx, self.sampling.pilots(need))
                 if not commits and pilot_ids.shape[0] == 0:
                     break  # empty buffer and a fully evicted pool: nothing can fill the batch
                 ctx.begin_round()
@@ -287,14 +300,16 @@ class PilotCommit(AllocationMethod):
                     ]
                 )
                 ctx.train_commits(result, np.arange(len(commits)), commits)
-                yield from self.finish_pilots(ctx, result, np.arange(len(commits), len(result)), pilot_epochs, need)
+                yield from self.finish_pilots(ctx, result, np.arange(len(commits), len(result)), pilot_epochs, need,
+                                              pilot_returned)
             else:
                 need = self.pilot_need(ctx, committed + min(ctx.buffered(), cfg.train_batch - committed))
-                pilot_ids, pilot_epochs = ctx.draw(self.sampling.pilots(need))
+                pilot_ids, pilot_epochs, pilot_returned = self.eviction.draw(ctx, self.sampling.pilots(need))
                 if pilot_ids.shape[0]:
                     ctx.begin_round()
                     result = yield ctx.make_call([(pilot_ids, first_wave, Stage.PILOT)])
-                    yield from self.finish_pilots(ctx, result, np.arange(len(result)), pilot_epochs, need)
+                    yield from self.finish_pilots(ctx, result, np.arange(len(result)), pilot_epochs, need,
+                                                  pilot_returned)
                 commits = ctx.pop_buffer(cfg.train_batch - committed)
                 if not commits and pilot_ids.shape[0] == 0:
                     break
@@ -315,7 +330,7 @@ class Oracle(AllocationMethod):
 
     It spends nothing on finding informative prompts, so it is the limit any allocator can reach (the gap to it is
     PC's overhead). Only the simulator knows true pass rates: it sets :attr:`pass_rates`
-    (:class:`pc_pipelines.simulate.Simulation`); the real loop has no oracle."""
+    (:class:`pc_pipelines.simulator.Simulation`); the real loop has no oracle."""
 
     simulator_only = True
 

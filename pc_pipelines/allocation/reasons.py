@@ -1,6 +1,7 @@
 """Why each observed group got its decision, in words: one table of templates, rendered two ways.
 
-The record is the columns (``decision``, ``stage``, ``rule``, ``n``, ``p_hat``, ``lag``, ``evicted`` and the step's band);
+The record is the columns (``decision``, ``stage``, ``rule``, ``n``, ``p_hat``, ``lag``, ``evicted``, ``returned`` and
+the step's band);
 the reason is text computed from them on demand, in Python by :func:`observation_reason` and in SQL by the store's
 ``decision_reasons`` view. Both come from ``REASONS`` below (``render`` and ``reason_sql``), so a wording change is
 made once and the two cannot drift; ``tests/integration/store/test_store_reasons.py`` checks them row for row.
@@ -9,7 +10,9 @@ The first template whose ``decision`` / ``stage`` / ``rule`` all match (``None``
 example: a PC pilot with 4 rollouts, all correct, decided by the first sequential wave, is
 ``(SKIPPED_EASY, PILOT, EARLY_WAVE)``; the first template (``rule=EARLY_WAVE``) matches, giving
 ``first pilot wave all correct (4 rollouts): p_hat=1.000 outside the band, decided without the second wave``; if the
-prompt was also evicted, ``; evicted: p_hat=1.000 reached p_solve`` follows.
+prompt was also evicted, ``; evicted: p_hat=1.000 reached p_solve`` follows. A prompt back from the easy pool
+(``returned``, ``easy_pool`` eviction) has ``returned from the easy pool; `` in front, and when it was not solved again
+``; not solved again: back in the stream from the next epoch`` at the end (where ``; evicted: ...`` would be).
 
 Fields a template may use, each with the one format spec it is written with (Python ``str.format`` and DuckDB
 ``printf`` agree on these): ``p_hat`` (``.3f``), ``band_lower`` / ``band_upper`` (``.4g``), ``n`` and ``lag``
@@ -66,6 +69,10 @@ REASONS: tuple[ReasonTemplate, ...] = (
 )
 EVICTED = "; evicted: p_hat={p_hat:.3f} reached p_solve"
 """Appended to the reason of a group whose prompt was evicted (marked solved) by it."""
+RETURNED = "returned from the easy pool; "
+"""Put in front of the reason of a pilot whose prompt came back from the easy pool (``easy_pool`` eviction)."""
+REJOINED = "; not solved again: back in the stream from the next epoch"
+"""Appended (instead of ``EVICTED``) to the reason of a returned prompt whose pilot did not reach p_solve again."""
 
 
 def template_for(decision: Decision, stage: Stage, rule: Rule) -> ReasonTemplate:
@@ -78,13 +85,17 @@ def template_for(decision: Decision, stage: Stage, rule: Rule) -> ReasonTemplate
 
 
 def render(decision: Decision, stage: Stage, rule: Rule, *, p_hat: float, n: int, lag: int,
-           band_lower: float | None, band_upper: float | None, evicted: bool) -> str:
+           band_lower: float | None, band_upper: float | None, evicted: bool, returned: bool = False) -> str:
     """The reason in Python (``Observations.reason``). The band is None on GRPO / DAPO steps (no template of
     theirs uses it)."""
     values = {"p_hat": float(p_hat), "n": int(n), "lag": int(lag), "band_lower": band_lower,
               "band_upper": band_upper, "outcome": "correct" if p_hat > 0.5 else "wrong"}
     text = template_for(decision, stage, rule).text.format(**values)
-    return text + EVICTED.format(**values) if evicted else text
+    if returned:
+        text = RETURNED + text
+    if evicted:
+        return text + EVICTED.format(**values)
+    return text + REJOINED if returned else text
 
 
 def observation_reason(obs: Observations, i: int, band_lower: float, band_upper: float) -> str:
@@ -92,7 +103,7 @@ def observation_reason(obs: Observations, i: int, band_lower: float, band_upper:
     ledger's)."""
     return render(Decision(int(obs.decision[i])), Stage(int(obs.stage[i])), Rule(int(obs.rule[i])),
                   p_hat=float(obs.p_hat[i]), n=int(obs.n[i]), lag=int(obs.lag[i]), band_lower=band_lower,
-                  band_upper=band_upper, evicted=bool(obs.evicted[i]))
+                  band_upper=band_upper, evicted=bool(obs.evicted[i]), returned=bool(obs.returned[i]))
 
 
 def _quote(text: str) -> str:
@@ -118,10 +129,11 @@ def _sql_text(template: str, columns: Mapping[str, str]) -> str:
     return f"printf({', '.join([_quote(''.join(fmt)), *args])})"
 
 
-def reason_sql(*, decision: str, stage: str, rule: str, evicted: str, columns: Mapping[str, str]) -> str:
+def reason_sql(*, decision: str, stage: str, rule: str, evicted: str, columns: Mapping[str, str],
+               returned: str = "false") -> str:
     """The reason as one SQL expression. ``decision`` / ``stage`` / ``rule`` are expressions holding the labels the
-    store writes (``Decision.label``, ...; ``rule`` must not be NULL), ``evicted`` a boolean one, and ``columns``
-    maps each of ``COLUMNS`` to its expression."""
+    store writes (``Decision.label``, ...; ``rule`` must not be NULL), ``evicted`` and ``returned`` boolean ones
+    (``returned`` must not be NULL), and ``columns`` maps each of ``COLUMNS`` to its expression."""
     missing = [c for c in COLUMNS if c not in columns]
     if missing:
         raise ValueError(f"reason_sql: no SQL expression for {missing}")
@@ -131,4 +143,6 @@ def reason_sql(*, decision: str, stage: str, rule: str, evicted: str, columns: M
         parts = [f"{conds[k]} = '{getattr(t, k).label}'" for k in conds if getattr(t, k) is not None]
         whens.append(f"WHEN {' AND '.join(parts) or 'true'} THEN {_sql_text(t.text, columns)}")
     case = "CASE " + " ".join(whens) + " END"
-    return f"{case} || CASE WHEN {evicted} THEN {_sql_text(EVICTED, columns)} ELSE '' END"
+    return (f"CASE WHEN {returned} THEN {_sql_text(RETURNED, columns)} ELSE '' END || {case} || "
+            f"CASE WHEN {evicted} THEN {_sql_text(EVICTED, columns)} "
+            f"WHEN {returned} THEN {_sql_text(REJOINED, columns)} ELSE '' END")

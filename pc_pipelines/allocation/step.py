@@ -21,9 +21,11 @@ draw fresh prompts           ``ctx.draw(k)``: the stream's next ``k`` prompts an
 call the engine              ``ctx.begin_round()``, then ``result = yield ctx.make_call(parts, wave)``
 train                        ``ctx.train_full`` (GRPO / DAPO groups), ``ctx.train_commits`` (PC: pilot + commit)
 push to / pop the buffer     ``ctx.admit`` (pilot survivors into R), ``ctx.pop_buffer(k)`` (entries to commit)
-evict                        ``ctx.evict``: solved prompts leave the stream from the next epoch
+evict                        ``ctx.evict``: solved prompts leave the stream from the next epoch; ``ctx.unevict``:
+                             prompts back from the easy pool, not solved again, rejoin it (``ctx.epoch``: where it is)
 record observations          ``ctx.observe`` (rows of one call), ``ctx.record`` (rows pooled over pilot waves)
-count what only it knows     ``ctx.ledger`` (DAPO's informative groups, PC's widened band, early decisions, survival)
+count what only it knows     ``ctx.ledger`` (DAPO's informative groups, PC's widened band, early decisions, survival,
+                             returns from the easy pool)
 finish                       return: the session closes the step (buffer expiry, ledger totals, the outcome)
 ==========================  =========================================================================================
 """
@@ -144,8 +146,8 @@ class StepContext:
 
     Read: :attr:`config`, :attr:`step`, :attr:`rounds`, :meth:`buffered`. Do: :meth:`draw`, :meth:`begin_round`,
     :meth:`make_call`, :meth:`train_full`, :meth:`train_commits`, :meth:`admit`, :meth:`pop_buffer`, :meth:`evict`,
-    :meth:`observe`, :meth:`record`. Count: :attr:`ledger` (a method adds only counters the context cannot see; the
-    context fills every other one). Everything else is the session's (:class:`StepSession`).
+    :meth:`unevict`, :meth:`observe`, :meth:`record`. Count: :attr:`ledger` (a method adds only counters the context
+    cannot see; the context fills every other one). Everything else is the session's (:class:`StepSession`).
 
     The allocator hands it the state a step changes (``stream``, ``buffer``, ``selection`` with ``rng``, ``ids``);
     nothing else of the allocator is reachable from here.
@@ -196,6 +198,11 @@ class StepContext:
         """How many entries the replay buffer R holds now (after this step's pops and admissions so far)."""
         return len(self._buffer)
 
+    @property
+    def epoch(self) -> int:
+        """The prompt stream's current epoch (where the next :meth:`draw` starts)."""
+        return self._stream.epoch
+
     # ---- drawing prompts and calling the engine ----------------------------------------------------------------
     def begin_round(self) -> None:
         """Count a generation round. Methods call it just before the round's first engine call, never for a
@@ -245,6 +252,7 @@ class StepContext:
         evicted: np.ndarray | None = None,
         lag: np.ndarray | None = None,
         rule: Rule | np.ndarray = Rule.NONE,
+        returned: np.ndarray | None = None,
     ) -> None:
         """Record one row per request in ``rows`` of one call (columnar) and count the decisions."""
         k = rows.shape[0]
@@ -262,6 +270,7 @@ class StepContext:
             lag=lag,
             wave=call.waves[rows],
             rule=rule,
+            returned=returned,
         )
 
     def record(
@@ -276,8 +285,10 @@ class StepContext:
         lag: np.ndarray | None,
         wave: np.ndarray,
         rule: Rule | np.ndarray,
+        returned: np.ndarray | None = None,
     ) -> None:
-        """Append observation rows (``call`` is the last call the rows' rollouts came from) and count decisions."""
+        """Append observation rows (``call`` is the last call the rows' rollouts came from) and count decisions.
+        ``returned`` (default none): rows whose prompt came back from the easy pool."""
         k = prompt_id.shape[0]
         if k == 0:
             return
@@ -294,6 +305,7 @@ class StepContext:
                 lag=np.zeros(k, np.int32) if lag is None else lag.astype(np.int32),
                 wave=np.asarray(wave).astype(np.int16),
                 rule=np.broadcast_to(np.asarray(rule, np.int8), (k,)).copy(),
+                returned=np.zeros(k, bool) if returned is None else np.asarray(returned, bool),
             )
         )
         counts = np.bincount(decision, minlength=len(Decision))
@@ -416,6 +428,13 @@ class StepContext:
         self._stream.evict(ids, epochs)
         self._evicted.extend(ids.tolist())
         self.ledger.evicted += int(rows.shape[0])
+
+    def unevict(self, result: CallResult, rows: np.ndarray, epochs: np.ndarray) -> None:
+        """Take back the eviction of the prompts of ``rows`` of ``result`` (drawn back from the easy pool, not
+        solved again): each rejoins the stream from the epoch after the one it was drawn in (``epochs``)."""
+        if rows.shape[0] == 0:
+            return
+        self._stream.unevict(result.call.prompt_ids[rows], epochs)
 
     # ---- the session's -----------------------------------------------------------------------------------------
     def _account(self, result: CallResult) -> None:

@@ -152,7 +152,9 @@ class Observations:
     """Per-group observations of one step, as columns (one row per observed request or trained group).
 
     This is what the store's ``prompt_observations`` table receives. ``decision`` and ``evicted`` are separate
-    columns because they are separate decisions: a kept prompt can also be marked for eviction.
+    columns because they are separate decisions: a kept prompt can also be marked for eviction. ``returned`` marks a
+    pilot row whose prompt came back from the easy pool (``easy_pool`` eviction): ``evicted`` then says whether it was
+    solved again (back to the pool) or not (back in the stream from the next epoch).
     """
 
     prompt_id: np.ndarray  # int64
@@ -166,6 +168,7 @@ class Observations:
     lag: np.ndarray  # int32: for TRAINED rows, trained step - born; else 0
     wave: np.ndarray  # int16: the last pilot wave the row's rollouts came from (0 = first; sequential pilots)
     rule: np.ndarray  # int8 Rule: which rule took the decision
+    returned: np.ndarray  # bool: a solved prompt drawn back from the easy pool (pilot rows only)
 
     def __len__(self) -> int:
         return int(self.prompt_id.shape[0])
@@ -194,6 +197,7 @@ class Observations:
             lag=np.zeros(0, np.int32),
             wave=np.zeros(0, np.int16),
             rule=np.zeros(0, np.int8),
+            returned=np.zeros(0, bool),
         )
 
 
@@ -228,6 +232,7 @@ class StepLedger:
     early_decided: int = 0  # PC sequential pilots: prompts decided by their first wave
     pilot_rollouts_saved: int = 0  # PC sequential pilots: later-wave rollouts not sampled thanks to early decisions
     survival: float | None = None  # PC survival sampling: the survival estimate after the step
+    returned: int = 0  # PC easy_pool eviction: solved prompts drawn back from the easy pool for pilots this step
     mean_reward_std: float = 0.0  # mean over trained groups of the group's reward std
     informative_share: float = 0.0  # share of trained groups whose rewards are not all equal
     mean_lag: float = 0.0

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import ConfigError
-from ..stopping import StopRequested
+from ..run.stopping import StopRequested
 from ..store import RunBusyError, StoreError
 from ..store.names import RunIdError
 from . import preset_commands, segment, simulate_commands, store_commands, train

@@ -18,7 +18,7 @@ import textwrap
 from ..allocation import METHODS, SELECTION_STRATEGIES, check_config
 from ..config import ALL_SECTIONS, RunConfig, parse_overrides, resolve
 from ..errors import ConfigError, brief
-from ..store.names import RunIdError, validate_run_id
+from ..store.names import RunIdError, run_id_for, validate_run_id
 
 
 def progress_bar(total: int, desc: str, enabled: bool):
@@ -222,15 +222,13 @@ def run_config(args: argparse.Namespace, method: str | None = None, pc_only_to_p
 
 
 def run_id_of(cfg: RunConfig, run_name: str | None) -> str:
-    """The run's id: ``--run-name`` (checked by :func:`run_name_arg`), else the default
-    ``<family>-<method>-s<seed>-<hash>``, checked here so a family the id cannot carry (a space, a '/') is refused
-    as a configuration error before any store or run directory is opened."""
-    if run_name:
-        return run_name
+    """The run's id by the one rule (:func:`~pc_pipelines.store.names.run_id_for`): ``--run-name`` (already checked
+    by :func:`run_name_arg`), else the default ``<family>-<method>-s<seed>-<hash>``, checked here so a family the id
+    cannot carry (a space, a '/') is refused as a configuration error before any store or run directory is opened."""
     try:
-        return validate_run_id(cfg.default_run_id(), field="the default run id (<family>-<method>-s<seed>-<hash>)")
+        return run_id_for(cfg.default_run_id(), run_name or None)
     except RunIdError as exc:
-        raise ConfigError(f"{exc} Or name the run with --run-name.") from None
+        raise ConfigError(str(exc)) from None
 
 
 def run_name_arg(value: str) -> str:

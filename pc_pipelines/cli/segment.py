@@ -41,7 +41,7 @@ from ..data.registry import TRAINING, datasets
 from ..errors import RunError
 from ..rollout import DEFAULT_ENGINE, ENGINES, EngineFactory, engine_names, get_engine
 from ..run import SegmentResult, StepRecord, TrainingRun, evaluate_checkpoint, load_training_run, run_segment
-from ..stopping import StopRequested, stop_on_signals
+from ..run.stopping import StopRequested, stop_on_signals
 from ..store import Store, StoreError, hold_run
 
 

@@ -15,8 +15,8 @@ import numpy as np
 from ..allocation import METHODS
 from ..config import RunConfig, parse_overrides
 from ..errors import ConfigError
-from ..simulate import SimStep, Simulation
-from ..stopping import StopFlag, StopRequested, run_outcome, stop_on_signals
+from ..run.stopping import StopFlag, StopRequested, run_outcome, stop_on_signals
+from ..simulator import SimStep, Simulation, record_simulation
 from ..store import Store
 from ..store.rollouts_to_target import first_reaching, target_accuracy
 from .args import add_config_args, int_arg, progress_bar, run_config, run_id_of, run_name_arg
@@ -52,8 +52,6 @@ def _sim_steps(cfg: RunConfig, steps: int, store: str | None, run_id: str | None
     comes before any output."""
     if not store:
         return _stoppable(Simulation(cfg.allocator, cfg.sim).run(steps), stop)
-    from ..sim_runs import record_simulation
-
     target = Store(store)
     target.check_path(read_only=False)  # /dev/null, a directory, a name too long: refused before anything is made
     recorded = record_simulation(cfg, target, steps, run_id=run_id, overwrite=overwrite, stop=stop)

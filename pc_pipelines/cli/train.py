@@ -18,7 +18,6 @@ import logging
 import sys
 from pathlib import Path
 
-from ..allocation import training_methods
 from ..errors import ConfigError
 from .args import add_config_args, int_arg, progress_bar, run_config, run_id_of, run_name_arg
 
@@ -83,7 +82,7 @@ def cmd_base_policy(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ..errors import RunError
-    from ..stopping import StopRequested, run_outcome, stop_on_signals
+    from ..run.stopping import StopRequested, run_outcome, stop_on_signals
 
     run_name = args.run_name or "the run"
     with stop_on_signals() as stop:
@@ -104,7 +103,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, stop) -> int:
-    from ..run import latest_checkpoint, prepare_run, run_segment
+    from ..run import latest_checkpoint, run_segment
+    from ..run.lifecycle import record_finished
+    from ..run.start import check_trainable, start_training_run
     from ..store import Store, hold_run
 
     if args.steps < 1:
@@ -113,9 +114,7 @@ def _train(args: argparse.Namespace, stop) -> int:
         raise ConfigError("--resume and --overwrite contradict each other. Fix: --resume continues the run, "
                           "--overwrite deletes it and starts over; pass one.")
     cfg = run_config(args)  # --method, else --set allocator.method, else the preset's
-    if cfg.method not in training_methods():
-        raise ConfigError(f"method {cfg.method} is simulator-only. Fix: real training runs one of "
-                          f"{', '.join(training_methods())}.")
+    check_trainable(cfg)  # a simulator-only method: refused before the store is looked at
     out = Path(args.out)
     store = Store(args.store or out / "pc.duckdb")
     run_id_of(cfg, args.run_name)  # a family the default run id cannot carry: refused before anything is written
@@ -123,8 +122,8 @@ def _train(args: argparse.Namespace, stop) -> int:
     show = not args.quiet and not args.json
     progress = _SFTProgress(cfg.policy.sft_steps if cfg.policy else 0, show)
     try:
-        run = prepare_run(cfg, out, run_name=args.run_name, policy_path=args.policy, cache_dir=args.cache_dir,
-                          progress=progress)
+        run = start_training_run(cfg, out, args.run_name, policy_path=args.policy, cache_dir=args.cache_dir,
+                                 progress=progress)
     finally:
         progress.close()
     args.run_name = run.run_id
@@ -149,8 +148,7 @@ def _train(args: argparse.Namespace, stop) -> int:
         if args.resume and res.steps_run == 0:
             sys.stderr.write(f"run {run.run_id} already has {res.last_step + 1} steps (>= --steps {args.steps}); "
                              "nothing to do.\n")
-        if res.last_step + 1 >= args.steps:
-            store.set_status(run.run_id, "finished")
+        record_finished(store, run.run_id, complete=res.last_step + 1 >= args.steps)
     if args.json:
         return 0
     curve = store.query(

@@ -14,8 +14,8 @@ from typing import Any
 
 from ..errors import ConfigError, check_finite, field_error
 
-STRATEGY_KINDS = ("band", "sampling", "pilot", "commit")
-"""PC's four decisions; each has a ``<kind>_strategy`` field naming a registered strategy."""
+STRATEGY_KINDS = ("band", "sampling", "pilot", "commit", "eviction")
+"""PC's five decisions; each has a ``<kind>_strategy`` field naming a registered strategy."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,12 @@ class AllocatorConfig:
     """``variance`` commits: fewest commit rollouts a kept prompt gets (>= 1)."""
     commit_max: int | None = None
     """``variance`` commits: most commit rollouts a kept prompt gets. None: twice commit_mean."""
+    eviction_strategy: str = "strict"
+    """PC eviction: ``strict`` (the paper's: a solved prompt never returns) or ``easy_pool`` (solved prompts wait in
+    an easy pool and come back as a bounded share of the pilots, and all of them once the stream has none left)."""
+    return_share: float = 0.125
+    """``easy_pool`` eviction: the share of each round's pilot draw taken from the easy pool (0 < share <= 1), kept
+    exact over rounds by a carried fractional credit; only prompts solved in an earlier epoch return, oldest first."""
 
     # ---- derived numbers -------------------------------------------------------------------------------
     @property
@@ -94,7 +100,7 @@ class AllocatorConfig:
 
     @property
     def strategies(self) -> dict[str, str]:
-        """PC's strategy choice per kind (band, sampling, pilot, commit)."""
+        """PC's strategy choice per kind (band, sampling, pilot, commit, eviction)."""
         return {kind: getattr(self, f"{kind}_strategy") for kind in STRATEGY_KINDS}
 
     # ---- validation (the registries' checks are in pc_pipelines.allocation.check_config) ------------------------
@@ -129,6 +135,12 @@ class AllocatorConfig:
             raise field_error(self, "n_pilot", "must be an integer", "pass a whole number of pilot rollouts")
         if not isinstance(self.survival_margin, (int, float)) or not (1.0 <= float(self.survival_margin) <= 10.0):
             raise field_error(self, "survival_margin", "must be a number in [1, 10]", "set survival_margin=1.25")
+        if (isinstance(self.return_share, bool) or not isinstance(self.return_share, (int, float))
+                or not (0.0 < float(self.return_share) <= 1.0)):
+            raise field_error(self, "return_share",
+                              "must be a number in (0, 1]: the share of a round's pilots drawn from the easy pool",
+                              "set return_share=0.125 (one pilot in eight), or choose eviction_strategy=strict "
+                              "for no returns")
         for name in ("pilot_wave", "commit_min"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

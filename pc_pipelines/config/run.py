@@ -112,7 +112,7 @@ ADDED_FIELDS = {
     "training": ("torch_threads", "eval_samples", "dtype"),
     "allocator": (
         "band_strategy", "sampling_strategy", "survival_margin", "pilot_strategy", "pilot_wave",
-        "commit_strategy", "commit_mean", "commit_min", "commit_max",
+        "commit_strategy", "commit_mean", "commit_min", "commit_max", "eviction_strategy", "return_share",
     ),
 }
 

@@ -1,6 +1,6 @@
 """The scale simulator's typed configuration: its prompt population and how training moves pass rates.
 
-The model these numbers drive is documented in :mod:`pc_pipelines.simulate`.
+The model these numbers drive is documented in :mod:`pc_pipelines.simulator.model`.
 """
 
 from __future__ import annotations

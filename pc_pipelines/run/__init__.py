@@ -5,11 +5,13 @@
 * :mod:`.records`: :class:`StepRecord` and :class:`SegmentResult` and their JSON for Dagster Pipes;
 * :mod:`.checkpoints`: the checkpoint layout, listing, verification, retention and the run's own saved state;
 * :mod:`.driver`: :func:`run_segment`, ONE driver for every backend (:mod:`.backend`: the protocol), with the
-  local backend (:mod:`.local`) by default; :mod:`.evaluate`: the evaluation of a saved checkpoint.
+  local backend (:mod:`.local`) by default; :mod:`.checkpoint_eval`: the evaluation of a saved checkpoint;
+* :mod:`.segments`: how a run is cut into Dagster partitions and what the sensor trains next (pure, no Dagster).
 
 Importing this package does not import torch: the local backend does, when a segment runs.
 """
 
+from .checkpoint_eval import evaluate_checkpoint
 from .checkpoints import (
     checkpoint_at,
     latest_checkpoint,
@@ -19,7 +21,6 @@ from .checkpoints import (
     verify_checkpoint,
 )
 from .driver import open_run, run_segment
-from .evaluate import evaluate_checkpoint
 from .records import STEP_KEYS, SegmentResult, StepRecord, Totals
 from .spec import TrainingRun, load_training_run, prepare_run, task_for
 

@@ -26,7 +26,7 @@ so someone altered it, and which steps to give up is the operator's call (the fi
 **A full disk is a full disk**: torch's zip writer given a path hides ENOSPC (``RuntimeError: ... unexpected
 pos``), so torch files are written through a Python file (:func:`save_torch`), and an error of the backend's
 writers (verl's workers save with torch themselves) on a filesystem left with no room is reported as ENOSPC
-(:func:`~pc_pipelines.stopping.disk_full_error`).
+(:func:`~pc_pipelines.run.stopping.disk_full_error`).
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ import numpy as np
 from .. import durable
 from ..allocation import Allocator
 from ..errors import RunError
-from ..stopping import disk_full_error
 from ..store import Store
 from .records import Totals
 from .spec import TrainingRun
+from .stopping import disk_full_error
 
 CHECKPOINT_FORMAT = 2  # 2: manifest.json (files, sizes, sha256) written last; 1: meta.json last, no manifest
 READABLE_FORMATS = (1, 2)

@@ -19,7 +19,6 @@ and TensorBoard purges its events after it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -33,8 +32,7 @@ import numpy as np
 from ..allocation import Allocator
 from ..errors import RunError
 from ..rollout import EngineFactory
-from ..stopping import SpaceReserve, StopFlag, StopRequested, run_outcome
-from ..store import StepLogWriter, Store, hold_run, refuse_symlinked, remove_run, run_has_data, step_tables
+from ..store import StepLogWriter, Store, run_has_data, step_tables
 from ..store.runlock import holds
 from .backend import Backend
 from .checkpoints import (
@@ -47,8 +45,10 @@ from .checkpoints import (
     restore_rng,
     save_checkpoint,
 )
+from .lifecycle import record_end, writing_run
 from .records import SegmentResult, StepRecord, Totals
 from .spec import TrainingRun
+from .stopping import SpaceReserve, StopFlag, StopRequested, run_outcome
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class OpenRun:
         s = rec.step
         led = rec.ledger
         for key in ("sampled_rollouts", "trained_rollouts", "rounds", "kept", "skipped_easy", "deferred_hard",
-                    "buffer_size", "evicted", "informative_share", "mean_reward_std", "mean_lag"):
+                    "buffer_size", "evicted", "returned", "informative_share", "mean_reward_std", "mean_lag"):
             tb.add_scalar(f"ledger/{key}", led[key], s)
         tb.add_scalar("ledger/cumulative_rollouts", rec.cumulative_rollouts, s)
         tb.add_scalar("train/mean_reward", rec.mean_reward, s)
@@ -244,8 +244,8 @@ def run_segment(
 
     The run's writer lock is held throughout (a second writer gets :class:`~pc_pipelines.store.RunBusyError`).
     ``overwrite`` deletes the run's rows and files first and starts it over. ``stop`` (a
-    :class:`~pc_pipelines.stopping.StopFlag`) is looked at between steps: once set, the segment checkpoints and
-    ends with :class:`~pc_pipelines.stopping.StopRequested`, the run ``stopped``."""
+    :class:`~pc_pipelines.run.stopping.StopFlag`) is looked at between steps: once set, the segment checkpoints and
+    ends with :class:`~pc_pipelines.run.stopping.StopRequested`, the run ``stopped``."""
     if (steps is None) == (until_step is None):
         raise RunError("run_segment needs exactly one of steps (a count) or until_step (the last step to train).")
     if steps is not None and steps < 0:
@@ -254,21 +254,18 @@ def run_segment(
         from .local import LocalBackend  # torch: only when a local segment runs
 
         backend = LocalBackend(run, device=device, engine_factory=engine_factory)
-    if overwrite:
-        refuse_symlinked(run.run_id, store.run_dir(run.run_id), run.run_dir)  # before the lock writes through a link
-    with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command=_command()):
+
+    def check() -> bool:  # under the lock, before the run is deleted
         if overwrite:
             if from_step is not None:
                 raise RunError("overwrite starts a run over: it cannot be combined with from_step.")
             store.init(vacuum=False)
-            remove_run(store, run.run_id, store.run_dir(run.run_id), run.run_dir)
-            resume = False
-        reserve = SpaceReserve(store.run_dir(run.run_id))  # room to record the end even on a full disk
-        try:
-            opened, _ = open_run(run, store, backend, resume=resume, from_step=from_step)
-            return _train_segment(opened, steps, until_step, from_step, on_step, stop, reserve)
-        finally:
-            reserve.release()
+        return True
+
+    with writing_run(store, run.run_id, store.run_dir(run.run_id), run.run_dir, command=_command(),
+                     overwrite=overwrite, check=check) as reserve:
+        opened, _ = open_run(run, store, backend, resume=resume and not overwrite, from_step=from_step)
+        return _train_segment(opened, steps, until_step, from_step, on_step, stop, reserve)
 
 
 def _command() -> str:
@@ -329,13 +326,7 @@ def _train_segment(opened: OpenRun, steps: int | None, until_step: int | None, f
             exc = exc.with_detail(f"{done}; resume it with --resume (from its last checkpoint)")
         status, reason = run_outcome(exc, where=f"{run.run_dir} and {store.runs_root}",
                                      then="resume it with --resume (from its last checkpoint)")
-        with contextlib.suppress(Exception):
-            opened.writer.sweep()  # a step write cut short (a full disk): give its space back first
-        reserve.release()
-        try:
-            store.set_status(run.run_id, status, reason)
-        except Exception as rec_exc:  # the original error matters more (a full disk may refuse this too)
-            log.error("could not record the end of run %s (%s: %s): %s", run.run_id, status, reason, rec_exc)
+        record_end(store, run.run_id, status, reason, opened.writer, reserve)
         if exc is not sys.exc_info()[1]:
             raise exc from None
         raise

@@ -140,7 +140,7 @@ class LocalBackend:
         self.run = run
         self.device = device
         self.engine_factory = engine_factory
-        self.model = self.tokenizer = self.engine = self.grader = self.updater = None
+        self.model = self.tokenizer = self.engine = self.grader = self.trainer = None
         self.sidecar = PayloadSidecar()
 
     # -- loading -----------------------------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ class LocalBackend:
             self.engine = get_engine(DEFAULT_ENGINE).build(model, tokenizer, self.device)
         keep_sampling_plan(self.run.run_dir, sampling_plan(self.engine))
         self.grader = MathGrader(overlong_reward=cfg.overlong_reward)
-        self.updater = PolicyTrainer(model, cfg, tokenizer.pad_token_id, self.run.config.allocator.train_batch,
+        self.trainer = PolicyTrainer(model, cfg, tokenizer.pad_token_id, self.run.config.allocator.train_batch,
                                      self.run.config.seed, device=self.device)
 
     def start(self) -> None:
@@ -162,7 +162,7 @@ class LocalBackend:
 
     def restore(self, checkpoint: Path) -> None:
         torch.set_num_threads(self.run.config.training.torch_threads)
-        updater_state = load_plain(checkpoint, "trainer.pt")  # tensors and plain data only, or refused
+        trainer_state = load_plain(checkpoint, "trainer.pt")  # tensors and plain data only, or refused
         model, tok = load_model(checkpoint / "policy", self.device, self.run.config.training.dtype,
                                 what=f"the policy of checkpoint {checkpoint.name}")
         try:
@@ -171,12 +171,12 @@ class LocalBackend:
             raise unreadable(checkpoint, exc) from None
         self._build(model, tok)
         self.sidecar = sidecar
-        self.updater.load_state_dict(updater_state)
+        self.trainer.load_state_dict(trainer_state)
 
     def save(self, directory: Path) -> list[str]:
         self.model.save_pretrained(directory / "policy")
         self.tokenizer.save_pretrained(directory / "policy")
-        save_torch(self.updater.state_dict(), directory / "trainer.pt")  # a full disk is ENOSPC, not "unexpected pos"
+        save_torch(self.trainer.state_dict(), directory / "trainer.pt")  # a full disk is ENOSPC, not "unexpected pos"
         self.sidecar.save(directory / "sidecar.parquet")
         weights = [f"policy/{p.name}" for p in (directory / "policy").iterdir() if p.suffix in (".safetensors", ".bin")]
         return ["policy/config.json", "trainer.pt", "sidecar.parquet", *weights]
@@ -251,7 +251,7 @@ class LocalBackend:
             raise
         batch = self._batch(outcome)
         t = time.perf_counter()
-        stats = self.updater.train_step(batch, outcome.step)
+        stats = self.trainer.train_step(batch, outcome.step)
         timings["update"] += time.perf_counter() - t
         t = time.perf_counter()
         self.sidecar.keep_only(allocator.live_rollout_ids())

@@ -13,7 +13,7 @@ A checkpoint of this backend holds verl's actor checkpoint under ``verl/actor`` 
 weights under ``policy/`` as every checkpoint does (verl's export, with ``hf_model`` in its
 ``checkpoint.save_contents``) and our payloads (the buffered pilots' generated rows) under ``payloads/``; the driver
 adds the allocator, the RNGs and the ledger. Restoring reads ours first, then lets verl load its own. Evaluation exports the current policy's HF weights
-and scores them with :func:`~pc_pipelines.run.evaluate.evaluate_policy`, the path ``eval-segment`` takes.
+and scores them with :func:`~pc_pipelines.run.checkpoint_eval.evaluate_policy`, the path ``eval-segment`` takes.
 
 verl's workers load their actor files with ``torch.load(weights_only=False)``: before a checkpoint reaches them,
 every ``*.pt`` under ``verl/actor`` is scanned without running it and refused unless it holds tensors, plain data
@@ -39,7 +39,7 @@ from ..rewards import MathGrader
 from ..rollout import EngineFactory
 from ..training import verl_batch as vb
 from .backend import StepResult
-from .evaluate import evaluate_policy
+from .checkpoint_eval import evaluate_policy
 from .spec import TrainingRun
 
 VERL_ACTOR_GLOBALS = frozenset({

@@ -59,6 +59,19 @@ def validate_run_id(run_id: object, field: str = "run id") -> str:
     )
 
 
+
+def run_id_for(default_run_id: str, run_name: str | None, field: str = "--run-name") -> str:
+    """A new run's id, the one rule of every writer (the CLI, the ``start_run`` job): ``run_name`` when given
+    (checked, the error naming ``field``), else ``default_run_id`` (``<family>-<method>-s<seed>-<hash>``, refused
+    when the family is something an id cannot carry, a space or a '/', saying how to name the run instead).
+    Raises :class:`RunIdError`."""
+    if run_name is not None:
+        return validate_run_id(run_name, field=field)
+    try:
+        return validate_run_id(default_run_id, field="the default run id (<family>-<method>-s<seed>-<hash>)")
+    except RunIdError as exc:
+        raise RunIdError(f"{exc} Or name the run with {field}.") from None
+
 # ---- store paths -----------------------------------------------------------------------------------------------
 # A store is its catalog file (``--store``) with ``<name>.runs/`` (step logs) and DuckDB's ``<name>.wal`` beside it,
 # so the catalog's name must leave room for the longest suffix within the file system's limit on one name.

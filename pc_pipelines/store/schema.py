@@ -26,8 +26,9 @@ earlier checkpoint) first lowers the watermark to ``k`` and drops the compacted 
 
 Versioning: ``meta.schema_version`` is the catalog's version. A writable open of an older catalog runs the
 migrations in ``MIGRATIONS`` in order (each one SQL script, in one transaction); a catalog newer than this code is
-refused with an error saying to upgrade. Parquet files carry no version: views read them with
-``union_by_name=true``, so a column added later reads as NULL in older step files.
+refused with an error saying to upgrade. Parquet files carry no version: a column added later reads as NULL in
+older step files (they are read with the current schema), except ``prompt_observations.returned``, which the view
+reads as false there (no prompt could come back from an easy pool before v8).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import pyarrow as pa
 from ..allocation.reasons import reason_sql
 from .rollouts_to_target import reached_sql
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 STEP_TABLES: dict[str, pa.Schema] = {
     "steps": pa.schema(
@@ -84,6 +85,8 @@ STEP_TABLES: dict[str, pa.Schema] = {
             # v5: buffer entries replaced by a newer pilot of the same prompt (one live entry per prompt; never
             # trained, not expired). buffer_size = previous + adds - pops - replaced - expired. NULL before v5.
             ("buffer_replaced", pa.int32()),
+            # v8: PC easy_pool eviction, solved prompts drawn back from the easy pool for pilots. NULL before v8.
+            ("returned", pa.int32()),
         ]
     ),
     "prompt_observations": pa.schema(
@@ -102,6 +105,7 @@ STEP_TABLES: dict[str, pa.Schema] = {
             ("lag", pa.int32()),
             ("wave", pa.int16()),  # v4: last pilot wave of the row's rollouts (sequential pilots), else 0
             ("rule", pa.string()),  # v4: none | band | adaptive_band | early_wave: which rule decided
+            ("returned", pa.bool_()),  # v8: the prompt came back from the easy pool (read as false before v8)
         ]
     ),
     "buffer_state": pa.schema(
@@ -247,10 +251,15 @@ MIGRATIONS: dict[int, list[str]] = {
         """UPDATE runs SET seq = o.rn FROM (
                SELECT run_id, row_number() OVER (ORDER BY created_at, run_id) AS rn FROM runs) o
            WHERE runs.run_id = o.run_id"""],
+    # v8 (easy_pool eviction): steps count returns from the easy pool; observations flag a returned prompt's row
+    # (compacted rows of older steps hold NULL, which the prompt_observations view reads as false).
+    7: ["ALTER TABLE compacted_steps ADD COLUMN IF NOT EXISTS returned INTEGER",
+        "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS returned BOOLEAN"],
 }
 
 
 _REASON = reason_sql(decision="o.decision", stage="o.stage", rule="o.rule", evicted="o.evicted",
+                     returned="o.returned",
                      columns={"p_hat": "o.p_hat", "n": "o.n", "lag": "o.lag", "band_lower": "s.band_lower",
                               "band_upper": "s.band_upper"})
 """``decision_reasons.reason``: the SQL rendering of ``pc_pipelines/allocation/reasons.py``'s templates."""
@@ -273,26 +282,30 @@ def view_sql(files: dict[str, str] | None = None, compacted: bool = True, waterm
     newest_first = "seq DESC NULLS LAST, run_id" if sequence else "created_at DESC, run_id"
 
     def step_view(t: str) -> str:
+        # rows written before v8 have no returned flag: no prompt came back from an easy pool then
+        fill = " REPLACE (coalesce(returned, false) AS returned)" if t == "prompt_observations" else ""
         if files is None:
-            return f"{create} {t} AS SELECT * FROM compacted_{t}"
+            return f"{create} {t} AS SELECT *{fill} FROM compacted_{t}"
         src = f"SELECT p.* FROM {files[t]} p"
         if watermark:
             src += " WHERE p.step > coalesce((SELECT r.compacted_through FROM runs r WHERE r.run_id = p.run_id), -1)"
         if not compacted:
-            return f"{create} {t} AS {src}"
+            return f"{create} {t} AS SELECT *{fill} FROM ({src})" if fill else f"{create} {t} AS {src}"
         # Catalog rows at or below each run's watermark, file rows above it: every step exactly once.
-        return f"{create} {t} AS SELECT * FROM compacted_{t} UNION ALL BY NAME {src}"
+        union = f"SELECT * FROM compacted_{t} UNION ALL BY NAME {src}"
+        return f"{create} {t} AS SELECT *{fill} FROM ({union})" if fill else f"{create} {t} AS {union}"
 
     sqls = [step_view(t) for t in STEP_TABLES]
     sqls += [
         f"""{create} pass_rate_history AS
-           SELECT run_id, prompt_id, step, round, stage, n, n_correct, p_hat, decision, evicted, lag, wave, rule
+           SELECT run_id, prompt_id, step, round, stage, n, n_correct, p_hat, decision, evicted, lag, wave, rule,
+                  returned
            FROM prompt_observations""",
         # Why each observed group was kept, skipped, deferred, trained or evicted, in words, with the band the
         # step actually used (adaptive bands move per step). Rows written before v4 have no rule: read as band.
         f"""{create} decision_reasons AS
            SELECT o.run_id, o.step, o.round, o.prompt_id, o.stage, o.n, o.p_hat, o.decision, o.evicted, o.rule,
-                  {_REASON} AS reason
+                  o.returned, {_REASON} AS reason
            FROM (SELECT * REPLACE (coalesce(rule, CASE WHEN stage = 'pilot' THEN 'band' ELSE 'none' END) AS rule)
                  FROM prompt_observations) o
            LEFT JOIN steps s USING (run_id, step)""",

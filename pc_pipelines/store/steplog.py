@@ -276,6 +276,7 @@ def step_tables(run_id: str, outcome: StepOutcome, *, extra: dict[str, Any] | No
             "lag": obs.lag,
             "wave": obs.wave,
             "rule": _RULE_LABELS[obs.rule].tolist() if k else [],
+            "returned": obs.returned,
         },
         schema=STEP_TABLES["prompt_observations"],
     )

@@ -29,12 +29,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CONFIG_MODULE = "pc_pipelines.training.config"
+CONFIG_MODULE = "pc_pipelines.training.verl_conf"
 CONFIG_NAME = "pc_recipe"
 
 
 def compose_recipe_config(overrides: Sequence[str] = ()):
-    """The recipe's Hydra config (``config/pc_recipe.yaml`` on verl's ``ppo_trainer``) with ``overrides``."""
+    """The recipe's Hydra config (``verl_conf/pc_recipe.yaml`` on verl's ``ppo_trainer``) with ``overrides``."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 

@@ -96,3 +96,254 @@ def test_a_runs_time_dead_between_a_kill_and_its_resume_is_not_wall_time():
     assert b.running_spans(0, []) == [] and b.running_spans(0, [7]) == [(0, 7)]
     spans = b.running_spans(0, [5, 10, 15, 1015, 1020]) + b.running_spans(12, [17, 22])
     assert b.union_seconds(spans) == 27  # two runs side by side: [0, 22] + [1015, 1020]
+
+
+# ---- regimes (issue 30 point 4): one code path, the Regime says what differs -------------------------------------
+NOISE_BUDGET = ("allocator.n_pilot=8", "allocator.pilot_wave=4", "allocator.commit_mean=8")
+
+
+def test_the_regime_registry_holds_bench_as_it_was_and_the_noise_regime():
+    b = load_bench_study()
+    assert list(b.REGIMES) == ["bench", "bench-noise"]
+    bench, noise = b.REGIMES["bench"], b.REGIMES["bench-noise"]
+    assert (bench.preset, bench.family, bench.seeds, bench.tune_seeds, bench.grpo_best_n, bench.pc_best) == (
+        "bench", "bench", (8, 9, 10), (100, 101), 16, None)
+    assert bench.variants == ("grpo", "dapo", "pc-paper", "pc", "pc-paper-noevict")
+    assert (bench.repro, bench.marker, bench.plot_prefix, bench.store, bench.tuned_by, bench.extended) == (
+        True, "bench-study", "bench", "benchmarks/out/bench.duckdb", None, False)
+    assert bench.title == "The rollout-efficiency study on the benchmark (`research/bench_study.py`, issue 16)"
+    assert (noise.preset, noise.family, noise.seeds, noise.tune_seeds, noise.grpo_best_n, noise.pc_best) == (
+        "bench-noise", "bench-noise", (11, 12, 13), (100, 101), None, None)  # not frozen yet
+    assert noise.variants == ("grpo", "dapo", "pc-paper", "pc-paper-easy", "pc", "pc-best")
+    assert (noise.repro, noise.marker, noise.plot_prefix, noise.store, noise.tuned_by, noise.extended) == (
+        False, "bench-noise-study", "bench_noise", "benchmarks/out/bench-noise.duckdb", "research/noise_regime.py", True)
+    assert noise.out_dir == "benchmarks/out/bench-noise-runs" and bench.out_dir == "benchmarks/out/bench-runs"
+    with pytest.raises(AttributeError):
+        bench.seeds = (1,)  # frozen
+    # The constants noise_regime.py and the tests import stay bench's.
+    assert (b.SEEDS, b.TUNE_SEEDS, b.GRPO_BEST_N, b.PRESET) == (bench.seeds, bench.tune_seeds, 16, "bench")
+
+
+def test_new_variants_are_the_paper_pc_with_easy_pool_eviction_and_our_pc_at_the_best_budget():
+    b = load_bench_study()
+    assert b.VARIANTS["pc-paper-easy"] == ("pc", (*b.PAPER_PC, "allocator.eviction_strategy=easy_pool"))
+    best = b.Budget("p4+4/c8", NOISE_BUDGET)
+    assert b.variant_spec("pc-best", best) == ("pc", NOISE_BUDGET)
+    assert b.variant_spec("pc-paper", best) == ("pc", b.PAPER_PC)
+    with pytest.raises(ValueError):
+        b.variant_spec("pc-best", None)
+    assert not b.separate_best(None) and not b.separate_best(b.Budget("p4+12/c16")) and b.separate_best(best)
+
+
+def test_the_noise_regimes_jobs():
+    b = load_bench_study()
+    noise = b.REGIMES["bench-noise"]
+    best = b.Budget("p4+4/c8", NOISE_BUDGET)
+    jobs = b.main_jobs(noise.seeds, 16, 120, regime=noise, pc_best=best, primary_seeds=())
+    assert [j.run_id for j in jobs if j.seed == 11] == [
+        "bench-noise-grpo-s11", "bench-noise-dapo-s11", "bench-noise-pc-paper-s11", "bench-noise-pc-paper-easy-s11",
+        "bench-noise-pc-s11", "bench-noise-pc-best-s11", "bench-noise-grpo-n16-s11"]
+    assert len(jobs) == 21 and sorted({j.seed for j in jobs}) == [11, 12, 13]
+    assert {j.preset for j in jobs} == {"bench-noise"} and {j.family for j in jobs} == {"bench-noise"}
+    by = {j.run_id: j for j in jobs}
+    assert by["bench-noise-pc-best-s12"].overrides == NOISE_BUDGET and by["bench-noise-pc-best-s12"].method == "pc"
+    assert by["bench-noise-pc-s12"].overrides == ()
+    assert by["bench-noise-pc-paper-easy-s13"].overrides == (*b.PAPER_PC, "allocator.eviction_strategy=easy_pool")
+    assert by["bench-noise-grpo-n16-s13"].overrides == ("allocator.n=16",)
+    assert b.repro_jobs(noise.seeds, 120, noise) == []  # no repro part
+    # A best budget that is the preset's own: pc-best is the pc run, not a run of its own; its goal reads "our PC".
+    same = b.main_jobs((11,), 16, 120, regime=noise, pc_best=b.Budget("p4+12/c16"))
+    assert "bench-noise-pc-best-s11" not in {j.run_id for j in same} and len(same) == 6
+    assert b.best_pc_variant(noise, b.Budget("p4+12/c16")) == "pc" and b.best_pc_variant(noise, best) == "pc-best"
+    assert b.ratio_pcs(noise, b.Budget("p4+12/c16")) == ("pc-paper", "pc-paper-easy", "pc")
+    # The regime's own preset can be replaced (the tests run it on `bench`); the default pc_best is the regime's.
+    assert {j.preset for j in b.main_jobs((11,), 16, 2, regime=noise, pc_best=best, preset="bench")} == {"bench"}
+    assert "bench-noise-pc-best-s11" not in {j.run_id for j in b.main_jobs((11,), 16, 2, regime=noise)}  # not frozen
+    # bench's jobs: as they always were (the regime defaults to bench).
+    assert b.main_jobs((0,), 32, 120, primary_seeds=()) == b.main_jobs((0,), 32, 120, primary_seeds=(),
+                                                                        regime=b.REGIMES["bench"])
+
+
+def test_ratio_columns_per_regime():
+    b = load_bench_study()
+    bench = b.REGIMES["bench"]
+    assert b.ratio_pcs(bench, None) == ("pc-paper", "pc")  # the ablation is no column
+    assert b.ratio_pcs(bench, None, ["grpo", "pc-paper-easy"]) == ("pc-paper", "pc-paper-easy", "pc")
+    assert b.ratio_columns(16, b.ratio_pcs(bench, None)) == [
+        ("GRPO64 / paper PC", "pc-paper", "grpo"), ("GRPO16 / paper PC", "pc-paper", "grpo-n16"),
+        ("DAPO / paper PC", "pc-paper", "dapo"), ("GRPO64 / our PC", "pc", "grpo"),
+        ("GRPO16 / our PC", "pc", "grpo-n16"), ("DAPO / our PC", "pc", "dapo")]
+    noise = b.REGIMES["bench-noise"]
+    pcs = b.ratio_pcs(noise, b.Budget("x", NOISE_BUDGET))
+    assert pcs == ("pc-paper", "pc-paper-easy", "pc", "pc-best")
+    assert [c[0] for c in b.ratio_columns(32, pcs)] == [
+        "GRPO64 / paper PC", "GRPO32 / paper PC", "DAPO / paper PC",
+        "GRPO64 / paper PC easy_pool", "GRPO32 / paper PC easy_pool", "DAPO / paper PC easy_pool",
+        "GRPO64 / our PC", "GRPO32 / our PC", "DAPO / our PC",
+        "GRPO64 / our PC best", "GRPO32 / our PC best", "DAPO / our PC best"]
+    # GRPO's best n = 64: bench's table repeats the GRPO-64 column (as it always did); a new regime's does not.
+    assert [c[0] for c in b.ratio_columns(64)] == ["GRPO64 / paper PC", "GRPO64 / paper PC", "DAPO / paper PC",
+                                                   "GRPO64 / our PC", "GRPO64 / our PC", "DAPO / our PC"]
+    assert [c[0] for c in b.ratio_columns(64, ("pc",), distinct=True)] == ["GRPO64 / our PC", "DAPO / our PC"]
+
+
+def flat_then_up(run_id: str, seed: int, at_peak: int) -> RunCurves:
+    """0.5 for three evals, then 0.9: smoothed over 3 evals the peak (0.9) is reached at the last eval only, at
+    ``at_peak`` sampled rollouts."""
+    rollouts = [0, 1, 2, 3, 4, at_peak]
+    return RunCurves(run_id, "x", "pc", seed, tuple(range(-1, 5)), tuple(rollouts), (0.5, 0.5, 0.5, 0.9, 0.9, 0.9),
+                     (), (), (), (), ())
+
+
+def test_bench_ratio_table_layout(monkeypatch):
+    """bench's table, column set and layout exactly (its section must render as before the regimes)."""
+    b = load_bench_study()
+    cost = {("grpo", 8): 600, ("grpo-n16", 8): 150, ("dapo", 8): 900, ("pc-paper", 8): 300, ("pc", 8): 200,
+            ("grpo", 9): 600, ("grpo-n16", 9): 150, ("pc-paper", 9): 300, ("pc", 9): 400}  # seed 9: no DAPO run
+    jobs = b.main_jobs((8, 9), 16, 120, primary_seeds=())
+    curves = {j.run_id: flat_then_up(j.run_id, j.seed, cost[(b._variant(j), j.seed)]) for j in jobs
+              if (b._variant(j), j.seed) in cost}
+    monkeypatch.setattr(b.study, "curves_by_run", lambda store, ids: {i: curves[i] for i in ids if i in curves})
+    lines, medians = b.ratio_table(None, jobs, 16, b.ratio_pcs(b.REGIMES["bench"], None))
+    assert lines == [
+        "| seed | GRPO64 / paper PC | GRPO16 / paper PC | DAPO / paper PC | GRPO64 / our PC | GRPO16 / our PC "
+        "| DAPO / our PC |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| 8 | 2.00x | 0.50x | 3.00x | 3.00x | 0.75x | 4.50x |",
+        "| 9 | 2.00x | 0.50x | - | 1.50x | 0.38x | - |",
+        "| **median** | **2.00x** | **0.50x** | **3.00x** | **2.25x** | **0.56x** | **4.50x** |"]
+    assert medians == pytest.approx({"GRPO64 / paper PC": 2.0, "GRPO16 / paper PC": 0.5, "DAPO / paper PC": 3.0,
+                                     "GRPO64 / our PC": 2.25, "GRPO16 / our PC": 0.5625, "DAPO / our PC": 4.5})
+
+
+def stats(run_id: str, seed: int, fill: tuple, rounds: tuple):
+    from research.study import RunStats
+
+    return RunStats(run_id, "bench-noise", "pc", seed, len(fill), 16, 100, 50, sum(fill) / len(fill), 0.0, 0.0, 1.0,
+                    0, 10, 0.1, 0.5, 60.0, fill, rounds)
+
+
+def test_the_extended_per_run_table_has_short_steps_max_rounds_and_held_out_first_to_last():
+    b = load_bench_study()
+    best = b.Budget("p4+4/c8", NOISE_BUDGET)
+    jobs = b.main_jobs((11,), 16, 3, ["pc-paper-easy", "pc-best"], regime=b.REGIMES["bench-noise"], pc_best=best)
+    st = [stats("bench-noise-pc-paper-easy-s11", 11, (1.0, 0.75, 0.5), (1, 3, 2)),
+          stats("bench-noise-pc-best-s11", 11, (1.0, 1.0, 1.0), (1, 1, 1))]
+    curves = {"bench-noise-pc-paper-easy-s11": flat_then_up("e", 11, 5)}
+    table = b._stats_table(st, {}, jobs, curves, 16, best).splitlines()
+    assert table[0].endswith("| compute | short steps | max rounds | held-out |")
+    assert table[1].count("|") == table[0].count("|") == 17
+    assert table[2].startswith("| `bench-noise-pc-paper-easy-s11` | paper PC, easy_pool eviction | 11 | 3 |")
+    assert table[2].endswith("| 1.0 min | 2 | 3 | 0.500 -> 0.900 |")
+    assert table[3].startswith("| `bench-noise-pc-best-s11` | our PC, best budget (p4+4/c8) |")
+    assert table[3].endswith("| 0 | 1 | - |")  # no curve: no held-out
+    plain = b._stats_table(st, {}, jobs).splitlines()  # bench's table: as it was
+    assert plain[0].endswith("| informative | compute |") and plain[2].endswith("| 1.0 min |")
+
+
+def test_ratio_goals_met_missed_and_not_measured():
+    b = load_bench_study()
+    g = b.ratio_goal("a", "GRPO16 / our PC best", 1.52, 1.3)
+    assert (g.met, g.status, g.value, g.threshold) == (True, "met", 1.52, 1.3)
+    assert g.detail == "GRPO16 / our PC best median 1.52x >= 1.30x, met by 0.22x"
+    g = b.ratio_goal("b", "GRPO64 / our PC", 1.6, 2.0)
+    assert (g.met, g.status) == (False, "missed") and g.detail.endswith("1.60x < 2.00x, missed by 0.40x")
+    assert g.markdown().startswith("- (b) our default PC >= 2.0x vs GRPO-64") and "**missed**" in g.markdown()
+    assert b.ratio_goal("b", "GRPO64 / our PC", 2.0, 2.0).met is True  # at the threshold: met
+    g = b.ratio_goal("a", "GRPO16 / our PC best", None, 1.3)
+    assert (g.met, g.status) == (None, "not measured")
+    assert g.detail == "no GRPO16 / our PC best median: a run is missing, or no seed reached its target"
+    assert g.markdown().endswith(": **not measured**: no GRPO16 / our PC best median: a run is missing, or no seed "
+                                 "reached its target.")
+
+
+def test_the_easy_pool_goal():
+    b = load_bench_study()
+    E = b.EasyCheck
+    # The docstring's example: missed on both counts.
+    g = b.easy_pool_goal({11: E(120, 0, 0.60, 0.62), 12: E(120, 0, 0.61, 0.60), 13: E(120, 3, 0.60, 0.65)},
+                         (11, 12, 13))
+    assert g.met is False
+    assert g.detail == ("per seed 11, 12, 13: short steps 0, 0, 3; held-out last - first +0.020, -0.010, +0.050; "
+                        "missed by 3 short steps (seed 13) and a held-out drop of 0.010 (seed 12)")
+    assert g.per_seed[13] == {"steps": 120, "short_steps": 3, "heldout_first": 0.60, "heldout_last": 0.65}
+    # Met: no short step, the held-out accuracy never ends below its start (equal counts).
+    g = b.easy_pool_goal({11: E(120, 0, 0.60, 0.62), 12: E(120, 0, 0.61, 0.61), 13: E(120, 0, 0.60, 0.65)},
+                         (11, 12, 13))
+    assert g.met is True and g.detail.endswith("met with no short step and a held-out margin of +0.000 at the least "
+                                               "(seed 12)")
+    # Short of prompts alone misses it; one short step in one seed is enough.
+    g = b.easy_pool_goal({11: E(120, 1, 0.60, 0.70)}, (11,))
+    assert g.met is False and g.detail.endswith("missed by 1 short step (seed 11)")
+    # A seed without its run (or without evals): not measured.
+    g = b.easy_pool_goal({11: E(120, 0, 0.60, 0.70), 12: E(120, 0, None, None)}, (11, 12, 13))
+    assert g.met is None and g.detail.endswith("on seed 12, 13")
+
+
+def test_regime_goals_read_the_columns_of_the_best_pc_and_grpo_best():
+    b = load_bench_study()
+    med = {"GRPO16 / our PC best": 1.4, "GRPO16 / our PC": 1.2, "GRPO64 / our PC": 2.1}
+    easy = {11: b.EasyCheck(2, 0, 0.5, 0.6)}
+    a, bb, c = b.regime_goals(med, 16, "pc-best", easy, (11,), b.Budget("p4+4/c8", NOISE_BUDGET))
+    assert (a.key, a.met, a.value) == ("a", True, 1.4) and "budget p4+4/c8, GRPO n = 16" in a.detail
+    assert (bb.key, bb.met, bb.value) == ("b", True, 2.1) and (c.key, c.met) == ("c", True)
+    a = b.regime_goals(med, 16, "pc", easy, (11,), b.Budget("p4+12/c16"))[0]
+    assert (a.met, a.value) == (False, 1.2)  # the best budget is the preset's: our PC's column
+    assert b.regime_goals({}, 16, "pc", {}, (11,))[2].met is None
+    assert set(a.as_json()) == {"goal", "met", "value", "threshold", "detail", "per_seed"}
+
+
+BENCH_RESULTS = {"preset": "bench", "dtype": "float64", "steps": 120, "seeds": [8, 9, 10], "core_seeds": [8, 9, 10],
+                 "grpo_best_n": 16, "medians": {"GRPO64 / our PC": 1.6}, "reproducibility": {"median_main": 1.6},
+                 "smooth_evals": 3, "command": "make bench-efficiency"}
+
+
+def test_a_regimes_results_are_merged_into_the_file_every_other_key_kept(tmp_path):
+    import json
+
+    b = load_bench_study()
+    path = tmp_path / "bench.results.json"
+    path.write_text(json.dumps({**BENCH_RESULTS, "extra": {"kept": True}}, indent=1) + "\n")
+    noise = b.REGIMES["bench-noise"]
+    b.write_results(path, noise, {"seeds": [11, 12, 13], "medians": {"GRPO64 / our PC": 2.2}})
+    data = json.loads(path.read_text())
+    assert {k: v for k, v in data.items() if k != "regimes"} == {**BENCH_RESULTS, "extra": {"kept": True}}
+    assert list(data)[:len(BENCH_RESULTS)] == list(BENCH_RESULTS)  # the order too
+    assert data["regimes"] == {"bench-noise": {"seeds": [11, 12, 13], "medians": {"GRPO64 / our PC": 2.2}}}
+    # Re-running replaces the regime's own entry, keeps any other regime's.
+    data["regimes"]["other"] = {"x": 1}
+    path.write_text(json.dumps(data))
+    b.write_results(path, noise, {"seeds": [11]})
+    assert json.loads(path.read_text())["regimes"] == {"bench-noise": {"seeds": [11]}, "other": {"x": 1}}
+    # bench writes exactly its keys; the regimes' entries survive it.
+    b.write_results(path, b.REGIMES["bench"], BENCH_RESULTS)
+    data = json.loads(path.read_text())
+    assert list(data) == [*BENCH_RESULTS, "regimes"] and data["regimes"]["other"] == {"x": 1}
+    assert "extra" not in data
+    fresh = tmp_path / "fresh.json"
+    b.write_results(fresh, b.REGIMES["bench"], BENCH_RESULTS)
+    assert fresh.read_text() == json.dumps(BENCH_RESULTS, indent=1) + "\n"  # as the study always wrote it
+    b.write_results(tmp_path / "new.json", noise, {"seeds": [11]})  # no file yet: just the regime's entry
+    assert json.loads((tmp_path / "new.json").read_text()) == {"regimes": {"bench-noise": {"seeds": [11]}}}
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(SystemExit):
+        b.write_results(bad, noise, {"seeds": [11]})
+    assert bad.read_text() == "{not json"  # never overwritten
+
+
+def test_the_noise_regimes_parts_refuse_what_it_does_not_do(tmp_path, capsys):
+    b = load_bench_study()
+    base = ["--regime", "bench-noise", "--store", str(tmp_path / "n.duckdb"), "--write", "", "--quiet"]
+    assert b.main([*base, "tune"]) == 2
+    assert "tuned by research/noise_regime.py" in capsys.readouterr().err
+    assert b.main([*base, "repro"]) == 2
+    assert "no repro part" in capsys.readouterr().err
+    assert b.main([*base, "main"]) == 2  # GRPO's n and the PC budget are not frozen yet
+    err = capsys.readouterr().err
+    assert "GRPO's best group size" in err and "our PC's best budget" in err
+    assert b.main([*base, "report", "--best-n", "16"]) == 2  # the budget still is not
+    assert "our PC's best budget" in capsys.readouterr().err
+    assert not (tmp_path / "n.duckdb").exists()
+    assert b.unfrozen(b.REGIMES["bench-noise"], 16, b.Budget("p4+12/c16"), b.REGIMES["bench-noise"].variants) == []
+    assert b.unfrozen(b.REGIMES["bench"], 16, None, b.REGIMES["bench"].variants) == []  # bench has no pc-best

@@ -32,8 +32,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                            "pc_pipelines.durable")),
     ("allocation (numpy only)", ("pc_pipelines.allocation",)),
     ("components", ("pc_pipelines.data", "pc_pipelines.rewards", "pc_pipelines.rollout", "pc_pipelines.training",
-                    "pc_pipelines.store", "pc_pipelines.simulate", "pc_pipelines.evaluation", "pc_pipelines.reports")),
-    ("run", ("pc_pipelines.run", "pc_pipelines.stopping", "pc_pipelines.segments", "pc_pipelines.sim_runs")),
+                    "pc_pipelines.store", "pc_pipelines.evaluation", "pc_pipelines.reports")),
+    ("run", ("pc_pipelines.run", "pc_pipelines.simulator")),
     ("command line", ("pc_pipelines.cli",)),
     ("dagster", ("resources", "assets", "pc_pipelines.definitions", "pc_pipelines.demo")),
 )

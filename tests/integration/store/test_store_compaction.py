@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from pc_pipelines.config import resolve
-from pc_pipelines.sim_runs import record_simulation
+from pc_pipelines.simulator import record_simulation
 from pc_pipelines.store import STEP_TABLES, RunRecord, Store
 
 pytestmark = pytest.mark.integration

@@ -31,7 +31,7 @@ STEPS = {"cli": 300, "steps-only": 200}  # cli: past the compaction at step 250
 WRITER_SCRIPT = """
 import json, sys, time
 from pc_pipelines.config import resolve
-from pc_pipelines.sim_runs import record_simulation
+from pc_pipelines.simulator import record_simulation
 from pc_pipelines.store import Store
 
 path, steps = sys.argv[1], int(sys.argv[2])

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pc_pipelines.config import resolve
-from pc_pipelines.sim_runs import record_simulation
+from pc_pipelines.simulator import record_simulation
 from pc_pipelines.store import STEP_TABLES, RunRecord, StepLogWriter, Store
 from pc_pipelines.store.steplog import MANIFEST, verify_step_dir
 
@@ -46,7 +46,7 @@ TABLES_SRC = textwrap.dedent(
         "round": np.zeros(ROWS, np.int16), "call": np.zeros(ROWS, np.int16), "prompt_id": np.arange(ROWS),
         "stage": pa.array(["pilot"] * ROWS), "n_correct": _rng.random(ROWS), "p_hat": _rng.random(ROWS),
         "decision": pa.array(["kept"] * ROWS), "evicted": np.zeros(ROWS, bool), "lag": np.zeros(ROWS, np.int32),
-        "wave": np.zeros(ROWS, np.int16), "rule": pa.array(["band"] * ROWS),
+        "wave": np.zeros(ROWS, np.int16), "rule": pa.array(["band"] * ROWS), "returned": np.zeros(ROWS, bool),
     }}
 
     def make_tables(run_id, step, marker):
@@ -85,7 +85,7 @@ SIM_WRITER = textwrap.dedent(
     """
     import sys
     from pc_pipelines.config import resolve
-    from pc_pipelines.sim_runs import record_simulation
+    from pc_pipelines.simulator import record_simulation
     from pc_pipelines.store import Store
 
     path, run_id, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])

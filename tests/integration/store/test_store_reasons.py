@@ -6,13 +6,18 @@ from __future__ import annotations
 from pc_pipelines.allocation import Decision, Rule, Stage
 from pc_pipelines.allocation.reasons import REASONS, render, template_for
 from pc_pipelines.config import resolve
-from pc_pipelines.sim_runs import record_simulation
+from pc_pipelines.simulator import record_simulation
 from pc_pipelines.store import Store
 
 SMALL = {"allocator.train_batch": 16, "sim.num_prompts": 1500, "sim.difficulty_spread": 3.0}
 ALL_ON = {"allocator.band_strategy": "adaptive", "allocator.sampling_strategy": "survival",
           "allocator.pilot_strategy": "sequential", "allocator.pilot_wave": 4,
           "allocator.commit_strategy": "variance", "allocator.commit_mean": 16}
+# easy_pool eviction on a small pool of easy prompts: within 12 steps prompts come back from the easy pool, some
+# solved again (evicted), some not (back in the stream)
+EASY_POOL = {"allocator.train_batch": 16, "allocator.n": 32, "allocator.n_pilot": 8, "sim.num_prompts": 200,
+             "sim.difficulty_mean": -2.0, "sim.difficulty_spread": 1.0, "allocator.eviction_strategy": "easy_pool",
+             "allocator.return_share": 0.25}
 LABEL = {e.label: e for enum in (Decision, Stage, Rule) for e in enum}
 
 
@@ -20,21 +25,41 @@ def test_every_reason_in_the_view_is_the_python_rendering(tmp_path):
     st = Store(tmp_path / "s.duckdb")
     # compact_every 5 of 12 steps: reasons are read from catalog rows and from step files alike
     for run_id, method, extra in [("pc-all", "pc", ALL_ON), ("pc-paper", "pc", {}), ("dapo", "dapo", {}),
-                                  ("grpo", "grpo", {})]:
+                                  ("grpo", "grpo", {}), ("pc-easy-pool", "pc", EASY_POOL)]:
         cfg = resolve("simulator", {**SMALL, **extra}, method=method, seed=5)
         assert len(list(record_simulation(cfg, st, 12, run_id=run_id, compact_every=5))) == 12
-    rows = st.query("""SELECT o.*, p.lag, s.band_lower, s.band_upper
+    # lag is a trained row's only (0 elsewhere), and a prompt trains at most once a step: the join is unique even
+    # where a small pool's draw holds a prompt twice (a batch straddling an epoch boundary)
+    rows = st.query("""SELECT o.*, coalesce(t.lag, 0) AS lag, s.band_lower, s.band_upper
                        FROM decision_reasons o
-                       JOIN prompt_observations p USING (run_id, step, round, prompt_id, stage, decision)
-                       JOIN steps s USING (run_id, step)""")
+                       LEFT JOIN (SELECT run_id, step, prompt_id, lag FROM prompt_observations
+                                  WHERE decision = 'trained') t
+                         ON o.decision = 'trained' AND t.run_id = o.run_id AND t.step = o.step
+                            AND t.prompt_id = o.prompt_id
+                       JOIN steps s ON s.run_id = o.run_id AND s.step = o.step""")
+    assert st.query("SELECT count(*) AS n FROM prompt_observations WHERE decision <> 'trained' AND lag <> 0") == [
+        {"n": 0}]
     assert len(rows) == st.query("SELECT count(*) AS n FROM prompt_observations")[0]["n"] > 1000
-    used, evicted = set(), 0
+    used, evicted, returned = set(), 0, {True: 0, False: 0}
     for r in rows:
         key = (Decision(LABEL[r["decision"]]), Stage(LABEL[r["stage"]]), Rule(LABEL[r["rule"]]))
         expected = render(*key, p_hat=r["p_hat"], n=r["n"], lag=r["lag"], band_lower=r["band_lower"],
-                          band_upper=r["band_upper"], evicted=r["evicted"])
+                          band_upper=r["band_upper"], evicted=r["evicted"], returned=r["returned"])
         assert r["reason"] == expected, (r, expected)
+        assert r["reason"].startswith("returned from the easy pool; ") == r["returned"]
         used.add(template_for(*key))
         evicted += r["evicted"]
+        if r["returned"]:
+            assert r["run_id"] == "pc-easy-pool" and r["stage"] == "pilot"
+            returned[r["evicted"]] += 1
     assert used == set(REASONS)  # the runs reach every template, so every SQL branch was compared
-    assert evicted > 0
+    assert evicted > 0 and any(r["lag"] > 0 for r in rows)
+    assert returned[True] > 0 and returned[False] > 0  # solved again and not: both suffixes were compared
+    # each step counts its returns, and only the easy-pool run has any
+    assert st.query("""SELECT run_id, sum(s.returned) AS steps_count,
+                              (SELECT count(*) FROM prompt_observations o
+                               WHERE o.run_id = s.run_id AND o.returned) AS rows
+                       FROM steps s GROUP BY run_id ORDER BY run_id""") == [
+        {"run_id": r, "steps_count": n, "rows": n}
+        for r, n in [("dapo", 0), ("grpo", 0), ("pc-all", 0), ("pc-easy-pool", sum(returned.values())),
+                     ("pc-paper", 0)]]

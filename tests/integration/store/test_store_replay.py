@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from pc_pipelines.config import from_dict, resolve
-from pc_pipelines.sim_runs import SIM_BENCHMARK, record_simulation
+from pc_pipelines.simulator import SIM_BENCHMARK, record_simulation
 from pc_pipelines.store import STEP_TABLES, RunRecord, Store, StoreError
 
 pytestmark = pytest.mark.integration

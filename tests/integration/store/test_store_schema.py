@@ -63,8 +63,8 @@ def columns(path, table: str) -> list[str]:
         con.close()
 
 
-def test_schema_version_is_seven():
-    assert SCHEMA_VERSION == 7
+def test_schema_version_is_eight():
+    assert SCHEMA_VERSION == 8
     assert sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
 
 
@@ -88,7 +88,7 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
     assert columns(path, "compacted_steps") == []
 
     st = Store(path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 7
+    assert st.schema_version() == SCHEMA_VERSION == 8
     assert {"status_reason", "compacted_through", "seq"} <= set(columns(path, "runs"))
     assert columns(path, "segments")[:5] == ["run_id", "segment", "first_step", "last_step", "status"]
     for table in STEP_TABLES:
@@ -159,16 +159,17 @@ def test_version_5_catalog_gains_buffer_replaced_keeping_its_rows(tmp_path):
     old_files = sorted((st.path.parent / "v4.duckdb.runs" / "r").glob("step-*/steps.parquet"))
     assert len(old_files) == 3
     for f in old_files:  # as a v5 writer wrote them: no buffer_replaced column (and no manifest before v5)
-        pq.write_table(pq.read_table(f).drop_columns(["buffer_replaced"]), f)
+        pq.write_table(pq.read_table(f).drop_columns(["buffer_replaced", "returned"]), f)  # (nor v8's returned)
         (f.parent / "MANIFEST.json").unlink()
     assert st.compact("r", through=1) == 2
     con = duckdb.connect(str(st.path))
     con.execute("ALTER TABLE compacted_steps DROP COLUMN buffer_replaced")
+    con.execute("ALTER TABLE compacted_steps DROP COLUMN returned")  # v8's, which a v5 catalog lacks too
     con.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
     con.close()
 
     st = Store(st.path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 7
+    assert st.schema_version() == SCHEMA_VERSION
     assert columns(st.path, "compacted_steps") == list(STEP_TABLES["steps"].names)
     new = step_tables("r", 3)
     new["steps"] = pa.Table.from_pylist([{"run_id": "r", "step": 3, "sampled_rollouts": 10, "buffer_replaced": 7}],
@@ -178,6 +179,64 @@ def test_version_5_catalog_gains_buffer_replaced_keeping_its_rows(tmp_path):
         {"step": 0, "buffer_replaced": None}, {"step": 1, "buffer_replaced": None},
         {"step": 2, "buffer_replaced": None}, {"step": 3, "buffer_replaced": 7}]
     assert st.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s FROM step_costs") == [{"n": 4, "s": 40}]
+
+
+def observation_tables(run_id: str, step: int, returned: bool) -> dict[str, pa.Table]:
+    """A step with one pilot row: all 8 rollouts right, skipped as easy and evicted; back from the easy pool or not."""
+    tables = step_tables(run_id, step)
+    tables["steps"] = pa.Table.from_pylist([{"run_id": run_id, "step": step, "sampled_rollouts": 8, "band_lower": 0.125,
+                                             "band_upper": 0.75, "returned": int(returned)}],
+                                           schema=STEP_TABLES["steps"])
+    tables["prompt_observations"] = pa.Table.from_pylist(
+        [{"run_id": run_id, "step": step, "round": 1, "call": 0, "prompt_id": 40 + step, "stage": "pilot", "n": 8,
+          "n_correct": 8.0, "p_hat": 1.0, "decision": "skipped_easy", "evicted": True, "lag": 0, "wave": 0,
+          "rule": "band", "returned": returned}], schema=STEP_TABLES["prompt_observations"])
+    return tables
+
+
+def test_version_7_catalog_gains_returned_and_older_rows_read_as_not_returned(tmp_path):
+    """v8 (issue 30, easy_pool eviction): steps gain ``returned`` (a count, NULL in older rows) and observations a
+    ``returned`` flag, which compacted v7 rows and v7 step files (written without the column) read as false."""
+    st = Store(tmp_path / "v7.duckdb").init()
+    st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
+                              kind="simulate"))
+    w = st.writer("r")
+    for step in range(3):
+        w.write_step(step, observation_tables("r", step, returned=False))
+    for table in ("steps", "prompt_observations"):  # as a v7 writer wrote them: no returned column
+        for f in sorted((st.runs_root / "r").glob(f"step-*/{table}.parquet")):
+            pq.write_table(pq.read_table(f).drop_columns(["returned"]), f)
+    for m in (st.runs_root / "r").glob("step-*/MANIFEST.json"):
+        m.unlink()
+    assert st.compact("r", through=1) == 2
+    con = duckdb.connect(str(st.path))
+    con.execute("ALTER TABLE compacted_steps DROP COLUMN returned")
+    con.execute("ALTER TABLE compacted_prompt_observations DROP COLUMN returned")
+    con.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+    con.close()
+    reader = Store(st.path)  # a v7 catalog read before any upgrade: the step files bring the column
+    assert reader.query("SELECT step, returned FROM prompt_observations ORDER BY step") == [
+        {"step": s, "returned": False} for s in range(3)]
+
+    st = Store(st.path).init()
+    assert st.schema_version() == SCHEMA_VERSION
+    for table in ("steps", "prompt_observations"):
+        assert columns(st.path, f"compacted_{table}") == list(STEP_TABLES[table].names)
+    st.writer("r").write_step(3, observation_tables("r", 3, returned=True))
+    for compacted_through in (1, 3):  # compacted v7 rows + old and new step files, then everything compacted
+        if compacted_through == 3:
+            assert st.compact("r") == 2
+        assert st.get_run("r")["compacted_through"] == compacted_through
+        assert st.query("SELECT step, returned FROM prompt_observations ORDER BY step") == [
+            {"step": 0, "returned": False}, {"step": 1, "returned": False}, {"step": 2, "returned": False},
+            {"step": 3, "returned": True}]
+        assert st.query("SELECT step, returned FROM steps ORDER BY step") == [
+            {"step": 0, "returned": None}, {"step": 1, "returned": None}, {"step": 2, "returned": None},
+            {"step": 3, "returned": 1}]
+        reasons = {r["step"]: r["reason"] for r in st.query("SELECT step, reason FROM decision_reasons")}
+        assert reasons[0] == "p_hat=1.000 > band upper 0.75; evicted: p_hat=1.000 reached p_solve"
+        assert reasons[3] == "returned from the easy pool; " + reasons[0]
+        assert st.query("SELECT count(*) AS n FROM pass_rate_history WHERE returned") == [{"n": 1}]
 
 
 def test_newer_catalog_is_refused_and_left_unchanged(tmp_path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pc_pipelines.config import resolve
-from pc_pipelines.sim_runs import record_simulation
+from pc_pipelines.simulator import record_simulation
 from pc_pipelines.store import Store
 
 ALL_ON = {

@@ -224,7 +224,8 @@ def observations_key(outcome: StepOutcome) -> dict:
     o = outcome.observations
     return {
         name: getattr(o, name).tolist()
-        for name in ("prompt_id", "round", "call", "stage", "n", "n_correct", "decision", "evicted", "lag", "wave", "rule")
+        for name in ("prompt_id", "round", "call", "stage", "n", "n_correct", "decision", "evicted", "lag", "wave",
+                     "rule", "returned")
     }
 
 

@@ -44,7 +44,8 @@ def test_render(decision, stage, rule, expected):
 
 def test_sql_has_one_branch_per_template_in_order_and_quotes_its_literals(monkeypatch):
     sql = reason_sql(decision="o.decision", stage="o.stage", rule="o.rule", evicted="o.evicted", columns=COLS)
-    assert sql.count(" WHEN ") == len(REASONS) + 2  # + the early wave's outcome word and the eviction suffix
+    # + the early wave's outcome word, the eviction suffix, the returned prefix and the not-solved-again suffix
+    assert sql.count(" WHEN ") == len(REASONS) + 4
     assert sql.index("'early_wave'") < sql.index("'adaptive_band'") < sql.index("o.decision = 'kept' THEN")
     assert "printf('p_hat=%.3f in band [%.4g, %.4g]', o.p_hat, s.lo, s.hi)" in sql
     monkeypatch.setattr(reasons, "REASONS", (ReasonTemplate("it's 100% {n}"),))
@@ -66,3 +67,26 @@ def test_a_missing_template_names_the_file_to_edit(monkeypatch):
     monkeypatch.setattr(reasons, "REASONS", REASONS[:-1])  # drop TRAINED's
     with pytest.raises(LookupError, match="decision=trained.*pc_pipelines/allocation/reasons.py"):
         template_for(Decision.TRAINED, Stage.COMMIT, Rule.NONE)
+
+
+@pytest.mark.parametrize("evicted,expected", [
+    (True, "returned from the easy pool; p_hat=1.000 > band upper 0.75; evicted: p_hat=1.000 reached p_solve"),
+    (False, "returned from the easy pool; p_hat=1.000 > band upper 0.75; not solved again: back in the stream from the "
+            "next epoch"),
+])
+def test_a_returned_prompts_reason_says_so(evicted, expected):
+    """easy_pool eviction: a pilot of a prompt back from the easy pool is prefixed as such, and says whether it was
+    solved again (back to the pool) or not (back in the stream)."""
+    text = render(Decision.SKIPPED_EASY, Stage.PILOT, Rule.BAND, p_hat=1.0, n=8, lag=0, band_lower=0.125,
+                  band_upper=0.75, evicted=evicted, returned=True)
+    assert text == expected
+    assert render(Decision.SKIPPED_EASY, Stage.PILOT, Rule.BAND, p_hat=1.0, n=8, lag=0, band_lower=0.125,
+                  band_upper=0.75, evicted=evicted) == expected.removeprefix("returned from the easy pool; ").split(
+                      "; not solved")[0]
+
+
+def test_sql_puts_the_returned_prefix_first_and_its_suffix_after_the_eviction_one():
+    sql = reason_sql(decision="o.decision", stage="o.stage", rule="o.rule", evicted="o.evicted",
+                     returned="o.returned", columns=COLS)
+    assert sql.startswith("CASE WHEN o.returned THEN 'returned from the easy pool; ' ELSE '' END || CASE ")
+    assert sql.index("WHEN o.evicted THEN") < sql.index("WHEN o.returned THEN '; not solved again")

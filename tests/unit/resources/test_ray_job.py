@@ -142,7 +142,7 @@ def test_an_engine_with_processes_is_closed_when_the_evaluation_ends(monkeypatch
     """evaluate_policy closes the engine it built (a Ray engine's actors and local Ray), also when grading fails."""
     from types import SimpleNamespace
 
-    from pc_pipelines.run import evaluate as evaluate_mod
+    from pc_pipelines.run import checkpoint_eval as evaluate_mod
 
     closed = []
 

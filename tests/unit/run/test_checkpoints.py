@@ -34,7 +34,7 @@ from pc_pipelines.run.checkpoints import (
     rng_state,
     save_torch,
 )
-from pc_pipelines.stopping import run_outcome
+from pc_pipelines.run.stopping import run_outcome
 
 
 class Payload:

@@ -18,7 +18,7 @@ from pc_pipelines.errors import RunError
 from pc_pipelines.evaluation import EvalResult
 from pc_pipelines.run import TrainingRun, list_checkpoints, run_segment
 from pc_pipelines.run.backend import StepResult
-from pc_pipelines.stopping import StopFlag, StopRequested
+from pc_pipelines.run.stopping import StopFlag, StopRequested
 from pc_pipelines.store import Store
 
 PROMPTS = 40

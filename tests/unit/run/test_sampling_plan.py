@@ -47,7 +47,7 @@ def test_engines_say_what_decides_their_draws():
 def test_an_evaluation_with_other_engine_settings_warns_that_its_numbers_will_differ(tmp_path, caplog):
     from types import SimpleNamespace
 
-    from pc_pipelines.run.evaluate import warn_if_other_plan
+    from pc_pipelines.run.checkpoint_eval import warn_if_other_plan
 
     class Engine:
         def __init__(self, plan):

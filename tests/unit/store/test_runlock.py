@@ -1,4 +1,4 @@
-"""The run writer lock (pc_pipelines/store/runlock.py) and the stop/status helpers (pc_pipelines/stopping.py):
+"""The run writer lock (pc_pipelines/store/runlock.py) and the stop/status helpers (pc_pipelines/run/stopping.py):
 real files, real flocks, a second real process as the other writer."""
 
 import errno
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pc_pipelines.stopping import SpaceReserve, StopFlag, StopRequested, io_error, run_outcome, stop_on_signals
+from pc_pipelines.run.stopping import SpaceReserve, StopFlag, StopRequested, io_error, run_outcome, stop_on_signals
 from pc_pipelines.store import RunBusyError, Store, StoreError, hold_run, remove_run
 from pc_pipelines.store.runlock import LOCK_NAME, holds, is_stale, read_holder
 
@@ -66,7 +66,7 @@ def test_staleness_is_a_dead_pid_on_this_host_only():
 
 def test_remove_run_needs_the_lock_and_keeps_it(tmp_path):
     from pc_pipelines.config import resolve
-    from pc_pipelines.sim_runs import record_simulation
+    from pc_pipelines.simulator import record_simulation
 
     store = Store(tmp_path / "s.duckdb")
     cfg = resolve("simulator", {"sim.num_prompts": 2000, "allocator.train_batch": 8, "allocator.n": 8}, method="grpo")

@@ -71,7 +71,7 @@ def test_a_runs_resolved_config_is_carried_over_exactly():
 def test_config_is_package_data_and_the_recipe_imports_lazily():
     tomllib = pytest.importorskip("tomllib")  # stdlib only from Python 3.11, and requires-python allows 3.10
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    assert "*.yaml" in data["pc_pipelines.training.config"]
+    assert "*.yaml" in data["pc_pipelines.training.verl_conf"]
     code = ("import sys, pc_pipelines.training.verl_recipe, pc_pipelines.rollout.vllm_engine; "
             "print(sorted(m for m in ('ray', 'vllm', 'verl.trainer.ppo.ray_trainer') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()

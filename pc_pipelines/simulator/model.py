@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .allocation import Allocator, AllocatorConfig, StepOutcome
-from .allocation.methods import Oracle
-from .config.sim import SimConfig
+from ..allocation import Allocator, AllocatorConfig, StepOutcome
+from ..allocation.methods import Oracle
+from ..config.sim import SimConfig
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pc_pipelines.stopping import StopRequested, disk_full_error, free_bytes, io_error, run_outcome
+from pc_pipelines.run.stopping import StopRequested, disk_full_error, free_bytes, io_error, run_outcome
 
 ZIP_WRITER = "[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"
 

@@ -3,7 +3,7 @@
 import pytest
 
 from pc_pipelines.run import stale_checkpoints
-from pc_pipelines.segments import (
+from pc_pipelines.run.segments import (
     Action,
     RunView,
     SegmentError,

@@ -6,7 +6,7 @@ import pytest
 from pc_pipelines.allocation import AllocatorConfig, Stage
 from pc_pipelines.config import SimConfig
 from pc_pipelines.errors import ConfigError
-from pc_pipelines.simulate import PromptPopulation, Simulation
+from pc_pipelines.simulator import PromptPopulation, Simulation
 
 
 def test_pass_rate_follows_documented_model():

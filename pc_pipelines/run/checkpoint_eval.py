@@ -1,6 +1,9 @@
-"""The evaluation of a run's saved policy: mean@k of an HF model directory (a checkpoint's, or one a backend
+"""The evaluation of a run's saved checkpoint: mean@k of an HF model directory (a checkpoint's, or one a backend
 exported) on the run's eval sets, seeded as the driver's own evaluation of that step, so both give the same
-numbers (what the ``segment_eval`` asset and ``pilot-commit eval-segment`` run)."""
+numbers (what the ``segment_eval`` asset and ``pilot-commit eval-segment`` run).
+
+This module loads the run's saved policy and its engine; the scoring itself (mean@k of any policy on eval sets,
+shared with the driver's periodic evaluation) is :mod:`pc_pipelines.evaluation`, in the components layer below."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The report library (pc_pipelines/reports.py) and `pilot-commit report --plots` on a REAL DuckDB store filled with
+"""The report library (pc_pipelines/reports/) and `pilot-commit report --plots` on a REAL DuckDB store filled with
 simulated GRPO / DAPO / PC runs (two seeds), plus an older GRPO run of seed 0 that must not be reported (only the
 latest run of each family, method and seed counts, as in `rollouts_to_target`).
 
@@ -32,7 +32,7 @@ from pc_pipelines.reports import (
     summarize,
     write_plots,
 )
-from pc_pipelines.sim_runs import record_simulation
+from pc_pipelines.simulator import record_simulation
 from pc_pipelines.store import Store, StoreError
 
 METHODS = ("grpo", "dapo", "pc")
@@ -367,28 +367,3 @@ def test_cli_report_plots_as_a_user_runs_it(sim, tmp_path):
     assert "family sim" in out.stdout and "4 plots in" in out.stdout
     for n in PLOT_NAMES:
         assert png_size(tmp_path / "plots" / f"{n}.png") == (750, 480)
-
-
-def test_study_headline_reads_the_committed_results_and_says_when_there_are_none(tmp_path):
-    from pc_pipelines.reports import STUDY_RESULTS, smoke_test_note, study_headline
-
-    res = {"preset": "bench", "steps": 120, "seeds": [0, 1, 2], "grpo_best_n": 16,
-           "medians": {"GRPO64 / paper PC": 1.234, "GRPO16 / paper PC": 0.5, "DAPO / paper PC": None,
-                       "GRPO64 / our PC": 2.5, "GRPO16 / our PC": 0.75, "DAPO / our PC": 4.125},
-           "reproducibility": {"other_kernels": "DEFAULT", "median_main": 2.5, "median_other": 2.25}}
-    path = tmp_path / "r.json"
-    path.write_text(json.dumps(res))
-    text = study_headline(path)
-    assert "preset `bench`, 120 steps a run, seeds 0, 1, 2" in text
-    assert "our PC GRPO64 2.50x, GRPO16 0.75x, DAPO 4.12x" in text
-    assert "the paper's PC GRPO64 1.23x, GRPO16 0.50x, DAPO -" in text
-    assert "DEFAULT CPU kernels: GRPO64 / our PC 2.25x (main 2.50x)" in text
-    assert "ratio, baseline / PC" in text  # the first study's file has no smoothing: raw evals
-    path.write_text(json.dumps({**res, "smooth_evals": 3}))
-    assert "ratio on curves smoothed over 3 evals, baseline / PC" in study_headline(path)
-    path.write_text(json.dumps({**res, "dtype": "float64"}))  # the float64 study says its precision
-    assert "preset `bench` in float64, 120 steps a run" in study_headline(path)
-    assert study_headline(tmp_path / "missing.json").startswith("No efficiency study is committed yet")
-    assert "20 steps" in smoke_test_note(20) and "SMOKE TEST, not a comparison" in smoke_test_note(20)
-    if STUDY_RESULTS.exists():  # the committed file parses and names the frozen preset
-        assert "preset `bench`" in study_headline()

@@ -6,27 +6,26 @@ compacted into the catalog (see ``store.schema``), so queries over it open no st
 Eval rows go to the catalog in short transactions, batched at most every ``flush_every_s`` seconds so a
 1000-step simulation does not open the catalog a thousand times; step logs never touch the catalog.
 
-One writer per run (:mod:`.store.runlock`): the run's lock is held from before the run is looked up until its
-status is final, so a second writer of the same run is refused (:class:`~.store.RunBusyError`) instead of
-interleaving its steps. A run that already has steps is never replaced silently: it is refused unless
+One writer per run (:mod:`pc_pipelines.store.runlock`): the run's lock is held from before the run is looked up
+until its status is final, so a second writer of the same run is refused (:class:`~pc_pipelines.store.RunBusyError`)
+instead of interleaving its steps. A run that already has steps is never replaced silently: it is refused unless
 ``overwrite`` (``--overwrite``), which deletes its rows and files first. A stop request (``stop``, set by SIGTERM
 or Ctrl-C) ends the run at the next step boundary with status ``stopped``; errors end it ``failed`` with the reason
-(a full disk says so, with the fix).
+(a full disk says so, with the fix). The run is opened and its end recorded as a training run's are
+(:mod:`pc_pipelines.run.lifecycle`).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from .config import RunConfig
-from .simulate import SimStep, Simulation
-from .stopping import SpaceReserve, StopFlag, StopRequested, run_outcome
-from .store import RunRecord, Store, StoreError, hold_run, refuse_symlinked, remove_run, run_has_data, step_tables
-
-log = logging.getLogger(__name__)
+from ..config import RunConfig
+from ..run.lifecycle import record_end, record_finished, writing_run
+from ..run.stopping import SpaceReserve, StopFlag, StopRequested, run_outcome
+from ..store import RunRecord, Store, StoreError, run_has_data, step_tables
+from .model import SimStep, Simulation
 
 SIM_BENCHMARK = "sim_heldout"
 _AGAIN = "record it again with --overwrite (a simulation does not resume)"
@@ -55,14 +54,12 @@ def record_simulation(
     Every ``compact_every`` steps and at the end the written steps are compacted into the catalog (None: never),
     which bounds how many step files a query over a running run has to open. A run ``run_id`` that already has
     steps is refused (:class:`StoreError`) unless ``overwrite``; another process writing it is refused
-    (:class:`~.store.RunBusyError`). Nothing is checked or locked before the first step is asked for.
+    (:class:`~pc_pipelines.store.RunBusyError`). Nothing is checked or locked before the first step is asked for.
     """
     run_id = run_id or config.default_run_id()
     store.init()
-    run_dir = store.run_dir(run_id)
-    if overwrite:
-        refuse_symlinked(run_id, run_dir)  # before the lock: nothing is written through the link either
-    with hold_run(run_id, run_dir, command="pilot-commit simulate"):
+
+    def check() -> bool:  # under the lock: refuse to replace a run silently; whether there is one to delete
         existing = store.get_run(run_id)
         if existing is not None and not overwrite:
             have = run_has_data(store, run_id)
@@ -78,15 +75,16 @@ def record_simulation(
                     "it is not replaced silently. Fix: pick another --run-name, or pass --overwrite to delete it and "
                     "record it again."
                 )
-        if existing is not None and overwrite:
-            remove_run(store, run_id, run_dir)  # logs what it deleted
-        yield from _record(config, store, steps, run_id, flush_every_s, compact_every, on_step, stop)
+        return existing is not None
+
+    with writing_run(store, run_id, store.run_dir(run_id), command="pilot-commit simulate", overwrite=overwrite,
+                     check=check) as reserve:
+        yield from _record(config, store, steps, run_id, flush_every_s, compact_every, on_step, stop, reserve)
 
 
 def _record(config: RunConfig, store: Store, steps: int, run_id: str, flush_every_s: float,
             compact_every: int | None, on_step: Callable[[RecordedStep], None] | None,
-            stop: StopFlag | None) -> Iterator[RecordedStep]:
-    reserve = SpaceReserve(store.run_dir(run_id))  # room to record the end even on a full disk
+            stop: StopFlag | None, reserve: SpaceReserve) -> Iterator[RecordedStep]:
     store.register_run(RunRecord.for_config(config, run_id, "simulate"))
     # A simulated run always starts from step 0: forget whatever an earlier attempt of the same id wrote.
     store.reopen_after(run_id, -2)
@@ -121,7 +119,7 @@ def _record(config: RunConfig, store: Store, steps: int, run_id: str, flush_ever
         if compact_every:
             store.compact(run_id)
         reserve.release()
-        store.set_status(run_id, "finished")
+        record_finished(store, run_id, complete=True)
     except BaseException as exc:
         if isinstance(exc, GeneratorExit):  # the consumer stopped asking for steps
             status, reason = "failed", "interrupted"
@@ -130,13 +128,7 @@ def _record(config: RunConfig, store: Store, steps: int, run_id: str, flush_ever
             if isinstance(exc, (StopRequested, KeyboardInterrupt)):
                 reason += (f": {done} of {steps} steps written. A simulation does not resume: record it again with "
                            "--overwrite")
-        writer.sweep()  # a write cut short leaves a temporary directory: give its space back first (disk full)
-        reserve.release()
-        for record in (lambda: store.add_eval_results(pending), lambda: store.set_status(run_id, status, reason)):
-            try:
-                record()
-            except Exception as rec_exc:  # the original error matters more (a full disk may refuse these too)
-                log.error("run %s: could not record its end (%s: %s): %s", run_id, status, reason, rec_exc)
+        record_end(store, run_id, status, reason, writer, reserve, eval_rows=pending)
         raise
 
 

@@ -1,0 +1,52 @@
+"""Reports over a store: the rollouts-to-target table (paper Table 2) as Markdown, per-run curves, PNG plots and a
+per-method summary (docs/DESIGN.md section 6). A plain library: the CLI (``pilot-commit report --plots DIR``) and the
+Dagster report asset both call :func:`build_report`.
+
+* :mod:`.curves`: what a report reads from the store, per-run curves (:class:`RunCurves`, :func:`load_curves`) and
+  their per-method summary (:func:`summarize`); :class:`ReportError` when there is nothing to report yet;
+* :mod:`.tables`: numbers as text (:func:`format_count`, :func:`format_ratio`) and the Markdown tables;
+* :mod:`.plots`: the PNG figures (:func:`make_figures`, :func:`write_plots`; matplotlib only when they are drawn);
+* :mod:`.style`: how every report orders, labels and colours a method;
+* :mod:`.headline`: the committed efficiency study's headline, read from the results file the package ships;
+* :mod:`.report`: the whole report (:func:`build_report`).
+
+Every public name is importable from the package: ``from pc_pipelines.reports import build_report``.
+"""
+
+from .curves import MethodSummary, ReportError, RunCurves, load_curves, summarize
+from .headline import STUDY_RESULTS, smoke_test_note, study_headline
+from .plots import PLOT_NAMES, RUN_GID, TARGET_GID, make_figures, new_figure, save_figure, write_plots
+from .report import Report, build_report
+from .style import METHOD_COLORS, METHOD_LABELS, METHOD_ORDER, OTHER_COLORS, method_color, method_label
+from .tables import TARGET_NOTE, format_count, format_ratio, rollouts_to_target_markdown, summary_markdown
+
+__all__ = [
+    "METHOD_COLORS",
+    "METHOD_LABELS",
+    "METHOD_ORDER",
+    "OTHER_COLORS",
+    "PLOT_NAMES",
+    "RUN_GID",
+    "STUDY_RESULTS",
+    "TARGET_GID",
+    "TARGET_NOTE",
+    "MethodSummary",
+    "Report",
+    "ReportError",
+    "RunCurves",
+    "build_report",
+    "format_count",
+    "format_ratio",
+    "load_curves",
+    "make_figures",
+    "method_color",
+    "method_label",
+    "new_figure",
+    "rollouts_to_target_markdown",
+    "save_figure",
+    "smoke_test_note",
+    "study_headline",
+    "summarize",
+    "summary_markdown",
+    "write_plots",
+]

@@ -1,0 +1,46 @@
+"""The efficiency study's headline (:func:`study_headline`, read from the results file the package ships) and the note
+short runs print above it beside their own table (:func:`smoke_test_note`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .tables import format_ratio
+
+# The efficiency study's committed result on the `bench` preset: data the package ships (package-data), read here with
+# no research code; written only when asked, by `research/bench_study.py --results` (`make study-bench`): its medians,
+# seeds and reproducibility row. Short runs such as `make demo` print it beside their own table.
+STUDY_RESULTS = Path(__file__).resolve().parent.parent / "presets" / "bench.results.json"
+
+
+def study_headline(path: str | Path = STUDY_RESULTS) -> str:
+    """One paragraph: the committed study's median rollout ratios, its seeds, preset and run length."""
+    import json
+
+    try:
+        res = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return "No efficiency study is committed yet (`make bench-efficiency` writes it)."
+    med = res["medians"]
+    ours = ", ".join(f"{k.split(' / ')[0]} {format_ratio(v)}" for k, v in med.items() if k.endswith("our PC"))
+    paper = ", ".join(f"{k.split(' / ')[0]} {format_ratio(v)}" for k, v in med.items() if k.endswith("paper PC"))
+    rep = res.get("reproducibility") or {}
+    rep_txt = (f" Re-run under the {rep['other_kernels']} CPU kernels: GRPO64 / our PC {format_ratio(rep['median_other'])}"
+               f" (main {format_ratio(rep['median_main'])})." if rep.get("median_other") is not None else "")
+    seeds = ", ".join(map(str, res.get("core_seeds") or res["seeds"]))
+    if res.get("core_seeds") and res["core_seeds"] != res["seeds"]:
+        seeds += f" (GRPO64 / our PC on {', '.join(map(str, res['seeds']))})"
+    smooth = res.get("smooth_evals", 1)
+    curves = f" on curves smoothed over {smooth} evals" if smooth > 1 else ""
+    dtype = f" in {res['dtype']}" if res.get("dtype") else ""
+    return (f"The study (`make bench-efficiency`, docs/BENCHMARKS.md): preset `{res['preset']}`{dtype}, {res['steps']} steps a "
+            f"run, seeds {seeds}; median rollouts-to-target ratio{curves}, baseline / PC "
+            f"(> 1: PC needed fewer sampled rollouts): our PC {ours}; the paper's PC {paper}.{rep_txt}")
+
+
+def smoke_test_note(steps: int) -> str:
+    """What a short run's table is and is not (``make demo`` prints it above the study's headline)."""
+    return (f"This table is a SMOKE TEST, not a comparison: each method trained {steps} steps, far too few for rollout "
+            "efficiency to show (the study runs 120 steps x 3 seeds per method and reads the medians). It shows "
+            "that every part of the pipeline ran end to end and what the store records.")
+
