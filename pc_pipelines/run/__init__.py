@@ -1,12 +1,15 @@
 """The run layer: one training run's spec, records, checkpoints and its segment driver over a backend.
 
-* :mod:`.spec`: :class:`TrainingRun` (id, resolved config, directory, base policy, task), built by
+* :mod:`.training_run`: :class:`TrainingRun` (id, resolved config, directory, base policy, task), built by
   :func:`prepare_run` or read back from the store by :func:`load_training_run`;
 * :mod:`.records`: :class:`StepRecord` and :class:`SegmentResult` and their JSON for Dagster Pipes;
 * :mod:`.checkpoints`: the checkpoint layout, listing, verification, retention and the run's own saved state;
 * :mod:`.driver`: :func:`run_segment`, ONE driver for every backend (:mod:`.backend`: the protocol), with the
   local backend (:mod:`.local`) by default; :mod:`.checkpoint_eval`: the evaluation of a saved checkpoint;
-* :mod:`.segments`: how a run is cut into Dagster partitions and what the sensor trains next (pure, no Dagster).
+* :mod:`.segments`: how a run is cut into Dagster partitions and what the sensor trains next (pure, no Dagster);
+* :mod:`.start`: the one way a training run starts (the CLI's ``train`` and the ``start_run`` job);
+* :mod:`.lifecycle`: how every writer of a run (the driver, the simulator) holds it and records its end, and the one
+  place a run becomes ``finished``; :mod:`.stopping`: clean stops on signals and the status an error ends a run with.
 
 Importing this package does not import torch: the local backend does, when a segment runs.
 """
@@ -22,7 +25,7 @@ from .checkpoints import (
 )
 from .driver import open_run, run_segment
 from .records import STEP_KEYS, SegmentResult, StepRecord, Totals
-from .spec import TrainingRun, load_training_run, prepare_run, task_for
+from .training_run import TrainingRun, load_training_run, prepare_run, task_for
 
 __all__ = [
     "STEP_KEYS",

@@ -16,7 +16,7 @@ from ..evaluation import EvalResult, eval_seed, evaluate_sets
 from ..rewards import MathGrader
 from ..rollout import DEFAULT_ENGINE, EngineFactory, close_engine, get_engine, sampling_plan
 from .checkpoints import checkpoint_at
-from .spec import SAMPLING_PLAN, TrainingRun
+from .training_run import SAMPLING_PLAN, TrainingRun
 
 log = logging.getLogger(__name__)
 

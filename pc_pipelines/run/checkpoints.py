@@ -49,8 +49,8 @@ from ..allocation import Allocator
 from ..errors import RunError
 from ..store import Store
 from .records import Totals
-from .spec import TrainingRun
 from .stopping import disk_full_error
+from .training_run import TrainingRun
 
 CHECKPOINT_FORMAT = 2  # 2: manifest.json (files, sizes, sha256) written last; 1: meta.json last, no manifest
 READABLE_FORMATS = (1, 2)

@@ -47,8 +47,8 @@ from .checkpoints import (
 )
 from .lifecycle import record_end, writing_run
 from .records import SegmentResult, StepRecord, Totals
-from .spec import TrainingRun
 from .stopping import SpaceReserve, StopFlag, StopRequested, run_outcome
+from .training_run import TrainingRun
 
 log = logging.getLogger(__name__)
 

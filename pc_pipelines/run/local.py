@@ -40,7 +40,7 @@ from ..rollout import (
 from ..training import PolicyTrainer, RolloutBatch
 from .backend import StepResult
 from .checkpoints import load_plain, save_torch, unreadable
-from .spec import SAMPLING_PLAN, TrainingRun
+from .training_run import SAMPLING_PLAN, TrainingRun
 
 _CALL_SALT = 0x6E6E
 

@@ -2,7 +2,7 @@
 
 :func:`check_trainable` refuses, before any work, what no training run can do: a method or strategy name its
 registry does not know, or a method that only runs in the simulator (the oracle). :func:`start_training_run` then
-checks the run's id (:func:`~pc_pipelines.store.names.run_id_for`) and builds its spec (:func:`~.spec.prepare_run`:
+checks the run's id (:func:`~pc_pipelines.store.names.run_id_for`) and builds its spec (:func:`~.training_run.prepare_run`:
 the task, and the embedded warm start, built on first use). Each entry point keeps only what is its own: the CLI its
 flags and its resume / overwrite choice, the Dagster job its segment plan and partitions. Nothing here writes the
 store.
@@ -18,7 +18,7 @@ from ..config import RunConfig
 from ..data.task import TaskData
 from ..errors import ConfigError
 from ..store.names import RunIdError, run_id_for
-from .spec import TrainingRun, prepare_run
+from .training_run import TrainingRun, prepare_run
 
 
 def check_trainable(cfg: RunConfig) -> None:

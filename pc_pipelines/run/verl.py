@@ -40,7 +40,7 @@ from ..rollout import EngineFactory
 from ..training import verl_batch as vb
 from .backend import StepResult
 from .checkpoint_eval import evaluate_policy
-from .spec import TrainingRun
+from .training_run import TrainingRun
 
 VERL_ACTOR_GLOBALS = frozenset({
     # extra_state_*.pt: numpy RNG states

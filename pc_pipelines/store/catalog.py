@@ -1,5 +1,9 @@
 """The DuckDB catalog: runs, checkpoints and eval results in short transactions, views over the step logs.
 
+Its class :class:`Store` is what users open (``pilot-commit sql --store FILE``, the Dagster store resource): the
+catalog file plus the step logs beside it (``<name>.runs/``, :mod:`.steplog`), read together in one session. The
+module is named for the file it manages; ``pc_pipelines.store`` exports the class.
+
 DuckDB lets one process hold a database file for writing and then no other process may open it, not even
 read-only (docs/DESIGN.md section 5). So every connection here is short: open, do one thing, close. Writers and readers
 that find the file locked retry with backoff until ``lock_timeout_s``; the step logs themselves never touch the
