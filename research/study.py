@@ -30,7 +30,6 @@ import logging
 import math
 import os
 import queue
-import statistics
 import subprocess
 import sys
 import threading
@@ -53,7 +52,7 @@ from pc_pipelines.reports import (
     save_figure,
 )
 from pc_pipelines.store import Store
-from pc_pipelines.store.rollouts_to_target import first_reaching, target_accuracy
+from pc_pipelines.store.rollouts_to_target import first_reaching, median, target_accuracy
 
 log = logging.getLogger(__name__)
 
@@ -369,12 +368,6 @@ def breakdown_markdown(rows: Mapping[str, RolloutBreakdown]) -> str:
 def _nanmean(vals: Sequence[Any]) -> float:
     xs = [float(v) for v in vals if v is not None and not math.isnan(float(v))]
     return sum(xs) / len(xs) if xs else math.nan
-
-
-def median(vals: Sequence[float | None]) -> float | None:
-    """Median of the values that are not None (None when there are none)."""
-    present = [v for v in vals if v is not None]
-    return statistics.median(present) if present else None
 
 
 # ---- rollouts to target for any pair of runs ------------------------------------------------------------------

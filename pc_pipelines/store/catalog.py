@@ -37,6 +37,7 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
 from .names import RunIdError, validate_run_id
+from .rollouts_to_target import median
 from .schema import DDL, MIGRATIONS, SCHEMA_VERSION, STEP_TABLES, view_sql
 from .steplog import QUARANTINE, StepLogWriter, list_step_dirs, quarantine_step_dir, verify_step_dir
 
@@ -762,8 +763,7 @@ class Store:
             )
         for fam in out.values():
             for key in ("grpo_over_pc", "dapo_over_pc"):
-                vals = sorted(s[key] for s in fam["seeds"] if s[key] is not None)
-                fam[f"median_{key}"] = _median(vals)
+                fam[f"median_{key}"] = median([s[key] for s in fam["seeds"]])
         return out
 
 
@@ -805,10 +805,3 @@ def _insert_step_files(con: duckdb.DuckDBPyConnection, step_dirs: Sequence[Path]
         finally:
             con.unregister(name)
     return step_dirs
-
-
-def _median(vals: list[float]) -> float | None:
-    if not vals:
-        return None
-    m = len(vals) // 2
-    return vals[m] if len(vals) % 2 else (vals[m - 1] + vals[m]) / 2

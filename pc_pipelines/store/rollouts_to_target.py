@@ -4,7 +4,8 @@
 
 * target = min(baseline peak, PC peak) of one seed (:func:`target_accuracy`);
 * a method's cost = cumulative sampled rollouts at its first eval at or above the target, an accuracy within
-  ``TOLERANCE`` below it counting as reached (:func:`first_reaching`; None = never).
+  ``TOLERANCE`` below it counting as reached (:func:`first_reaching`; None = never);
+* over seeds, the median of the per-seed ratios, seeds without a ratio left out (:func:`median`).
 
 The view takes the smallest cumulative count among the evals that reach the target; cumulative counts never fall
 from one eval to the next, so that is the first one's. tests/integration/store/test_rollouts_to_target_rule.py
@@ -16,7 +17,8 @@ Worked example: GRPO evals ``[(0, .70), (10240, .80), (20480, .84), (30720, .83)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import statistics
+from collections.abc import Iterable, Sequence
 
 TOLERANCE = 1e-12
 """An eval this much below the target still reaches it (the target is one of the compared peaks, recomputed)."""
@@ -40,3 +42,10 @@ def first_reaching(rollouts: Iterable[int], accuracy: Iterable[float], target: f
 def reached_sql(accuracy: str, target: str) -> str:
     """The condition of :func:`first_reaching` in SQL, on two column expressions."""
     return f"{accuracy} >= {target} - {TOLERANCE!r}"
+
+
+def median(vals: Sequence[float | None]) -> float | None:
+    """Median of the values that are not None (None when there are none): the store's ``summary`` and the studies
+    summarize per-seed ratios with it."""
+    present = [v for v in vals if v is not None]
+    return statistics.median(present) if present else None
