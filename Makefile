@@ -20,7 +20,7 @@ SCALE_STAMP := $(SCALE_VENV)/.installed
 SCALE_PINS  := etc/scale/constraints.txt
 
 .PHONY: install install-scale test-scale demo lint test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine bench-vllm bench-verl \
-        study-bench study-bench-noise study-precision study-efficiency-v1 study-efficiency-ablations faults soak clean \
+        study-bench study-bench-tuned study-precision study-efficiency-v1 study-efficiency-ablations faults soak clean \
         bench-efficiency bench-precision bench-efficiency-v1 bench-efficiency-ablations bench-faults
 
 $(BIN)/python:
@@ -125,14 +125,13 @@ bench-engine: $(STAMP)
 study-bench: $(STAMP)
 	$(BIN)/python research/bench_study.py all --results pc_pipelines/presets/bench.results.json
 
-# The same study in the noise-limited regime (issue 30; preset `bench-noise`: the `bench` pool at a higher learning
-# rate): GRPO-64, GRPO at its best n, DAPO, the paper's PC (strict and easy_pool eviction), our PC and our PC at its
-# best budget on seeds 11-13, both choices tuned by research/noise_regime.py and frozen in bench_study.py's REGIMES
-# first. Parts main|report (`bench_study.py --regime bench-noise ...`). Store benchmarks/out/bench-noise.duckdb,
-# section `bench-noise-study`, plots docs/img/bench/bench_noise_*.png; its results join the headline file under
-# "regimes" (every other key kept).
-study-bench-noise: $(STAMP)
-	$(BIN)/python research/bench_study.py --regime bench-noise all --results pc_pipelines/presets/bench.results.json
+# The same study with both sides tuned, on fresh seeds (issue 30; the frozen `bench` preset): GRPO-64, GRPO at its
+# best n, DAPO, the paper's PC (strict and easy_pool eviction), our PC and our PC at its best budget (tuned by
+# research/noise_regime.py tune-pc and frozen in bench_study.py's REGIMES first) on seeds 11-13. Parts main|report
+# (`bench_study.py --regime bench-tuned ...`). Store benchmarks/out/bench-tuned.duckdb, section `bench-tuned-study`,
+# plots docs/img/bench/bench_tuned_*.png; its results join the headline file under "regimes" (every other key kept).
+study-bench-tuned: $(STAMP)
+	$(BIN)/python research/bench_study.py --regime bench-tuned all --results pc_pipelines/presets/bench.results.json
 
 # float32 vs float64 under the machine's and the scalar CPU kernels: where runs part, and the cost (section `precision`).
 study-precision: $(STAMP)

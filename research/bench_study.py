@@ -1,24 +1,24 @@
-"""The rollout-efficiency study, one regime at a time: the reproducible benchmark (issue 16 point 3) and the
-noise-limited regime beside it (issue 30 point 4). One command, resumable parts.
+"""The rollout-efficiency study, one regime at a time: the reproducible benchmark (issue 16 point 3) and the same
+benchmark with both sides tuned on fresh seeds (issue 30 point 4). One command, resumable parts.
 
     make study-bench                                   # `bench`: every part below, the docs section and the headline
-    make study-bench-noise                             # `bench-noise`: main + report, merged into the headline file
+    make study-bench-tuned                             # `bench-tuned`: main + report, merged into the headline file
     .venv/bin/python research/bench_study.py tune      # GRPO at n = 16 / 32 / 64 on the tuning seeds 100, 101
     .venv/bin/python research/bench_study.py main      # the reported seeds 8, 9, 10: every method and the ablation
     .venv/bin/python research/bench_study.py repro     # GRPO-64 vs our PC again under the other CPU kernels
     .venv/bin/python research/bench_study.py report    # re-render the section from the store, no training
-    .venv/bin/python research/bench_study.py --regime bench-noise main|report   # the second regime's parts
+    .venv/bin/python research/bench_study.py --regime bench-tuned main|report   # the second regime's parts
 
 Regimes (``REGIMES``, chosen with ``--regime``; one code path, the :class:`Regime` says what differs):
 
 * ``bench`` (the default): the frozen ``bench`` preset; parts tune, main, repro, report; reported seeds 8, 9, 10;
   docs section ``bench-study``; store ``benchmarks/out/bench.duckdb``; plots ``docs/img/bench/bench_*.png``.
-* ``bench-noise``: the frozen ``bench-noise`` preset (the ``bench`` pool at a higher learning rate, where per-step
-  learning depends on the informative groups per step; issue 30); parts main and report: GRPO's best n and our PC's
-  best budget are tuned by ``research/noise_regime.py`` on the tuning seeds 100, 101 and frozen in ``REGIMES``
-  before its main runs (``tune`` says so and exits 2; ``main`` and ``report`` refuse, exit 2, until both are
-  frozen); reported seeds 11, 12, 13; no reproducibility part; docs section ``bench-noise-study``; store
-  ``benchmarks/out/bench-noise.duckdb``; plots ``docs/img/bench/bench_noise_*.png``. Its main variants add
+* ``bench-tuned``: the same frozen ``bench`` preset (issue 30's calibration of a higher-learning-rate regime found
+  no rate at which GRPO-64 still rises and does not collapse: research/noise_regime.py, so no new preset), with
+  both sides at their own best settings: GRPO's best n from ``bench``'s tune (16) and our PC's best budget tuned by
+  ``research/noise_regime.py tune-pc`` on the tuning seeds 100, 101, frozen in ``REGIMES`` before its main runs (``tune`` says so and exits 2; ``main`` and ``report`` refuse, exit 2, until both are
+  frozen); reported seeds 11, 12, 13; no reproducibility part; docs section ``bench-tuned-study``; store
+  ``benchmarks/out/bench-tuned.duckdb``; plots ``docs/img/bench/bench_tuned_*.png``. Its main variants add
   ``pc-paper-easy`` (the paper's PC with ``allocator.eviction_strategy=easy_pool``: solved prompts come back from
   an easy pool at a bounded rate) and ``pc-best`` (our PC at the frozen best budget, run only when that budget's
   overrides are not empty, i.e. it differs from the preset's). Its section adds, per run, the steps whose batch was
@@ -50,7 +50,7 @@ Design (the study's hygiene):
   part only finishes what is missing (runs resume from their checkpoints).
 
 Results (``--results FILE``, JSON; ``make study-bench`` names ``pc_pipelines/presets/bench.results.json``, the
-headline `make demo` prints, and ``make study-bench-noise`` the same file):
+headline `make demo` prints, and ``make study-bench-tuned`` the same file):
 * ``bench`` writes the keys ``preset``, ``dtype``, ``steps``, ``seeds``, ``core_seeds``, ``grpo_best_n``,
   ``medians`` (``"<baseline> / <PC>"`` -> median ratio), ``reproducibility``, ``smooth_evals``, ``command`` (an
   existing ``regimes`` key of the file is carried over, so the other regimes' numbers survive);
@@ -109,7 +109,7 @@ OTHER_ISA = "default"  # ATEN_CPU_CAPABILITY of the reproducibility row: the por
 PAPER_PC = ("allocator.band_strategy=static", "allocator.sampling_strategy=fixed", "allocator.pilot_strategy=single",
             "allocator.commit_strategy=uniform")
 # name -> (method, overrides of the regime's preset). Run ids are <family>-<name>-s<seed> (bench-pc-s8,
-# bench-noise-pc-paper-easy-s11). "pc-best" takes its overrides from the regime's frozen best budget (Regime.pc_best).
+# bench-tuned-pc-paper-easy-s11). "pc-best" takes its overrides from the regime's frozen best budget (Regime.pc_best).
 VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "grpo": ("grpo", ()),
     "dapo": ("dapo", ()),
@@ -126,7 +126,7 @@ LABELS = {"grpo": "GRPO n=64", "dapo": "DAPO", "pc-paper": "paper PC", "pc": "ou
 # The eviction ablation (pc-paper-noevict) is a row of the per-run table, not a column.
 RATIO_PCS = {"pc-paper": "paper PC", "pc-paper-easy": "paper PC easy_pool", "pc": "our PC", "pc-best": "our PC best"}
 
-# Issue 30's goals for the noise-limited regime (reported mechanically, wording fixed here).
+# Issue 30's goals (reported mechanically, wording fixed here).
 GOAL_BEST, GOAL_DEFAULT = 1.3, 2.0
 GOAL_TEXT = {
     "a": f"our PC at its best budget >= {GOAL_BEST:.1f}x vs GRPO at its best n (median rollouts-to-target ratio)",
@@ -195,15 +195,16 @@ REGIMES: dict[str, Regime] = {
         marker="bench-study", plot_prefix="bench",
         title="The rollout-efficiency study on the benchmark (`research/bench_study.py`, issue 16)",
         store="benchmarks/out/bench.duckdb", make_target="make bench-efficiency"),
-    "bench-noise": Regime(
-        name="bench-noise", preset="bench-noise", family="bench-noise", seeds=(11, 12, 13), tune_seeds=TUNE_SEEDS,
-        # Both frozen from research/noise_regime.py (calibrate, tune-pc) before any reported-seed run; None until then.
-        grpo_best_n=None, pc_best=None,
+    "bench-tuned": Regime(
+        name="bench-tuned", preset=PRESET, family="bench-tuned", seeds=(11, 12, 13), tune_seeds=TUNE_SEEDS,
+        # GRPO's best n: bench's frozen choice (the same preset, the same tuning seeds). PC's best budget: frozen from
+        # research/noise_regime.py tune-pc before any reported-seed run (None until then).
+        grpo_best_n=GRPO_BEST_N, pc_best=None,
         variants=("grpo", "dapo", "pc-paper", "pc-paper-easy", "pc", "pc-best"), repro=False,
-        marker="bench-noise-study", plot_prefix="bench_noise",
-        title="The rollout-efficiency study in the noise-limited regime (`research/bench_study.py --regime "
-              "bench-noise`, issue 30)",
-        store="benchmarks/out/bench-noise.duckdb", make_target="make study-bench-noise",
+        marker="bench-tuned-study", plot_prefix="bench_tuned",
+        title="The benchmark with both sides tuned, on fresh seeds (`research/bench_study.py --regime "
+              "bench-tuned`, issue 30)",
+        store="benchmarks/out/bench-tuned.duckdb", make_target="make study-bench-tuned",
         tuned_by="research/noise_regime.py", extended=True,
         per_step=("fill", ("pc-paper", "pc-paper-easy"),
                   "fill of b_t per step, paper PC with strict and with easy_pool eviction")),
@@ -483,7 +484,7 @@ def repro_lines(store: Store, main: list[study.StudyJob], isa: list[study.StudyJ
     return lines, summary
 
 
-# ---- issue 30's goals (the noise-limited regime) --------------------------------------------------------------
+# ---- issue 30's goals --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class EasyCheck:
     """One seed's run of the paper's PC with easy_pool eviction, for goal (c)."""

@@ -2,7 +2,7 @@
 
     .venv/bin/python research/noise_regime.py --dry-run        # the planned runs
     .venv/bin/python research/noise_regime.py calibrate        # GRPO n 16/32/64 + our PC at lr 2e-4 / 3e-4 (resumable)
-    .venv/bin/python research/noise_regime.py tune-pc          # PC budgets at the frozen lr (needs NOISE_LR)
+    .venv/bin/python research/noise_regime.py tune-pc          # PC budgets in the frozen regime (after calibrate)
     .venv/bin/python research/noise_regime.py report --plots   # re-render the section from the store
 
 The informative-groups diagnostic (``research/informative_diagnostic.py``, docs/BENCHMARKS.md) found that on
@@ -59,8 +59,18 @@ RISE = 0.02
 COLLAPSE = 0.05
 LR_RULE = (f"the highest lr at which GRPO-64 on every tuning seed ends >= start + {RISE} (smoothed over {SMOOTH} "
            f"evals) and no eval falls below start - {COLLAPSE}")
-# Frozen from `calibrate` (None until then). Every run of tune-pc and the study uses it.
+# Frozen from `calibrate`: CALIBRATED once the rule has been read, NOISE_LR its choice (None: no lr passed, no new
+# preset; PC's budget is then tuned in the frozen `bench` regime at the preset's own lr, BENCH_LR).
+# Read on 2026-11-26 (docs/BENCHMARKS.md, section noise-regime): GRPO-64 collapsed on seed 101 at 2e-4 (lowest eval
+# 0.610 < 0.627, smoothed last 0.661 < start 0.677) and on both seeds at 3e-4: no lr passes, no new preset.
+CALIBRATED = True
 NOISE_LR: float | None = None
+BENCH_LR = 1e-4  # the bench preset's training.lr (checked against the preset by tests/research)
+
+
+def tune_lr() -> float | None:
+    """The learning rate PC's budget is tuned at: the new regime's, else bench's; None before calibration."""
+    return None if not CALIBRATED else (NOISE_LR or BENCH_LR)
 
 # Our PC's budgets (issue 30 point 2): name -> overrides. Pilots in sequential waves (first wave + the rest), commits
 # of the given mean split by pilot std (the `variance` commit strategy). "p4+12/c16" is the preset's own budget.
@@ -203,7 +213,7 @@ def section(store: Store, img_dir: Path | None, cmd: str) -> str:
         "(`research/noise_regime.py`, issue 30 points 1-2)",
         "",
         f"Command: `{cmd}`. Machine: {machine()}. Wall time: calibrate {_wall(part_wall(store, cal))}"
-        + (f", tune-pc {_wall(part_wall(store, tune_pc_jobs(NOISE_LR)))}" if NOISE_LR else "")
+        + (f", tune-pc {_wall(part_wall(store, tune_pc_jobs(tune_lr())))}" if tune_lr() else "")
         + "; 2 runs at a time, each on 1 thread. Store: `benchmarks/out/noise.duckdb`.",
         "",
         f"Setting: the frozen `bench` preset from the shipped warm start, {STEPS} steps a run, tuning seeds "
@@ -221,7 +231,10 @@ def section(store: Store, img_dir: Path | None, cmd: str) -> str:
                    f"{'yes' if c.rises else 'no'} | {'yes' if c.collapses else 'no'} | {'yes' if c.passes else 'no'} |")
     out += ["", f"Choice by the rule: **{'lr ' + _lr_tag(chosen) if chosen else 'none (no new preset)'}**. "
             + (f"Frozen: `NOISE_LR = {_lr_tag(NOISE_LR)}` (research/noise_regime.py)." if NOISE_LR else
-               "Not frozen yet: set `NOISE_LR` in research/noise_regime.py to the choice before `tune-pc`."), ""]
+               "Frozen: `NOISE_LR = None`: no new preset; PC's budget is tuned in the frozen `bench` regime "
+               f"(lr {_lr_tag(BENCH_LR)})." if CALIBRATED else
+               "Not frozen yet: set `CALIBRATED` and `NOISE_LR` in research/noise_regime.py to the choice before "
+               "`tune-pc`."), ""]
     for lr in CAL_LRS:
         jobs = [j for j in cal if _lr_of(j) == lr and j.run_id in curves]
         if not jobs:
@@ -253,14 +266,15 @@ def section(store: Store, img_dir: Path | None, cmd: str) -> str:
                                     f"calibration at lr {_lr_tag(lr)} (tuning seeds)")
             out += [f"![held-out accuracy at lr {_lr_tag(lr)}](img/bench/{p.name})", ""]
     out += ["### Per run", "", study.stats_markdown([stats[j.run_id] for j in cal if j.run_id in stats])]
-    if NOISE_LR:
-        tj = tune_pc_jobs(NOISE_LR)
+    if tune_lr():
+        lr = tune_lr()
+        tj = tune_pc_jobs(lr)
         tc = study.curves_by_run(store, [j.run_id for j in tj])
         names = {j.run_id: _label(j) for j in tj}
         rows = size_rows({(names[j.run_id], j.seed): tc[j.run_id] for j in tj
                           if j.run_id in tc and "paper88" not in j.run_id})
         best = choose_size(rows)
-        out += [f"### Our PC's budget at lr {_lr_tag(NOISE_LR)}, chosen by the same rule", "",
+        out += [f"### Our PC's budget at lr {_lr_tag(lr)}, chosen by the same rule", "",
                 *tune_table(rows, {}, f"our PC {DEFAULT_BUDGET}"), "",
                 f"Choice by the rule: **{best or '-'}**. "
                 + (f"Frozen: `PC_BEST = {PC_BEST!r}`." if PC_BEST else "Not frozen yet: set `PC_BEST`."), ""]
@@ -282,14 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     store = Store(args.store)
-    if args.part == "tune-pc" and NOISE_LR is None:
-        print("tune-pc needs the frozen learning rate. Fix: run `calibrate` and `report`, then set NOISE_LR in "
-              "research/noise_regime.py to the rule's choice.", file=sys.stderr)
+    if args.part == "tune-pc" and tune_lr() is None:
+        print("tune-pc needs the calibration's choice. Fix: run `calibrate` and `report`, then set CALIBRATED and "
+              "NOISE_LR in research/noise_regime.py to the rule's choice.", file=sys.stderr)
         return 2
     if args.part == "report" and not store.path.exists():
         print(f"no store at {store.path}. Fix: run `calibrate` first (or pass --store).", file=sys.stderr)
         return 2
-    jobs = {"calibrate": calibrate_jobs, "tune-pc": lambda: tune_pc_jobs(NOISE_LR), "report": list}[args.part]()
+    jobs = {"calibrate": calibrate_jobs, "tune-pc": lambda: tune_pc_jobs(tune_lr()), "report": list}[args.part]()
     if args.dry_run:
         for j in jobs:
             done = study._done_steps(store, j.run_id) if store.path.exists() else 0
@@ -299,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         study.run_jobs(jobs, store, args.out, workers=args.workers, cache_dir=args.cache_dir,
                        show_progress=not args.quiet)
     if args.write:
-        cmd = "python research/noise_regime.py calibrate" + (" && ... tune-pc" if NOISE_LR else "")
+        cmd = "python research/noise_regime.py calibrate" + (" && python research/noise_regime.py tune-pc"
+                                                             if tune_lr() else "")
         write_section(Path(args.write), MARKER, section(store, Path(args.img_dir) if args.plots else None, cmd))
         print(f"wrote section {MARKER} of {args.write}")
     return 0

@@ -102,10 +102,10 @@ def test_a_runs_time_dead_between_a_kill_and_its_resume_is_not_wall_time():
 NOISE_BUDGET = ("allocator.n_pilot=8", "allocator.pilot_wave=4", "allocator.commit_mean=8")
 
 
-def test_the_regime_registry_holds_bench_as_it_was_and_the_noise_regime():
+def test_the_regime_registry_holds_bench_as_it_was_and_the_tuned_regime():
     b = load_bench_study()
-    assert list(b.REGIMES) == ["bench", "bench-noise"]
-    bench, noise = b.REGIMES["bench"], b.REGIMES["bench-noise"]
+    assert list(b.REGIMES) == ["bench", "bench-tuned"]
+    bench, noise = b.REGIMES["bench"], b.REGIMES["bench-tuned"]
     assert (bench.preset, bench.family, bench.seeds, bench.tune_seeds, bench.grpo_best_n, bench.pc_best) == (
         "bench", "bench", (8, 9, 10), (100, 101), 16, None)
     assert bench.variants == ("grpo", "dapo", "pc-paper", "pc", "pc-paper-noevict")
@@ -113,11 +113,11 @@ def test_the_regime_registry_holds_bench_as_it_was_and_the_noise_regime():
         True, "bench-study", "bench", "benchmarks/out/bench.duckdb", None, False)
     assert bench.title == "The rollout-efficiency study on the benchmark (`research/bench_study.py`, issue 16)"
     assert (noise.preset, noise.family, noise.seeds, noise.tune_seeds, noise.grpo_best_n, noise.pc_best) == (
-        "bench-noise", "bench-noise", (11, 12, 13), (100, 101), None, None)  # not frozen yet
+        "bench", "bench-tuned", (11, 12, 13), (100, 101), 16, None)  # PC's budget not frozen yet
     assert noise.variants == ("grpo", "dapo", "pc-paper", "pc-paper-easy", "pc", "pc-best")
     assert (noise.repro, noise.marker, noise.plot_prefix, noise.store, noise.tuned_by, noise.extended) == (
-        False, "bench-noise-study", "bench_noise", "benchmarks/out/bench-noise.duckdb", "research/noise_regime.py", True)
-    assert noise.out_dir == "benchmarks/out/bench-noise-runs" and bench.out_dir == "benchmarks/out/bench-runs"
+        False, "bench-tuned-study", "bench_tuned", "benchmarks/out/bench-tuned.duckdb", "research/noise_regime.py", True)
+    assert noise.out_dir == "benchmarks/out/bench-tuned-runs" and bench.out_dir == "benchmarks/out/bench-runs"
     with pytest.raises(AttributeError):
         bench.seeds = (1,)  # frozen
     # The constants noise_regime.py and the tests import stay bench's.
@@ -135,30 +135,30 @@ def test_new_variants_are_the_paper_pc_with_easy_pool_eviction_and_our_pc_at_the
     assert not b.separate_best(None) and not b.separate_best(b.Budget("p4+12/c16")) and b.separate_best(best)
 
 
-def test_the_noise_regimes_jobs():
+def test_the_tuned_regimes_jobs():
     b = load_bench_study()
-    noise = b.REGIMES["bench-noise"]
+    noise = b.REGIMES["bench-tuned"]
     best = b.Budget("p4+4/c8", NOISE_BUDGET)
     jobs = b.main_jobs(noise.seeds, 16, 120, regime=noise, pc_best=best, primary_seeds=())
     assert [j.run_id for j in jobs if j.seed == 11] == [
-        "bench-noise-grpo-s11", "bench-noise-dapo-s11", "bench-noise-pc-paper-s11", "bench-noise-pc-paper-easy-s11",
-        "bench-noise-pc-s11", "bench-noise-pc-best-s11", "bench-noise-grpo-n16-s11"]
+        "bench-tuned-grpo-s11", "bench-tuned-dapo-s11", "bench-tuned-pc-paper-s11", "bench-tuned-pc-paper-easy-s11",
+        "bench-tuned-pc-s11", "bench-tuned-pc-best-s11", "bench-tuned-grpo-n16-s11"]
     assert len(jobs) == 21 and sorted({j.seed for j in jobs}) == [11, 12, 13]
-    assert {j.preset for j in jobs} == {"bench-noise"} and {j.family for j in jobs} == {"bench-noise"}
+    assert {j.preset for j in jobs} == {"bench"} and {j.family for j in jobs} == {"bench-tuned"}
     by = {j.run_id: j for j in jobs}
-    assert by["bench-noise-pc-best-s12"].overrides == NOISE_BUDGET and by["bench-noise-pc-best-s12"].method == "pc"
-    assert by["bench-noise-pc-s12"].overrides == ()
-    assert by["bench-noise-pc-paper-easy-s13"].overrides == (*b.PAPER_PC, "allocator.eviction_strategy=easy_pool")
-    assert by["bench-noise-grpo-n16-s13"].overrides == ("allocator.n=16",)
+    assert by["bench-tuned-pc-best-s12"].overrides == NOISE_BUDGET and by["bench-tuned-pc-best-s12"].method == "pc"
+    assert by["bench-tuned-pc-s12"].overrides == ()
+    assert by["bench-tuned-pc-paper-easy-s13"].overrides == (*b.PAPER_PC, "allocator.eviction_strategy=easy_pool")
+    assert by["bench-tuned-grpo-n16-s13"].overrides == ("allocator.n=16",)
     assert b.repro_jobs(noise.seeds, 120, noise) == []  # no repro part
     # A best budget that is the preset's own: pc-best is the pc run, not a run of its own; its goal reads "our PC".
     same = b.main_jobs((11,), 16, 120, regime=noise, pc_best=b.Budget("p4+12/c16"))
-    assert "bench-noise-pc-best-s11" not in {j.run_id for j in same} and len(same) == 6
+    assert "bench-tuned-pc-best-s11" not in {j.run_id for j in same} and len(same) == 6
     assert b.best_pc_variant(noise, b.Budget("p4+12/c16")) == "pc" and b.best_pc_variant(noise, best) == "pc-best"
     assert b.ratio_pcs(noise, b.Budget("p4+12/c16")) == ("pc-paper", "pc-paper-easy", "pc")
     # The regime's own preset can be replaced (the tests run it on `bench`); the default pc_best is the regime's.
     assert {j.preset for j in b.main_jobs((11,), 16, 2, regime=noise, pc_best=best, preset="bench")} == {"bench"}
-    assert "bench-noise-pc-best-s11" not in {j.run_id for j in b.main_jobs((11,), 16, 2, regime=noise)}  # not frozen
+    assert "bench-tuned-pc-best-s11" not in {j.run_id for j in b.main_jobs((11,), 16, 2, regime=noise)}  # not frozen
     # bench's jobs: as they always were (the regime defaults to bench).
     assert b.main_jobs((0,), 32, 120, primary_seeds=()) == b.main_jobs((0,), 32, 120, primary_seeds=(),
                                                                         regime=b.REGIMES["bench"])
@@ -173,7 +173,7 @@ def test_ratio_columns_per_regime():
         ("GRPO64 / paper PC", "pc-paper", "grpo"), ("GRPO16 / paper PC", "pc-paper", "grpo-n16"),
         ("DAPO / paper PC", "pc-paper", "dapo"), ("GRPO64 / our PC", "pc", "grpo"),
         ("GRPO16 / our PC", "pc", "grpo-n16"), ("DAPO / our PC", "pc", "dapo")]
-    noise = b.REGIMES["bench-noise"]
+    noise = b.REGIMES["bench-tuned"]
     pcs = b.ratio_pcs(noise, b.Budget("x", NOISE_BUDGET))
     assert pcs == ("pc-paper", "pc-paper-easy", "pc", "pc-best")
     assert [c[0] for c in b.ratio_columns(32, pcs)] == [
@@ -219,23 +219,23 @@ def test_bench_ratio_table_layout(monkeypatch):
 def stats(run_id: str, seed: int, fill: tuple, rounds: tuple):
     from research.study import RunStats
 
-    return RunStats(run_id, "bench-noise", "pc", seed, len(fill), 16, 100, 50, sum(fill) / len(fill), 0.0, 0.0, 1.0,
+    return RunStats(run_id, "bench-tuned", "pc", seed, len(fill), 16, 100, 50, sum(fill) / len(fill), 0.0, 0.0, 1.0,
                     0, 10, 0.1, 0.5, 60.0, fill, rounds)
 
 
 def test_the_extended_per_run_table_has_short_steps_max_rounds_and_held_out_first_to_last():
     b = load_bench_study()
     best = b.Budget("p4+4/c8", NOISE_BUDGET)
-    jobs = b.main_jobs((11,), 16, 3, ["pc-paper-easy", "pc-best"], regime=b.REGIMES["bench-noise"], pc_best=best)
-    st = [stats("bench-noise-pc-paper-easy-s11", 11, (1.0, 0.75, 0.5), (1, 3, 2)),
-          stats("bench-noise-pc-best-s11", 11, (1.0, 1.0, 1.0), (1, 1, 1))]
-    curves = {"bench-noise-pc-paper-easy-s11": flat_then_up("e", 11, 5)}
+    jobs = b.main_jobs((11,), 16, 3, ["pc-paper-easy", "pc-best"], regime=b.REGIMES["bench-tuned"], pc_best=best)
+    st = [stats("bench-tuned-pc-paper-easy-s11", 11, (1.0, 0.75, 0.5), (1, 3, 2)),
+          stats("bench-tuned-pc-best-s11", 11, (1.0, 1.0, 1.0), (1, 1, 1))]
+    curves = {"bench-tuned-pc-paper-easy-s11": flat_then_up("e", 11, 5)}
     table = b._stats_table(st, {}, jobs, curves, 16, best).splitlines()
     assert table[0].endswith("| compute | short steps | max rounds | held-out |")
     assert table[1].count("|") == table[0].count("|") == 17
-    assert table[2].startswith("| `bench-noise-pc-paper-easy-s11` | paper PC, easy_pool eviction | 11 | 3 |")
+    assert table[2].startswith("| `bench-tuned-pc-paper-easy-s11` | paper PC, easy_pool eviction | 11 | 3 |")
     assert table[2].endswith("| 1.0 min | 2 | 3 | 0.500 -> 0.900 |")
-    assert table[3].startswith("| `bench-noise-pc-best-s11` | our PC, best budget (p4+4/c8) |")
+    assert table[3].startswith("| `bench-tuned-pc-best-s11` | our PC, best budget (p4+4/c8) |")
     assert table[3].endswith("| 0 | 1 | - |")  # no curve: no held-out
     plain = b._stats_table(st, {}, jobs).splitlines()  # bench's table: as it was
     assert plain[0].endswith("| informative | compute |") and plain[2].endswith("| 1.0 min |")
@@ -304,17 +304,17 @@ def test_a_regimes_results_are_merged_into_the_file_every_other_key_kept(tmp_pat
     b = load_bench_study()
     path = tmp_path / "bench.results.json"
     path.write_text(json.dumps({**BENCH_RESULTS, "extra": {"kept": True}}, indent=1) + "\n")
-    noise = b.REGIMES["bench-noise"]
+    noise = b.REGIMES["bench-tuned"]
     b.write_results(path, noise, {"seeds": [11, 12, 13], "medians": {"GRPO64 / our PC": 2.2}})
     data = json.loads(path.read_text())
     assert {k: v for k, v in data.items() if k != "regimes"} == {**BENCH_RESULTS, "extra": {"kept": True}}
     assert list(data)[:len(BENCH_RESULTS)] == list(BENCH_RESULTS)  # the order too
-    assert data["regimes"] == {"bench-noise": {"seeds": [11, 12, 13], "medians": {"GRPO64 / our PC": 2.2}}}
+    assert data["regimes"] == {"bench-tuned": {"seeds": [11, 12, 13], "medians": {"GRPO64 / our PC": 2.2}}}
     # Re-running replaces the regime's own entry, keeps any other regime's.
     data["regimes"]["other"] = {"x": 1}
     path.write_text(json.dumps(data))
     b.write_results(path, noise, {"seeds": [11]})
-    assert json.loads(path.read_text())["regimes"] == {"bench-noise": {"seeds": [11]}, "other": {"x": 1}}
+    assert json.loads(path.read_text())["regimes"] == {"bench-tuned": {"seeds": [11]}, "other": {"x": 1}}
     # bench writes exactly its keys; the regimes' entries survive it.
     b.write_results(path, b.REGIMES["bench"], BENCH_RESULTS)
     data = json.loads(path.read_text())
@@ -324,7 +324,7 @@ def test_a_regimes_results_are_merged_into_the_file_every_other_key_kept(tmp_pat
     b.write_results(fresh, b.REGIMES["bench"], BENCH_RESULTS)
     assert fresh.read_text() == json.dumps(BENCH_RESULTS, indent=1) + "\n"  # as the study always wrote it
     b.write_results(tmp_path / "new.json", noise, {"seeds": [11]})  # no file yet: just the regime's entry
-    assert json.loads((tmp_path / "new.json").read_text()) == {"regimes": {"bench-noise": {"seeds": [11]}}}
+    assert json.loads((tmp_path / "new.json").read_text()) == {"regimes": {"bench-tuned": {"seeds": [11]}}}
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(SystemExit):
@@ -332,18 +332,18 @@ def test_a_regimes_results_are_merged_into_the_file_every_other_key_kept(tmp_pat
     assert bad.read_text() == "{not json"  # never overwritten
 
 
-def test_the_noise_regimes_parts_refuse_what_it_does_not_do(tmp_path, capsys):
+def test_the_tuned_regimes_parts_refuse_what_they_do_not_do(tmp_path, capsys):
     b = load_bench_study()
-    base = ["--regime", "bench-noise", "--store", str(tmp_path / "n.duckdb"), "--write", "", "--quiet"]
+    base = ["--regime", "bench-tuned", "--store", str(tmp_path / "n.duckdb"), "--write", "", "--quiet"]
     assert b.main([*base, "tune"]) == 2
     assert "tuned by research/noise_regime.py" in capsys.readouterr().err
     assert b.main([*base, "repro"]) == 2
     assert "no repro part" in capsys.readouterr().err
-    assert b.main([*base, "main"]) == 2  # GRPO's n and the PC budget are not frozen yet
+    assert b.main([*base, "main"]) == 2  # the PC budget is not frozen yet (GRPO's n is bench's)
     err = capsys.readouterr().err
-    assert "GRPO's best group size" in err and "our PC's best budget" in err
+    assert "GRPO's best group size" not in err and "our PC's best budget" in err
     assert b.main([*base, "report", "--best-n", "16"]) == 2  # the budget still is not
     assert "our PC's best budget" in capsys.readouterr().err
     assert not (tmp_path / "n.duckdb").exists()
-    assert b.unfrozen(b.REGIMES["bench-noise"], 16, b.Budget("p4+12/c16"), b.REGIMES["bench-noise"].variants) == []
+    assert b.unfrozen(b.REGIMES["bench-tuned"], 16, b.Budget("p4+12/c16"), b.REGIMES["bench-tuned"].variants) == []
     assert b.unfrozen(b.REGIMES["bench"], 16, None, b.REGIMES["bench"].variants) == []  # bench has no pc-best

@@ -84,13 +84,13 @@ def test_tune_then_main_and_repro_then_the_section(tmp_path, base_policy, policy
 
 def test_a_second_regime_main_and_report_merge_into_the_results_file(tmp_path, base_policy, policy_cache):
     """The noise-limited regime's parts (main, then the section) on a shrunk run: `bench`'s preset stands in for
-    `bench-noise` (--preset), the frozen choices come from the command line, and the results file already holds
+    `bench-tuned` (--preset), the frozen choices come from the command line, and the results file already holds
     `bench`'s headline, which the regime's entry joins without changing a key."""
     bench_keys = {"preset": "bench", "dtype": "float64", "steps": 120, "seeds": [8, 9, 10], "core_seeds": [8, 9, 10],
                   "grpo_best_n": 16, "medians": {"GRPO64 / paper PC": 0.9, "GRPO64 / our PC": 1.6077035796525017},
                   "reproducibility": {"median_main": 1.6}, "smooth_evals": 3, "command": "make bench-efficiency"}
     (tmp_path / "results.json").write_text(json.dumps(bench_keys, indent=1) + "\n")
-    noise = ("--regime", "bench-noise", "--preset", "bench", "--best-n", "16", "--pc-best", "p4+12/c8",
+    noise = ("--regime", "bench-tuned", "--preset", "bench", "--best-n", "16", "--pc-best", "p4+12/c8",
              "--pc-best-set", "allocator.commit_mean=8")
     res = bench(tmp_path, policy_cache, "tune", *noise)
     assert res.returncode == 2 and "research/noise_regime.py" in res.stderr
@@ -98,21 +98,21 @@ def test_a_second_regime_main_and_report_merge_into_the_results_file(tmp_path, b
     assert res.returncode == 0, res.stderr[-3000:]
     store = Store(tmp_path / "b.duckdb")
     runs = {r["run_id"]: r for r in store.query("SELECT * FROM runs")}
-    assert sorted(runs) == sorted(["bench-noise-grpo-s5", "bench-noise-pc-paper-easy-s5", "bench-noise-pc-s5",
-                                   "bench-noise-pc-best-s5", "bench-noise-grpo-n16-s5"])
-    assert {r["family"] for r in runs.values()} == {"bench-noise"}
+    assert sorted(runs) == sorted(["bench-tuned-grpo-s5", "bench-tuned-pc-paper-easy-s5", "bench-tuned-pc-s5",
+                                   "bench-tuned-pc-best-s5", "bench-tuned-grpo-n16-s5"])
+    assert {r["family"] for r in runs.values()} == {"bench-tuned"}
     cfg = {rid: json.loads(r["config_json"])["allocator"] for rid, r in runs.items()}
-    easy = cfg["bench-noise-pc-paper-easy-s5"]
+    easy = cfg["bench-tuned-pc-paper-easy-s5"]
     assert easy["eviction_strategy"] == "easy_pool" and easy["band_strategy"] == "static" and easy["evict"] is True
-    assert cfg["bench-noise-pc-s5"]["eviction_strategy"] == "strict"
-    assert cfg["bench-noise-pc-best-s5"]["commit_mean"] == 8 and cfg["bench-noise-pc-s5"]["commit_mean"] == 16
-    assert cfg["bench-noise-grpo-n16-s5"]["n"] == 16
+    assert cfg["bench-tuned-pc-s5"]["eviction_strategy"] == "strict"
+    assert cfg["bench-tuned-pc-best-s5"]["commit_mean"] == 8 and cfg["bench-tuned-pc-s5"]["commit_mean"] == 16
+    assert cfg["bench-tuned-grpo-n16-s5"]["n"] == 16
 
     res = bench(tmp_path, policy_cache, "report", *noise, "--variants", "grpo", "pc-paper-easy", "pc", "pc-best")
     assert res.returncode == 0, res.stderr[-3000:]
     text = (tmp_path / "B.md").read_text()
     assert "<!-- bench-study:begin -->" not in text
-    section = text.split("<!-- bench-noise-study:begin -->", 1)[1].split("<!-- bench-noise-study:end -->", 1)[0]
+    section = text.split("<!-- bench-tuned-study:begin -->", 1)[1].split("<!-- bench-tuned-study:end -->", 1)[0]
     assert "## The rollout-efficiency study in the noise-limited regime" in section
     assert "Reproducibility" not in section and "Wall time per part: main " in section
     head = next(line for line in section.splitlines() if line.startswith("| seed | GRPO64 / paper PC |"))
@@ -127,12 +127,12 @@ def test_a_second_regime_main_and_report_merge_into_the_results_file(tmp_path, b
     # The results: bench's keys and values untouched, the regime's entry beside them.
     results = json.loads((tmp_path / "results.json").read_text())
     assert {k: v for k, v in results.items() if k != "regimes"} == bench_keys
-    assert list(results) == [*bench_keys, "regimes"] and list(results["regimes"]) == ["bench-noise"]
-    mine = results["regimes"]["bench-noise"]
+    assert list(results) == [*bench_keys, "regimes"] and list(results["regimes"]) == ["bench-tuned"]
+    mine = results["regimes"]["bench-tuned"]
     assert (mine["seeds"], mine["steps"], mine["grpo_best_n"], mine["family"], mine["preset"]) == (
-        [5], 2, 16, "bench-noise", "bench")
+        [5], 2, 16, "bench-tuned", "bench")
     assert mine["pc_best"] == {"name": "p4+12/c8", "overrides": ["allocator.commit_mean=8"]}
-    assert len(mine["medians"]) == 12 and mine["command"] == "make study-bench-noise"
+    assert len(mine["medians"]) == 12 and mine["command"] == "make study-bench-tuned"
     median_row = next(line for line in section.splitlines() if line.startswith("| **median** |"))
     medians = [c.strip().strip("*") for c in median_row.split("|")[2:-1]]
     assert medians == [format_ratio(v) for v in mine["medians"].values()]
@@ -144,20 +144,20 @@ def test_a_second_regime_main_and_report_merge_into_the_results_file(tmp_path, b
         v = goals[g]["value"]
         assert goals[g]["met"] == (None if v is None else v >= goals[g]["threshold"])
     # Goal (c) from the store: steps of the easy-pool run short of b_t, and its held-out first and last evals.
-    short = store.query("SELECT count(*) AS n FROM steps WHERE run_id = 'bench-noise-pc-paper-easy-s5' "
+    short = store.query("SELECT count(*) AS n FROM steps WHERE run_id = 'bench-tuned-pc-paper-easy-s5' "
                         "AND trained_prompts < 16")[0]["n"]
     from research import study
 
-    acc = study.curves_by_run(store, ["bench-noise-pc-paper-easy-s5"])["bench-noise-pc-paper-easy-s5"].eval_accuracy
+    acc = study.curves_by_run(store, ["bench-tuned-pc-paper-easy-s5"])["bench-tuned-pc-paper-easy-s5"].eval_accuracy
     c = goals["c"]["per_seed"]["5"]
     assert (c["steps"], c["short_steps"], c["heldout_first"], c["heldout_last"]) == (2, short, acc[0], acc[-1])
     assert goals["c"]["met"] == (short == 0 and acc[-1] >= acc[0])
     status = {True: "met", False: "missed", None: "not measured"}
     for key, g in goals.items():
         assert f"- ({key}) {g['goal']}: **{status[g['met']]}**: {g['detail']}." in section
-    easy_row = next(line for line in section.splitlines() if line.startswith("| `bench-noise-pc-paper-easy-s5` |"))
+    easy_row = next(line for line in section.splitlines() if line.startswith("| `bench-tuned-pc-paper-easy-s5` |"))
     most = max(r["rounds"] for r in store.query("SELECT rounds FROM steps WHERE run_id = ?",
-                                                 ["bench-noise-pc-paper-easy-s5"]))
+                                                 ["bench-tuned-pc-paper-easy-s5"]))
     assert easy_row.endswith(f"| {short} | {most} | {acc[0]:.3f} -> {acc[-1]:.3f} |")
-    for png in ("bench_noise_accuracy_vs_rollouts.png", "bench_noise_fill_per_step.png"):
+    for png in ("bench_tuned_accuracy_vs_rollouts.png", "bench_tuned_fill_per_step.png"):
         assert (tmp_path / "img" / png).read_bytes()[:4] == b"\x89PNG"
