@@ -26,6 +26,9 @@ from .definitions import build_definitions
 from .errors import ConfigError
 from .reports import smoke_test_note, study_headline
 
+# Dagster's console logger at INFO: the run's narrative and the per-step lines, not its DEBUG engine events (the UI
+# keeps every event; the demo's console is for reading).
+QUIET = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 
 def demo(argv: list[str] | None = None) -> int:
     """Materialize the embedded graph in this process: synthetic data, the benchmarks (with their checks), the warm
@@ -70,7 +73,8 @@ def demo(argv: list[str] | None = None) -> int:
     data_checks = [c for c in DATA_CHECKS if any(k.asset_key == benchmarks.key for k in c.check_keys)]
     cache = {"cache_dir": args.cache_dir}
     out = materialize([arith_task, benchmarks, base_policy, *data_checks], instance=instance, resources=res,
-                      run_config={"ops": {"arith_task": {"config": cache}, "base_policy": {"config": cache}}})
+                      run_config={"ops": {"arith_task": {"config": cache}, "base_policy": {"config": cache}},
+                                  **QUIET})
     meta = out.asset_materializations_for_node("base_policy")[0].metadata
     say(f"warm start at {meta['path'].value}: greedy held-out accuracy per digit length "
         f"{ {k: round(v, 2) for k, v in meta['greedy_heldout_accuracy'].value.items()} }")
@@ -81,7 +85,7 @@ def demo(argv: list[str] | None = None) -> int:
         cfg = {"method": method, "preset": args.preset, "seed": args.seed, "overrides": overrides,
                "segment_steps": args.segment_steps,
                "total_steps": args.segments * args.segment_steps, "cache_dir": args.cache_dir}
-        r = start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},
+        r = start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}, **QUIET},
                                          instance=instance, resources=res)
         run_ids.append(r.output_for_node("register_training_run"))
     say(f"started {', '.join(run_ids)}; the advance_runs sensor now trains them segment by segment")
@@ -98,6 +102,7 @@ def demo(argv: list[str] | None = None) -> int:
         for req in tick.run_requests:
             say(f"{req.partition_key}: training + evaluation")
             result = job.execute_in_process(partition_key=req.partition_key, instance=instance, tags=req.tags,
+                                            run_config=QUIET,
                                             raise_on_error=False)
             if not result.success:
                 say(f"{req.partition_key} failed (the sensor retries it, then pauses the run); see the log above")
@@ -110,11 +115,12 @@ def demo(argv: list[str] | None = None) -> int:
 
     rep_dir = f"{root}/reports"
     out = materialize([rollouts_report], instance=instance, resources=res,
-                      run_config={"ops": {"rollouts_report": {"config": {"out_dir": rep_dir}}}})
+                      run_config={"ops": {"rollouts_report": {"config": {"out_dir": rep_dir}}}, **QUIET})
     md = out.asset_materializations_for_node("rollouts_report")[0].metadata["rollouts_to_target"].value
     print()
+    print(smoke_test_note(args.segments * args.segment_steps))  # what the table is, before the table
+    print()
     print(md)
-    print(smoke_test_note(args.segments * args.segment_steps))
     print()
     print(study_headline())
     print()

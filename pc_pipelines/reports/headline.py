@@ -39,8 +39,8 @@ def study_headline(path: str | Path = STUDY_RESULTS) -> str:
 
 
 def smoke_test_note(steps: int) -> str:
-    """What a short run's table is and is not (``make demo`` prints it above the study's headline)."""
-    return (f"This table is a SMOKE TEST, not a comparison: each method trained {steps} steps, far too few for rollout "
-            "efficiency to show (the study runs 120 steps x 3 seeds per method and reads the medians). It shows "
-            "that every part of the pipeline ran end to end and what the store records.")
+    """What a short run's table is and is not (``make demo`` prints it just before that table)."""
+    return (f"The table below is a SMOKE TEST, not a comparison: each method trained {steps} steps, far too few for "
+            "rollout efficiency to show (the study runs 120 steps x 3 seeds per method and reads the medians). It "
+            "shows that every part of the pipeline ran end to end and what the store records.")
 
