@@ -2,16 +2,30 @@
 partition per segment) and ``train_segment`` trains and evaluates one segment (the ``advance_runs`` sensor launches
 it, one partition at a time)."""
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Literal
+from typing import Any, Literal
 
-from dagster import Config, Failure, OpExecutionContext, define_asset_job, job, op
+import pydantic
+from dagster import (
+    Config,
+    ConfigMapping,
+    DagsterInvalidConfigError,
+    Failure,
+    OpExecutionContext,
+    Permissive,
+    define_asset_job,
+    job,
+    op,
+)
+from dagster import Field as DagsterField
 from pydantic import Field
 
 from pc_pipelines.allocation import training_methods
-from pc_pipelines.config import parse_overrides, resolve
+from pc_pipelines.config import RunConfig, available_presets, parse_overrides, resolve
+from pc_pipelines.config.presets import INT_MAX
 from pc_pipelines.data.registry import EMBEDDED, TRAINING, auto_dataset, dataset_names, datasets, or_list
-from pc_pipelines.errors import ConfigError, RunError
+from pc_pipelines.errors import ConfigError, RunError, brief
 from pc_pipelines.run import task_for
 from pc_pipelines.run.segments import SegmentPlan, partition_key
 from pc_pipelines.run.start import check_trainable, start_training_run
@@ -43,7 +57,7 @@ class StartRunConfig(Config):
     overrides: list[str] = Field(
         default_factory=list, description="--set style overrides, e.g. allocator.n_pilot=8 or training.lr=2e-4."
     )
-    seed: int = Field(default=0, ge=0, description="Fixes data order, sampling and init.")
+    seed: int = Field(default=0, ge=0, le=INT_MAX, description="Fixes data order, sampling and init.")
     family: str | None = Field(default=None, description="Groups runs compared in one report (default: the preset's).")
     segment_steps: int = Field(default=10, ge=1, le=100_000, description="Training steps per segment (partition).")
     total_steps: int = Field(default=50, ge=1, le=10_000_000, description="Training steps of the whole run.")
@@ -74,26 +88,13 @@ def register_training_run(
     data: DataResource,
 ) -> str:
     """Resolve the run's config, register it and its segment plan in the store, add its partitions."""
+    # The launch ran the same checks (the job's config mapping, launch_check); they run again here, where the run is
+    # registered, for what may have changed since (a dataset unregistered, a preset file edited).
     try:
-        overrides = parse_overrides(config.overrides)
-        if overrides.get("training.keep_every", config.segment_steps) != config.segment_steps:
-            raise ConfigError(
-                f"overrides: training.keep_every={overrides['training.keep_every']!r} would be ignored: a segmented "
-                f"run keeps every segment boundary (keep_every = segment_steps = {config.segment_steps}). Fix: drop "
-                "the override, or change segment_steps."
-            )
-        overrides["training.keep_every"] = config.segment_steps
-        cfg = resolve(config.preset, overrides, method=config.method, seed=config.seed, family=config.family)
-        # Before the warm start: a bad name fails in a second, naming the field (start_run checks both again).
-        check_trainable(cfg)
-        run_id_for(cfg.default_run_id(), config.run_name, field="start_run config run_name")
-    except (ConfigError, RunIdError) as exc:  # the message names the setting and the fix: no traceback
+        cfg, dataset = check_start_run(config)
+    except ConfigError as exc:  # the message names the setting and the fix: no traceback
         raise Failure(f"configuration error: {exc}", allow_retries=False) from None
     plan = SegmentPlan(config.segment_steps, config.total_steps)
-    choices = dataset_choices()
-    if config.dataset not in choices:
-        raise Failure(f"dataset {config.dataset!r} is not one of {choices}. Fix: pick one of them.")
-    dataset = config.dataset if config.dataset != "auto" else auto_dataset(cfg.task is not None)
     try:
         run = start_training_run(
             cfg, checkpoints.runs_root(), config.run_name, policy_path=config.policy_path, cache_dir=config.cache_dir,
@@ -116,7 +117,147 @@ def register_training_run(
     return run.run_id
 
 
-@job(description="Register a training run in the store and add its segment partitions; the sensor trains them.")
+# ---- start_run's checks at launch ------------------------------------------------------------------------------
+# Dagster's config schema has no bounds and runs no code of ours, and the pydantic checks of a Config run only when
+# the op builds it, seconds into the run. A config mapping's function runs wherever Dagster resolves the run config
+# (ResolvedRunConfig.build): in execute_in_process and in the code server when the webserver (the UI, GraphQL)
+# creates a run, both before the run exists, and again in the run worker. So the mapping below runs the checks that
+# need no warm start, no resource and no file, and refuses a bad config with Dagster's config error, one line per
+# field, each naming the field and the fix; it returns the run config unchanged. Its schema is the job's own `ops`
+# section (the launchpad shows the same fields, descriptions and defaults); the other sections (resources, loggers,
+# execution) pass through to the job's schema, which checks them as before.
+OP = "register_training_run"
+
+
+def _what(name: str) -> str:
+    """A field's description as a parenthesis: "Training steps of the whole run." -> "training steps of the whole run"."""
+    desc = (StartRunConfig.model_fields[name].description or name).split(". ")[0].rstrip(".")
+    desc = desc.split(" (")[0]  # "Training steps per segment (partition)": no parenthesis inside the parenthesis
+    return desc[:1].lower() + desc[1:] if desc[1:2].islower() else desc
+
+
+def _bounds(name: str) -> tuple[Any, Any]:
+    lo = hi = None
+    for m in StartRunConfig.model_fields[name].metadata:
+        lo = getattr(m, "ge", lo)
+        hi = getattr(m, "le", hi)
+    return lo, hi
+
+
+def _pydantic_problems(exc: pydantic.ValidationError) -> dict[str, str]:
+    """field -> "start_run config <field> <value>: <why> (<what it is>). Fix: <fix>" for each field pydantic refuses."""
+    out: dict[str, str] = {}
+    for err in exc.errors():
+        name = str(err["loc"][0]) if err.get("loc") else "config"
+        if name in out:
+            continue
+        ctx = err.get("ctx") or {}
+        bound = {"greater_than_equal": ">=", "less_than_equal": "<=", "greater_than": ">", "less_than": "<"}
+        limit = next(iter(ctx.values()), None)
+        why = (f"must be {bound[err['type']]} {limit:,}" if err["type"] in bound and isinstance(limit, int)
+               else err["msg"][:1].lower() + err["msg"][1:])
+        field = StartRunConfig.model_fields.get(name)
+        if field is None:
+            out[name] = f"start_run config {name}: {why}. Fix: drop {name}."
+            continue
+        lo, hi = _bounds(name)
+        if lo is not None and hi is not None:
+            want = f"a whole number from {lo:,} to {hi:,}"
+        elif lo is not None:
+            want = f"a whole number >= {lo:,}"
+        else:
+            want = "a valid value"
+        default = field.get_default(call_default_factory=True)
+        fix = f"set {name} to {want}" + ("" if field.is_required() else f", or leave it out (default {default!r})")
+        out[name] = f"start_run config {name} {brief(err.get('input'))}: {why} ({_what(name)}). Fix: {fix}."
+    return out
+
+
+def check_start_run(config: StartRunConfig) -> tuple[RunConfig, str]:
+    """What start_run checks before its warm start: the preset, the overrides (they parse, resolve and keep the
+    segment boundaries), the method and strategy names, the run id, the dataset and what it needs. The resolved
+    config and the dataset; :class:`ConfigError` naming the start_run field and the fix otherwise."""
+    if config.preset not in available_presets():
+        raise ConfigError(f"start_run config preset {brief(config.preset)}: no such preset. Fix: use one of "
+                          f"{available_presets()} (`pilot-commit presets`).")
+    try:
+        overrides = parse_overrides(config.overrides)
+    except ConfigError as exc:
+        raise ConfigError(f"start_run config overrides: {exc}") from None
+    if overrides.get("training.keep_every", config.segment_steps) != config.segment_steps:
+        raise ConfigError(
+            f"start_run config overrides: training.keep_every={overrides['training.keep_every']!r} would be ignored: "
+            f"a segmented run keeps every segment boundary (keep_every = segment_steps = {config.segment_steps}). "
+            "Fix: drop the override, or change segment_steps."
+        )
+    overrides["training.keep_every"] = config.segment_steps
+    where = "start_run config overrides" if config.overrides else "start_run config"
+    try:
+        cfg = resolve(config.preset, overrides, method=config.method, seed=config.seed, family=config.family)
+        check_trainable(cfg)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    try:
+        run_id_for(cfg.default_run_id(), config.run_name, field="start_run config run_name")
+    except RunIdError as exc:
+        if config.run_name is not None:  # the message names run_name
+            raise ConfigError(str(exc)) from None
+        who = f"family {brief(config.family)}" if config.family is not None else f"preset {config.preset!r}'s family"
+        raise ConfigError(f"start_run config {who}: {exc}") from None
+    choices = dataset_choices()
+    if config.dataset not in choices:
+        raise ConfigError(f"start_run config dataset {brief(config.dataset)}: not one of {choices}. Fix: pick one of "
+                          "them (auto: the embedded task when the preset has one).")
+    dataset = config.dataset if config.dataset != "auto" else auto_dataset(cfg.task is not None)
+    if dataset == EMBEDDED and cfg.task is None:
+        real = tuple(n for n in dataset_names(TRAINING) if n != EMBEDDED)
+        raise ConfigError(f"start_run config dataset {brief(config.dataset)}: preset {config.preset!r} has no embedded "
+                          f"task section. Fix: use dataset {or_list(real)} (with policy_path), or the embedded preset.")
+    if dataset != EMBEDDED and config.policy_path is None:
+        raise ConfigError(f"start_run config policy_path: a run on dataset {dataset!r} starts from a model of your "
+                          "own (the embedded warm start knows the addition task only). Fix: set policy_path to a local "
+                          "Hugging Face causal LM directory.")
+    return cfg, dataset
+
+
+def launch_problems(op_config: Mapping[str, Any]) -> dict[str, str]:
+    """field -> message (without "configuration error: ") for each problem of a start_run op config that shows
+    before its warm start: pydantic's bounds and types first (every field at once), then :func:`check_start_run`."""
+    try:
+        config = StartRunConfig(**op_config)
+    except pydantic.ValidationError as exc:
+        return _pydantic_problems(exc)
+    try:
+        check_start_run(config)
+    except ConfigError as exc:
+        text = str(exc)
+        name = text.removeprefix("start_run config ").split(" ", 1)[0].rstrip(":")
+        return {name if name in StartRunConfig.model_fields else "config": text}
+    return {}
+
+
+def launch_check(run_config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """start_run's config mapping: the run config unchanged, or :class:`DagsterInvalidConfigError` (before any run
+    exists when Dagster resolves it at launch) with one line per refused field, "configuration error: ... Fix: ...",
+    laid out as Dagster's own config errors are. (Its structured ``errors`` stay empty: they are Dagster-private
+    types, and no launch path reads them: execute_in_process raises the error, the webserver answers its message.)"""
+    problems = launch_problems(run_config["ops"][OP]["config"])
+    if not problems:
+        return run_config
+    lines = "".join(f"\n    Error {i}: configuration error: {text}" for i, text in enumerate(problems.values(), 1))
+    raise DagsterInvalidConfigError(f"Error in config for job start_run{lines}", [], run_config)
+
+
+LAUNCH_CONFIG = ConfigMapping(
+    config_fn=launch_check,
+    config_schema=Permissive({
+        "ops": DagsterField({OP: DagsterField({"config": register_training_run.config_schema.as_field()})}),
+    }),
+)
+
+
+@job(config=LAUNCH_CONFIG,
+     description="Register a training run in the store and add its segment partitions; the sensor trains them.")
 def start_run():
     register_training_run()
 

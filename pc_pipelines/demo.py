@@ -16,7 +16,7 @@ from dagster import DagsterInstance, SkipReason, build_sensor_context, materiali
 
 from assets import arith_task, base_policy
 from assets.data import DATA_CHECKS, benchmarks
-from assets.jobs import start_run, train_segment_job
+from assets.jobs import launch_problems, start_run, train_segment_job
 from assets.reports import rollouts_report
 from assets.sensors import build_advance_runs_sensor
 from resources import DataResource, LocalCheckpointResource, StoreResource, local_resources
@@ -57,6 +57,10 @@ def demo(argv: list[str] | None = None) -> int:
                     seed=args.seed)
     except ConfigError as exc:
         p.exit(2, f"{p.prog}: configuration error: {exc}\n")
+    for method in args.methods.split(","):  # and each run's start_run config, as its launch would check it
+        problems = launch_problems(_start_config(args, method))
+        if problems:
+            p.exit(2, "".join(f"{p.prog}: configuration error: {m}\n" for m in problems.values()))
     logging.basicConfig(level=logging.WARNING)
     t0 = time.monotonic()
     root = args.root.rstrip("/")
@@ -81,10 +85,7 @@ def demo(argv: list[str] | None = None) -> int:
 
     run_ids = []
     for method in args.methods.split(","):
-        overrides = _method_overrides(args.overrides, method)
-        cfg = {"method": method, "preset": args.preset, "seed": args.seed, "overrides": overrides,
-               "segment_steps": args.segment_steps,
-               "total_steps": args.segments * args.segment_steps, "cache_dir": args.cache_dir}
+        cfg = _start_config(args, method)
         r = start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}, **QUIET},
                                          instance=instance, resources=res)
         run_ids.append(r.output_for_node("register_training_run"))
@@ -132,6 +133,13 @@ def demo(argv: list[str] | None = None) -> int:
         say(f"{len(failed)} segment run(s) failed: {', '.join(failed)} (their logs are above)")
         return 1
     return 0
+
+
+def _start_config(args: argparse.Namespace, method: str) -> dict:
+    """The start_run op config of the demo's run of ``method``."""
+    return {"method": method, "preset": args.preset, "seed": args.seed,
+            "overrides": _method_overrides(args.overrides, method), "segment_steps": args.segment_steps,
+            "total_steps": args.segments * args.segment_steps, "cache_dir": args.cache_dir}
 
 
 def _method_overrides(overrides: list[str], method: str) -> list[str]:

@@ -97,6 +97,7 @@ class StudyJob:
             sys.executable, "-m", "pc_pipelines.cli", "train", "--preset", self.preset, "--method", self.method,
             "--seed", str(self.seed), "--family", self.family, "--steps", str(self.steps), "--run-name", self.run_id,
             "--out", str(out_dir), "--store", str(store), "--resume", "--json", "--quiet",
+            "--no-final-eval",  # the study's held-out curve is its training.eval_every schedule, nothing more
         ]
         for kv in self.overrides:
             cmd += ["--set", kv]

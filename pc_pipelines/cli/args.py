@@ -15,16 +15,17 @@ import re
 import sys
 import textwrap
 
-from ..allocation import METHODS, SELECTION_STRATEGIES, check_config
+from ..allocation import METHODS, SELECTION_STRATEGIES, check_config, training_methods
 from ..config import ALL_SECTIONS, RunConfig, parse_overrides, resolve
 from ..errors import ConfigError, brief
 from ..store.names import RunIdError, run_id_for, validate_run_id
 
 
-def progress_bar(total: int, desc: str, enabled: bool):
+def progress_bar(total: int, desc: str, enabled: bool, leave: bool = False):
+    """A bar on stderr; ``leave`` keeps it on screen once closed (``train``'s run bar), else it is erased."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, disable=not enabled, leave=False)
+    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, disable=not enabled, leave=leave)
 
 
 # ---- bounded numeric flags ------------------------------------------------------------------------------------
@@ -84,6 +85,9 @@ FIELD_FLAGS: dict[str, str] = {
 """Every flag of :func:`add_config_args` that sets one config field -> that field's key (as ``--set`` spells it).
 Their help is generated from the field's own documentation (:func:`field_help`). ``--n-commit`` sets no field of
 its own (n_commit = n - n_pilot), so its help is written here."""
+
+SIMULATOR_FLAGS = tuple(flag for flag, key in FIELD_FLAGS.items() if key.startswith("sim."))
+"""The flags that set a field of the scale simulator (``sim.*``): only ``simulate`` and its kin offer them."""
 
 # Where a flag left out does not fall back to the preset's value: the run seed is 0 unless given (presets carry none).
 FLAG_DEFAULTS = {"seed": "0"}
@@ -147,13 +151,31 @@ def field_help(flag: str) -> str:
     return " ".join(text.split()).replace("%", "%%")
 
 
-def add_config_args(p: argparse.ArgumentParser, with_method: bool = True, preset: str = "simulator") -> None:
+class _OfferedChoices(list):
+    """argparse ``choices`` that offer (in ``--help`` and in argparse's "invalid choice" error) only the values of the
+    list, but let the ``also`` values through, for the command to refuse with its own message (``train --method
+    oracle``: "simulator-only", with the fix)."""
+
+    def __init__(self, offered, also) -> None:
+        super().__init__(offered)
+        self.also = frozenset(also)
+
+    def __contains__(self, value) -> bool:
+        return list.__contains__(self, value) or value in self.also
+
+
+def add_config_args(p: argparse.ArgumentParser, with_method: bool = True, preset: str = "simulator",
+                    training: bool = False) -> None:
+    """The run-config flags. ``training`` (``train``, ``base-policy``): ``--method`` offers the training methods
+    only (a simulator-only one typed anyway reaches the command, which refuses it naming the fix) and the simulator's
+    own flags (:data:`SIMULATOR_FLAGS`) are left out."""
     g = p.add_argument_group("run config (a preset, then --set, then these flags)")
     g.add_argument("--preset", default=preset, help=f"preset name (default {preset}; `pilot-commit presets` lists them)")
     g.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. allocator.p_upper=0.9375")
     g.add_argument("--family", default=None, help=field_help("--family"))
     if with_method:
-        g.add_argument("--method", default=None, choices=list(METHODS), help=field_help("--method"))
+        methods = _OfferedChoices(training_methods(), METHODS) if training else list(METHODS)
+        g.add_argument("--method", default=None, choices=methods, help=field_help("--method"))
     g.add_argument("--seed", type=int_arg, default=None, help=field_help("--seed"))
     g.add_argument("--train-batch", type=int_arg, help=field_help("--train-batch"))
     g.add_argument("--n", type=int_arg, help=field_help("--n"))
@@ -169,8 +191,9 @@ def add_config_args(p: argparse.ArgumentParser, with_method: bool = True, preset
     g.add_argument("--max-rounds", type=int_arg, help=field_help("--max-rounds"))
     g.add_argument("--no-binding", action="store_true", help=field_help("--no-binding"))
     g.add_argument("--selection", choices=sorted(SELECTION_STRATEGIES), help=field_help("--selection"))
-    g.add_argument("--prompts", type=int_arg, help=field_help("--prompts"))
-    g.add_argument("--spread", type=float_arg, help=field_help("--spread"))
+    if not training:
+        g.add_argument("--prompts", type=int_arg, help=field_help("--prompts"))
+        g.add_argument("--spread", type=float_arg, help=field_help("--spread"))
 
 
 def _flag_over(overrides: dict, key: str, value, flag: str) -> None:

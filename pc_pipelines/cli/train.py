@@ -8,14 +8,25 @@ already has checkpoints or steps is refused (nothing is overwritten by accident)
 starts over. Another process writing the same run is refused with its pid and host. SIGTERM or Ctrl-C stops at
 the next step boundary with a checkpoint (status ``stopped``, exit 143 / 130, one line on stderr); a full disk or
 another I/O error ends the run ``failed`` with the reason and the fix (exit 1).
+
+Besides every ``training.eval_every`` steps, ``train`` evaluates the run's last step (``--no-final-eval``: the
+schedule only), so a run ends with its final held-out accuracy; the evaluation changes nothing the training sees.
+The console: one progress bar that stays on screen (transformers' own loading and saving bars are silenced while
+it runs), then the closing block (:func:`closing_lines`): the held-out accuracy at the first and the last
+evaluated step, one line with the final numbers, and where the checkpoint, TensorBoard and the store are.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import math
+import shlex
 import sys
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -40,6 +51,73 @@ class _SFTProgress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+@contextlib.contextmanager
+def transformers_bars_off() -> Iterator[None]:
+    """Silence transformers' (and huggingface_hub's) own progress bars ("Loading weights", "Writing model shards")
+    while ours run, so they do not break into our bar; restored as they were afterwards. Our bars are tqdm's own
+    (:func:`~.args.progress_bar`), which this leaves alone."""
+    from huggingface_hub import utils as hub_utils
+    from transformers.utils import logging as hf_logging
+
+    was_on, hub_was_off = hf_logging.is_progress_bar_enabled(), hub_utils.are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            with warnings.catch_warnings():  # HF_HUB_DISABLE_PROGRESS_BARS=1 refuses (and warns) for the hub's part
+                warnings.simplefilter("ignore")
+                hf_logging.enable_progress_bar()
+            if hub_was_off:
+                hub_utils.disable_progress_bars()
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.3f}"
+
+
+def closing_lines(run_id: str, steps_done: int, rollouts: int, curve: Sequence[dict], last_step: dict | None,
+                  eval_samples: int, eval_temperature: float, checkpoint: Path | None, tensorboard_dir: Path,
+                  store_path: Path) -> list[str]:
+    """The block ``train`` ends with (no ``--json``): the held-out accuracy per set at the first and the last
+    evaluated step (one column when only one step was evaluated) with their mean over sets, then one line with the
+    final numbers (the last step's mean reward, the last evaluation's accuracy, the rollouts sampled), then where the
+    checkpoint, TensorBoard and the store are.
+
+    ``curve``: the run's ``eval_results`` rows (step, benchmark, accuracy); ``last_step``: the run's last ``steps``
+    row (step, mean_reward, trained_rollouts), None before any step."""
+    lines: list[str] = []
+    by = {(r["step"], r["benchmark"]): float(r["accuracy"]) for r in curve}
+    evaluated = sorted({r["step"] for r in curve})
+    final_eval = None
+    if evaluated:
+        cols = sorted({evaluated[0], evaluated[-1]})
+        names = sorted({r["benchmark"] for r in curve})
+        means = {s: sum(by[(s, n)] for n in names if (s, n) in by) / max(1, sum((s, n) in by for n in names))
+                 for s in cols}
+        width = max(10, *(len(n) for n in names))
+        lines.append(f"held-out accuracy (mean@{eval_samples}, T={eval_temperature}):")
+        lines.append(f"  {'set':<{width}}" + "".join(f" {'step ' + str(s):>10}" for s in cols))
+        for n in names:
+            lines.append(f"  {n:<{width}}" + "".join(f" {_cell(by.get((s, n))):>10}" for s in cols))
+        lines.append(f"  {'mean':<{width}}" + "".join(f" {_cell(means[s]):>10}" for s in cols))
+        final_eval = f"final eval accuracy {means[cols[-1]]:.3f} (step {cols[-1]})"
+    parts = [f"run {run_id}: {steps_done} steps"]
+    if last_step is None:
+        parts.append("no step trained yet")
+    elif not last_step["trained_rollouts"]:
+        parts.append(f"final mean reward - (step {last_step['step']} trained no group)")
+    else:
+        parts.append(f"final mean reward {float(last_step['mean_reward']):.3f} (step {last_step['step']})")
+    parts.append(final_eval or "not evaluated")
+    parts.append(f"{rollouts:,} rollouts sampled")
+    lines.append("; ".join(parts))
+    lines.append(f"checkpoint:  {checkpoint if checkpoint is not None else 'none yet'}")
+    lines.append(f"tensorboard: tensorboard --logdir {shlex.quote(str(tensorboard_dir))}")
+    lines.append(f"store:       pilot-commit runs --store {shlex.quote(str(store_path))}")
+    return lines
 
 
 def cmd_base_policy(args: argparse.Namespace) -> int:
@@ -120,59 +198,56 @@ def _train(args: argparse.Namespace, stop) -> int:
     run_id_of(cfg, args.run_name)  # a family the default run id cannot carry: refused before anything is written
     store.check_path(read_only=False)  # /dev/null, a directory, a name too long: refused before the run is prepared
     show = not args.quiet and not args.json
-    progress = _SFTProgress(cfg.policy.sft_steps if cfg.policy else 0, show)
-    try:
-        run = start_training_run(cfg, out, args.run_name, policy_path=args.policy, cache_dir=args.cache_dir,
-                                 progress=progress)
-    finally:
-        progress.close()
-    args.run_name = run.run_id
-    with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command="pilot-commit train"):
-        latest = latest_checkpoint(run.checkpoint_dir) if args.resume else None  # the bar's estimate only
-        bar = progress_bar(max(0, args.steps - (latest[0] + 1 if latest else 0)), f"{cfg.method} {run.run_id}", show)
-
-        def on_step(rec) -> None:
-            if args.json:
-                print(json.dumps(rec.to_json()), flush=True)
-            bar.update(1)
-            post = {"reward": f"{rec.mean_reward:.3f}", "rollouts": f"{rec.cumulative_rollouts:,}"}
-            if rec.eval_accuracy is not None:
-                post["eval"] = f"{rec.eval_accuracy:.3f}"
-            bar.set_postfix(post)
-
+    with transformers_bars_off():  # our bars only: transformers' loading / saving bars would break into them
+        progress = _SFTProgress(cfg.policy.sft_steps if cfg.policy else 0, show)
         try:
-            res = run_segment(run, store, until_step=args.steps - 1, resume=args.resume, overwrite=args.overwrite,
-                              on_step=on_step, stop=stop)
+            run = start_training_run(cfg, out, args.run_name, policy_path=args.policy, cache_dir=args.cache_dir,
+                                     progress=progress)
         finally:
-            bar.close()
-        if args.resume and res.steps_run == 0:
-            sys.stderr.write(f"run {run.run_id} already has {res.last_step + 1} steps (>= --steps {args.steps}); "
-                             "nothing to do.\n")
-        record_finished(store, run.run_id, complete=res.last_step + 1 >= args.steps)
+            progress.close()
+        args.run_name = run.run_id
+        with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command="pilot-commit train"):
+            latest = latest_checkpoint(run.checkpoint_dir) if args.resume else None  # the bar's estimate only
+            bar = progress_bar(max(0, args.steps - (latest[0] + 1 if latest else 0)), f"{cfg.method} {run.run_id}",
+                               show, leave=True)
+
+            def on_step(rec) -> None:
+                if args.json:
+                    print(json.dumps(rec.to_json()), flush=True)
+                trained = rec.ledger.get("trained_rollouts", 1)  # no group trained: no reward to show
+                post = {"reward": f"{rec.mean_reward:.3f}" if trained else "-",
+                        "rollouts": f"{rec.cumulative_rollouts:,}"}
+                if rec.eval_accuracy is not None:
+                    post["eval"] = f"{rec.eval_accuracy:.3f}"
+                bar.set_postfix(post, refresh=False)
+                bar.update(1)  # one refresh, with this step's numbers
+
+            try:
+                res = run_segment(run, store, until_step=args.steps - 1, resume=args.resume,
+                                  overwrite=args.overwrite, on_step=on_step, stop=stop,
+                                  evaluate_last=not args.no_final_eval)
+            finally:
+                bar.close()
+            if args.resume and res.steps_run == 0:
+                sys.stderr.write(f"run {run.run_id} already has {res.last_step + 1} steps (>= --steps {args.steps}); "
+                                 "nothing to do.\n")
+            record_finished(store, run.run_id, complete=res.last_step + 1 >= args.steps)
     if args.json:
         return 0
-    curve = store.query(
-        "SELECT step, benchmark, accuracy FROM eval_results WHERE run_id = ? ORDER BY step, benchmark", [run.run_id]
-    )
-    steps_seen = sorted({r["step"] for r in curve})
-    print(f"run {run.run_id}: {res.last_step + 1} steps, {res.cumulative_rollouts:,} rollouts sampled")
-    if steps_seen:
-        first, last = steps_seen[0], steps_seen[-1]
-        by = {(r["step"], r["benchmark"]): r["accuracy"] for r in curve}
-        names = sorted({r["benchmark"] for r in curve})
-        print(f"held-out accuracy (mean@{cfg.training.eval_samples}, T={cfg.training.eval_temperature}):")
-        print(f"  {'set':<10} {'step ' + str(first):>10} {'step ' + str(last):>10}")
-        for n in names:
-            print(f"  {n:<10} {by.get((first, n), float('nan')):>10.3f} {by.get((last, n), float('nan')):>10.3f}")
-    print(f"checkpoint:  {res.checkpoint}")
-    print(f"tensorboard: tensorboard --logdir {res.tensorboard_dir}")
-    print(f"store:       pilot-commit runs --store {store.path}")
+    curve = store.query("SELECT step, benchmark, accuracy FROM eval_results WHERE run_id = ? ORDER BY step, benchmark",
+                        [run.run_id])
+    last_step = store.query("SELECT step, mean_reward, trained_rollouts FROM steps WHERE run_id = ? "
+                            "ORDER BY step DESC LIMIT 1", [run.run_id])
+    for line in closing_lines(run.run_id, res.last_step + 1, res.cumulative_rollouts, curve,
+                              last_step[0] if last_step else None, cfg.training.eval_samples,
+                              cfg.training.eval_temperature, res.checkpoint, res.tensorboard_dir, store.path):
+        print(line)
     return 0
 
 
 def add_parsers(sub) -> None:
     p = sub.add_parser("train", help="train the embedded policy with a registered method (GRPO, DAPO, PC; checkpointed, resumable)")
-    add_config_args(p, preset="embedded")
+    add_config_args(p, preset="embedded", training=True)
     p.add_argument("--steps", type=int_arg, default=200, help="the run's total training steps (default 200)")
     p.add_argument("--run-name", type=run_name_arg, help="run id (default: family-method-seed-confighash); letters, "
                    "digits, '.', '_', '-', starting with a letter or digit, at most 128 characters")
@@ -183,12 +258,15 @@ def add_parsers(sub) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the run's newest intact checkpoint")
     p.add_argument("--overwrite", action="store_true",
                    help="delete an existing run of this name (its rows, checkpoints, TensorBoard) and start it over")
+    p.add_argument("--no-final-eval", action="store_true",
+                   help="evaluate only every training.eval_every steps (default: also the run's last step, so the run "
+                        "ends with its final held-out accuracy; the studies pass this to keep their schedule)")
     p.add_argument("--json", action="store_true", help="one JSON object per step on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("base-policy", help="build the embedded SFT warm start into a Hugging Face model directory")
-    add_config_args(p, with_method=False, preset="embedded")
+    add_config_args(p, with_method=False, preset="embedded", training=True)
     p.add_argument("--out", help="the model directory to write (a build of your own; CPUs' kernels change the result)")
     p.add_argument("--ship", action="store_true",
                    help="maintainers: write pc_pipelines/warm_starts/base-policy-<recipe hash>, the canonical warm "

@@ -3,8 +3,9 @@
 One segment: take the run's writer lock; restore the run (the newest intact checkpoint, the one a replay names,
 or the base policy; a damaged checkpoint is skipped with a warning and moved aside); then per step let the
 backend run the allocator's step, write the step's rows to the store (one atomic step directory), log TensorBoard,
-evaluate every ``eval_every`` steps (rows in ``eval_results``) and checkpoint every ``checkpoint_every`` steps and
-at the end. Everything is loaded before the run is touched, so a refusal (every checkpoint damaged, another
+evaluate every ``eval_every`` steps (rows in ``eval_results``; with ``evaluate_last`` also the segment's last step,
+as ``pilot-commit train`` does for the run's final step) and checkpoint every ``checkpoint_every`` steps and at the
+end. Everything is loaded before the run is touched, so a refusal (every checkpoint damaged, another
 config, a policy that does not load) changes nothing.
 
 A stop request (``stop``: SIGTERM / Ctrl-C in the CLI) ends the segment at the next step boundary with a
@@ -14,7 +15,10 @@ checkpoint and status ``stopped``; any error ends it ``failed`` with the reason 
 allocator and RNG states are restored bit for bit, so a run killed anywhere (even with SIGKILL mid-step) and
 resumed from its last checkpoint produces the same parameters and ledger as the uninterrupted run with the same
 seed and ``torch_threads``. The store forgets whatever was written after the checkpoint (``Store.reopen_after``)
-and TensorBoard purges its events after it.
+and TensorBoard purges its events after it. An evaluation draws nothing from the global RNGs (its sampling is seeded
+by ``eval_seed(run seed, step)`` inside a forked RNG) and changes no training state; the driver also puts the
+global RNG states back after an evaluation the schedule does not hold (``evaluate_last``), whatever the backend's
+evaluation draws, so it leaves the training, the checkpoint and a later resume as they were.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from .checkpoints import (
     newest_intact_checkpoint,
     quarantine_checkpoint,
     restore_rng,
+    rng_state,
     save_checkpoint,
 )
 from .lifecycle import record_end, writing_run
@@ -100,6 +105,15 @@ class OpenRun:
         result = self.backend.evaluate(step)
         self.store.add_eval_results(result.rows(self.run.run_id, step))
         return result.accuracy
+
+    def evaluate_off_schedule(self, step: int) -> dict[str, float]:
+        """:meth:`evaluate` with the global RNG states put back afterwards: an evaluation only some runs make (the
+        segment's last step, ``evaluate_last``) cannot change the steps or the checkpoint after it."""
+        state = rng_state()
+        try:
+            return self.evaluate(step)
+        finally:
+            restore_rng(state)
 
     def save_checkpoint(self) -> Path:
         return save_checkpoint(self.run, self.store, self.allocator, self.totals, self.backend.save)
@@ -231,6 +245,7 @@ def run_segment(
     overwrite: bool = False,
     stop: StopFlag | None = None,
     backend: Backend | None = None,
+    evaluate_last: bool = False,
 ) -> SegmentResult:
     """Advance ``run`` by ``steps`` training steps, or through step ``until_step`` (see the module docstring);
     checkpoint at the end.
@@ -245,7 +260,12 @@ def run_segment(
     The run's writer lock is held throughout (a second writer gets :class:`~pc_pipelines.store.RunBusyError`).
     ``overwrite`` deletes the run's rows and files first and starts it over. ``stop`` (a
     :class:`~pc_pipelines.run.stopping.StopFlag`) is looked at between steps: once set, the segment checkpoints and
-    ends with :class:`~pc_pipelines.run.stopping.StopRequested`, the run ``stopped``."""
+    ends with :class:`~pc_pipelines.run.stopping.StopRequested`, the run ``stopped``.
+
+    ``evaluate_last`` also evaluates the segment's last step (``until_step``, or the last of ``steps``) when the
+    ``training.eval_every`` schedule does not; its rows go to ``eval_results`` like the scheduled ones. Off by
+    default (the Dagster segments and the studies keep their schedule); ``pilot-commit train`` turns it on, so a run
+    always ends with its final accuracy. A segment that stops early or trains no step evaluates nothing extra."""
     if (steps is None) == (until_step is None):
         raise RunError("run_segment needs exactly one of steps (a count) or until_step (the last step to train).")
     if steps is not None and steps < 0:
@@ -265,7 +285,7 @@ def run_segment(
     with writing_run(store, run.run_id, store.run_dir(run.run_id), run.run_dir, command=_command(),
                      overwrite=overwrite, check=check) as reserve:
         opened, _ = open_run(run, store, backend, resume=resume and not overwrite, from_step=from_step)
-        return _train_segment(opened, steps, until_step, from_step, on_step, stop, reserve)
+        return _train_segment(opened, steps, until_step, from_step, on_step, stop, reserve, evaluate_last)
 
 
 def _command() -> str:
@@ -275,13 +295,14 @@ def _command() -> str:
 
 def _train_segment(opened: OpenRun, steps: int | None, until_step: int | None, from_step: int | None,
                    on_step: Callable[[StepRecord], None] | None, stop: StopFlag | None,
-                   reserve: SpaceReserve) -> SegmentResult:
+                   reserve: SpaceReserve, evaluate_last: bool = False) -> SegmentResult:
     run, store = opened.run, opened.store
     cfg = run.config.training
     first = opened.allocator.step
     if until_step is not None:
         steps = max(0, until_step - first + 1)
     later = [s for s, _ in list_checkpoints(run.checkpoint_dir) if s >= first + steps]
+    last = first + steps - 1  # the segment's last step (evaluate_last)
     records: list[StepRecord] = []
     last_ckpt: Path | None = None
     saved_at: int | None = None
@@ -297,8 +318,9 @@ def _train_segment(opened: OpenRun, steps: int | None, until_step: int | None, f
             if stop is not None:
                 stop.check()
             rec = opened.step()
-            if (rec.step + 1) % cfg.eval_every == 0:
-                acc = opened.evaluate(rec.step)
+            scheduled = (rec.step + 1) % cfg.eval_every == 0
+            if scheduled or (evaluate_last and rec.step == last):
+                acc = opened.evaluate(rec.step) if scheduled else opened.evaluate_off_schedule(rec.step)
                 rec.eval_by_set = acc
                 rec.eval_accuracy = float(np.mean(list(acc.values())))
             opened.log_tensorboard(rec)

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -40,14 +41,22 @@ def test_train_json_out_of_the_box(base_policy, policy_cache, tmp_path):
             assert key in row, key
         assert 0.0 <= row["mean_reward"] <= 1.0
         assert row["trained_prompts"] <= 8
-    assert "eval_accuracy" in rows[1] and "eval_accuracy" not in rows[0] and "eval_accuracy" not in rows[2]
-    assert set(rows[1]["eval"]) == {f"arith_d{d}" for d in range(1, 7)}
-    assert rows[1]["eval_accuracy"] == pytest.approx(sum(rows[1]["eval"].values()) / 6)
+    # eval_every 2: step 1 on the schedule; step 2, the run's last (3 is no multiple of 2), evaluated as well
+    assert "eval_accuracy" in rows[1] and "eval_accuracy" not in rows[0] and "eval_accuracy" in rows[2]
+    for row in rows[1:]:
+        assert set(row["eval"]) == {f"arith_d{d}" for d in range(1, 7)}
+        assert row["eval_accuracy"] == pytest.approx(sum(row["eval"].values()) / 6)
     assert rows[-1]["cumulative_rollouts"] == sum(row["sampled_rollouts"] for row in rows)
     # the store has the run, readable with `pilot-commit sql` while nothing writes
     q = cli("sql", "--store", str(tmp_path / "pc.duckdb"), "--json",
             "SELECT count(*) AS steps, max(status) AS status FROM steps JOIN runs USING (run_id) WHERE run_id = 'r1'")
     assert json.loads(q.stdout) == [{"steps": 3, "status": "finished"}]
+    q = cli("sql", "--store", str(tmp_path / "pc.duckdb"), "--json",
+            "SELECT step, avg(accuracy) AS acc, count(*) AS sets FROM eval_results WHERE run_id = 'r1' GROUP BY step "
+            "ORDER BY step")
+    evals = json.loads(q.stdout)
+    assert [(e["step"], e["sets"]) for e in evals] == [(-1, 6), (1, 6), (2, 6)]
+    assert evals[2]["acc"] == pytest.approx(rows[2]["eval_accuracy"])
 
 
 def test_train_human_output_and_resume_past_the_end(base_policy, tmp_path):
@@ -55,10 +64,75 @@ def test_train_human_output_and_resume_past_the_end(base_policy, tmp_path):
             str(base_policy), "--quiet", *sets(pc=False)]
     r = cli(*args)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "held-out accuracy" in r.stdout and "arith_d6" in r.stdout and "tensorboard --logdir" in r.stdout
+    lines = r.stdout.splitlines()
+    # the closing block: the first and the last evaluated step side by side (not the same step twice), their mean
+    assert lines[0] == "held-out accuracy (mean@1, T=0.7):"
+    assert lines[1].split() == ["set", "step", "-1", "step", "1"]
+    table = {ln.split()[0]: [float(x) for x in ln.split()[1:]] for ln in lines[2:9]}
+    assert list(table) == [f"arith_d{d}" for d in range(1, 7)] + ["mean"]
+    assert table["mean"] == pytest.approx([sum(v[i] for k, v in table.items() if k != "mean") / 6 for i in (0, 1)],
+                                          abs=1e-3)
+    summary = lines[9]
+    assert summary.startswith("run r2: 2 steps; final mean reward ") and "(step 1)" in summary
+    assert f"final eval accuracy {table['mean'][1]:.3f} (step 1)" in summary and "rollouts sampled" in summary
+    assert lines[10] == f"checkpoint:  {tmp_path / 'r2' / 'checkpoints' / 'step-00000001'}"
+    assert lines[11] == f"tensorboard: tensorboard --logdir {tmp_path / 'r2' / 'tensorboard'}"
+    assert lines[12] == f"store:       pilot-commit runs --store {tmp_path / 'pc.duckdb'}"
     assert list((tmp_path / "r2" / "tensorboard").glob("events.out.tfevents.*"))
     again = cli(*args, "--resume")
     assert again.returncode == 0 and "nothing to do" in again.stderr
+    assert again.stdout.splitlines()[:2] == lines[:2]  # nothing trained, the same closing table
+
+
+def _checkpoint_files(ckpt: Path) -> dict[str, bytes]:
+    """Every file of a checkpoint but rng.pt (and the manifest, which hashes it): a fresh run does not seed the
+    global RNGs, so rng.pt differs between two identical runs too; no step draws from them (every draw is seeded
+    from the run seed and the step), and the driver puts them back after an off-schedule evaluation
+    (tests/unit/run/test_driver.py compares rng.pt where the backend seeds them)."""
+    files = {str(f.relative_to(ckpt)): f.read_bytes() for f in sorted(ckpt.rglob("*")) if f.is_file()}
+    assert {"rng.pt", "manifest.json", "allocator.json", "trainer.pt", "policy/model.safetensors"} <= set(files)
+    return {k: v for k, v in files.items() if k not in ("rng.pt", "manifest.json")}
+
+
+def test_the_final_evaluation_changes_no_training_and_a_resume_stays_bit_identical(base_policy, tmp_path):
+    """3 steps (step 2 evaluated as the run's last) then --resume to 6 equals 6 steps at once: the checkpoint after
+    step 2 is byte for byte the one the 6-step run wrote there without evaluating, and so is everything after."""
+    from pc_pipelines.store import Store
+
+    # GRPO: it trains from the first step (PC at this size keeps its first groups in the buffer past step 5)
+    args = ["train", "--method", "grpo", "--run-name", "r", "--policy", str(base_policy), "--json", "--quiet",
+            "--seed", "3", *sets(pc=False), "--set", "training.eval_every=4", "--set", "training.checkpoint_every=3"]
+    whole = cli(*args, "--steps", "6", "--out", str(tmp_path / "a"))
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    first = cli(*args, "--steps", "3", "--out", str(tmp_path / "b"))
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "eval_accuracy" in json.loads(first.stdout.splitlines()[-1])  # step 2: the run's last, evaluated
+    a_ckpt, b_ckpt = (tmp_path / out / "r" / "checkpoints" for out in ("a", "b"))
+    # policy, optimizer, sidecar, allocator and meta byte for byte: the evaluation left no trace
+    assert _checkpoint_files(b_ckpt / "step-00000002") == _checkpoint_files(a_ckpt / "step-00000002")
+    rest = cli(*args, "--steps", "6", "--out", str(tmp_path / "b"), "--resume")
+    assert rest.returncode == 0, rest.stderr[-2000:]
+    assert [json.loads(ln)["step"] for ln in rest.stdout.splitlines()] == [3, 4, 5]
+    assert _checkpoint_files(b_ckpt / "step-00000005") == _checkpoint_files(a_ckpt / "step-00000005")
+
+    cols = ("step, rounds, engine_calls, pilot_rollouts, commit_rollouts, trained_rollouts, kept, buffer_size, "
+            "loss, mean_reward")
+
+    def state(out: str) -> dict:
+        store = Store(tmp_path / out / "pc.duckdb")
+        return {
+            "steps": store.query(f"SELECT {cols} FROM steps WHERE run_id = 'r' ORDER BY step"),
+            "observations": store.query("SELECT step, round, prompt_id, stage, n_correct, decision FROM "
+                                        "prompt_observations WHERE run_id = 'r' ORDER BY ALL"),
+            "evals": store.query("SELECT step, benchmark, accuracy FROM eval_results WHERE run_id = 'r' ORDER BY ALL"),
+        }
+
+    a, b = state("a"), state("b")
+    assert all(r["loss"] is not None for r in a["steps"])  # the policy really trained, every step
+    assert b["steps"] == a["steps"] and b["observations"] == a["observations"]
+    assert sorted({e["step"] for e in a["evals"]}) == [-1, 3, 5]  # eval_every 4, and the run's last step (5)
+    assert [e for e in b["evals"] if e["step"] != 2] == a["evals"]  # plus step 2, the first invocation's last
+    assert len([e for e in b["evals"] if e["step"] == 2]) == 6
 
 
 @pytest.mark.parametrize(

@@ -79,3 +79,12 @@ def _instance(home: Path):
             del os.environ["DAGSTER_HOME"]
         else:
             os.environ["DAGSTER_HOME"] = prev
+
+
+def test_demo_refuses_a_bad_plan_before_building_anything(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "pc_pipelines.demo", "--root", str(tmp_path / "runs"), "--segments",
+                          "0"], cwd=ROOT, env={**os.environ, "DAGSTER_HOME": ""}, capture_output=True, text=True,
+                         timeout=300, check=False)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "configuration error: start_run config total_steps 0: must be >= 1" in out.stderr and "Fix:" in out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "runs").exists()

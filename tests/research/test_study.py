@@ -181,6 +181,7 @@ def test_job_argv_carries_the_study_settings(tmp_path):
     assert (pairs["--preset"], pairs["--method"], pairs["--seed"], pairs["--steps"], pairs["--run-name"]) == (
         "efficiency", "pc", "3", "50", "r")
     assert pairs["--set"] == "allocator.p_upper=0.9375" and "--resume" in argv and "--json" in argv
+    assert "--no-final-eval" in argv  # a study keeps its evaluation schedule (no extra evaluation at its last step)
     assert study.primary_jobs([0, 1], 10, "efficiency", "fam")[4].run_id == "fam-dapo-s1"
 
 

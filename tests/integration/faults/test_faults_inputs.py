@@ -454,7 +454,7 @@ def _good_jsonl(tmp_path: Path) -> Path:
     ids=["seed", "method", "keep_every", "nan"],
 )
 def test_start_run_refuses_ignored_or_nonfinite_overrides(tmp_path, overrides, needles):
-    from dagster import DagsterInstance
+    from dagster import DagsterInstance, DagsterInvalidConfigError
 
     from assets.jobs import start_run
     from resources import DataResource, LocalCheckpointResource, LocalComputeResource, StoreResource
@@ -465,13 +465,14 @@ def test_start_run_refuses_ignored_or_nonfinite_overrides(tmp_path, overrides, n
                  "checkpoints": LocalCheckpointResource(root=str(tmp_path / "runs")),
                  "compute": LocalComputeResource(), "engine": TransformersEngineResource()}
     cfg = {"method": "pc", "overrides": overrides, "segment_steps": 2, "total_steps": 4, "run_name": "r"}
-    res = start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},
-                                       instance=DagsterInstance.ephemeral(), resources=resources, raise_on_error=False)
-    assert not res.success
-    (failure,) = [e.event_specific_data.error for e in res.all_events if e.event_type_value == "STEP_FAILURE"]
-    msg = failure.message
+    instance = DagsterInstance.ephemeral()
+    # Refused at launch (the job's config mapping), before a run exists: one line naming the field, no traceback.
+    with pytest.raises(DagsterInvalidConfigError) as caught:
+        start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},
+                                     instance=instance, resources=resources, raise_on_error=False)
+    msg = str(caught.value)
     for n in needles:
         assert n in msg, (n, msg)
-    assert "Fix" in msg
-    assert failure.cls_name == "Failure"  # a clear Failure, not a ConfigError traceback from deep inside
+    assert "configuration error: start_run config overrides: " in msg and "Fix" in msg
+    assert instance.get_runs() == []
     assert not (tmp_path / "runs" / "r").exists()  # nothing registered or written

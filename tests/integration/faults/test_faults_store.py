@@ -176,7 +176,7 @@ def test_store_paths_with_glob_characters_read_only_their_own_runs(tmp_path):
 
 
 def test_start_run_refuses_a_glob_run_name_before_anything_is_written(tmp_path):
-    from dagster import DagsterInstance
+    from dagster import DagsterInstance, DagsterInvalidConfigError
 
     from assets.jobs import start_run
     from resources import DataResource, LocalCheckpointResource, StoreResource
@@ -185,12 +185,12 @@ def test_start_run_refuses_a_glob_run_name_before_anything_is_written(tmp_path):
                  "store": StoreResource(path=str(tmp_path / "pc.duckdb")),
                  "checkpoints": LocalCheckpointResource(root=str(tmp_path / "runs"))}
     with DagsterInstance.ephemeral() as instance:
-        res = start_run.execute_in_process(
-            run_config={"ops": {"register_training_run": {"config": {"method": "pc", "run_name": "[a-z]*"}}}},
-            instance=instance, resources=resources, raise_on_error=False)
-    assert not res.success
-    failures = [e for e in res.all_events if e.event_type_value == "STEP_FAILURE"]
-    msg = failures[0].event_specific_data.error.message
+        with pytest.raises(DagsterInvalidConfigError) as caught:  # refused at launch: no run is created
+            start_run.execute_in_process(
+                run_config={"ops": {"register_training_run": {"config": {"method": "pc", "run_name": "[a-z]*"}}}},
+                instance=instance, resources=resources, raise_on_error=False)
+        assert instance.get_runs() == []
+    msg = str(caught.value)
     assert "start_run config run_name '[a-z]*'" in msg and RUN_ID_PATTERN in msg and "Fix:" in msg
     assert not (tmp_path / "pc.duckdb").exists() and not (tmp_path / "runs").exists()
 

@@ -160,3 +160,48 @@ def test_a_checkpoint_of_another_config_is_refused_before_anything_changes(tmp_p
         run_segment(other, store, until_step=3, backend=ToyBackend(other))
     assert store.query("SELECT count(*) AS n FROM steps WHERE run_id = 'r'") == rows
     assert store.get_run("r")["status"] == "running"
+
+
+class DrawingToyBackend(ToyBackend):
+    """Its evaluation draws from the global numpy RNG, as a careless backend's might."""
+
+    def evaluate(self, step: int) -> EvalResult:
+        np.random.random(3)
+        return super().evaluate(step)
+
+
+def test_evaluate_last_evaluates_the_segments_last_step_and_changes_no_training(tmp_path):
+    store = Store(tmp_path / "pc.duckdb")
+    whole = toy_run(tmp_path, "whole")  # eval_every 3: steps 2 and 5 on the schedule
+    res = run_segment(whole, store, until_step=6, backend=DrawingToyBackend(whole))  # default: the schedule only
+    assert [r.step for r in res.records if r.eval_accuracy is not None] == [2, 5]
+
+    split = toy_run(tmp_path, "split")
+    first = run_segment(split, store, until_step=3, backend=DrawingToyBackend(split), evaluate_last=True)
+    assert [r.step for r in first.records if r.eval_accuracy is not None] == [2, 3]  # 3: the segment's last
+    assert first.last_eval_accuracy == first.records[-1].eval_accuracy is not None
+    rest = run_segment(split, store, until_step=6, backend=DrawingToyBackend(split), evaluate_last=True)
+    assert [r.step for r in rest.records if r.eval_accuracy is not None] == [5, 6]
+    sched = toy_run(tmp_path, "sched")
+    on_schedule = run_segment(sched, store, until_step=5, backend=DrawingToyBackend(sched), evaluate_last=True)
+    assert [r.step for r in on_schedule.records if r.eval_accuracy is not None] == [2, 5]  # 5 is on it: once
+
+    # The training is the uninterrupted run's, bit for bit (its evaluations draw from the global RNG: the extra
+    # ones are undone): records, rows, allocator, policy, checkpoints with their RNG states.
+    def training(records):
+        return [{k: v for k, v in r.to_json().items() if k not in ("eval", "eval_accuracy", "time_generate_s",
+                                                                    "time_store_s")} for r in records]
+
+    assert training(first.records + rest.records) == training(res.records)
+    assert [r.eval_accuracy for r in first.records + rest.records if r.step in (2, 5)] == \
+        [r.eval_accuracy for r in res.records if r.step in (2, 5)]
+    a, b = final_state(whole, store), final_state(split, store)
+    assert {k: v for k, v in a.items() if k != "evals"} == {k: v for k, v in b.items() if k != "evals"}
+    assert [e["step"] for e in a["evals"]] == [-1, 2, 5]
+    assert [e["step"] for e in b["evals"]] == [-1, 2, 3, 5, 6]
+    assert [e for e in b["evals"] if e["step"] not in (3, 6)] == a["evals"]
+    assert [s for s, _ in list_checkpoints(split.checkpoint_dir)] == [1, 3, 5, 6]
+    for step in (1, 3, 5, 6):  # the same checkpoints: the one after the extra evaluation (3) included
+        ca, cb = (r.checkpoint_dir / f"step-{step:08d}" for r in (whole, split))
+        for name in ("toy.json", "allocator.json", "rng.pt"):
+            assert (ca / name).read_bytes() == (cb / name).read_bytes(), (step, name)

@@ -1,0 +1,196 @@
+"""A bad ``start_run`` config is refused when it is launched, before a run exists (issue 33, point 4): in process
+(``execute_in_process`` raises, no run, nothing in the store) and through the webserver's GraphQL launch, the path of
+the UI's Launch button (an answer naming the field, no run created). Each refusal is one line: "configuration error:
+start_run config <field> ...: why. Fix: ...". The job's config mapping (``assets.jobs.launch_check``) does it; a
+valid config is passed on unchanged, and a job with the same op but no mapping still accepts ``total_steps: -10`` at
+launch (what Dagster's own schema checks, the reason for the mapping)."""
+
+import textwrap
+
+import pytest
+from dagster import DagsterInstance, DagsterInvalidConfigError
+
+from assets.jobs import OP, launch_check, launch_problems, start_run
+from assets.training import SEGMENTS
+from pc_pipelines.store.names import RUN_ID_PATTERN
+from resources import DataResource, LocalCheckpointResource, StoreResource
+
+pytestmark = [pytest.mark.integration]
+
+ISSUE_MESSAGE = ("configuration error: start_run config total_steps -10: must be >= 1 (training steps of the whole "
+                 "run). Fix: set total_steps to a whole number from 1 to 10,000,000, or leave it out (default 50).")
+
+
+def run_config(**cfg) -> dict:
+    return {"ops": {OP: {"config": {"method": "pc", **cfg}}}}
+
+
+def resources(tmp_path) -> dict:
+    return {"data": DataResource(out_dir=str(tmp_path / "data")),
+            "store": StoreResource(path=str(tmp_path / "pc.duckdb")),
+            "checkpoints": LocalCheckpointResource(root=str(tmp_path / "runs"))}
+
+
+def refused(tmp_path, **cfg) -> str:
+    """start_run launched in process with ``cfg``: the error's message, after checking that no run was created and
+    nothing was written (no store, no run directory, no partition)."""
+    with DagsterInstance.ephemeral() as instance:
+        with pytest.raises(DagsterInvalidConfigError) as caught:
+            start_run.execute_in_process(run_config=run_config(**cfg), instance=instance, resources=resources(tmp_path),
+                                         raise_on_error=False)
+        assert instance.get_runs() == []  # refused before the run was created: no op started
+        assert instance.get_dynamic_partitions(SEGMENTS.name) == []
+    assert not (tmp_path / "pc.duckdb").exists() and not (tmp_path / "runs").exists()
+    return str(caught.value)
+
+
+def test_the_issues_case_is_refused_at_launch_with_one_line(tmp_path):
+    msg = refused(tmp_path, total_steps=-10, segment_steps=2)
+    assert msg == f"Error in config for job start_run\n    Error 1: {ISSUE_MESSAGE}"
+    assert "Traceback" not in msg and "pydantic" not in msg
+
+
+@pytest.mark.parametrize(
+    "cfg,field,needles",
+    [
+        ({"total_steps": 10**8}, "total_steps", ["100000000: must be <= 10,000,000", "from 1 to 10,000,000"]),
+        ({"segment_steps": 0}, "segment_steps", ["0: must be >= 1 (training steps per segment)", "(default 10)"]),
+        ({"segment_steps": 100_001}, "segment_steps", ["must be <= 100,000"]),
+        ({"seed": -1}, "seed", ["-1: must be >= 0", "(default 0)"]),
+        ({"seed": 2**70}, "seed", ["must be <= 9,223,372,036,854,775,807"]),
+        ({"preset": None}, "preset", ["None: input should be a valid string", "(default 'embedded')"]),
+        ({"run_name": "[a-z]*"}, "run_name", ["'[a-z]*' contains '*', '[', ']'", RUN_ID_PATTERN]),
+        ({"run_name": ""}, "run_name", ["'' is empty"]),
+        ({"run_name": "x" * 129}, "run_name", ["is 129 characters long (at most 128)"]),
+        ({"family": "a b"}, "family", ["'a b': the default run id", "Or name the run with start_run config run_name"]),
+        ({"preset": "nope"}, "preset", ["'nope': no such preset", "'embedded'"]),
+        ({"preset": "../embedded"}, "preset", ["'../embedded': no such preset"]),
+        ({"dataset": "nope"}, "dataset", ["'nope': not one of ('auto', 'embedded', 'deepmath', 'polaris'"]),
+        ({"preset": "paper", "dataset": "embedded"}, "dataset", ["preset 'paper' has no embedded task section"]),
+        ({"dataset": "deepmath"}, "policy_path", ["a run on dataset 'deepmath'", "set policy_path to a local"]),
+        ({"preset": "paper"}, "policy_path", ["a run on dataset 'deepmath'"]),  # auto: the paper preset's data
+        ({"overrides": ["foo"]}, "overrides", ["--set 'foo' is not key=value"]),
+        ({"overrides": ["allocator.nope=1"]}, "overrides", ["allocator has no field 'nope'"]),
+        ({"overrides": ["allocator.n=abc"]}, "overrides", ["allocator.n='abc' is not a valid int"]),
+        ({"overrides": ["allocator.n=0"]}, "overrides", ["AllocatorConfig.n=0: must be at least 1"]),
+        ({"overrides": ["allocator.selection=nope"]}, "overrides", ["'nope': unknown buffer selection strategy"]),
+        ({"overrides": ["training.lr=nan"]}, "overrides", ["TrainingConfig.lr=nan", "finite"]),
+        ({"overrides": ["training.keep_every=3"]}, "overrides", ["training.keep_every=3 would be ignored"]),
+        ({"overrides": ["seed=5"]}, "overrides", ["--set seed=5 conflicts with --seed 0"]),
+    ],
+    ids=lambda v: None if isinstance(v, (dict, list)) else str(v),
+)
+def test_each_bad_field_is_refused_at_launch_naming_it(tmp_path, cfg, field, needles):
+    msg = refused(tmp_path, **cfg)
+    (line,) = [ln for ln in msg.splitlines() if "configuration error" in ln]  # one line, one problem
+    assert line.startswith(f"    Error 1: configuration error: start_run config {field}"), line
+    assert "Fix:" in line
+    for n in needles:
+        assert n in line, (n, line)
+
+
+def test_every_bounded_field_is_reported_at_once(tmp_path):
+    msg = refused(tmp_path, total_steps=-10, segment_steps=0, seed=-3)
+    lines = msg.splitlines()[1:]
+    assert [ln.split(" start_run config ")[1].split(":")[0] for ln in lines] == ["seed -3", "segment_steps 0",
+                                                                                  "total_steps -10"]
+    assert all(ln.lstrip().startswith(f"Error {i}: configuration error: ") and "Fix:" in ln
+               for i, ln in enumerate(lines, 1))
+    assert lines[2].split("Error 3: ")[1] == ISSUE_MESSAGE
+
+
+def test_a_valid_config_is_passed_on_unchanged():
+    rc = {**run_config(total_steps=4, segment_steps=2, run_name="r", overrides=["training.lr=2e-4"]),
+          "loggers": {"console": {"config": {"log_level": "INFO"}}}}
+    assert launch_problems(rc["ops"][OP]["config"]) == {}
+    assert launch_check(rc) is rc
+    # The launchpad still shows the op's fields, their descriptions and defaults (the mapping's schema is the op's).
+    fields = start_run.run_config_schema.config_type.fields["ops"].config_type.fields[OP].config_type.fields
+    config = fields["config"].config_type.fields
+    assert config["method"].is_required and config["total_steps"].default_value == 50
+    assert config["total_steps"].description == "Training steps of the whole run."
+
+
+# ---- through the webserver: the GraphQL launch the UI's Launch button sends ----------------------------------------
+LOCATION = '''
+import os
+
+from dagster import Definitions, job
+
+from assets.jobs import register_training_run
+from pc_pipelines.definitions import build_definitions
+from resources import (
+    DataResource,
+    LocalCheckpointResource,
+    LocalComputeResource,
+    StoreResource,
+    TransformersEngineResource,
+)
+
+root = os.environ["PC_LAUNCH_TEST_ROOT"]
+
+
+@job
+def start_run_unchecked():  # the same op, no config mapping: what Dagster's schema alone refuses
+    register_training_run()
+
+
+defs = Definitions.merge(
+    build_definitions(resources={"data": DataResource(out_dir=f"{root}/data"),
+                                 "store": StoreResource(path=f"{root}/pc.duckdb"),
+                                 "checkpoints": LocalCheckpointResource(root=f"{root}/runs"),
+                                 "compute": LocalComputeResource(), "engine": TransformersEngineResource()}),
+    Definitions(jobs=[start_run_unchecked]),
+)
+'''
+
+LAUNCH = """mutation($p: ExecutionParams!) { launchPipelineExecution(executionParams: $p) { __typename
+  ... on LaunchRunSuccess { run { runId status } }
+  ... on PythonError { message className }
+  ... on RunConfigValidationInvalid { errors { message reason } }
+  ... on Error { message } } }"""
+
+
+@pytest.mark.slow
+def test_the_graphql_launch_refuses_without_creating_a_run(tmp_path, monkeypatch):
+    from dagster._core.test_utils import instance_for_test
+    from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql, infer_job_selector
+
+    monkeypatch.setenv("PC_LAUNCH_TEST_ROOT", str(tmp_path))
+    (tmp_path / "location.py").write_text(textwrap.dedent(LOCATION))
+    # Queued runs stay queued (no daemon here): a launch that is accepted creates a run and runs nothing.
+    queued = {"run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"}}
+    with instance_for_test(overrides=queued) as instance, \
+            define_out_of_process_context(str(tmp_path / "location.py"), "defs", instance) as ctx:  # a code server
+
+        def launch(job_name: str, rc: dict) -> dict:
+            params = {"selector": infer_job_selector(ctx, job_name), "runConfigData": rc, "mode": "default"}
+            return execute_dagster_graphql(ctx, LAUNCH, {"p": params}).data["launchPipelineExecution"]
+
+        # The issue's case: answered with the one line, and no run.
+        got = launch("start_run", run_config(total_steps=-10))
+        assert got["__typename"] == "PythonError" and got["className"] == "DagsterInvalidConfigError"
+        assert got["message"].splitlines()[1] == f"    Error 1: {ISSUE_MESSAGE}"
+        got = launch("start_run", run_config(run_name="[a-z]*"))
+        assert "configuration error: start_run config run_name '[a-z]*'" in got["message"] and "Fix:" in got["message"]
+        got = launch("start_run", run_config(overrides=["allocator.n=abc"]))
+        assert "configuration error: start_run config overrides: allocator.n='abc'" in got["message"]
+        assert instance.get_runs() == []
+        # A field Dagster's schema does not know is still its own structured error, before ours.
+        got = launch("start_run", run_config(totl_steps=3))
+        assert got["__typename"] == "RunConfigValidationInvalid"
+        assert got["errors"][0]["reason"] == "FIELD_NOT_DEFINED" and "totl_steps" in got["errors"][0]["message"]
+        assert instance.get_runs() == []
+
+        # Without the mapping, the same config is accepted at launch (it would fail in the op, seconds later).
+        got = launch("start_run_unchecked", run_config(total_steps=-10))
+        assert got["__typename"] == "LaunchRunSuccess"
+        (unchecked,) = instance.get_runs()
+        assert unchecked.job_name == "start_run_unchecked"
+        # A valid config is launched as before: its run is created (queued), with its run config as given.
+        rc = run_config(total_steps=4, segment_steps=2, run_name="ok")
+        got = launch("start_run", rc)
+        assert got["__typename"] == "LaunchRunSuccess" and got["run"]["status"] == "QUEUED"
+        run = instance.get_run_by_id(got["run"]["runId"])
+        assert run.job_name == "start_run" and run.run_config == rc
+    assert not (tmp_path / "pc.duckdb").exists() and not (tmp_path / "runs").exists()  # no op ran
