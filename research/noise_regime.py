@@ -273,10 +273,13 @@ def section(store: Store, img_dir: Path | None, cmd: str) -> str:
         names = {j.run_id: _label(j) for j in tj}
         rows = size_rows({(names[j.run_id], j.seed): tc[j.run_id] for j in tj
                           if j.run_id in tc and "paper88" not in j.run_id})
-        best = choose_size(rows)
+        done = sum(study._done_steps(store, j.run_id) >= j.steps for j in tj if "paper88" not in j.run_id)
+        total = sum("paper88" not in j.run_id for j in tj)
+        best = choose_size(rows) if done == total else None  # the rule reads the whole grid, never a part of it
         out += [f"### Our PC's budget at lr {_lr_tag(lr)}, chosen by the same rule", "",
                 *tune_table(rows, {}, f"our PC {DEFAULT_BUDGET}"), "",
-                f"Choice by the rule: **{best or '-'}**. "
+                (f"Choice by the rule: **{best or '-'}**. " if done == total else
+                 f"The grid is not complete ({done} of {total} runs finished): no choice yet (`tune-pc` resumes it). ")
                 + (f"Frozen: `PC_BEST = {PC_BEST!r}`." if PC_BEST else "Not frozen yet: set `PC_BEST`."), ""]
     return "\n".join(out)
 

@@ -83,8 +83,7 @@ def test_tune_then_main_and_repro_then_the_section(tmp_path, base_policy, policy
 
 
 def test_a_second_regime_main_and_report_merge_into_the_results_file(tmp_path, base_policy, policy_cache):
-    """The noise-limited regime's parts (main, then the section) on a shrunk run: `bench`'s preset stands in for
-    `bench-tuned` (--preset), the frozen choices come from the command line, and the results file already holds
+    """The tuned regime's parts (main, then the section) on a shrunk run (--preset bench, the regime's own), the frozen choices come from the command line, and the results file already holds
     `bench`'s headline, which the regime's entry joins without changing a key."""
     bench_keys = {"preset": "bench", "dtype": "float64", "steps": 120, "seeds": [8, 9, 10], "core_seeds": [8, 9, 10],
                   "grpo_best_n": 16, "medians": {"GRPO64 / paper PC": 0.9, "GRPO64 / our PC": 1.6077035796525017},
@@ -113,7 +112,7 @@ def test_a_second_regime_main_and_report_merge_into_the_results_file(tmp_path, b
     text = (tmp_path / "B.md").read_text()
     assert "<!-- bench-study:begin -->" not in text
     section = text.split("<!-- bench-tuned-study:begin -->", 1)[1].split("<!-- bench-tuned-study:end -->", 1)[0]
-    assert "## The rollout-efficiency study in the noise-limited regime" in section
+    assert "## The benchmark with both sides tuned, on fresh seeds" in section
     assert "Reproducibility" not in section and "Wall time per part: main " in section
     head = next(line for line in section.splitlines() if line.startswith("| seed | GRPO64 / paper PC |"))
     assert [c.strip() for c in head.split("|")[1:-1]][1:] == [
