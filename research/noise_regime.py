@@ -85,7 +85,9 @@ PC_BUDGETS: dict[str, tuple[str, ...]] = {
 DEFAULT_BUDGET = "p4+12/c16"
 # The paper's n = 16 budget (8 pilots, 8 commits) with the paper's strategies, reported beside (not a candidate).
 PAPER_88 = ("allocator.n=16", "allocator.n_pilot=8", *PAPER_PC)
-PC_BEST: str | None = None  # frozen from tune-pc (None until then)
+# Frozen from tune-pc on 2026-11-26: the rule's choice over the whole grid (12 runs, seeds 100, 101; the table in
+# docs/BENCHMARKS.md, section noise-regime). bench_study.REGIMES["bench-tuned"].pc_best carries its overrides.
+PC_BEST: str | None = "p2+6/c8"
 
 log = logging.getLogger("noise_regime")
 

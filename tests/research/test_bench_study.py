@@ -2,6 +2,7 @@
 
 import importlib.util
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -113,7 +114,8 @@ def test_the_regime_registry_holds_bench_as_it_was_and_the_tuned_regime():
         True, "bench-study", "bench", "benchmarks/out/bench.duckdb", None, False)
     assert bench.title == "The rollout-efficiency study on the benchmark (`research/bench_study.py`, issue 16)"
     assert (noise.preset, noise.family, noise.seeds, noise.tune_seeds, noise.grpo_best_n, noise.pc_best) == (
-        "bench", "bench-tuned", (11, 12, 13), (100, 101), 16, None)  # PC's budget not frozen yet
+        "bench", "bench-tuned", (11, 12, 13), (100, 101), 16,
+        b.Budget("p2+6/c8", ("allocator.n_pilot=8", "allocator.pilot_wave=2", "allocator.commit_mean=8")))
     assert noise.variants == ("grpo", "dapo", "pc-paper", "pc-paper-easy", "pc", "pc-best")
     assert (noise.repro, noise.marker, noise.plot_prefix, noise.store, noise.tuned_by, noise.extended) == (
         False, "bench-tuned-study", "bench_tuned", "benchmarks/out/bench-tuned.duckdb", "research/noise_regime.py", True)
@@ -158,7 +160,8 @@ def test_the_tuned_regimes_jobs():
     assert b.ratio_pcs(noise, b.Budget("p4+12/c16")) == ("pc-paper", "pc-paper-easy", "pc")
     # The regime's own preset can be replaced (the tests run it on `bench`); the default pc_best is the regime's.
     assert {j.preset for j in b.main_jobs((11,), 16, 2, regime=noise, pc_best=best, preset="bench")} == {"bench"}
-    assert "bench-tuned-pc-best-s11" not in {j.run_id for j in b.main_jobs((11,), 16, 2, regime=noise)}  # not frozen
+    frozen = {j.run_id: j for j in b.main_jobs((11,), 16, 2, regime=noise)}  # the regime's frozen best budget
+    assert frozen["bench-tuned-pc-best-s11"].overrides == noise.pc_best.overrides
     # bench's jobs: as they always were (the regime defaults to bench).
     assert b.main_jobs((0,), 32, 120, primary_seeds=()) == b.main_jobs((0,), 32, 120, primary_seeds=(),
                                                                         regime=b.REGIMES["bench"])
@@ -332,9 +335,12 @@ def test_a_regimes_results_are_merged_into_the_file_every_other_key_kept(tmp_pat
     assert bad.read_text() == "{not json"  # never overwritten
 
 
-def test_the_tuned_regimes_parts_refuse_what_they_do_not_do(tmp_path, capsys):
+def test_the_tuned_regimes_parts_refuse_what_they_do_not_do(tmp_path, capsys, monkeypatch):
     b = load_bench_study()
-    base = ["--regime", "bench-tuned", "--store", str(tmp_path / "n.duckdb"), "--write", "", "--quiet"]
+    # As the regime stood before tune-pc froze PC's budget (main would otherwise start the real 21 runs).
+    monkeypatch.setitem(b.REGIMES, "bench-tuned", replace(b.REGIMES["bench-tuned"], pc_best=None))
+    base = ["--regime", "bench-tuned", "--store", str(tmp_path / "n.duckdb"), "--write", "", "--quiet",
+            "--out", str(tmp_path / "runs")]
     assert b.main([*base, "tune"]) == 2
     assert "tuned by research/noise_regime.py" in capsys.readouterr().err
     assert b.main([*base, "repro"]) == 2

@@ -57,3 +57,9 @@ def test_the_jobs_and_the_frozen_choice():
     assert [j.overrides for j in default] == [("training.lr=0.0001",)] * 2  # the preset's own budget
     paper = [j for j in tune if "paper88" in j.run_id][0]
     assert "allocator.n=16" in paper.overrides and "allocator.n_pilot=8" in paper.overrides
+    # PC's budget, frozen from the whole tune-pc grid, is the one bench-tuned's pc-best runs with.
+    from research.bench_study import REGIMES
+
+    assert m.PC_BEST in m.PC_BUDGETS
+    best = REGIMES["bench-tuned"].pc_best
+    assert (best.name, best.overrides) == (m.PC_BEST, m.PC_BUDGETS[m.PC_BEST])
