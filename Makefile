@@ -19,7 +19,7 @@ SCALE_BIN   := $(SCALE_VENV)/bin
 SCALE_STAMP := $(SCALE_VENV)/.installed
 SCALE_PINS  := etc/scale/constraints.txt
 
-.PHONY: install install-scale test-scale demo lint test test-fast ui check-chromium bench bench-allocator bench-store bench-rewards bench-engine bench-vllm bench-verl \
+.PHONY: install install-scale test-scale demo lint test test-fast ui screenshots check-chromium bench bench-allocator bench-store bench-rewards bench-engine bench-vllm bench-verl \
         study-bench study-bench-tuned study-precision study-efficiency-v1 study-efficiency-ablations faults soak clean \
         bench-efficiency bench-precision bench-efficiency-v1 bench-efficiency-ablations bench-faults
 
@@ -84,6 +84,11 @@ ui: $(STAMP) $(UI_HOME)/dagster.yaml
 $(UI_HOME)/dagster.yaml: etc/dagster.yaml
 	mkdir -p $(@D)
 	cp $< $@
+
+# The README's UI pictures (docs/img/ui-*.png, segment-run-plot.png, timeline.png): the UI test drives a run through
+# the UI's API in a throwaway `dagster dev` and headless Chromium screenshots it, then they are copied here.
+screenshots: $(STAMP) check-chromium
+	PC_PIPELINES_SCREENSHOTS=docs/img $(BIN)/python -m pytest -q tests/e2e/test_ui.py -k progress
 
 bench: bench-allocator bench-store bench-rewards bench-engine
 

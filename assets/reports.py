@@ -1,14 +1,32 @@
-"""The report assets (group ``reports``): paper Table 2 (rollouts to the target accuracy) as a Markdown table and
-the plots people would rather look at than read (accuracy vs cumulative rollouts, vs steps, mean reward std and
-informative share per step; one curve per method), all built by :mod:`pc_pipelines.reports` from the store."""
+"""The report assets (group ``reports``), all built by :mod:`pc_pipelines.reports` from the store:
+
+* ``rollouts_report``: paper Table 2 (rollouts to the target accuracy) as Markdown and as a table the UI shows
+  without a click, the per-method summary as a table, and the plots people would rather look at than read (accuracy
+  vs cumulative rollouts, vs steps, mean reward std and informative share per step; one curve per method);
+* ``pass_rate_timeline``: per run, each prompt's pass rate by step with the allocator's decision at that step
+  (trained, kept, skipped, deferred, surplus, evicted, returned) and the decisions of all prompts per step
+  (:mod:`pc_pipelines.reports.timeline`), inline in the metadata.
+"""
 
 
 import base64
+from pathlib import Path
 
-from dagster import AssetExecutionContext, Config, Failure, MaterializeResult, MetadataValue, asset
+from dagster import (
+    AssetExecutionContext,
+    Config,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    TableColumn,
+    TableRecord,
+    TableSchema,
+    asset,
+)
 from pydantic import Field
 
-from pc_pipelines.reports import ReportError, build_report
+from pc_pipelines.reports import ReportError, build_report, method_label
+from pc_pipelines.reports.timeline import DEFAULT_TOP, RECENT_RUNS, TimelineError, recent_runs, write_timeline
 from resources import StoreResource
 
 from .evaluation import segment_eval
@@ -24,6 +42,60 @@ def _embedded(path) -> str:
     return f"![{path.stem}](data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()})"
 
 
+_NEVER = "empty: never reached the target"
+TARGET_SCHEMA = TableSchema(columns=[
+    TableColumn("family"),
+    TableColumn("seed", description="a seed, or 'median' (the family's median ratios)"),
+    TableColumn("target", "float", "min(GRPO peak, PC peak) mean eval accuracy"),
+    TableColumn("grpo", "int", f"GRPO's cumulative sampled rollouts at its first eval >= target ({_NEVER})"),
+    TableColumn("dapo", "int", f"DAPO's, likewise ({_NEVER})"),
+    TableColumn("pc", "int", f"PC's, likewise ({_NEVER})"),
+    TableColumn("grpo_over_pc", "float", "GRPO's rollouts over PC's"),
+    TableColumn("dapo_over_pc", "float", "DAPO's rollouts over PC's"),
+    TableColumn("missing_steps", "int", "> 0: a compared run lacks steps, its counts are lower bounds"),
+])
+SUMMARY_SCHEMA = TableSchema(columns=[
+    TableColumn("family"),
+    TableColumn("method"),
+    TableColumn("seeds"),
+    TableColumn("steps", "float", "mean over the seeds' runs"),
+    TableColumn("sampled_rollouts", "float", "mean total sampled rollouts"),
+    TableColumn("trained_rollouts", "float", "mean total trained rollouts"),
+    TableColumn("final_accuracy", "float", "the last eval's mean accuracy (mean over seeds)"),
+    TableColumn("peak_accuracy", "float", "the best eval's mean accuracy (mean over seeds)"),
+    TableColumn("run_ids"),
+])
+
+
+def target_records(report: dict) -> list[TableRecord]:
+    """``Store.report()``'s rows (family, seed) as table records, each family closed by its median row."""
+    rows = []
+    for family, fam in report.items():
+        for s in fam["seeds"]:
+            r = s["rollouts"]
+            rows.append(TableRecord({
+                "family": family, "seed": str(s["seed"]), "target": s["target"], "grpo": r["grpo"],
+                "dapo": r["dapo"], "pc": r["pc"], "grpo_over_pc": s["grpo_over_pc"],
+                "dapo_over_pc": s["dapo_over_pc"], "missing_steps": s.get("missing_steps") or 0,
+            }))
+        rows.append(TableRecord({
+            "family": family, "seed": "median", "target": None, "grpo": None, "dapo": None, "pc": None,
+            "grpo_over_pc": fam["median_grpo_over_pc"], "dapo_over_pc": fam["median_dapo_over_pc"],
+            "missing_steps": max([s.get("missing_steps") or 0 for s in fam["seeds"]], default=0),
+        }))
+    return rows
+
+
+def summary_records(rows: list[dict]) -> list[TableRecord]:
+    """The per-method summary (``Report.summary_rows()``) as table records."""
+    return [TableRecord({
+        "family": r["family"], "method": method_label(r["method"]), "seeds": ", ".join(map(str, r["seeds"])),
+        "steps": r["steps"], "sampled_rollouts": r["total_sampled_rollouts"],
+        "trained_rollouts": r["total_trained_rollouts"], "final_accuracy": r["final_accuracy"],
+        "peak_accuracy": r["peak_accuracy"], "run_ids": ", ".join(r["run_ids"]),
+    }) for r in rows]
+
+
 @asset(group_name="reports", deps=[segment_eval], kinds={"duckdb"})
 def rollouts_report(context: AssetExecutionContext, config: ReportConfig, store: StoreResource) -> MaterializeResult:
     """Rollouts to target per family and seed (GRPO/PC and DAPO/PC ratios), a summary per method, and the plots."""
@@ -32,14 +104,80 @@ def rollouts_report(context: AssetExecutionContext, config: ReportConfig, store:
     except ReportError as exc:
         raise Failure(str(exc)) from exc
     context.log.info("report: %d runs, plots in %s", len(rep.curves), config.out_dir)
+    summary = rep.summary_rows()
     return MaterializeResult(
         metadata={
             "rollouts_to_target": MetadataValue.md(rep.markdown),
+            "rollouts_to_target_table": MetadataValue.table(target_records(rep.report), TARGET_SCHEMA),
             "plots": MetadataValue.md("\n\n".join(_embedded(p) for p in rep.plots)),
             "plot_dir": MetadataValue.path(str(rep.plots[0].parent.resolve()) if rep.plots else config.out_dir),
             "runs": len(rep.curves),
-            "summary": MetadataValue.json(rep.summary_rows()),
+            # the summary as a table the UI shows; the same rows as JSON under summary_json (was: summary)
+            "summary": MetadataValue.table(summary_records(summary), SUMMARY_SCHEMA),
+            "summary_json": MetadataValue.json(summary),
             "ratios": MetadataValue.json({fam: {k: v for k, v in d.items() if k.startswith("median_")}
                                           for fam, d in rep.report.items()}),
+        }
+    )
+
+
+class TimelineConfig(Config):
+    run_id: str | None = Field(
+        default=None, description=f"The run to draw (default: the {RECENT_RUNS} most recently registered runs that "
+                                  "have observations, one PNG each).")
+    prompts: list[int] | None = Field(
+        default=None, description="The prompt ids to show, in this order (default: the `top` most-visited).")
+    top: int = Field(default=DEFAULT_TOP, description="Without `prompts`: how many of the most-visited prompts "
+                                                      "(steps sampled; ties: lower id first) get a row.")
+    out_dir: str = Field(default="runs/reports", description="Where the PNGs are written (timeline_<run_id>.png).")
+
+
+TIMELINE_SCHEMA = TableSchema(columns=[
+    TableColumn("run_id"),
+    TableColumn("method"),
+    TableColumn("prompts_shown", "int", "the heatmap's rows"),
+    TableColumn("total_prompts", "int", "distinct prompts the run sampled (all in the lower panel)"),
+    TableColumn("steps", "int", "the columns (training steps first..last)"),
+    TableColumn("rows", "string", "which prompts the rows are"),
+    TableColumn("path", "path"),
+])
+
+
+@asset(group_name="reports", deps=[segment_eval], kinds={"duckdb"})
+def pass_rate_timeline(context: AssetExecutionContext, config: TimelineConfig,
+                       store: StoreResource) -> MaterializeResult:
+    """Per run, each prompt's pass rate by step (pilot / commit / full group, pooled per step) with the allocator's
+    decision on it (trained, kept, skipped easy, deferred hard, surplus; evicted and returned frames), and below it
+    the decisions of all the run's prompts per step; PNGs inline in the metadata."""
+    st = store.get(vacuum=False)
+    try:
+        runs = [config.run_id] if config.run_id else recent_runs(st)
+        if not runs:
+            raise TimelineError(
+                f"no run in {st.path} has prompt observations yet, so there is no pass rate to draw. Fix: record or "
+                f"train a run first (`pilot-commit simulate --store {st.path} --method pc`, or the start_run job), "
+                "then materialize again.")
+        out_dir = Path(config.out_dir)
+        results = [write_timeline(st, rid, out_dir / f"timeline_{rid}.png", config.prompts, config.top)
+                   for rid in runs]
+    except TimelineError as exc:
+        raise Failure(str(exc)) from exc
+    for r in results:
+        context.log.info("timeline: %s", r.summary())
+    md = "\n\n".join(f"### `{r.run_id}` ({method_label(r.method)}): {r.description}, {r.steps} steps\n\n"
+                     f"{_embedded(r.path)}" for r in results)
+    return MaterializeResult(
+        metadata={
+            "timelines": MetadataValue.md(md),
+            "run_ids": MetadataValue.json([r.run_id for r in results]),
+            "runs": len(results),
+            "table": MetadataValue.table([TableRecord({
+                "run_id": r.run_id, "method": method_label(r.method), "prompts_shown": len(r.prompts),
+                "total_prompts": r.total_prompts, "steps": r.steps, "rows": r.description,
+                "path": str(r.path.resolve())}) for r in results], TIMELINE_SCHEMA),
+            "prompts_shown": MetadataValue.json({r.run_id: list(r.prompts) for r in results}),
+            "total_prompts": MetadataValue.json({r.run_id: r.total_prompts for r in results}),
+            "steps": MetadataValue.json({r.run_id: r.steps for r in results}),
+            "plot_dir": MetadataValue.path(str(Path(config.out_dir).resolve())),
         }
     )

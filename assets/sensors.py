@@ -16,16 +16,35 @@ into the views it decides on.
 
 A ``running`` segment whose Dagster run ended while nothing else is in flight is recorded ``failed`` (it counts
 towards the pause limit), only if the row is still that run's attempt.
+
+**Sensor and schedule.** The ``advance_runs_in_window`` schedule (:mod:`assets.schedules`, off by default) advances
+runs with the same rule, :func:`advance` (one evaluation shared by both), but only inside its time window. The rule
+between them: **while that schedule is running, the sensor requests no segment** (it says so in its skip reason)
+and goes on doing everything else (recording interrupted segments, pausing, finishing, the report); stop the
+schedule and the sensor advances runs again at once. Whether the schedule runs is read from the Dagster instance
+on every tick (its stored state: started or stopped in the UI, else its default status). One requester of segments
+at a time means two ticks cannot race for the same segment; on top of that each sees the other's requests: both
+tag their runs ``pc/run`` (in flight while queued or running, above) and ``pc/advanced_by``
+(``sensor:advance_runs`` or ``schedule:<name>``, which the UI shows on the run), and both take their run keys
+from the same sequence, moved past every key either used (:func:`used_run_keys`): Dagster dedups run keys per
+sensor or schedule only, so the cross-check is ours.
+
+**The report.** When a run is finished (the sensor finishes it, or the training asset or the schedule did), the
+sensor requests the ``report`` job (``rollouts_report``) once for it, under the run key ``report-<run>`` and the tag
+``pc/report_for``; a key already used (by any Dagster run so tagged) is not requested again.
 """
 
 import contextlib
+from dataclasses import dataclass, field
 
 from dagster import (
     AssetObservation,
     DagsterRunStatus,
+    DefaultScheduleStatus,
     DefaultSensorStatus,
     RunRequest,
     RunsFilter,
+    ScheduleDefinition,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
@@ -38,16 +57,18 @@ from pc_pipelines.store import Store
 from pc_pipelines.store.runlock import live_writer
 from resources import StoreResource
 
-from .jobs import train_segment_job
-from .training import training_segment
+from .jobs import report_job, train_segment_job
+from .training import ADVANCED_BY_TAG, training_segment
 
 SENSOR_NAME = "advance_runs"
 RUN_TAG = "pc/run"  # one training segment in flight per run: the run queue limits this tag per unique value
+REPORT_TAG = "pc/report_for"  # the finished training run a report run was requested for
 # Dagster's own tags on runs (dagster._core.storage.tags, private there): the partition of a partitioned run, the
 # bounds of a partition-range run, the sensor that requested a run and its run key.
 PARTITION_TAG = "dagster/partition"
 RANGE_TAGS = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
 SENSOR_NAME_TAG = "dagster/sensor_name"
+SCHEDULE_NAME_TAG = "dagster/schedule_name"
 RUN_KEY_TAG = "dagster/run_key"
 _FAILED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 # Queued or going: Dagster's in-progress statuses (its private IN_PROGRESS_RUN_STATUSES) and QUEUED. NOT_STARTED is
@@ -84,11 +105,12 @@ def dagster_in_flight(instance) -> dict[str, str]:
 
 
 def used_run_keys(instance, run_id: str) -> frozenset[str]:
-    """The run keys of every Dagster run this sensor requested for ``run_id`` (Dagster skips a request whose key
-    one of them has)."""
+    """The run keys of every Dagster run requested for ``run_id`` under a run key: the sensor's and the schedule's
+    alike (both tag ``pc/run``; Dagster sets ``dagster/run_key`` on a sensor's or a schedule's run). Dagster skips a
+    sensor's request whose key that sensor used, and a schedule's only within one tick, so the sensor and the
+    schedule move past each other's keys here, never reusing one."""
     runs = instance.get_runs(filters=RunsFilter(tags={RUN_TAG: run_id}))
-    return frozenset(r.tags[RUN_KEY_TAG] for r in runs
-                     if r.tags.get(SENSOR_NAME_TAG) == SENSOR_NAME and r.tags.get(RUN_KEY_TAG))
+    return frozenset(r.tags[RUN_KEY_TAG] for r in runs if r.tags.get(RUN_KEY_TAG))
 
 
 def run_views(st: Store, instance) -> list[RunView]:
@@ -130,38 +152,112 @@ def run_views(st: Store, instance) -> list[RunView]:
     return views
 
 
-def build_advance_runs_sensor(max_failures: int = 3, interval_s: int = 30, default_running: bool = True):
+def sensor_tag() -> str:
+    """``pc/advanced_by`` of the sensor's requests."""
+    return f"sensor:{SENSOR_NAME}"
+
+
+def report_run_key(run_id: str) -> str:
+    """The run key of the report requested when ``run_id`` finished (a training run key always has a ``/``)."""
+    return f"report-{run_id}"
+
+
+@dataclass
+class Advance:
+    """One evaluation of the advancing rule (:func:`advance`): the segments to request, the observations to log
+    (a paused run's reason on its partition), one note per run (the skip reason's text) and the finished runs."""
+
+    requests: list[RunRequest] = field(default_factory=list)
+    events: list[AssetObservation] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+
+
+def advance(st: Store, instance, log, max_failures: int, advanced_by: str, defer: str = "",
+            job_name: str | None = None) -> Advance:
+    """The advancing rule, shared by the ``advance_runs`` sensor and the window schedule: each planned run's
+    :func:`~pc_pipelines.run.segments.decide` on its view (:func:`run_views`); a REQUEST becomes a run request of
+    its segment tagged ``pc/run`` and ``pc/advanced_by`` = ``advanced_by`` (or, with ``defer`` set, a note saying
+    why it is not requested), a PAUSE pauses the run in the store, a FINISH finishes it. ``job_name``: the
+    requests' job, for a sensor targeting several."""
+    out = Advance()
+    for view in run_views(st, instance):
+        d = decide(view, max_failures)
+        if d.action is Action.REQUEST and defer:
+            out.notes.append(f"{d.run_id}: deferred ({d.reason}; {defer})")
+            continue
+        out.notes.append(f"{d.run_id}: {d.action.value} ({d.reason})")
+        if d.action is Action.REQUEST:
+            out.requests.append(RunRequest(run_key=d.run_key, partition_key=d.partition_key, job_name=job_name,
+                                           tags={RUN_TAG: d.run_id, ADVANCED_BY_TAG: advanced_by}))
+        elif d.action is Action.PAUSE:
+            st.set_status(d.run_id, "paused", d.reason)
+            log.warning("paused run %s: %s", d.run_id, d.reason)
+            out.events.append(AssetObservation(asset_key=training_segment.key, partition=d.partition_key,
+                                               metadata={"paused": d.reason}))
+        elif d.action is Action.FINISH:
+            record_finished(st, d.run_id, complete=True)  # decide(): every segment is done
+        if d.action is Action.FINISH or view.status == "finished":
+            out.finished.append(d.run_id)
+    for n in out.notes:
+        log.info(n)
+    return out
+
+
+def report_requests(instance, finished: list[str]) -> list[RunRequest]:
+    """A ``report`` job request for each finished run whose report key (:func:`report_run_key`) no Dagster run
+    tagged ``pc/report_for`` has used yet: once per run, whoever finished it."""
+    if not finished:
+        return []
+    done = {r.tags[REPORT_TAG] for r in instance.get_runs(filters=RunsFilter(tags={REPORT_TAG: list(finished)}))
+            if r.tags.get(RUN_KEY_TAG) == report_run_key(r.tags[REPORT_TAG])}
+    return [RunRequest(run_key=report_run_key(run_id), job_name=report_job.name, tags={REPORT_TAG: run_id})
+            for run_id in finished if run_id not in done]
+
+
+def schedule_running(context, schedule: ScheduleDefinition) -> bool:
+    """Whether ``schedule`` runs now, from the instance: its stored state (started or stopped in the UI, for this
+    code location and repository when the context knows them; started anywhere wins), else its default status
+    (a stored ``DECLARED_IN_CODE`` state means the default too)."""
+    location = getattr(context.code_location_origin, "location_name", None)
+    stored = set()
+    for state in context.instance.all_instigator_state():
+        origin = state.origin.repository_origin
+        if (state.instigator_type.value == "SCHEDULE" and state.name == schedule.name
+                and (not context.repository_name or origin.repository_name == context.repository_name)
+                and (not location or origin.code_location_origin.location_name == location)):
+            stored.add(state.status.value)
+    if "RUNNING" in stored or "STOPPED" in stored:
+        return "RUNNING" in stored
+    return schedule.default_status == DefaultScheduleStatus.RUNNING
+
+
+def build_advance_runs_sensor(max_failures: int = 3, interval_s: int = 30, default_running: bool = True,
+                              defer_to: ScheduleDefinition | None = None):
     """The sensor advancing every active run by one segment at a time; pauses a run after ``max_failures``
-    consecutive failures of its next segment (the reason goes to the store and the UI)."""
+    consecutive failures of its next segment (the reason goes to the store and the UI), and requests the report
+    job once per finished run. ``defer_to``: the window schedule; while it runs, this sensor requests no segment
+    (see the module docstring)."""
 
     @sensor(
         name=SENSOR_NAME,
-        job=train_segment_job,
+        jobs=[train_segment_job, report_job],
         minimum_interval_seconds=interval_s,
         default_status=DefaultSensorStatus.RUNNING if default_running else DefaultSensorStatus.STOPPED,
         description=f"Requests each active run's next training segment; pauses a run after {max_failures} "
-                    "consecutive failures.",
+                    "consecutive failures; requests the report job when a run finishes."
+                    + (f" Requests no segment while the schedule {defer_to.name} runs." if defer_to else ""),
     )
     def advance_runs(context: SensorEvaluationContext, store: StoreResource):
+        defer = ""
+        if defer_to is not None and schedule_running(context, defer_to):
+            window = getattr(defer_to.metadata.get("window"), "value", None) or "its window"
+            defer = f"the schedule {defer_to.name} is running: it requests segments, in {window} only"
         st = store.get(vacuum=False)
-        requests, events, notes = [], [], []
-        for view in run_views(st, context.instance):
-            d = decide(view, max_failures)
-            notes.append(f"{d.run_id}: {d.action.value} ({d.reason})")
-            if d.action is Action.REQUEST:
-                requests.append(RunRequest(run_key=d.run_key, partition_key=d.partition_key,
-                                           tags={RUN_TAG: d.run_id}))
-            elif d.action is Action.PAUSE:
-                st.set_status(d.run_id, "paused", d.reason)
-                context.log.warning("paused run %s: %s", d.run_id, d.reason)
-                events.append(AssetObservation(asset_key=training_segment.key, partition=d.partition_key,
-                                               metadata={"paused": d.reason}))
-            elif d.action is Action.FINISH:
-                record_finished(st, d.run_id, complete=True)  # decide(): every segment is done
-        for n in notes:
-            context.log.info(n)
-        if requests or events:
-            return SensorResult(run_requests=requests, asset_events=events)
-        return SkipReason("; ".join(notes) or "no training runs: launch the start_run job")
+        tick = advance(st, context.instance, context.log, max_failures, sensor_tag(), defer, train_segment_job.name)
+        requests = tick.requests + report_requests(context.instance, tick.finished)
+        if requests or tick.events:
+            return SensorResult(run_requests=requests, asset_events=tick.events)
+        return SkipReason("; ".join(tick.notes) or "no training runs: launch the start_run job")
 
     return advance_runs

@@ -7,12 +7,14 @@ Thin: the segment arithmetic lives in :mod:`pc_pipelines.run.segments`, the trai
 added by hand in the UI carry no config, so the assets refuse any key the store has no plan for.
 """
 
+import base64
 from contextlib import ExitStack
 from dataclasses import replace
 
 from dagster import (
     AssetExecutionContext,
     AssetKey,
+    AssetObservation,
     DynamicPartitionsDefinition,
     Failure,
     MaterializeResult,
@@ -24,6 +26,7 @@ from pc_pipelines.data.registry import TRAINING, datasets
 from pc_pipelines.errors import RunError
 from pc_pipelines.run import StepRecord, TrainingRun, list_checkpoints, load_training_run
 from pc_pipelines.run.lifecycle import record_finished
+from pc_pipelines.run.progress import SegmentProgress
 from pc_pipelines.run.segments import SegmentError, parse_partition_key, partition_key, resume_step
 from pc_pipelines.store import RunBusyError, Store, StoreError, hold_run
 from pc_pipelines.store.runlock import describe
@@ -34,6 +37,7 @@ from .embedded import base_policy
 
 SEGMENTS = DynamicPartitionsDefinition(name="training_segments")
 TRAINING_DATA = [AssetKey(d.asset_key) for d in datasets(TRAINING)]
+ADVANCED_BY_TAG = "pc/advanced_by"  # who requested a segment's Dagster run (the sensor and the schedule set it)
 """The assets that prepare what a run may train on (the registry's training datasets: arith_task, deepmath, ...)."""
 
 
@@ -65,16 +69,49 @@ def training_run(run: dict, checkpoints: CheckpointResource, data: DataResource)
     return replace(tr, run_dir=checkpoints.run_dir(tr.run_id))
 
 
-def _log_step(context: AssetExecutionContext):
+def _on_step(context: AssetExecutionContext, progress: SegmentProgress):
+    """Per step: the step line in the run's log and an observation of the segment's partition carrying the same
+    numbers (step k of N, run step of total, rewards, rollouts, seconds a step, ETA): the UI's live progress while
+    the segment trains. Called in this process, or as a launched process's Pipes messages arrive."""
     def on_step(rec: StepRecord) -> None:
-        led = rec.ledger
-        msg = (f"step {rec.step}: rollouts {led['sampled_rollouts']} (cumulative {rec.cumulative_rollouts:,}), "
-               f"reward std {rec.reward_std:.3f}, informative {led['informative_share']:.2f}, "
-               f"loss {rec.loss if rec.loss is None else round(rec.loss, 4)}, rounds {led['rounds']}")
-        if rec.eval_accuracy is not None:
-            msg += f", held-out accuracy {rec.eval_accuracy:.3f}"
-        context.log.info(msg)
+        now = progress.observe(rec)
+        context.log.info(now.line())
+        context.log_event(AssetObservation(asset_key=context.asset_key, partition=context.partition_key,
+                                           metadata=now.metadata()))
     return on_step
+
+
+def advanced_by(tags: dict[str, str]) -> str:
+    """Who requested this Dagster run: the ``advance_runs`` sensor, a schedule, or a person (UI, CLI, backfill)."""
+    if tags.get(ADVANCED_BY_TAG):
+        return tags[ADVANCED_BY_TAG]
+    if tags.get("dagster/sensor_name"):
+        return f"sensor:{tags['dagster/sensor_name']}"
+    if tags.get("dagster/schedule_name"):
+        return f"schedule:{tags['dagster/schedule_name']}"
+    if tags.get("dagster/backfill"):
+        return f"backfill:{tags['dagster/backfill']}"
+    return "by hand (UI, CLI or API)"
+
+
+def _progress_metadata(st: Store, tr: TrainingRun, first: int, last: int, k: int) -> dict[str, MetadataValue]:
+    """The run so far as a small inline plot (this segment shaded), the SQL behind it and the TensorBoard command."""
+    from pc_pipelines.reports.run_plot import load_run_progress, plot_run_progress, run_progress_query
+
+    out: dict[str, MetadataValue] = {}
+    query = run_progress_query(tr.run_id)
+    out["sql"] = MetadataValue.md(f"```\npilot-commit sql --store {st.path} \"{query}\"\n```")
+    out["tensorboard_command"] = MetadataValue.md(f"```\ntensorboard --logdir {tr.tensorboard_dir}\n```")
+    try:
+        png = plot_run_progress(load_run_progress(st, tr.run_id), tr.run_dir / "plots" / f"seg-{k:04d}.png",
+                                highlight=(first, last))
+    except Exception as exc:  # a plot never fails a trained segment: say why it is missing
+        out["run_plot"] = MetadataValue.text(f"no plot: {type(exc).__name__}: {exc}")
+        return out
+    data = base64.b64encode(png.read_bytes()).decode()
+    out["run_plot"] = MetadataValue.md(f"![{tr.run_id} so far](data:image/png;base64,{data})")
+    out["run_plot_path"] = MetadataValue.path(str(png))
+    return out
 
 
 def _refused(key: str, exc: RunBusyError, seg: dict) -> Failure:
@@ -140,14 +177,20 @@ def training_segment(
             start = resume_step(first, last, have, done=seg["status"] == "done")
         except SegmentError as exc:
             raise Failure(f"{key}: {exc} ({partition_key(run_id, k - 1)})") from exc
-        context.log.info("%s: steps %d..%d from %s%s", key, first, last,
-                         "the base policy" if start < 0 else f"the checkpoint after step {start}",
-                         " (re-materializing a done segment: it stays done)" if seg["status"] == "done" else "")
+        plan = st.segments(run_id)
+        run_steps = max(int(r["last_step"]) for r in plan) + 1
+        state = (f"training segment {k + 1} of {len(plan)} (steps {first + 1}..{last + 1} of {run_steps}) from "
+                 + ("the base policy" if start < 0 else f"the checkpoint after step {start + 1}")
+                 + (" (re-materializing a done segment: it stays done)" if seg["status"] == "done" else "")
+                 + f"; requested {advanced_by(context.run.tags)}")
+        context.log.info("%s: %s", key, state)
+        context.log_event(AssetObservation(asset_key=context.asset_key, partition=key, metadata={"state": state}))
+        progress = SegmentProgress(run_id, k, len(plan), first, last, run_steps)
         before = st.segment_started(run_id, k, attempt)
         if isinstance(compute, PipesComputeResource):
             lock.close()  # the launched process takes the run's lock itself
         try:
-            result = compute.run_segment(tr, st, from_step=start, until_step=last, on_step=_log_step(context),
+            result = compute.run_segment(tr, st, from_step=start, until_step=last, on_step=_on_step(context, progress),
                                          engine_factory=engine.build, context=context)
         except RunBusyError as exc:  # a launched process found another writer: this attempt never happened
             st.segment_refused(run_id, k, attempt, before)
@@ -170,18 +213,21 @@ def training_segment(
     metadata = {
         "run_id": run_id,
         "method": tr.config.method,
+        "segment": f"{k + 1} of {len(plan)}",
         "steps": f"{first}..{last}",
         "steps_run": result.steps_run,
         "resumed_from_step": start,
+        "advanced_by": advanced_by(context.run.tags),
         "cumulative_rollouts": result.cumulative_rollouts,
         "segment_rollouts": int(sum(r["sampled_rollouts"] for r in steps)),
-        "eval_accuracy": MetadataValue.float(result.last_eval_accuracy) if result.last_eval_accuracy is not None
-        else MetadataValue.text("no evaluation in this segment"),
-        "mean_reward_std": MetadataValue.float(result.mean_reward_std or 0.0),
+        "eval_accuracy": MetadataValue.float(round(result.last_eval_accuracy, 4))
+        if result.last_eval_accuracy is not None else MetadataValue.text("no evaluation in this segment"),
+        "mean_reward_std": MetadataValue.float(round(result.mean_reward_std or 0.0, 4)),
         "informative_share": MetadataValue.float(
-            sum(r["informative_share"] for r in steps) / len(steps) if steps else 0.0),
+            round(sum(r["informative_share"] for r in steps) / len(steps), 4) if steps else 0.0),
         "checkpoint": MetadataValue.path(str(result.checkpoint)),
         "tensorboard": MetadataValue.path(str(result.tensorboard_dir)),
+        **_progress_metadata(st, tr, first, last, k),
     }
     # A segment launched outside this process (Pipes) adds what it reported: per-step rows, its own summary.
     metadata.update({k if k not in metadata else f"reported/{k}": v for k, v in result.reported.items()})

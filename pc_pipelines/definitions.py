@@ -4,8 +4,10 @@ assembled. The environment's resources are chosen once, when the code location l
 
 The graph: ``data`` (synthetic arithmetic, DeepMath, Polaris, the benchmarks; Great Expectations checks) ->
 ``policy`` (the SFT warm start) -> ``training`` (``training_segment``, partitioned ``<run>/seg-NNNN``; the
-``start_run`` job adds a run's partitions, the ``advance_runs`` sensor trains them in order) -> ``evaluation``
-(``segment_eval``) -> ``reports`` (``rollouts_report``). ``make demo`` (:mod:`pc_pipelines.demo`) runs it headless.
+``start_run`` job adds a run's partitions, the ``advance_runs`` sensor trains them in order, or the
+``advance_runs_in_window`` schedule in its time window only, when it is started) -> ``evaluation`` (``segment_eval``)
+-> ``reports`` (``rollouts_report``; the sensor requests the ``report`` job when a run finishes). ``make demo``
+(:mod:`pc_pipelines.demo`) runs it headless.
 """
 
 from dagster import Definitions
@@ -13,21 +15,27 @@ from dagster import Definitions
 from assets import arith_task, base_policy
 from assets.data import DATA_ASSETS, DATA_CHECKS
 from assets.evaluation import segment_eval
-from assets.jobs import start_run, train_segment_job
-from assets.reports import rollouts_report
+from assets.jobs import report_job, start_run, train_segment_job
+from assets.reports import pass_rate_timeline, rollouts_report
+from assets.schedules import ScheduleSettings, build_advance_schedule
 from assets.sensors import build_advance_runs_sensor
 from assets.training import training_segment
 from resources import environment_resources
 
 
-def build_definitions(resources: dict | None = None, max_failures: int = 3) -> Definitions:
+def build_definitions(resources: dict | None = None, max_failures: int = 3,
+                      schedule_settings: ScheduleSettings | None = None) -> Definitions:
     """The code location with ``resources`` (default: the environment's), the sensor pausing a run after
-    ``max_failures`` consecutive failures of a segment."""
+    ``max_failures`` consecutive failures of a segment. ``schedule_settings``: the window schedule's (default: from
+    ``PC_ADVANCE_SCHEDULE_*``, :mod:`assets.schedules`); while that schedule runs, the sensor requests no segment."""
+    advance_schedule = build_advance_schedule(schedule_settings, max_failures=max_failures)
     return Definitions(
-        assets=[arith_task, base_policy, *DATA_ASSETS, training_segment, segment_eval, rollouts_report],
+        assets=[arith_task, base_policy, *DATA_ASSETS, training_segment, segment_eval, rollouts_report,
+                pass_rate_timeline],
         asset_checks=DATA_CHECKS,
-        jobs=[start_run, train_segment_job],
-        sensors=[build_advance_runs_sensor(max_failures=max_failures)],
+        jobs=[start_run, train_segment_job, report_job],
+        sensors=[build_advance_runs_sensor(max_failures=max_failures, defer_to=advance_schedule)],
+        schedules=[advance_schedule],
         resources=resources or environment_resources(),
     )
 

@@ -98,9 +98,10 @@ def demo(argv: list[str] | None = None) -> int:
         tick = sensor(build_sensor_context(instance=instance, resources={"store": res["store"]}))
         if isinstance(tick, SkipReason):
             break
-        if not tick.run_requests:
+        segments = [r for r in tick.run_requests if r.job_name in (None, train_segment_job.name)]
+        if not segments:  # the sensor's report requests (a run finished): the report is built below
             break
-        for req in tick.run_requests:
+        for req in segments:
             say(f"{req.partition_key}: training + evaluation")
             result = job.execute_in_process(partition_key=req.partition_key, instance=instance, tags=req.tags,
                                             run_config=QUIET,

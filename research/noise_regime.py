@@ -283,7 +283,34 @@ def section(store: Store, img_dir: Path | None, cmd: str) -> str:
                 (f"Choice by the rule: **{best or '-'}**. " if done == total else
                  f"The grid is not complete ({done} of {total} runs finished): no choice yet (`tune-pc` resumes it). ")
                 + (f"Frozen: `PC_BEST = {PC_BEST!r}`." if PC_BEST else "Not frozen yet: set `PC_BEST`."), ""]
+        out += _paper_beside(tj, tc, names, lr)
     return "\n".join(out)
+
+
+def _paper_beside(jobs: list[study.StudyJob], curves: dict[str, RunCurves], names: dict[str, str], lr: float
+                  ) -> list[str]:
+    """The paper's (8, 8) beside the grid (not a candidate): its peak and last held-out accuracy, and how many times
+    its rollouts to the common target our PC's default and frozen best budgets needed, per tuning seed."""
+    paper = [j for j in jobs if "paper88" in j.run_id and j.run_id in curves]
+    if not paper:
+        return []
+    by_seed = {(names[j.run_id], j.seed): curves[j.run_id] for j in jobs if j.run_id in curves}
+    mine = [f"our PC {DEFAULT_BUDGET}"] + ([f"our PC {PC_BEST}"] if PC_BEST and PC_BEST != DEFAULT_BUDGET else [])
+    out = [f"### The paper's PC at (8, 8) beside the grid (lr {_lr_tag(lr)}; not a candidate)", "",
+           "| seed | peak | last | " + " | ".join(f"{m} vs it" for m in mine) + " |",
+           "|---:|---:|---:|" + "---:|" * len(mine)]
+    for j in paper:
+        c = curves[j.run_id]
+        ratios = []
+        for m in mine:
+            other = by_seed.get((m, j.seed))
+            v = study.versus(other, c, window=SMOOTH) if other else None
+            ratios.append(format_ratio(v.grpo_over if v else None))
+        accs = [a for a in c.eval_accuracy]
+        out.append(f"| {j.seed} | {max(accs):.3f} | {accs[-1]:.3f} | " + " | ".join(ratios) + " |")
+    out += ["", "Ratios: the paper's PC's sampled rollouts to the pair's common target over ours (> 1: ours needed "
+            "fewer).", ""]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,10 +32,11 @@ from __future__ import annotations
 import sys
 from abc import abstractmethod
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dagster import ConfigurableResource, Failure, MetadataValue
+from dagster import ConfigurableResource, Failure, MetadataValue, PipesMessageReader
 from pydantic import Field, model_validator
 
 from pc_pipelines.evaluation import EvalResult
@@ -78,6 +79,46 @@ def _refused_by_lock(context, after: int) -> str | None:
             head, _, rest = message.partition(": ")
             return rest if head.endswith(RunBusyError.__name__) and rest else message
     return None
+
+
+def tap_steps(client, on_step: Callable[[StepRecord], None] | None, log) -> bool:
+    """Make ``client`` (a Pipes client this resource just built) hand each step its launched segment reports to
+    ``on_step`` as the message arrives, while the process still runs: the asset's live progress. Every message still
+    goes to Dagster's handler first, unchanged; ``on_step`` errors are logged, never raised into the reader's thread.
+
+    The client's message reader (``message_reader`` or ``_message_reader``, whatever its class) gets, on this
+    instance only, a ``read_messages`` that sees the handler's ``handle_message`` through. False when the client
+    keeps no reader there (its steps then arrive when the process ends)."""
+    if on_step is None:
+        return False
+    reader = next((r for r in (getattr(client, a, None) for a in ("message_reader", "_message_reader"))
+                   if isinstance(r, PipesMessageReader)), None)
+    if reader is None:
+        return False
+    read_messages = reader.read_messages
+
+    def step_of(message) -> None:
+        payload = (message.get("params") or {}).get("payload") if message.get("method") == "report_custom_message" else None
+        if isinstance(payload, dict) and "step" in payload:
+            try:
+                on_step(StepRecord.from_json(payload))
+            except Exception as exc:  # progress is a view: a bad row must not stop the training it reports on
+                log.warning(f"step progress of a launched segment not shown: {type(exc).__name__}: {exc}")
+
+    @contextmanager
+    def tapped(handler):
+        handle = handler.handle_message
+
+        def handle_message(message) -> None:
+            handle(message)
+            step_of(message)
+
+        handler.handle_message = handle_message
+        with read_messages(handler) as params:
+            yield params
+
+    reader.read_messages = tapped
+    return True
 
 
 def _reported(meta: dict[str, Any], key: str) -> Any:
@@ -173,8 +214,9 @@ class PipesComputeResource(ComputeResource):
         return self._args("eval-segment", run, store, "--step", str(step))
 
     @abstractmethod
-    def launch(self, context, args: list[str]):
-        """Run the entrypoint with ``args`` through a Pipes client; return its ``PipesClientCompletedInvocation``."""
+    def launch(self, context, args: list[str], on_step: Callable[[StepRecord], None] | None = None):
+        """Run the entrypoint with ``args`` through a Pipes client; return its ``PipesClientCompletedInvocation``.
+        ``on_step``: called with each step the process reports, as it arrives (:func:`tap_steps`)."""
 
     def launch_eval(self, context, args: list[str]):
         """Run ``eval-segment`` (default: where the segments run, ``launch``)."""
@@ -195,8 +237,15 @@ class PipesComputeResource(ComputeResource):
             raise Failure(f"{type(self).__name__} runs segments of the training_segment asset (it needs the asset's "
                           "context and until_step). Fix: use LocalComputeResource for step counts outside Dagster.")
         after = _last_event_id(context)
+        shown: set[int] = set()
+
+        def live(rec: StepRecord) -> None:
+            shown.add(rec.step)
+            if on_step:
+                on_step(rec)
+
         try:
-            completed = self.launch(context, self.segment_args(run, store, from_step, until_step))
+            completed = self.launch(context, self.segment_args(run, store, from_step, until_step), on_step=live)
         except Exception as exc:
             message = _refused_by_lock(context, after)
             if message is not None:  # the launched process found another writer of the run and did nothing
@@ -205,8 +254,8 @@ class PipesComputeResource(ComputeResource):
             raise
         rows = [m for m in completed.get_custom_messages() if isinstance(m, dict) and "step" in m]
         records = [StepRecord.from_json(m) for m in rows]
-        for rec in records:
-            if on_step:
+        for rec in records:  # steps a client without a live tap hands over only now
+            if on_step and rec.step not in shown:
                 on_step(rec)
         meta = completed.get_materialize_result().metadata or {}
         if _reported(meta, "steps_run") is None:
@@ -239,11 +288,13 @@ class SubprocessComputeResource(PipesComputeResource):
     )
     cwd: str | None = Field(default=None, description="Working directory of the subprocess (None: the current one).")
 
-    def launch(self, context, args: list[str]):
+    def launch(self, context, args: list[str], on_step: Callable[[StepRecord], None] | None = None):
         from dagster import PipesSubprocessClient
 
         command = [self.python or sys.executable, "-m", "pc_pipelines.cli", *args]
-        return PipesSubprocessClient(cwd=self.cwd).run(context=context, command=command)
+        client = PipesSubprocessClient(cwd=self.cwd)
+        tap_steps(client, on_step, context.log)
+        return client.run(context=context, command=command)
 
 
 class KubeComputeBase(PipesComputeResource):
@@ -285,11 +336,13 @@ class KubeComputeBase(PipesComputeResource):
             raise ValueError(problem)
         return self
 
-    def run_pod(self, context, args: list[str], pod_spec: dict[str, Any], component: str):
+    def run_pod(self, context, args: list[str], pod_spec: dict[str, Any], component: str,
+                on_step: Callable[[StepRecord], None] | None = None):
         """``pilot-commit <args>`` in one pod of ``pod_spec`` through ``PipesK8sClient``."""
         from dagster_k8s import PipesK8sClient
 
         client = PipesK8sClient(load_incluster_config=self.kubeconfig_file is None, kubeconfig_file=self.kubeconfig_file)
+        tap_steps(client, on_step, context.log)
         return client.run(context=context, image=self.image, command=["pilot-commit", *args], namespace=self.namespace,
                           base_pod_meta={"labels": {"app.kubernetes.io/name": "pc-pipelines",
                                                     "app.kubernetes.io/component": component}},
@@ -314,8 +367,8 @@ class K8sComputeResource(KubeComputeBase):
 
         return segment_pod_spec(self)
 
-    def launch(self, context, args: list[str]):
-        return self.run_pod(context, args, self.pod_spec(), "training-segment")
+    def launch(self, context, args: list[str], on_step: Callable[[StepRecord], None] | None = None):
+        return self.run_pod(context, args, self.pod_spec(), "training-segment", on_step)
 
     def launch_eval(self, context, args: list[str]):
         return self.run_pod(context, args, self.pod_spec(), "segment-eval")  # the same GPU pod shape
@@ -363,7 +416,7 @@ class KubeRayComputeResource(KubeComputeBase):
 
         return segment_rayjob(self, entrypoint)
 
-    def launch(self, context, args: list[str]):
+    def launch(self, context, args: list[str], on_step: Callable[[StepRecord], None] | None = None):
         import shlex
 
         try:
@@ -372,4 +425,5 @@ class KubeRayComputeResource(KubeComputeBase):
         except ImportError as exc:
             raise Failure("KubeRayComputeResource needs dagster-ray (a default dependency). Fix: pip install -e .") from exc
         client = PipesKubeRayJobClient(client=RayJobClient(kube_config=self.kubeconfig_file))
+        tap_steps(client, on_step, context.log)
         return client.run(context=context, ray_job=self.rayjob(shlex.join(["pilot-commit", *args])))

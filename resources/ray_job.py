@@ -59,7 +59,7 @@ from pydantic import Field, model_validator
 
 from pc_pipelines.rollout.registry import launch_device_problem
 
-from .compute import PipesComputeResource
+from .compute import PipesComputeResource, tap_steps
 
 _log = logging.getLogger(__name__)
 
@@ -184,9 +184,10 @@ class RayJobComputeResource(PipesComputeResource):
             timed_out.clear()
             _log.warning("could not stop Ray job %s after job_timeout_s=%s: %s", submission_id, self.job_timeout_s, exc)
 
-    def launch(self, context, args: list[str]):
+    def launch(self, context, args: list[str], on_step=None):
         params = self.submit_job_params(args)
         client = self.client()
+        tap_steps(client, on_step, context.log)
         timed_out = threading.Event()
         timer = None
         if self.job_timeout_s:

@@ -6,8 +6,8 @@ Subcommands, by module:
   otherwise a progress bar and a readable table. ``simulate-demo``: GRPO, DAPO, PC (and the oracle bound) side by
   side in the simulator, in seconds (``make demo`` is the other demo: the whole Dagster graph on a real model,
   :mod:`pc_pipelines.demo`). Both in :mod:`.simulate_commands`.
-* ``sql`` / ``runs`` / ``report``: read a store (read-only; works while runs write); ``check``: every damaged or
-  missing step of a store, with how to repair it (exit 1 when there is any). :mod:`.store_commands`.
+* ``sql`` / ``runs`` / ``report`` / ``timeline``: read a store (read-only; works while runs write); ``check``: every
+  damaged or missing step of a store, with how to repair it (exit 1 when there is any). :mod:`.store_commands`.
 * ``presets``: list or show (:mod:`.preset_commands`).
 * ``train`` / ``base-policy``: real training on the embedded default (:mod:`.train`).
 * ``train-segment`` / ``eval-segment``: the in-pod entrypoint the Dagster assets launch through Pipes
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
     simulate_commands.add_parsers(sub)  # simulate, simulate-demo, demo
-    store_commands.add_parsers(sub)  # sql, runs, check, report
+    store_commands.add_parsers(sub)  # sql, runs, check, report, timeline
     preset_commands.add_parsers(sub)  # presets
     train.add_parsers(sub)  # train, base-policy (torch is imported only when they run)
     segment.add_parsers(sub)  # train-segment, eval-segment

@@ -14,7 +14,8 @@ machine) instead of calling :func:`~.run.run_segment` in the orchestrator's proc
 3. each step is reported, and at the end the segment's materialization.
 
 **Reporting.** Launched by a Pipes client (``DAGSTER_PIPES_CONTEXT`` is set by it), each step goes to Dagster as
-a Pipes custom message (the step's JSON, as ``pilot-commit train --json`` prints it) plus a log line, and the end of
+a Pipes custom message (the step's JSON, as ``pilot-commit train --json`` prints it; the asset logs it and shows it
+as the segment's progress as it arrives), and the end of
 the segment as the asset materialization (steps, rollouts, accuracy, checkpoint). Run by hand, the same JSON lines
 go to stdout and the summary as a last JSON line with ``"segment": true``. ``dagster_pipes`` is the dependency-free
 half of the Pipes protocol (it does not import Dagster) and is imported only in the first case.
@@ -78,10 +79,8 @@ class PipesReporter:
         self.pipes = pipes
 
     def step(self, rec: StepRecord) -> None:
-        row = rec.to_json()
-        self.pipes.report_custom_message(row)
-        self.pipes.log.info(f"step {rec.step}: rollouts {row['sampled_rollouts']} (cumulative "
-                            f"{rec.cumulative_rollouts:,}), reward std {rec.reward_std:.3f}, loss {rec.loss}")
+        # No log line of its own: the orchestrator logs the step as it arrives, with the segment's progress.
+        self.pipes.report_custom_message(rec.to_json())
 
     def finish(self, result: SegmentResult) -> None:
         meta = result.summary()

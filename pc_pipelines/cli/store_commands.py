@@ -1,6 +1,7 @@
 """The commands that read a store: ``sql`` (one read-only query), ``runs``, ``check`` (every damaged or missing step,
-with how to repair it; exit 1 when there is any) and ``report`` (the rollouts-to-target table, paper Table 2, and
-its plots). All are read-only and work while runs write."""
+with how to repair it; exit 1 when there is any), ``report`` (the rollouts-to-target table, paper Table 2, and
+its plots) and ``timeline`` (one run's pass rate per prompt and step, with the allocator's decisions, as a PNG).
+All are read-only and work while runs write."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import re
 import sys
 from pathlib import Path
 
+from ..reports.timeline import DEFAULT_TOP
 from ..store import Store
 from ..store.runlock import with_live_status
+from .args import int_arg
 
 
 def _format_value(v) -> str:
@@ -182,6 +185,44 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def prompt_ids_arg(value: str) -> list[int]:
+    """argparse ``type`` of ``--prompts``: comma-separated prompt ids (``3,7,11``)."""
+    parts = [p.strip() for p in value.split(",")]
+    if not any(parts):
+        raise argparse.ArgumentTypeError("no prompt id given; e.g. --prompts 3,7,11")
+    ids = []
+    for p in parts:
+        if p:  # a trailing comma is harmless
+            try:
+                ids.append(int_arg(p))
+            except argparse.ArgumentTypeError as exc:
+                raise argparse.ArgumentTypeError(f"{exc} (prompt ids are integers, comma-separated: 3,7,11)") from None
+    return ids
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    """One run's pass-rate timeline as a PNG (pc_pipelines/reports/timeline.py): the rows, the steps, the file."""
+    from ..reports.timeline import TimelineError, write_timeline
+
+    if args.prompts is None and args.top < 1:
+        sys.stderr.write(f"pilot-commit timeline: --top {args.top}: the heatmap needs at least one row. Fix: give "
+                         f"--top 1 or more (default {DEFAULT_TOP}), or --prompts.\n")
+        return 2
+    store = Store(args.store)
+    try:
+        result = write_timeline(store, args.run, args.out, prompts=args.prompts, top=args.top)
+    except TimelineError as exc:
+        sys.stderr.write(f"pilot-commit timeline: {exc}\n")
+        return 2
+    except OSError as exc:  # --out is a folder, on a read-only disk, ...
+        sys.stderr.write(f"pilot-commit timeline: could not write {args.out}: {exc.strerror or exc}. Fix: give --out "
+                         "a PNG file path in a folder you can write to.\n")
+        return 2
+    _warn_problems(store, args.store)
+    sys.stdout.write(f"wrote {result.path.resolve()}: {result.shows()}\n")
+    return 0
+
+
 def _print_report(report: dict) -> None:
     """Table 2 per family, as the CLI's readable table."""
     from ..reports import format_count, format_ratio
@@ -206,7 +247,7 @@ def _print_report(report: dict) -> None:
 
 
 def add_parsers(sub) -> None:
-    """``sql``, ``runs``, ``check`` and ``report``."""
+    """``sql``, ``runs``, ``check``, ``report`` and ``timeline``."""
     p = sub.add_parser("sql", help="run a read-only SQL query against a store (works while runs write)")
     p.add_argument("--store", required=True, help="the store's DuckDB file")
     p.add_argument("query", help='e.g. "SELECT * FROM pass_rate_history WHERE prompt_id = 7"')
@@ -233,3 +274,17 @@ def add_parsers(sub) -> None:
     p.add_argument("--plots", metavar="DIR", help="also write PNG plots per family into DIR (accuracy vs rollouts and "
                    "vs steps, reward std and informative share per step)")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("timeline", help="one run's pass rate per prompt and step, with the allocator's decision "
+                       "(trained, kept, skipped, deferred, surplus, evicted, returned), as a PNG; below it, the "
+                       "decisions of all the run's prompts per step")
+    p.add_argument("--store", required=True)
+    p.add_argument("--run", required=True, metavar="RUN", help="the run's id (`pilot-commit runs --store ...`)")
+    p.add_argument("--out", required=True, metavar="FILE.png", help="the PNG to write (its folder is created)")
+    rows = p.add_mutually_exclusive_group()
+    rows.add_argument("--prompts", type=prompt_ids_arg, metavar="ID,ID,...",
+                      help="the prompts to show, in this order (e.g. 3,7,11)")
+    rows.add_argument("--top", type=int_arg, default=DEFAULT_TOP, metavar="N",
+                      help="show the N most-visited prompts (steps sampled; ties: lower id first); default "
+                      f"{DEFAULT_TOP}")
+    p.set_defaults(func=cmd_timeline)

@@ -215,8 +215,13 @@ def _train(args: argparse.Namespace, stop) -> int:
                 if args.json:
                     print(json.dumps(rec.to_json()), flush=True)
                 trained = rec.ledger.get("trained_rollouts", 1)  # no group trained: no reward to show
+                # the numbers of the Dagster UI's per-step progress (pc_pipelines/run/progress.py); tqdm adds
+                # step k/N, seconds a step and the time left
                 post = {"reward": f"{rec.mean_reward:.3f}" if trained else "-",
-                        "rollouts": f"{rec.cumulative_rollouts:,}"}
+                        "reward std": f"{rec.reward_std:.3f}",
+                        "informative": f"{rec.ledger.get('informative_share', 0.0):.2f}",
+                        "rollouts": f"{rec.ledger.get('sampled_rollouts', 0):,}",
+                        "cumulative": f"{rec.cumulative_rollouts:,}"}
                 if rec.eval_accuracy is not None:
                     post["eval"] = f"{rec.eval_accuracy:.3f}"
                 bar.set_postfix(post, refresh=False)

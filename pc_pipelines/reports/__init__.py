@@ -8,7 +8,9 @@ Dagster report asset both call :func:`build_report`.
 * :mod:`.plots`: the PNG figures (:func:`make_figures`, :func:`write_plots`; matplotlib only when they are drawn);
 * :mod:`.style`: how every report orders, labels and colours a method;
 * :mod:`.headline`: the committed efficiency study's headline, read from the results file the package ships;
-* :mod:`.report`: the whole report (:func:`build_report`).
+* :mod:`.report`: the whole report (:func:`build_report`);
+* :mod:`.timeline`: one run's pass rate per prompt and step with the allocator's decisions (:func:`write_timeline`,
+  :func:`load_timeline`; ``pilot-commit timeline`` and the ``pass_rate_timeline`` asset).
 
 Every public name is importable from the package: ``from pc_pipelines.reports import build_report``.
 """
@@ -19,8 +21,21 @@ from .plots import PLOT_NAMES, RUN_GID, TARGET_GID, make_figures, new_figure, sa
 from .report import Report, build_report
 from .style import METHOD_COLORS, METHOD_LABELS, METHOD_ORDER, OTHER_COLORS, method_color, method_label
 from .tables import TARGET_NOTE, format_count, format_ratio, rollouts_to_target_markdown, summary_markdown
+from .timeline import (
+    DECISIONS,
+    DEFAULT_TOP,
+    TimelineData,
+    TimelineError,
+    TimelineResult,
+    load_timeline,
+    make_timeline_figure,
+    recent_runs,
+    write_timeline,
+)
 
 __all__ = [
+    "DECISIONS",
+    "DEFAULT_TOP",
     "METHOD_COLORS",
     "METHOD_LABELS",
     "METHOD_ORDER",
@@ -34,14 +49,20 @@ __all__ = [
     "Report",
     "ReportError",
     "RunCurves",
+    "TimelineData",
+    "TimelineError",
+    "TimelineResult",
     "build_report",
     "format_count",
     "format_ratio",
     "load_curves",
+    "load_timeline",
     "make_figures",
+    "make_timeline_figure",
     "method_color",
     "method_label",
     "new_figure",
+    "recent_runs",
     "rollouts_to_target_markdown",
     "save_figure",
     "smoke_test_note",
@@ -49,4 +70,5 @@ __all__ = [
     "summarize",
     "summary_markdown",
     "write_plots",
+    "write_timeline",
 ]

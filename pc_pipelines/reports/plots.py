@@ -130,8 +130,12 @@ def _safe_name(family: str) -> str:
 def save_figure(fig: Figure, path: Path) -> Path:
     """Write ``fig`` as a PNG at ``path`` atomically; returns ``path``."""
     tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png")
-    os.replace(tmp, path)  # a reader never sees half a PNG
+    try:
+        fig.savefig(tmp, format="png")
+        os.replace(tmp, path)  # a reader never sees half a PNG
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # e.g. path is a folder: no half-written temporary is left behind
+        raise
     return path
 
 

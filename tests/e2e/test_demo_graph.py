@@ -43,7 +43,7 @@ def test_demo_materializes_the_graph_and_prints_the_table(tmp_path, base_policy,
     # A console for reading: the narrative and the per-step lines, no Dagster DEBUG engine events.
     console = (out.stdout + out.stderr).splitlines()
     assert [line for line in console if " - DEBUG - " in line] == []
-    assert sum(" - INFO - " in line and "step 1: rollouts" in line for line in console) >= 3  # a step line per run
+    assert sum(" - INFO - " in line and "(run step 1/4): mean reward" in line for line in console) >= 3  # per run
     assert study_headline() in out.stdout
     for name in ("accuracy_vs_rollouts", "accuracy_vs_steps", "reward_std_per_step", "informative_share_per_step"):
         assert (tmp_path / "runs" / "reports" / f"{name}.png").stat().st_size > 10_000

@@ -253,3 +253,148 @@ def test_lineage_graph_shows_every_asset(server, tmp_path):
     dom, missing = render_dom(url, {name: as_text(name) for name in sorted(names)}, tmp_path / "profile")
     assert not missing, missing_message(url, missing, dom)
     screenshot(url, tmp_path / "dagster-ui-asset-lineage.png", tmp_path / "profile")
+
+
+# ---- a training run watched through the UI's API ---------------------------------------------------------------
+LAUNCH = """mutation($p: ExecutionParams!) { launchPipelineExecution(executionParams: $p) { __typename
+  ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+  ... on RunConfigValidationInvalid { errors { message } } } }"""
+RUN_STATUS = """query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"""
+PARTITION_RUNS = """query($key: String!) { runsOrError(filter: {tags: [{key: "dagster/partition", value: $key}]}) {
+  ... on Runs { results { runId status tags { key value } } } } }"""
+OBSERVATIONS = """query($key: String!) { assetOrError(assetKey: {path: ["training_segment"]}) { ... on Asset {
+  assetObservations(partitions: [$key], limit: 100) { runId timestamp metadataEntries { label
+    ... on IntMetadataEntry { intValue } ... on FloatMetadataEntry { floatValue } ... on TextMetadataEntry { text }
+  } } } } }"""
+# What a segment's per-step observation carries (issue 33 point 1), and how long its steps take here: 4 steps of 8
+# prompts, a held-out evaluation only at the end of the run, so the first segment trains well past its first step.
+STEP_FIELDS = {"segment_step", "segment_steps", "run_step", "run_steps", "segment", "segments", "mean_reward",
+               "reward_std", "informative_share", "step_rollouts", "cumulative_rollouts", "seconds_per_step", "eta_s",
+               "eta", "progress"}
+LIVE_OVERRIDES = ["allocator.train_batch=8", "allocator.n=16", "allocator.n_pilot=4", "allocator.pilot_wave=2",
+                  "allocator.commit_mean=12", "training.ppo_minibatch=4", "training.eval_every=100"]
+
+
+def gql(server: Server, query: str, **variables) -> dict:
+    req = urllib.request.Request(f"{server.base}/graphql", data=json.dumps({"query": query, "variables": variables}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=20) as resp:
+        out = json.loads(resp.read())
+    assert "errors" not in out, f"{out['errors']}\n{server.log_tail()}"
+    return out["data"]
+
+
+TAGGED_RUNS = """query($key: String!, $value: String!) { runsOrError(filter: {tags: [{key: $key, value: $value}]}) {
+  ... on Runs { results { runId status } } } }"""
+MATERIALIZATION = """query($path: [String!]!, $partitions: [String!]) { assetOrError(assetKey: {path: $path}) {
+  ... on Asset { assetMaterializations(partitions: $partitions, limit: 1) { metadataEntries { label
+    ... on IntMetadataEntry { intValue } ... on FloatMetadataEntry { floatValue } ... on TextMetadataEntry { text }
+    ... on PathMetadataEntry { path } ... on MarkdownMetadataEntry { mdStr } ... on JsonMetadataEntry { jsonString }
+    ... on TableMetadataEntry { table { records } }
+  } } } } }"""
+
+
+def entry_value(e: dict):
+    if "jsonString" in e:
+        return json.loads(e["jsonString"])
+    if "table" in e:
+        return {"records": [json.loads(r) for r in e["table"]["records"]]}
+    return next((e[k] for k in ("intValue", "floatValue", "text", "path", "mdStr") if k in e), None)
+
+
+def latest_materialization(server: Server, path: list[str], partition: str | None = None) -> dict:
+    mats = gql(server, MATERIALIZATION, path=path, partitions=[partition] if partition else None)
+    mats = mats["assetOrError"]["assetMaterializations"]
+    assert mats, f"{'/'.join(path)} {partition or ''}: no materialization\n{server.log_tail()}"
+    return {e["label"]: entry_value(e) for e in mats[0]["metadataEntries"]}
+
+
+def wait_for(what: str, probe, server: Server, timeout_s: float, every_s: float = 0.5):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = probe()
+        if got:
+            return got
+        time.sleep(every_s)
+    pytest.fail(f"{what}: not within {timeout_s:.0f} s\n{server.log_tail()}")
+
+
+def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, base_policy):
+    """Through the UI's GraphQL API, as the UI itself reads it: `start_run` launched, the advance_runs sensor
+    requests the first segment, and while that segment's Dagster run is still STARTED its partition already has
+    per-step observations with step k of N, the run's step of its total, rewards, rollouts, seconds a step and ETA.
+    Screenshots of the partition page during and after the segment go to the test's tmp_path (and
+    PC_PIPELINES_ARTIFACTS, or docs/img with PC_PIPELINES_SCREENSHOTS=docs/img: `make screenshots`)."""
+    cfg = {"method": "pc", "overrides": LIVE_OVERRIDES, "segment_steps": 4, "total_steps": 8, "run_name": "ui-live",
+           "policy_path": str(base_policy)}
+    params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", "jobName": "start_run"},
+              "runConfigData": {"ops": {"register_training_run": {"config": cfg}}}, "mode": "default"}
+    launched = gql(server, LAUNCH, p=params)["launchPipelineExecution"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    start_id = launched["run"]["runId"]
+    wait_for("start_run succeeded", lambda: gql(server, RUN_STATUS, id=start_id)["runOrError"]["status"] == "SUCCESS",
+             server, 120)
+
+    key = "ui-live/seg-0000"
+
+    def first_segment_run():
+        runs = gql(server, PARTITION_RUNS, key=key)["runsOrError"]["results"]
+        return runs[0] if runs else None
+
+    seg_run = wait_for(f"the sensor requested {key}", first_segment_run, server, 180)
+    assert {"key": "pc/run", "value": "ui-live"} in seg_run["tags"]
+
+    def step_observation_while_started():
+        obs = gql(server, OBSERVATIONS, key=key)["assetOrError"]["assetObservations"]
+        steps = [{e["label"]: entry_value(e) for e in o["metadataEntries"]} for o in obs
+                 if any(e["label"] == "segment_step" for e in o["metadataEntries"])]
+        status = gql(server, RUN_STATUS, id=seg_run["runId"])["runOrError"]["status"]
+        if steps and status not in ("STARTED", "STARTING"):
+            pytest.fail(f"{key}: first seen with its run already {status}: the observations came too late to watch")
+        return (steps, obs) if steps else None
+
+    steps, obs = wait_for(f"a per-step observation of {key} while it trains", step_observation_while_started, server, 600)
+    first = min(steps, key=lambda s: s["segment_step"])
+    assert STEP_FIELDS <= set(first), STEP_FIELDS - set(first)
+    assert (first["segment_step"], first["segment_steps"], first["run_step"], first["run_steps"]) == (1, 4, 1, 8)
+    assert (first["segment"], first["segments"]) == (1, 2)  # counted from 1, as in "segment 1 of 2"
+    assert first["progress"] == "segment 1 of 2, step 1 of 4; run step 1 of 8"
+    assert first["step_rollouts"] > 0 and first["cumulative_rollouts"] == first["step_rollouts"]
+    assert 0 <= first["mean_reward"] <= 1 and 0 <= first["informative_share"] <= 1
+    assert first["seconds_per_step"] > 0 and abs(first["eta_s"] - 3 * first["seconds_per_step"]) <= 1  # 3 steps left
+    states = [entry_value(e) for o in obs for e in o["metadataEntries"] if e["label"] == "state"]
+    assert states and states[0].startswith("training segment 1 of 2 (steps 1..4 of 8) from the base policy; "
+                                           "requested sensor:advance_runs")
+    page = f"{server.base}/assets/training_segment?partition={urllib.parse.quote(key, safe='')}"
+    shots = [screenshot(page, tmp_path / "ui-segment-training.png", tmp_path / "profile")]
+
+    wait_for(f"{key} done", lambda: gql(server, RUN_STATUS, id=seg_run["runId"])["runOrError"]["status"] == "SUCCESS",
+             server, 600, every_s=2)
+    shots.append(screenshot(page, tmp_path / "ui-segment-done.png", tmp_path / "profile"))
+    done = latest_materialization(server, ["training_segment"], key)
+    assert done["segment"] == "1 of 2" and done["advanced_by"] == "sensor:advance_runs"
+    plot = Path(done["run_plot_path"])
+    assert plot.read_bytes()[:8] == PNG_MAGIC and "![ui-live so far](data:image/png;base64," in done["run_plot"]
+    shots.append(tmp_path / "segment-run-plot.png")
+    shutil.copy(plot, shots[-1])
+
+    # The sensor trains the second segment, then, the run finished, rebuilds the reports by itself: once.
+    def report_run():
+        runs = gql(server, TAGGED_RUNS, key="pc/report_for", value="ui-live")["runsOrError"]["results"]
+        return runs if runs and runs[0]["status"] == "SUCCESS" else None
+
+    assert len(wait_for("the report job after the run finished", report_run, server, 900, every_s=3)) == 1
+    report = latest_materialization(server, ["rollouts_report"])
+    assert report["runs"] >= 1 and report["summary"]["records"]  # a table the UI shows without a click
+    timeline = latest_materialization(server, ["pass_rate_timeline"])
+    assert "ui-live" in timeline["run_ids"]
+    png = Path(timeline["plot_dir"]) / "timeline_ui-live.png"
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    shots.append(tmp_path / "timeline.png")
+    shutil.copy(png, shots[-1])
+    shots.append(screenshot(f"{server.base}/assets/rollouts_report", tmp_path / "ui-rollouts-report.png",
+                            tmp_path / "profile"))
+    if out := os.environ.get("PC_PIPELINES_SCREENSHOTS"):
+        Path(out).mkdir(parents=True, exist_ok=True)
+        for shot in shots:
+            shutil.copy(shot, Path(out) / shot.name)

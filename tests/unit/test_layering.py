@@ -363,7 +363,9 @@ def test_definitions_assemble_the_jobs_and_the_sensor():
 
     assert defs.resolve_job_def("start_run").name == "start_run"
     assert defs.resolve_job_def("train_segment").name == "train_segment"
-    assert defs.resolve_sensor_def("advance_runs").job_name == "train_segment"
+    assert defs.resolve_job_def("report").name == "report"
+    assert [t.job_name for t in defs.resolve_sensor_def("advance_runs").targets] == ["train_segment", "report"]
+    assert defs.resolve_schedule_def("advance_runs_in_window").job_name == "train_segment"
 
 
 def test_every_layer_entry_names_a_module_that_exists():

@@ -71,12 +71,18 @@ def test_train_segment_reports_through_pipes_then_runs_plainly(tmp_path, base_po
     assert meta["reported/segment_rollouts"].value == meta["segment_rollouts"].value
     assert meta["reported/checkpoint"].value.endswith("pipes-pc/checkpoints/step-00000001")
     ev = store.query("SELECT avg(accuracy) AS a FROM eval_results WHERE run_id = 'pipes-pc' AND step = 1")[0]["a"]
-    assert meta["eval_accuracy"].value == pytest.approx(ev)
+    assert meta["eval_accuracy"].value == round(ev, 4)  # rounded for the UI
     seg = store.segments("pipes-pc")[0]
     assert seg["status"] == "done" and seg["cumulative_rollouts"] == meta["cumulative_rollouts"].value
-    # The subprocess's Pipes log lines reached the Dagster event log.
+    # The subprocess's steps reached the Dagster event log as they came: a step line and an observation each.
     logs = [e.message for e in instance.all_logs(out.run_id) if e.message]
-    assert any(m.startswith("step 1: rollouts") for m in logs)
+    assert any(m.startswith("step 2/2 of segment 1/2 (run step 2/4): mean reward ") for m in logs)
+    assert any(m.startswith("pilot-commit train-segment: code ") for m in logs)  # its Pipes log reached Dagster
+    obs = [e.asset_observation for e in instance.all_logs(out.run_id) if e.asset_observation is not None]
+    steps_seen = [o.metadata["segment_step"].value for o in obs if "segment_step" in o.metadata]
+    assert steps_seen == [1, 2]
+    assert [o.metadata["cumulative_rollouts"].value for o in obs if "segment_step" in o.metadata] == \
+        [r["cumulative_rollouts"] for r in reported]
 
     # segment_eval runs `eval-segment` through the same Pipes client; same checkpoint and seed as the loop's own
     # evaluation of step 1 (eval_every 2), so the same numbers: the asset rewrites those rows unchanged.

@@ -274,14 +274,14 @@ def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_he
     assert job0.startswith("pc-train-segment-ray-")
     assert meta["reported/checkpoint"].value.endswith("ray/checkpoints/step-00000001")
     logs = [e.message for e in instance.all_logs(out.run_id) if e.message]
-    assert any(m.startswith("step 1: rollouts") for m in logs)  # the job's Pipes log lines reached Dagster
+    assert any(m.startswith("step 2/2 of segment 1/") for m in logs)  # the job's steps reached Dagster as they came
     (origin,) = [m for m in logs if m.startswith("pilot-commit train-segment: code ")]
     ran = Path(origin.removeprefix("pilot-commit train-segment: code ").split(",")[0])
     assert ran != Path(shipped) and ray_head.temp_dir in str(ran) and "py_modules" in str(ran), origin
     assert ran.name == "pc_pipelines" and (ran / "cli" / "segment.py").read_bytes() == (Path(shipped) / "cli" / "segment.py").read_bytes()
     emeta = out.asset_materializations_for_node("segment_eval")[0].metadata
     assert emeta["compute"].value == "RayJobComputeResource" and emeta["step"].value == 1
-    assert emeta["average_accuracy"].value == pytest.approx(meta["eval_accuracy"].value)  # = the loop's own eval
+    assert emeta["average_accuracy"].value == pytest.approx(meta["eval_accuracy"].value, abs=5e-5)  # = the loop's own eval (rounded to 4 places in the UI)
 
     # Segment 1 as a Ray job, stopped through the job server once it has reported step 2.
     stopper = StopAfterStep(ray_head, "ray", step=2, known={job0})

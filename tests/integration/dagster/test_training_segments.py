@@ -118,12 +118,36 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
     assert len(stored) == 6 and ev["step"].value == 1
     assert ev["average_accuracy"].value == pytest.approx(sum(r["accuracy"] for r in stored) / 6)
     # The loop evaluated step 1 too (eval_every=2) with the same seed: the asset reproduces it exactly.
-    assert meta["eval_accuracy"].value == pytest.approx(ev["average_accuracy"].value)
+    assert meta["eval_accuracy"].value == pytest.approx(ev["average_accuracy"].value, abs=5e-5)  # 4 places in the UI
     assert requests(tick(instance, tmp_path)) == [("seg-pc/1", "seg-pc/seg-0001")]
-    train(instance, tmp_path, "seg-pc/seg-0001")
+    res1 = train(instance, tmp_path, "seg-pc/seg-0001")
+    # While it trained: the state, then one observation per step with the segment's and the run's progress.
+    obs = [e.asset_observation.metadata for e in instance.all_logs(res1.run_id) if e.asset_observation is not None]
+    assert obs[0]["state"].value.startswith("training segment 2 of 2 (steps 3..4 of 4) from the checkpoint after step 2")
+    per_step = [{k: v.value for k, v in o.items()} for o in obs[1:]]
+    after = steps_rows(store, run_id)
+    assert [(o["segment_step"], o["segment_steps"], o["run_step"], o["run_steps"], o["segment"], o["segments"])
+            for o in per_step] == [(1, 2, 3, 4, 2, 2), (2, 2, 4, 4, 2, 2)]
+    assert [o["step_rollouts"] for o in per_step] == [r["sampled_rollouts"] for r in after[2:]]
+    assert [o["cumulative_rollouts"] for o in per_step] == [sum(r["sampled_rollouts"] for r in after[:k + 1])
+                                                            for k in (2, 3)]
+    assert [o["reward_std"] for o in per_step] == [round(r["mean_reward_std"], 3) for r in after[2:]]
+    assert per_step[-1]["eta_s"] == 0 and abs(per_step[0]["eta_s"] - per_step[0]["seconds_per_step"]) <= 0.5
+    assert per_step[0]["progress"] == "segment 2 of 2, step 1 of 2; run step 3 of 4" and "eval_accuracy" in per_step[1]
+    lines = [e.message for e in instance.all_logs(res1.run_id) if (e.message or "").startswith("step 2/2 of segment 2/2")]
+    assert len(lines) == 1 and f"rollouts {after[3]['sampled_rollouts']:,} (cumulative " in lines[0]
+    # The segment's materialization: the run so far as a plot, its SQL (which returns the steps) and TensorBoard.
+    meta1 = res1.asset_materializations_for_node("training_segment")[0].metadata
+    assert meta1["segment"].value == "2 of 2" and meta1["advanced_by"].value == "by hand (UI, CLI or API)"
+    assert meta1["run_plot"].value.startswith("![seg-pc so far](data:image/png;base64,")
+    assert Path(meta1["run_plot_path"].value).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    sql = meta1["sql"].value.split('"')[1]
+    assert [r["step"] for r in store.query(sql)] == [0, 1, 2, 3]
+    assert [r["cumulative_rollouts"] for r in store.query(sql)][-1] == meta1["cumulative_rollouts"].value
+    assert f"tensorboard --logdir {tmp_path / 'runs' / run_id / 'tensorboard'}" in meta1["tensorboard_command"].value
     assert [s["status"] for s in store.segments(run_id)] == ["done", "done"]
     assert store.get_run(run_id)["status"] == "finished"
-    assert requests(tick(instance, tmp_path)) == []
+    assert requests(tick(instance, tmp_path)) == [("report-seg-pc", None)]  # no segment; the report job, for the finish
 
     # Re-materializing segment 0 recomputes it from the base policy: the same rows, segment 1 left intact.
     before = steps_rows(store, run_id)
@@ -181,7 +205,8 @@ def test_retried_segment_resumes_from_its_last_checkpoint_and_matches(tmp_path, 
     done = [step for step, _ in list_checkpoints(tmp_path / "runs" / flaky / "checkpoints")]
     assert done and max(done) < 3
     # The sensor retries it under a new run key; the retry resumes inside the segment.
-    assert requests(tick(instance, tmp_path)) == [(f"{flaky}/0/retry-1", f"{flaky}/seg-0000")]
+    assert requests(tick(instance, tmp_path)) == [(f"{flaky}/0/retry-1", f"{flaky}/seg-0000"),
+                                                  (f"report-{ref}", None)]  # ref (one segment) is finished
     flag.unlink()
     res = train(instance, tmp_path, f"{flaky}/seg-0000", engine=engine)
     meta = res.asset_materializations_for_node("training_segment")[0].metadata

@@ -207,7 +207,7 @@ def test_a_refused_materialization_leaves_the_segment_as_it_was_and_the_sensor_w
     assert [(s["status"], s["attempts"], s["consecutive_failures"]) for s in segs] == [("done", 1, 0), ("done", 1, 0)]
     assert store.get_run(run_id)["status"] == "finished"
     assert steps(store, run_id) == [0, 1]
-    assert skipped(tick(instance, tmp_path)) == "busy: skip (run is finished)"
+    assert requests(tick(instance, tmp_path)) == [("report-busy", None)]  # finished: no segment, the report job
 
 
 class RacingSubprocessCompute(SubprocessComputeResource):
@@ -218,9 +218,9 @@ class RacingSubprocessCompute(SubprocessComputeResource):
     lock_dirs: list[str]
     run_id: str
 
-    def launch(self, context, args):
+    def launch(self, context, args, on_step=None):
         RACERS.append(Writer(HOLD, self.run_id, *self.lock_dirs))
-        return super().launch(context, args)
+        return super().launch(context, args, on_step)
 
 
 RACERS: list[Writer] = []
@@ -290,7 +290,7 @@ def test_a_refused_rerun_of_a_done_segment_leaves_it_done_and_the_run_finished(t
         msg = failure(res)
         assert f"pid {holder.pid} on host {HOST}" in msg and "the segment is still done (1 attempt(s))" in msg
     result = tick(instance, tmp_path)
-    assert requests(result) == [] and skipped(result) == "redo: skip (run is finished)"
+    assert requests(result) == [("report-redo", None)]  # no segment (the run is finished), its report (not launched)
     holder.release()
 
     res = train(instance, tmp_path, "redo/seg-0001")
@@ -302,7 +302,7 @@ def test_a_refused_rerun_of_a_done_segment_leaves_it_done_and_the_run_finished(t
     assert steps(store, run_id) == [0, 1]
     assert store.query("SELECT step, sampled_rollouts, loss FROM steps WHERE run_id = ? ORDER BY step",
                        [run_id]) == rows  # the replay reproduces the rows it replaced
-    assert skipped(tick(instance, tmp_path)) == "redo: skip (run is finished)"
+    assert requests(tick(instance, tmp_path)) == [("report-redo", None)]
 
 
 # ---- (c) untagged manual runs in flight -------------------------------------------------------------------------
@@ -415,12 +415,12 @@ def test_a_run_whose_last_segment_is_done_is_finished(tmp_path, base_policy):
     assert (seg["status"], seg["attempts"], seg["consecutive_failures"]) == ("done", 2, 1)
     assert "engine lost (test)" in seg["error"]
     assert store.get_run(run_id)["status"] == "finished"
-    assert skipped(tick(instance, tmp_path)) == "fin: skip (run is finished)"
+    assert requests(tick(instance, tmp_path)) == [("report-fin", None)]  # no segment; the report (not launched)
     assert store.query("SELECT step, sampled_rollouts, loss FROM steps WHERE run_id = ? ORDER BY step",
                        [run_id]) == rows
 
     store.set_status(run_id, "running")
-    assert skipped(tick(instance, tmp_path)) == "fin: finish (all 2 segments are done)"
+    assert requests(tick(instance, tmp_path)) == [("report-fin", None)]  # finished by this tick; no segment
     assert store.get_run(run_id)["status"] == "finished"
     assert steps(store, run_id) == [0, 1]
 

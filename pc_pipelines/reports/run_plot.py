@@ -1,0 +1,101 @@
+"""One training run so far on one small figure: held-out accuracy, mean reward, reward std, informative share and
+cumulative sampled rollouts by step (the ``training_segment`` asset attaches it to each segment it materializes).
+Its rows are those of :func:`run_progress_query`, the query the asset also prints for ``pilot-commit sql``.
+
+Steps are counted from 1 as on the report's plots (store step ``k`` is training step ``k + 1``; the evaluation
+before training sits at 0).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..store import Store
+from .plots import save_figure
+from .style import method_color
+
+PANELS = ("held-out accuracy", "mean reward", "reward std", "informative share", "cumulative rollouts")
+
+
+def run_progress_query(run_id: str) -> str:
+    """The SQL of a run's per-step curve (one row per step; ``accuracy``: the mean over the run's held-out sets,
+    where that step was evaluated), for ``pilot-commit sql``. ``run_id`` is quoted as a SQL string."""
+    rid = run_id.replace("'", "''")
+    return ("SELECT s.step, s.mean_reward, s.mean_reward_std, s.informative_share, s.sampled_rollouts, "
+            "sum(s.sampled_rollouts) OVER (ORDER BY s.step) AS cumulative_rollouts, e.accuracy "
+            f"FROM steps s LEFT JOIN eval_curve e ON e.run_id = s.run_id AND e.step = s.step "
+            f"WHERE s.run_id = '{rid}' ORDER BY s.step")
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """A run's per-step curve as :func:`run_progress_query` returns it, and its evaluations (``-1``: before
+    training). Values the store holds as NULL are NaN."""
+
+    run_id: str
+    method: str
+    step: tuple[int, ...]
+    mean_reward: tuple[float, ...]
+    reward_std: tuple[float, ...]
+    informative_share: tuple[float, ...]
+    cumulative_rollouts: tuple[int, ...]
+    eval_step: tuple[int, ...]
+    eval_accuracy: tuple[float, ...]
+
+
+def _f(v) -> float:
+    return math.nan if v is None else float(v)
+
+
+def load_run_progress(store: Store, run_id: str) -> RunProgress:
+    """``run_id``'s curve from the store (``KeyError`` naming the run when the store has no such run)."""
+    run = store.get_run(run_id)
+    if run is None:
+        raise KeyError(f"no run {run_id!r} in the store {store.path}")
+    rows = store.query(run_progress_query(run_id))
+    evals = store.query("SELECT step, accuracy FROM eval_curve WHERE run_id = ? ORDER BY step", [run_id])
+    return RunProgress(
+        run_id=run_id, method=run["method"], step=tuple(int(r["step"]) for r in rows),
+        mean_reward=tuple(_f(r["mean_reward"]) for r in rows), reward_std=tuple(_f(r["mean_reward_std"]) for r in rows),
+        informative_share=tuple(_f(r["informative_share"]) for r in rows),
+        cumulative_rollouts=tuple(int(r["cumulative_rollouts"]) for r in rows),
+        eval_step=tuple(int(r["step"]) for r in evals), eval_accuracy=tuple(_f(r["accuracy"]) for r in evals),
+    )
+
+
+def plot_run_progress(progress: RunProgress, path: Path, highlight: tuple[int, int] | None = None) -> Path:
+    """The run's five panels as a small PNG at ``path`` (about 900 x 330 pixels); ``highlight`` shades a segment's
+    store steps ``(first, last)``. Returns ``path``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11.0, 4.0), dpi=82, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(PANELS))
+    x = [s + 1 for s in progress.step]
+    series = {
+        "held-out accuracy": ([s + 1 for s in progress.eval_step], progress.eval_accuracy),
+        "mean reward": (x, progress.mean_reward),
+        "reward std": (x, progress.reward_std),
+        "informative share": (x, progress.informative_share),
+        "cumulative rollouts": (x, progress.cumulative_rollouts),
+    }
+    color = method_color(progress.method)
+    for ax, name in zip(axes, PANELS, strict=True):
+        xs, ys = series[name]
+        ax.plot(xs, ys, color=color, marker="o" if name == "held-out accuracy" or len(xs) <= 30 else None,
+                markersize=3, linewidth=1.4)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("step", fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.grid(True, alpha=0.3)
+        if highlight is not None:
+            ax.axvspan(highlight[0] + 0.5, highlight[1] + 1.5, color="0.85", zorder=0)
+        if name == "cumulative rollouts":
+            ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
+    seg = f" (shaded: steps {highlight[0] + 1}..{highlight[1] + 1})" if highlight else ""
+    fig.suptitle(f"{progress.run_id} ({progress.method}), {len(progress.step)} steps so far{seg}", fontsize=11)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save_figure(fig, path)

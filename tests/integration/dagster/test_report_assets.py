@@ -1,0 +1,162 @@
+"""The report assets materialized by Dagster on a real store of simulated runs: ``pass_rate_timeline`` (PNGs of the
+newest runs, or of one run and chosen prompts, inline in the metadata with their run ids and counts; refusals as a
+Failure with the fix) and ``rollouts_report``'s tables (rollouts to target and the per-method summary, next to the
+Markdown). Expected values are read from the store's views with plain SQL."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+import pytest
+from dagster import materialize
+
+from assets.reports import pass_rate_timeline, rollouts_report
+from pc_pipelines.config import resolve
+from pc_pipelines.reports import DEFAULT_TOP
+from pc_pipelines.simulator import record_simulation
+from pc_pipelines.store import RunRecord, Store
+from resources import StoreResource
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SMALL = {"sim.num_prompts": 400, "allocator.train_batch": 16, "allocator.n": 8, "allocator.n_pilot": None}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory) -> dict:
+    """GRPO, DAPO and PC for seeds 0 and 1 (10 steps, evaluated every 5), registered in that order after an older
+    GRPO run of seed 0, then a run with no step at all: eight runs, seven with observations."""
+    path = tmp_path_factory.mktemp("report-assets") / "runs.duckdb"
+    store = Store(path)
+    order = ["old-grpo-s0"]
+    list(record_simulation(resolve("simulator", SMALL, method="grpo", seed=0), store, 5, run_id="old-grpo-s0"))
+    for seed in (0, 1):
+        for m in ("grpo", "dapo", "pc"):
+            rid = f"{m}-s{seed}"
+            list(record_simulation(resolve("simulator", SMALL, method=m, seed=seed), store, 10, run_id=rid))
+            order.append(rid)
+    store.register_run(RunRecord.for_config(resolve("simulator", SMALL, method="pc", seed=2), "empty",
+                                            kind="simulate"))
+    return {"path": str(path), "store": store, "newest_first": order[::-1]}
+
+
+def materialized(asset, sim, out_dir, raise_on_error=True, **config):
+    return materialize([asset], resources={"store": StoreResource(path=sim["path"])}, raise_on_error=raise_on_error,
+                       run_config={"ops": {asset.op.name: {"config": {"out_dir": str(out_dir), **config}}}})
+
+
+def metadata(result, asset) -> dict:
+    return result.asset_materializations_for_node(asset.op.name)[0].metadata
+
+
+def failure_description(result) -> str:
+    (event,) = result.get_step_failure_events()
+    return event.step_failure_data.user_failure_data.description
+
+
+def test_timeline_without_a_run_draws_the_six_newest_runs_with_observations(sim, tmp_path):
+    res = materialized(pass_rate_timeline, sim, tmp_path)
+    assert res.success
+    md = metadata(res, pass_rate_timeline)
+    newest = sim["newest_first"][:6]  # 'empty' (the newest) has no observation; 'old-grpo-s0' is the 7th
+    assert md["run_ids"].value == newest
+    assert md["runs"].value == 6
+    store = sim["store"]
+    totals = {r["run_id"]: r["k"] for r in store.query(
+        "SELECT run_id, count(DISTINCT prompt_id) AS k FROM pass_rate_history GROUP BY run_id")}
+    assert md["total_prompts"].value == {rid: totals[rid] for rid in newest}
+    assert md["steps"].value == {rid: 10 for rid in newest}
+    for rid in newest:
+        top = [r["prompt_id"] for r in store.query(
+            "SELECT prompt_id, count(DISTINCT step) AS v FROM pass_rate_history WHERE run_id = ? GROUP BY prompt_id "
+            "ORDER BY v DESC, prompt_id LIMIT ?", [rid, DEFAULT_TOP])]
+        assert md["prompts_shown"].value[rid] == top
+        png = tmp_path / f"timeline_{rid}.png"
+        assert png.read_bytes()[:8] == PNG_MAGIC
+    records = [r.data for r in md["table"].value.records]
+    assert [r["run_id"] for r in records] == newest
+    assert [r["prompts_shown"] for r in records] == [DEFAULT_TOP] * 6
+    assert [r["total_prompts"] for r in records] == [totals[rid] for rid in newest]
+    assert [r["method"] for r in records] == ["PC", "DAPO", "GRPO", "PC", "DAPO", "GRPO"]
+    # each PNG inline, byte for byte, under a heading naming its run
+    images = re.findall(r"\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", md["timelines"].value)
+    assert [base64.b64decode(i) for i in images] == [(tmp_path / f"timeline_{rid}.png").read_bytes()
+                                                      for rid in newest]
+    for rid in newest:
+        assert f"### `{rid}`" in md["timelines"].value
+    assert md["plot_dir"].value == str(tmp_path.resolve())
+
+
+def test_timeline_of_one_run_and_chosen_prompts(sim, tmp_path):
+    store = sim["store"]
+    ids = [r["prompt_id"] for r in store.query(
+        "SELECT DISTINCT prompt_id FROM pass_rate_history WHERE run_id = 'pc-s0' ORDER BY prompt_id DESC LIMIT 3")]
+    res = materialized(pass_rate_timeline, sim, tmp_path, run_id="pc-s0", prompts=ids)
+    md = metadata(res, pass_rate_timeline)
+    assert md["run_ids"].value == ["pc-s0"]
+    assert md["prompts_shown"].value == {"pc-s0": ids}
+    (record,) = md["table"].value.records
+    assert record.data["rows"].startswith("3 chosen prompts of ")
+    assert Path(record.data["path"]) == (tmp_path / "timeline_pc-s0.png").resolve()
+
+
+@pytest.mark.parametrize("config, words", [
+    ({"run_id": "nope"}, "no run 'nope'"),
+    ({"run_id": "empty"}, "no prompt observations"),
+    ({"run_id": "pc-s0", "prompts": [99999]}, "never sampled prompt(s) 99999"),
+    ({"top": 0}, "top=0"),
+])
+def test_timeline_refusals_are_failures_with_the_fix(sim, tmp_path, config, words):
+    res = materialized(pass_rate_timeline, sim, tmp_path, raise_on_error=False, **config)
+    assert not res.success
+    text = failure_description(res)
+    assert words in text and "Fix:" in text
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_timeline_on_a_store_without_observations(tmp_path):
+    store = Store(tmp_path / "empty.duckdb")
+    store.init()
+    res = materialize([pass_rate_timeline], resources={"store": StoreResource(path=str(store.path))},
+                      raise_on_error=False)
+    assert not res.success
+    assert "no run in" in failure_description(res) and "Fix:" in failure_description(res)
+
+
+def test_rollouts_report_shows_its_tables(sim, tmp_path):
+    res = materialized(rollouts_report, sim, tmp_path)
+    md = metadata(res, rollouts_report)
+    # the keys it had keep their meaning
+    assert "| seed | target | GRPO | DAPO | PC |" in md["rollouts_to_target"].value
+    assert md["runs"].value == 6  # the latest run of each (family, method, seed): old-grpo-s0 is superseded
+    assert set(md["ratios"].value) == {"sim"}
+    assert len(re.findall(r"data:image/png;base64,", md["plots"].value)) == 4
+    # rollouts to target, one row per seed then the family's median, as the view has them
+    view = sim["store"].query("SELECT * FROM rollouts_to_target ORDER BY family, seed")
+    assert len(view) == 2
+    records = [r.data for r in md["rollouts_to_target_table"].value.records]
+    assert [(r["family"], r["seed"]) for r in records] == [("sim", "0"), ("sim", "1"), ("sim", "median")]
+    for v, r in zip(view, records):
+        assert r["target"] == pytest.approx(v["target"])
+        assert (r["grpo"], r["dapo"], r["pc"]) == (v["grpo"], v["dapo"], v["pc"])
+        assert r["grpo_over_pc"] == pytest.approx(v["grpo_over_pc"])
+        assert r["missing_steps"] == v["missing_steps"] == 0
+    assert records[2]["grpo_over_pc"] == pytest.approx(md["ratios"].value["sim"]["median_grpo_over_pc"])
+    names = [c.name for c in md["rollouts_to_target_table"].value.schema.columns]
+    assert names == ["family", "seed", "target", "grpo", "dapo", "pc", "grpo_over_pc", "dapo_over_pc",
+                     "missing_steps"]
+    # the per-method summary: a table (and its rows as JSON)
+    rows = [r.data for r in md["summary"].value.records]
+    assert [(r["family"], r["method"], r["seeds"]) for r in rows] == [
+        ("sim", "GRPO", "0, 1"), ("sim", "DAPO", "0, 1"), ("sim", "PC", "0, 1")]
+    sampled = {r["method"]: r["total"] for r in sim["store"].query(
+        "SELECT r.method, sum(s.sampled_rollouts) / 2 AS total FROM steps s JOIN runs r USING (run_id) "
+        "WHERE run_id IN ('grpo-s0', 'grpo-s1', 'dapo-s0', 'dapo-s1', 'pc-s0', 'pc-s1') GROUP BY r.method")}
+    for r in rows:
+        assert r["sampled_rollouts"] == pytest.approx(sampled[r["method"].lower()])
+        assert r["steps"] == 10
+    assert [r["method"] for r in md["summary_json"].value] == ["grpo", "dapo", "pc"]
+    assert md["summary_json"].value[0]["run_ids"] == ["grpo-s0", "grpo-s1"]
