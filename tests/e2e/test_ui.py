@@ -35,6 +35,7 @@ STARTUP_TIMEOUT_S = 150
 # the screenshots use a laptop-sized window.
 DOM_WINDOW = (3840, 2160)
 SHOT_WINDOW = (1600, 1000)
+TALL_WINDOW = (1600, 3000)  # an asset page down to the inline plots of its metadata
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -196,8 +197,8 @@ def render_dom(url: str, patterns: dict[str, str], profile: Path, attempts: int 
     return dom, missing
 
 
-def screenshot(url: str, path: Path, profile: Path) -> Path:
-    chromium([f"--window-size={SHOT_WINDOW[0]},{SHOT_WINDOW[1]}", f"--screenshot={path}", url], profile)
+def screenshot(url: str, path: Path, profile: Path, window: tuple[int, int] = SHOT_WINDOW) -> Path:
+    chromium([f"--window-size={window[0]},{window[1]}", f"--screenshot={path}", url], profile)
     assert path.exists(), f"chromium wrote no screenshot to {path}"
     data = path.read_bytes()
     assert data[:8] == PNG_MAGIC, f"{path} is not a PNG"
@@ -205,7 +206,7 @@ def screenshot(url: str, path: Path, profile: Path) -> Path:
     from PIL import Image
 
     with Image.open(path) as img:
-        assert img.size == SHOT_WINDOW
+        assert img.size == window
         lo, hi = img.convert("L").getextrema()
         assert hi - lo > 64, f"{path} is (nearly) blank"
     if artifacts := os.environ.get("PC_PIPELINES_ARTIFACTS"):
@@ -370,7 +371,8 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
 
     wait_for(f"{key} done", lambda: gql(server, RUN_STATUS, id=seg_run["runId"])["runOrError"]["status"] == "SUCCESS",
              server, 600, every_s=2)
-    shots.append(screenshot(page, tmp_path / "ui-segment-done.png", tmp_path / "profile"))
+    # Tall enough that the metadata table reaches the inline plot of the run so far.
+    shots.append(screenshot(page, tmp_path / "ui-segment-done.png", tmp_path / "profile", TALL_WINDOW))
     done = latest_materialization(server, ["training_segment"], key)
     assert done["segment"] == "1 of 2" and done["advanced_by"] == "sensor:advance_runs"
     plot = Path(done["run_plot_path"])
@@ -394,6 +396,8 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
     shutil.copy(png, shots[-1])
     shots.append(screenshot(f"{server.base}/assets/rollouts_report", tmp_path / "ui-rollouts-report.png",
                             tmp_path / "profile"))
+    shots.append(screenshot(f"{server.base}/assets/pass_rate_timeline", tmp_path / "ui-timeline.png",
+                            tmp_path / "profile", TALL_WINDOW))
     if out := os.environ.get("PC_PIPELINES_SCREENSHOTS"):
         Path(out).mkdir(parents=True, exist_ok=True)
         for shot in shots:

@@ -73,7 +73,7 @@ def test_timeline_without_a_run_draws_the_six_newest_runs_with_observations(sim,
         top = [r["prompt_id"] for r in store.query(
             "SELECT prompt_id, count(DISTINCT step) AS v FROM pass_rate_history WHERE run_id = ? GROUP BY prompt_id "
             "ORDER BY v DESC, prompt_id LIMIT ?", [rid, DEFAULT_TOP])]
-        assert md["prompts_shown"].value[rid] == top
+        assert [int(p) for p in md["prompts_shown"].value[rid].split(", ")] == top
         png = tmp_path / f"timeline_{rid}.png"
         assert png.read_bytes()[:8] == PNG_MAGIC
     records = [r.data for r in md["table"].value.records]
@@ -97,7 +97,7 @@ def test_timeline_of_one_run_and_chosen_prompts(sim, tmp_path):
     res = materialized(pass_rate_timeline, sim, tmp_path, run_id="pc-s0", prompts=ids)
     md = metadata(res, pass_rate_timeline)
     assert md["run_ids"].value == ["pc-s0"]
-    assert md["prompts_shown"].value == {"pc-s0": ids}
+    assert md["prompts_shown"].value == {"pc-s0": ", ".join(map(str, ids))}
     (record,) = md["table"].value.records
     assert record.data["rows"].startswith("3 chosen prompts of ")
     assert Path(record.data["path"]) == (tmp_path / "timeline_pc-s0.png").resolve()
