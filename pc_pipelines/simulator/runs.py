@@ -85,11 +85,11 @@ def record_simulation(
 def _record(config: RunConfig, store: Store, steps: int, run_id: str, flush_every_s: float,
             compact_every: int | None, on_step: Callable[[RecordedStep], None] | None,
             stop: StopFlag | None, reserve: SpaceReserve) -> Iterator[RecordedStep]:
+    sim = Simulation(config.allocator, config.sim)  # checks the config: refused before the run is registered
     store.register_run(RunRecord.for_config(config, run_id, "simulate"))
     # A simulated run always starts from step 0: forget whatever an earlier attempt of the same id wrote.
     store.reopen_after(run_id, -2)
     writer = store.writer(run_id)
-    sim = Simulation(config.allocator, config.sim)
     every = config.training.eval_every
     pending = [_eval_row(run_id, -1, sim.population.accuracy(), config)]
     last_flush = time.monotonic()

@@ -77,3 +77,21 @@ def test_a_resumed_easy_pool_simulation_is_the_uninterrupted_one(k):
     assert later == ref[k:]
     assert json.dumps(resumed.allocator.state_dict()) == json.dumps(whole.allocator.state_dict())
     assert sum(json.loads(r[0])["returned"] for r in ref[k:]) > 0
+
+
+def test_a_config_the_allocator_refuses_leaves_no_run_behind(tmp_path):
+    """An allocator setting only the allocator checks (a first pilot wave as large as all pilots) is refused before
+    the run is registered: no half-made `running` run, and the same name records once the setting is fixed."""
+    from pc_pipelines.config import resolve
+    from pc_pipelines.errors import ConfigError
+    from pc_pipelines.simulator.runs import record_simulation
+    from pc_pipelines.store import Store
+
+    store = Store(tmp_path / "s.duckdb")
+    bad = resolve("embedded", {"allocator.pilot_strategy": "sequential", "allocator.pilot_wave": 16}, method="pc", seed=0)
+    with pytest.raises(ConfigError, match="pilot_wave=16: leaves no second wave"):
+        list(record_simulation(bad, store, 3, run_id="x"))
+    assert store.query("SELECT run_id FROM runs") == []
+    good = resolve("embedded", {"allocator.pilot_strategy": "sequential", "allocator.pilot_wave": 4}, method="pc", seed=0)
+    assert len(list(record_simulation(good, store, 3, run_id="x"))) == 3
+    assert store.query("SELECT run_id, status FROM runs") == [{"run_id": "x", "status": "finished"}]
