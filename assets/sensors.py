@@ -30,8 +30,9 @@ from the same sequence, moved past every key either used (:func:`used_run_keys`)
 sensor or schedule only, so the cross-check is ours.
 
 **The report.** When a run is finished (the sensor finishes it, or the training asset or the schedule did), the
-sensor requests the ``report`` job (``rollouts_report``) once for it, under the run key ``report-<run>`` and the tag
-``pc/report_for``; a key already used (by any Dagster run so tagged) is not requested again.
+sensor requests the ``report`` job (``rollouts_report``, ``pass_rate_timeline``) once for it: one request per tick
+for every run finished since, tagged ``pc/report_for`` with their ids (run key ``report-<first>[-and-N-more]``); a
+run some ``report`` run was already requested for is not requested again.
 """
 
 import contextlib
@@ -157,9 +158,9 @@ def sensor_tag() -> str:
     return f"sensor:{SENSOR_NAME}"
 
 
-def report_run_key(run_id: str) -> str:
-    """The run key of the report requested when ``run_id`` finished (a training run key always has a ``/``)."""
-    return f"report-{run_id}"
+def report_run_key(run_ids: list[str]) -> str:
+    """The run key of the report requested when ``run_ids`` finished (a training run key always has a ``/``)."""
+    return f"report-{run_ids[0]}" + (f"-and-{len(run_ids) - 1}-more" if len(run_ids) > 1 else "")
 
 
 @dataclass
@@ -204,15 +205,24 @@ def advance(st: Store, instance, log, max_failures: int, advanced_by: str, defer
     return out
 
 
+def reported_runs(instance) -> set[str]:
+    """The training runs some ``report`` run was requested for (its ``pc/report_for`` tag: one id, or several
+    joined by ``,``)."""
+    runs = instance.get_runs(filters=RunsFilter(job_name=report_job.name))
+    return {rid for r in runs for rid in (r.tags.get(REPORT_TAG) or "").split(",") if rid}
+
+
 def report_requests(instance, finished: list[str]) -> list[RunRequest]:
-    """A ``report`` job request for each finished run whose report key (:func:`report_run_key`) no Dagster run
-    tagged ``pc/report_for`` has used yet: once per run, whoever finished it."""
+    """One ``report`` job request for the finished runs no report was requested for yet (:func:`reported_runs`):
+    once per run, whoever finished it, and one report for all the runs that finished since the last one (a first
+    tick over a store of finished runs asks for one report, not one per run)."""
     if not finished:
         return []
-    done = {r.tags[REPORT_TAG] for r in instance.get_runs(filters=RunsFilter(tags={REPORT_TAG: list(finished)}))
-            if r.tags.get(RUN_KEY_TAG) == report_run_key(r.tags[REPORT_TAG])}
-    return [RunRequest(run_key=report_run_key(run_id), job_name=report_job.name, tags={REPORT_TAG: run_id})
-            for run_id in finished if run_id not in done]
+    done = reported_runs(instance)
+    todo = [run_id for run_id in finished if run_id not in done]
+    if not todo:
+        return []
+    return [RunRequest(run_key=report_run_key(todo), job_name=report_job.name, tags={REPORT_TAG: ",".join(todo)})]
 
 
 def schedule_running(context, schedule: ScheduleDefinition) -> bool:

@@ -266,29 +266,37 @@ def finish_segments(st: Store, run_id: str) -> None:
         st.segment_done(run_id, row["segment"], 100, 0.5, 0.1)
 
 
-def test_the_report_job_is_requested_once_per_finished_run(location):
+def test_the_report_job_is_requested_once_per_finished_run(location, base_policy):
     """``a`` finished inside the training asset (its status already ``finished``) and ``b`` with every segment done
-    but still ``running`` (the sensor finishes it): one tick requests the ``report`` job once for each (run key
-    ``report-<run>``, tag ``pc/report_for``, no config), and no segment. Once those runs exist, later ticks request
-    nothing, also with the schedule on (it never requests a report)."""
+    but still ``running`` (the sensor finishes it): one tick requests the ``report`` job once for both (run key
+    ``report-a-and-1-more``, tag ``pc/report_for`` = ``a,b``, no config), and no segment; ``c``, finishing later,
+    gets one of its own. Once those runs exist, later ticks request nothing, also with the schedule on (it never
+    requests a report)."""
     st = Store(location.tmp / "pc.duckdb")
     finish_segments(st, "a")
     st.set_status("a", "finished")
     finish_segments(st, "b")
     tick = location.sensor()
-    assert requests(tick) == [("report-a", None, "report"), ("report-b", None, "report")]
-    assert [r.tags[REPORT_TAG] for r in tick.run_requests] == ["a", "b"]
+    assert requests(tick) == [("report-a-and-1-more", None, "report")]  # one report for both
+    assert [r.tags[REPORT_TAG] for r in tick.run_requests] == ["a,b"]
     assert all(not r.run_config and RUN_TAG not in r.tags for r in tick.run_requests)
     assert st.get_run("b")["status"] == "finished"
+    assert requests(location.sensor()) == [("report-a-and-1-more", None, "report")]  # not launched yet: asked again
     report = location.launch(tick.run_requests[0], BY_SENSOR)
     assert report.job_name == "report"
-    assert location.repo.get_job("report").asset_layer.selected_asset_keys == {AssetKey("rollouts_report"), AssetKey("pass_rate_timeline")}
-
-    assert requests(location.sensor()) == [("report-b", None, "report")]  # b's was not launched yet
-    location.launch(location.sensor().run_requests[0], BY_SENSOR)
+    assert location.repo.get_job("report").asset_layer.selected_asset_keys == {AssetKey("rollouts_report"),
+                                                                              AssetKey("pass_rate_timeline")}
     assert location.sensor().skip_message == "a: skip (run is finished); b: skip (run is finished)"
+    start(location.instance, location.tmp, base_policy, "c")
+    finish_segments(st, "c")  # a run finishing later gets a report of its own
+    later = location.sensor()
+    assert requests(later) == [("report-c", None, "report")] and later.run_requests[0].tags[REPORT_TAG] == "c"
+    location.launch(later.run_requests[0], BY_SENSOR)
+    assert location.sensor().skip_message == ("a: skip (run is finished); b: skip (run is finished); "
+                                              "c: skip (run is finished)")
     location.schedule_on()
-    assert location.sensor().skip_message == "a: skip (run is finished); b: skip (run is finished)"
+    assert location.sensor().skip_message == ("a: skip (run is finished); b: skip (run is finished); "
+                                              "c: skip (run is finished)")
     assert requests(location.schedule(NIGHT)) == []
 
 
