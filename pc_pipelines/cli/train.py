@@ -6,7 +6,8 @@ Kept apart from the light subcommands (simulate, sql, report): torch is imported
 to N steps, so re-typing the same command with ``--resume`` finishes the run. Without ``--resume`` a run that
 already has checkpoints or steps is refused (nothing is overwritten by accident); ``--overwrite`` deletes it and
 starts over. Another process writing the same run is refused with its pid and host. SIGTERM or Ctrl-C stops at
-the next step boundary with a checkpoint (status ``stopped``, exit 143 / 130, one line on stderr); a full disk or
+the next step boundary with a checkpoint (status ``stopped``, exit 143 / 130, one line on stderr), and so does a
+``--json`` whose reader went away (exit 141, as for SIGPIPE; it used to end ``failed`` with an I/O error); a full disk or
 another I/O error ends the run ``failed`` with the reason and the fix (exit 1).
 
 Besides every ``training.eval_every`` steps, ``train`` evaluates the run's last step (``--no-final-eval``: the
@@ -23,8 +24,11 @@ import contextlib
 import json
 import logging
 import math
+import os
 import shlex
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -198,6 +202,16 @@ def _train(args: argparse.Namespace, stop) -> int:
     run_id_of(cfg, args.run_name)  # a family the default run id cannot carry: refused before anything is written
     store.check_path(read_only=False)  # /dev/null, a directory, a name too long: refused before the run is prepared
     show = not args.quiet and not args.json
+    stdout_gone = threading.Event()
+
+    def stdout_closed(flag) -> None:
+        """The reader of our stdout went away: stop at this step's boundary (checkpoint, status ``stopped``, exit
+        141) instead of failing the run with an I/O error that blames the disk; nothing more goes to stdout."""
+        stdout_gone.set()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would hit the closed pipe again
+        os.close(devnull)
+        flag.request(signal.SIGPIPE)
     with transformers_bars_off():  # our bars only: transformers' loading / saving bars would break into them
         progress = _SFTProgress(cfg.policy.sft_steps if cfg.policy else 0, show)
         try:
@@ -212,8 +226,11 @@ def _train(args: argparse.Namespace, stop) -> int:
                                show, leave=True)
 
             def on_step(rec) -> None:
-                if args.json:
-                    print(json.dumps(rec.to_json()), flush=True)
+                if args.json and not stdout_gone.is_set():
+                    try:
+                        print(json.dumps(rec.to_json()), flush=True)
+                    except BrokenPipeError:  # whoever read --json is gone (a study runner stopped, `| head`)
+                        stdout_closed(stop)
                 trained = rec.ledger.get("trained_rollouts", 1)  # no group trained: no reward to show
                 # the numbers of the Dagster UI's per-step progress (pc_pipelines/run/progress.py); tqdm adds
                 # step k/N, seconds a step and the time left

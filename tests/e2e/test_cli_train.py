@@ -1,6 +1,7 @@
 """`pilot-commit train` and `pilot-commit base-policy` as a user types them."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -170,3 +171,28 @@ def test_base_policy_writes_a_hugging_face_directory(tmp_path):
     assert model.config.model_type == "qwen2" and model.num_parameters() == meta["parameters"]
     assert tok.eos_token_id == model.generation_config.eos_token_id
     assert not list(tmp_path.glob(".bp.tmp-*"))  # the build renamed its temporary directory into place
+
+
+def test_a_json_reader_that_goes_away_stops_the_run_it_does_not_fail_it(base_policy, tmp_path):
+    """`train --json` whose reader closes the pipe after the first step (a study runner stopped, `| head -1`):
+    the run stops at that step's boundary with a checkpoint, status `stopped`, exit 141 (128 + SIGPIPE), no I/O
+    error blaming the disk, and --resume finishes it."""
+    args = ["train", "--method", "pc", "--steps", "4", "--out", str(tmp_path), "--run-name", "p", "--json",
+            "--policy", str(base_policy), *SMALL]
+    proc = subprocess.Popen([sys.executable, "-m", "pc_pipelines.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    first = json.loads(proc.stdout.readline())
+    proc.stdout.close()  # the reader is gone
+    err = proc.stderr.read()
+    assert proc.wait(timeout=600) == 141, err[-2000:]
+    assert first["step"] == 0
+    # The first write after the close fails: step 1's, unless the pipe's buffer took it before the close.
+    (last,) = [int(m) for m in re.findall(r"stopped by SIGPIPE \(at a step boundary\): after step (\d+)", err)]
+    assert last in (1, 2) and "I/O error" not in err
+    q = cli("sql", "--store", str(tmp_path / "pc.duckdb"), "--json",
+            "SELECT status, (SELECT count(*) FROM steps WHERE run_id = 'p') AS steps FROM runs WHERE run_id = 'p'")
+    assert json.loads(q.stdout) == [{"status": "stopped", "steps": last + 1}]
+    assert (tmp_path / "p" / "checkpoints" / f"step-{last:08d}").is_dir()
+    r = cli("train", *args[1:], "--resume")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [json.loads(line)["step"] for line in r.stdout.splitlines()] == list(range(last + 1, 4))
