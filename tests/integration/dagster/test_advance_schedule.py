@@ -10,7 +10,7 @@ records them.
 
 from __future__ import annotations
 
-import contextlib
+import time
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, build_schedule_context, build_sensor_context
+from dagster._core.scheduler.instigation import InstigatorStatus
 
 from assets.jobs import start_run
 from assets.schedules import SCHEDULE_NAME, ScheduleSettings, TimeWindow
@@ -65,37 +66,39 @@ class Location:
     schedule of ``SETTINGS``) for evaluating, and the stored on/off state of its schedule, toggled through the
     instance as the UI toggles it (on the real code location, ``pc_pipelines.definitions``)."""
 
-    def __init__(self, instance: DagsterInstance, tmp: Path, settings: ScheduleSettings = SETTINGS,
-                 code: str | None = None) -> None:
-        self.instance, self.tmp, self.code = instance, tmp, code
+    def __init__(self, instance: DagsterInstance, tmp: Path, settings: ScheduleSettings = SETTINGS) -> None:
+        self.instance, self.tmp = instance, tmp
         self.defs = build_definitions(resources(tmp), schedule_settings=settings)
         self.repo = self.defs.get_repository_def()
 
-    def _remote_schedule(self, stack):
-        """The schedule in the code location as the webserver loads it: a file building the definitions (those of
-        ``pc_pipelines.definitions``, or ``code``: its schedule's default status must be the evaluated one's, the
-        UI stops a schedule by it), loaded afresh for this instance."""
-        from dagster._core.test_utils import in_process_test_workspace
+    def _set_schedule(self, status: InstigatorStatus) -> None:
+        """Store the schedule's state as the UI's toggle does (``instance.start_schedule`` / ``stop_schedule`` write
+        this row for the code location's schedule): the sensor reads it from the instance. Written directly, not
+        through a loaded workspace: loading a second code location in-process in a test worker that already loaded
+        others fails now and then on Dagster's instance weakref."""
+        from dagster._core.remote_origin import (
+            InProcessCodeLocationOrigin,
+            RemoteInstigatorOrigin,
+            RemoteRepositoryOrigin,
+        )
+        from dagster._core.scheduler.instigation import InstigatorState, InstigatorType, ScheduleInstigatorData
         from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
-        path = self.tmp / "location.py"
-        path.write_text(self.code or "from pc_pipelines.definitions import build_definitions\n\n"
-                                     "defs = build_definitions()\n")
-        target = LoadableTargetOrigin(python_file=str(path), attribute="defs")
-        ws = stack.enter_context(in_process_test_workspace(self.instance, target))
-        entry = next(iter(ws.get_code_location_entries().values()))
-        assert entry.code_location is not None, entry.load_error
-        location = entry.code_location
-        return location.get_repository(location.get_repository_names()[0]).get_schedule(SCHEDULE_NAME)
+        origin = RemoteInstigatorOrigin(RemoteRepositoryOrigin(InProcessCodeLocationOrigin(
+            LoadableTargetOrigin(module_name="pc_pipelines.definitions", attribute="defs")), "__repository__"),
+            SCHEDULE_NAME)
+        cron = self.repo.get_schedule_def(SCHEDULE_NAME).cron_schedule
+        state = InstigatorState(origin, InstigatorType.SCHEDULE, status, ScheduleInstigatorData(cron, time.time()))
+        if self.instance.get_instigator_state(origin.get_id(), state.selector_id) is None:
+            self.instance.add_instigator_state(state)
+        else:
+            self.instance.update_instigator_state(state)
 
     def schedule_on(self) -> None:
-        with contextlib.ExitStack() as stack:
-            self.instance.start_schedule(self._remote_schedule(stack))
+        self._set_schedule(InstigatorStatus.RUNNING)
 
     def schedule_off(self) -> None:
-        with contextlib.ExitStack() as stack:
-            s = self._remote_schedule(stack)
-            self.instance.stop_schedule(s.get_remote_origin_id(), s.selector_id, s)
+        self._set_schedule(InstigatorStatus.STOPPED)
 
     def sensor(self):
         """The sensor's tick as the daemon evaluates it (its requests, or its skip reason; the daemon loads dynamic
@@ -230,9 +233,7 @@ def test_sensor_and_schedule_never_request_a_segment_twice(location):
 def test_a_schedule_running_by_default_defers_the_sensor_until_stopped(location):
     """``PC_ADVANCE_SCHEDULE_DEFAULT=running``: with no state stored (nobody toggled it) the schedule runs, so the
     sensor requests no segment; stopped in the UI, the sensor advances the runs."""
-    code = ("from assets.schedules import ScheduleSettings\nfrom pc_pipelines.definitions import build_definitions\n"
-            "defs = build_definitions(schedule_settings=ScheduleSettings(running_by_default=True))\n")
-    on = Location(location.instance, location.tmp, replace(SETTINGS, running_by_default=True), code)
+    on = Location(location.instance, location.tmp, replace(SETTINGS, running_by_default=True))
     assert on.repo.get_schedule_def(SCHEDULE_NAME).default_status.value == "RUNNING"
     assert requests(on.sensor()) == []
     assert "a: deferred (next segment 0 of 2; the schedule" in on.sensor().skip_message
