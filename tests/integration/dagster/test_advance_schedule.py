@@ -19,21 +19,14 @@ from zoneinfo import ZoneInfo
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, build_schedule_context, build_sensor_context
 from dagster._core.scheduler.instigation import InstigatorStatus
+from dagster_runs import local_resources, register_run
 
-from assets.jobs import start_run
 from assets.schedules import SCHEDULE_NAME, ScheduleSettings, TimeWindow
 from assets.sensors import REPORT_TAG, RUN_KEY_TAG, RUN_TAG, SCHEDULE_NAME_TAG, SENSOR_NAME, SENSOR_NAME_TAG
 from assets.training import ADVANCED_BY_TAG
 from pc_pipelines.definitions import build_definitions
 from pc_pipelines.errors import ConfigError
 from pc_pipelines.store import Store
-from resources import (
-    DataResource,
-    LocalCheckpointResource,
-    LocalComputeResource,
-    StoreResource,
-    TransformersEngineResource,
-)
 
 pytestmark = [pytest.mark.integration]
 
@@ -47,18 +40,11 @@ EVENING = datetime(2025, 1, 15, 21, 50, tzinfo=BERLIN)  # ten minutes before it 
 
 # ---- helpers ----------------------------------------------------------------------------------------------------
 def resources(tmp: Path) -> dict:
-    return {"data": DataResource(out_dir=str(tmp / "data")), "store": StoreResource(path=str(tmp / "pc.duckdb")),
-            "checkpoints": LocalCheckpointResource(root=str(tmp / "runs")), "compute": LocalComputeResource(),
-            "engine": TransformersEngineResource()}
+    return local_resources(tmp)
 
 
 def start(instance, tmp: Path, policy: Path, name: str, total_steps: int = 2) -> str:
-    cfg = {"method": "pc", "overrides": TINY, "segment_steps": 1, "total_steps": total_steps, "run_name": name,
-           "policy_path": str(policy)}
-    res = start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},
-                                       instance=instance, resources=resources(tmp))
-    assert res.success
-    return res.output_for_node("register_training_run")
+    return register_run(instance, tmp, policy, name, TINY, total_steps=total_steps)
 
 
 class Location:

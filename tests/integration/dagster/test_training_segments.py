@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 import torch
 from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context, materialize
+from dagster_runs import local_resources, register_run
 from safetensors.torch import load_file
 
 from assets.evaluation import segment_eval
@@ -17,13 +18,7 @@ from assets.sensors import build_advance_runs_sensor
 from assets.training import SEGMENTS, training_segment
 from pc_pipelines.run import latest_checkpoint, list_checkpoints
 from pc_pipelines.store import Store
-from resources import (
-    DataResource,
-    LocalCheckpointResource,
-    LocalComputeResource,
-    StoreResource,
-    TransformersEngineResource,
-)
+from resources import StoreResource, TransformersEngineResource
 from resources.engines import RolloutEngineResource
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -35,23 +30,12 @@ SMALL = ["allocator.train_batch=8", "allocator.n=16", "allocator.n_pilot=4", "al
 
 
 def resources(tmp_path, engine: RolloutEngineResource | None = None) -> dict:
-    return {
-        "data": DataResource(out_dir=str(tmp_path / "data")),
-        "store": StoreResource(path=str(tmp_path / "pc.duckdb")),
-        "checkpoints": LocalCheckpointResource(root=str(tmp_path / "runs")),
-        "compute": LocalComputeResource(),
-        "engine": engine or TransformersEngineResource(),
-    }
+    return local_resources(tmp_path, engine=engine)
 
 
 def start(instance, tmp_path, base_policy, name, method="pc", segment_steps=2, total_steps=4, policy=None):
-    cfg = {"method": method, "overrides": SMALL, "segment_steps": segment_steps, "total_steps": total_steps,
-           "run_name": name, "policy_path": str(policy or base_policy)}
-    res = start_run.execute_in_process(
-        run_config={"ops": {"register_training_run": {"config": cfg}}}, instance=instance, resources=resources(tmp_path)
-    )
-    assert res.success
-    return res.output_for_node("register_training_run")
+    return register_run(instance, tmp_path, policy or base_policy, name, SMALL, method=method,
+                        segment_steps=segment_steps, total_steps=total_steps)
 
 
 def train(instance, tmp_path, key, engine=None, raise_on_error=True):

@@ -29,19 +29,12 @@ from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, SkipReason, build_sensor_context, materialize
+from dagster_runs import local_resources, register_run
 
-from assets.jobs import start_run
 from assets.sensors import RUN_KEY_TAG, RUN_TAG, SENSOR_NAME, SENSOR_NAME_TAG, build_advance_runs_sensor
 from assets.training import training_segment
 from pc_pipelines.store import Store
-from resources import (
-    DataResource,
-    LocalCheckpointResource,
-    LocalComputeResource,
-    StoreResource,
-    SubprocessComputeResource,
-    TransformersEngineResource,
-)
+from resources import StoreResource, SubprocessComputeResource, TransformersEngineResource
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -67,22 +60,11 @@ GATED = ("import sys\nimport pc_pipelines.run.driver as driver\ntrain = driver._
 
 # ---- helpers ----------------------------------------------------------------------------------------------------
 def resources(tmp: Path, compute=None, engine=None) -> dict:
-    return {
-        "data": DataResource(out_dir=str(tmp / "data")),
-        "store": StoreResource(path=str(tmp / "pc.duckdb")),
-        "checkpoints": LocalCheckpointResource(root=str(tmp / "runs")),
-        "compute": compute or LocalComputeResource(),
-        "engine": engine or TransformersEngineResource(),
-    }
+    return local_resources(tmp, compute, engine)
 
 
 def start(instance, tmp: Path, policy: Path, name: str, total_steps: int = 2) -> str:
-    cfg = {"method": "pc", "overrides": TINY, "segment_steps": 1, "total_steps": total_steps, "run_name": name,
-           "policy_path": str(policy)}
-    res = start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},
-                                       instance=instance, resources=resources(tmp))
-    assert res.success
-    return res.output_for_node("register_training_run")
+    return register_run(instance, tmp, policy, name, TINY, total_steps=total_steps)
 
 
 def by_sensor(run_id: str, key: str) -> dict:

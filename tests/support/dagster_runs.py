@@ -1,0 +1,39 @@
+"""The Dagster integration tests' shared set-up: the local resources over one temporary directory, and a training run
+registered through the real ``start_run`` job. One copy, used by the segment, schedule and fault tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from assets.jobs import start_run
+from resources import (
+    DataResource,
+    LocalCheckpointResource,
+    LocalComputeResource,
+    StoreResource,
+    TransformersEngineResource,
+)
+
+
+def local_resources(tmp: Path, compute=None, engine=None) -> dict:
+    """The code location's resources, each kept under ``tmp`` (store ``tmp/pc.duckdb``, checkpoints ``tmp/runs``,
+    prepared data ``tmp/data``); ``compute`` and ``engine`` default to the in-process ones."""
+    tmp = Path(tmp)
+    return {
+        "data": DataResource(out_dir=str(tmp / "data")),
+        "store": StoreResource(path=str(tmp / "pc.duckdb")),
+        "checkpoints": LocalCheckpointResource(root=str(tmp / "runs")),
+        "compute": compute or LocalComputeResource(),
+        "engine": engine or TransformersEngineResource(),
+    }
+
+
+def register_run(instance, tmp: Path, policy: Path, name: str, overrides: list[str], *, method: str = "pc",
+                 segment_steps: int = 1, total_steps: int = 2) -> str:
+    """Register a training run with ``start_run`` (as the UI's launchpad does) and return its run id."""
+    cfg = {"method": method, "overrides": list(overrides), "segment_steps": segment_steps,
+           "total_steps": total_steps, "run_name": name, "policy_path": str(policy)}
+    res = start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},
+                                       instance=instance, resources=local_resources(tmp))
+    assert res.success
+    return res.output_for_node("register_training_run")
