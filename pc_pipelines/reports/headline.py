@@ -35,7 +35,28 @@ def study_headline(path: str | Path = STUDY_RESULTS) -> str:
     dtype = f" in {res['dtype']}" if res.get("dtype") else ""
     return (f"The study (`make bench-efficiency`, docs/BENCHMARKS.md): preset `{res['preset']}`{dtype}, {res['steps']} steps a "
             f"run, seeds {seeds}; median rollouts-to-target ratio{curves}, baseline / PC "
-            f"(> 1: PC needed fewer sampled rollouts): our PC {ours}; the paper's PC {paper}.{rep_txt}")
+            f"(> 1: PC needed fewer sampled rollouts): our PC {ours}; the paper's PC {paper}.{rep_txt}"
+            + "".join(_regime_sentence(name, r) for name, r in (res.get("regimes") or {}).items()
+                      if isinstance(r, dict)))
+
+
+def _regime_sentence(name: str, r: dict) -> str:
+    """One more sentence per regime of the file's ``regimes`` (``bench-tuned``: both sides at their tuned settings):
+    every median ratio by PC variant, then its goals met or missed."""
+    med = r.get("medians") or {}
+    by_pc: dict[str, list[str]] = {}
+    for k, v in med.items():
+        base, _, pc = k.partition(" / ")
+        by_pc.setdefault(pc, []).append(f"{base} {format_ratio(v)}")
+    budget = (r.get("pc_best") or {}).get("name")
+    tuned = ", ".join(x for x in (f"GRPO n = {r['grpo_best_n']}" if r.get("grpo_best_n") else "",
+                                  f"our PC's budget {budget}" if budget else "") if x)
+    seeds = ", ".join(map(str, r.get("seeds") or []))
+    goals = "; ".join(f"({k}) {'not measured' if g.get('met') is None else 'met' if g['met'] else 'missed'}"
+                      for k, g in sorted((r.get("goals") or {}).items()))
+    return (f" Regime `{name}` (seeds {seeds}" + (f"; tuned on other seeds: {tuned}" if tuned else "") + "): "
+            + "; ".join(f"{pc} {', '.join(v)}" for pc, v in by_pc.items()) + "."
+            + (f" Goals (docs/BENCHMARKS.md): {goals}." if goals else ""))
 
 
 def smoke_test_note(steps: int) -> str:

@@ -29,3 +29,23 @@ def test_study_headline_reads_the_committed_results_and_says_when_there_are_none
     assert "20 steps" in smoke_test_note(20) and "SMOKE TEST, not a comparison" in smoke_test_note(20)
     if STUDY_RESULTS.exists():  # the committed file parses and names the frozen preset
         assert "preset `bench`" in study_headline()
+
+
+def test_study_headline_adds_each_regime_of_the_results_file(tmp_path):
+    """A regime's entry (``research/bench_study.py --regime bench-tuned --results``) adds one sentence: its medians
+    by PC variant, what was tuned, and its goals met / missed / not measured."""
+    from pc_pipelines.reports import study_headline
+
+    res = {"preset": "bench", "steps": 120, "seeds": [8], "medians": {"GRPO64 / our PC": 1.5},
+           "regimes": {"bench-tuned": {
+               "seeds": [11, 12, 13], "grpo_best_n": 16, "pc_best": {"name": "p2+6/c8", "overrides": []},
+               "medians": {"GRPO64 / our PC": 1.25, "GRPO16 / our PC best": 0.625, "DAPO / our PC best": None},
+               "goals": {"b": {"met": False}, "a": {"met": True}, "c": {"met": None}}}}}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(res))
+    text = study_headline(path)
+    assert ("Regime `bench-tuned` (seeds 11, 12, 13; tuned on other seeds: GRPO n = 16, our PC's budget p2+6/c8): "
+            "our PC GRPO64 1.25x; our PC best GRPO16 0.62x, DAPO -.") in text
+    assert "Goals (docs/BENCHMARKS.md): (a) met; (b) missed; (c) not measured." in text
+    path.write_text(json.dumps({**res, "regimes": {}}))
+    assert "Regime" not in study_headline(path)
