@@ -42,7 +42,7 @@ def study_headline(path: str | Path = STUDY_RESULTS) -> str:
 
 def _regime_sentence(name: str, r: dict) -> str:
     """One more sentence per regime of the file's ``regimes`` (``bench-tuned``: both sides at their tuned settings):
-    every median ratio by PC variant, then its goals met or missed."""
+    every median ratio by PC variant (its goals, met or missed, are in docs/BENCHMARKS.md beside the reading)."""
     med = r.get("medians") or {}
     by_pc: dict[str, list[str]] = {}
     for k, v in med.items():
@@ -52,11 +52,8 @@ def _regime_sentence(name: str, r: dict) -> str:
     tuned = ", ".join(x for x in (f"GRPO n = {r['grpo_best_n']}" if r.get("grpo_best_n") else "",
                                   f"our PC's budget {budget}" if budget else "") if x)
     seeds = ", ".join(map(str, r.get("seeds") or []))
-    goals = "; ".join(f"({k}) {'not measured' if g.get('met') is None else 'met' if g['met'] else 'missed'}"
-                      for k, g in sorted((r.get("goals") or {}).items()))
     return (f" Regime `{name}` (seeds {seeds}" + (f"; tuned on other seeds: {tuned}" if tuned else "") + "): "
-            + "; ".join(f"{pc} {', '.join(v)}" for pc, v in by_pc.items()) + "."
-            + (f" Goals (docs/BENCHMARKS.md): {goals}." if goals else ""))
+            + "; ".join(f"{pc} {', '.join(v)}" for pc, v in by_pc.items()) + ".")
 
 
 def smoke_test_note(steps: int) -> str:
