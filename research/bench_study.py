@@ -684,7 +684,9 @@ def study_section(store: Store, img_dir: Path, main: list[study.StudyJob], isa: 
                                f"{regime.name}: held-out accuracy vs sampled rollouts")
     what, step_variants, caption = regime.per_step
     per_step = study.plot_per_step([stats[j.run_id] for j in main if j.run_id in stats and _variant(j) in
-                                    step_variants], Path(img_dir) / f"{pre}_{what}_per_step.png", what)
+                                    step_variants], Path(img_dir) / f"{pre}_{what}_per_step.png", what,
+                                   labels={j.run_id: _label(_variant(j), best_n, pc_best) for j in main}
+                                   if regime.extended else None)
     lines += ["### Plots", "", f"![{regime.name} accuracy vs rollouts]({docs_link(plot)})",
               f"![{regime.name} {caption}]({docs_link(per_step)})", ""]
     if not regime.extended:

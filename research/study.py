@@ -477,16 +477,25 @@ def versus_markdown(rows: Mapping[str, Sequence[Versus]], stats: Mapping[str, Ru
 
 
 # ---- plots -----------------------------------------------------------------------------------------------------
-def plot_per_step(stats: Sequence[RunStats], out: Path, what: str = "fill") -> Path:
-    """Fill rate of b_t (``what="fill"``) or generation rounds (``"rounds"``) per step, one line per run."""
+def plot_per_step(stats: Sequence[RunStats], out: Path, what: str = "fill",
+                  labels: Mapping[str, str] | None = None) -> Path:
+    """Fill rate of b_t (``what="fill"``) or generation rounds (``"rounds"``) per step, one line per run. Runs are
+    coloured by method, or by ``labels`` (run id -> variant name, one colour per name) when given: two variants of
+    one method (strict and easy_pool eviction) then read apart."""
     title = "fill rate of b_t per step (trained groups / b_t)" if what == "fill" else "generation rounds per step"
     fig, ax = new_figure(title, "training step", "trained groups / b_t" if what == "fill" else "rounds")
     seen: set[str] = set()
+    colors: dict[str, str] = {}
     for s in stats:
         y = s.fill_per_step if what == "fill" else s.rounds_per_step
-        label = method_label(s.method) if s.method not in seen else f"_{s.run_id}"
-        seen.add(s.method)
-        ax.plot(range(1, len(y) + 1), list(y), color=method_color(s.method), label=label, linewidth=1.0, alpha=0.8,
+        if labels is not None and s.run_id in labels:
+            name = labels[s.run_id]
+            color = colors.setdefault(name, VARIANT_COLORS[len(colors) % len(VARIANT_COLORS)])
+        else:
+            name, color = method_label(s.method), method_color(s.method)
+        label = name if name not in seen else f"_{s.run_id}"
+        seen.add(name)
+        ax.plot(range(1, len(y) + 1), list(y), color=color, label=label, linewidth=1.0, alpha=0.8,
                 gid=f"run:{s.run_id}")
     if what == "fill":
         ax.set_ylim(-0.02, 1.05)

@@ -205,3 +205,29 @@ def test_presets_efficiency_is_the_embedded_task_at_b_t_16():
     # Same task and policy as the embedded default, so the same cached warm start.
     assert json.dumps(eff.task.__dict__, sort_keys=True, default=str) == json.dumps(emb.task.__dict__, sort_keys=True, default=str)
     assert eff.policy == emb.policy and eff.training == emb.training
+
+
+def test_per_step_plot_colours_by_variant_when_labelled(sim_store, tmp_path, monkeypatch):
+    """Two variants of one method (the paper's PC with strict and with easy_pool eviction) read apart: with
+    ``labels`` each variant gets its own colour and legend entry; without, runs are coloured by method."""
+    store, jobs = sim_store
+    stats = list(study.run_stats(store, [j.run_id for j in jobs]).values())
+    seen = {}
+    save = study.save_figure
+
+    def capture(fig, out):
+        ax = fig.axes[0]
+        seen[out.name] = ([t.get_text() for t in ax.get_legend().get_texts()],
+                          {line.get_gid(): line.get_color() for line in ax.get_lines()})
+        return save(fig, out)
+
+    monkeypatch.setattr(study, "save_figure", capture)
+    ids = [s.run_id for s in stats]
+    study.plot_per_step(stats, tmp_path / "by_method.png", "fill")
+    labels = {ids[0]: "strict", **{r: "easy_pool" for r in ids[1:]}}
+    study.plot_per_step(stats, tmp_path / "by_variant.png", "fill", labels=labels)
+    legend, colors = seen["by_variant.png"]
+    assert legend == ["strict", "easy_pool"]
+    assert colors[f"run:{ids[0]}"] != colors[f"run:{ids[1]}"]
+    assert len({colors[f"run:{r}"] for r in ids[1:]}) == 1  # one colour per variant
+    assert "strict" not in seen["by_method.png"][0]
