@@ -83,15 +83,29 @@ def base_policy(policy_cache) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def no_leaked_dagster_instance():
-    """Each test starts with no "current" Dagster definitions-state storage. Dagster keeps the storage of the
-    instance last entered in a context variable that can outlive the instance; in a test worker that ran other
-    Dagster tests, building a ``Definitions`` then fails with "Attempted to resolve undefined DagsterInstance
-    weakref" (13 tests in one clean-clone CI run, none when run alone). Tests make their own instances."""
+def no_leaked_dagster_instance(monkeypatch):
+    """No test sees a "current" Dagster definitions-state storage whose instance is gone. Dagster keeps the storage
+    of the instance last entered in a context variable, and in a busy CI test worker building a ``Definitions``
+    failed now and then with "Attempted to resolve undefined DagsterInstance weakref" (13 tests in one clean-clone
+    run; after the variable was cleared before each test, one set-up in another run, so the stale value can also
+    arrive during a test; its source was not found). So the variable is cleared before each test, and a storage
+    whose instance was collected reads as none, which is what Dagster sees once that instance has been exited. A
+    live storage is returned as it is."""
     import sys
 
     if "dagster" in sys.modules:
-        from dagster._core.storage.defs_state.base import _current_storage
+        from dagster._core.storage.defs_state import base
 
-        _current_storage.set(None)
+        base._current_storage.set(None)
+        current = base.DefsStateStorage.get.__func__
+
+        def live_only(cls):
+            storage = current(cls)
+            ref = getattr(storage, "_instance_weakref", None)
+            if storage is not None and ref is not None and ref() is None:
+                base._current_storage.set(None)
+                return None
+            return storage
+
+        monkeypatch.setattr(base.DefsStateStorage, "get", classmethod(live_only))
     yield
