@@ -19,6 +19,7 @@ tokenizers). Exit status 1 when check 1 or 2 fails. About a minute on a GPU.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -69,7 +70,9 @@ def main() -> int:
     prompts = [f"{a:05d}+{b:05d}" + INSTRUCTION for a, b in zip(range(11, 9999, 211), range(7, 9999, 307))][:48]
     greedy = SamplingParams(0.0, 1.0, 12, seed=0)
     cpu = TransformersEngine(model, tok, device="cpu")
-    dev = TransformersEngine(model, tok, device=args.device)
+    dev_model = copy.deepcopy(model).to(args.device)  # its own copy: one module cannot sit on two devices
+    dev = TransformersEngine(dev_model, tok, device=args.device)
+    report["model_device"] = str(next(dev_model.parameters()).device)
     reqs1 = [RolloutRequest(p, 1) for p in prompts]
 
     def tokens(outs):
@@ -92,7 +95,7 @@ def main() -> int:
         report[f"rollouts_per_s_{name}"] = round(len(round_reqs) * 16 / (time.perf_counter() - t0), 1)
 
     if args.device.startswith("cuda"):
-        bf16, _ = tiny_policy(torch.bfloat16)
+        bf16 = tiny_policy(torch.bfloat16)[0].to(args.device)
         report["bf16_greedy_equal_share"] = sum(
             x == y for x, y in zip(want, tokens(TransformersEngine(bf16, tok, device=args.device).generate(reqs1, greedy)))
         ) / len(want)

@@ -90,9 +90,16 @@ class TransformersEngine:
     def __init__(self, model, tokenizer, device: str | torch.device = "cpu", max_batch_sequences: int = 4096) -> None:
         if tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer has no pad token. Fix: set tokenizer.pad_token (e.g. to the eos token).")
+        self.device = torch.device(device)
+        param = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+        if param is not None and param.device.type != self.device.type:
+            raise ValueError(
+                f"the model's weights are on {param.device.type} but the engine samples on {self.device.type}: "
+                f"generation would run where the weights are, not on {self.device.type}. Fix: move the model first "
+                f"(model.to({self.device.type!r})) or pass device={param.device.type!r}."
+            )
         self.model = model
         self.tokenizer = tokenizer
-        self.device = torch.device(device)
         self.max_batch_sequences = int(max_batch_sequences)
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id
