@@ -101,3 +101,14 @@ def test_plan_round_orders_cuts_and_seeds():
     assert plan.chunk_prompts(0) == [[3, 4, 5, 6], [8, 9, 10, 11], [8, 9, 10, 11]]
     with pytest.raises(ValueError, match="max_batch_sequences"):
         plan_round(prompts, [1, 1, 1, 1], max_batch_sequences=0, seed=0)
+
+
+def test_an_engine_refuses_a_model_whose_weights_are_elsewhere():
+    """The lent GPU's check once passed a CPU model to a "cuda" engine: generation ran on the CPU and the check
+    compared the CPU with itself. The engine now says where the weights are and how to move them."""
+    tok = build_tokenizer()
+    cfg = model_config(PolicyConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), len(tok), 0, 1)
+    model = AutoModelForCausalLM.from_config(cfg)  # on the CPU
+    with pytest.raises(ValueError, match=r"weights are on cpu but the engine samples on meta.*Fix: move the model"):
+        TransformersEngine(model, tok, device="meta")
+    assert TransformersEngine(model, tok, device="cpu").device.type == "cpu"
