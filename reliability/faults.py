@@ -27,7 +27,13 @@ AREAS = {"test_faults_inputs": "inputs, configs, --set values, store paths",
          "test_faults_runs": "writers, checkpoints, stops",
          "test_faults_segments": "Dagster segment state, the sensor",
          "test_faults_store": "names, damaged / swapped steps, sql, links, stale status",
-         "test_faults_tampering": "tampered checkpoints, custom model code, full disk in torch.save"}
+         "test_faults_tampering": "tampered checkpoints, custom model code, full disk in torch.save",
+         "test_faults_paste": "printed commands pasted into bash under hostile paths",
+         "test_faults_outputs": "user-named outputs (devices, FIFOs, links), payload conversion",
+         "test_faults_loads": "loads bounded by the manifest (allocating pickles, deflated entries, storages)",
+         "test_faults_tampered_data": "tampered plain data (RNG states, trainer state, safetensors, meta.json)",
+         "test_faults_disk_schema": "full disks (blocks, inodes), hand-altered schema versions",
+         "test_faults_hostile_inputs": "huge values, schedule windows, ignored settings, bad step counts"}
 
 
 def run_suite(workers: int) -> tuple[list[dict], float]:
@@ -55,8 +61,8 @@ def section(cases: list[dict], wall: float, cmd: str) -> str:
         "",
         f"Command: `{cmd}`. Machine: {machine()}. Wall time: {wall / 60:.1f} min.",
         "",
-        "| suite | area | cases tried | held | not held | skipped | data lost | code run |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| suite | area | cases tried | held | not held | skipped | data lost | code run | outside the store touched |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     files = sorted({c["file"] for c in cases})
     for f in [*files, None]:
@@ -65,14 +71,16 @@ def section(cases: list[dict], wall: float, cmd: str) -> str:
         lost = "0" if not n["not held"] else "see below"  # a held case asserts both; a failed one: inspect it
         name = f"`{f}`" if f else "**all**"
         lines.append(f"| {name} | {AREAS.get(f, '') if f else ''} | {len(sub)} | {n['held']} | {n['not held']} | "
-                     f"{n['skipped']} | {lost} | {lost} |")
+                     f"{n['skipped']} | {lost} | {lost} | {lost} |")
     bad = [c for c in cases if c["outcome"] != "held"]
     if bad:
         lines += ["", "Not held or skipped:", ""] + [f"- `{c['file']}::{c['name']}`: {c['outcome']}" for c in bad]
     lines += ["", "A held case asserts its steps whole (each exactly once), the other runs untouched and, for a user "
               "error, the fix named without a traceback: data lost is 0 for every held case. A case that plants code "
               "(a pickle payload, custom model code, a YAML tag) asserts that its marker file was never created: code "
-              "run is 0 for every held case."]
+              "run is 0 for every held case. A case whose risk is a path outside the store (a pasted fix text, an output onto a "
+              "device node or a link, a conversion) asserts that the decoy files and nodes beside it are unchanged: outside "
+              "the store touched is 0 for every held case."]
     return "\n".join(lines) + "\n"
 
 
