@@ -73,8 +73,8 @@ class Place:
     def paste(self, command: str, path_first: Path = BIN) -> subprocess.CompletedProcess:
         env = {**ENV, "PATH": f"{path_first}{os.pathsep}{BIN}{os.pathsep}{ENV.get('PATH', '')}",
                "HOME": str(self.here)}
-        return subprocess.run(["bash", "-c", command], cwd=self.here, env=env, capture_output=True, text=True,
-                              timeout=300, check=False)
+        return subprocess.run(["bash", "-c", command], cwd=self.here, env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=300, check=False)
 
     def assert_no_code_ran(self) -> None:
         assert [str(p) for p in self.tmp.rglob(MARKER)] == []  # what `touch pwned` would have made
@@ -113,7 +113,7 @@ def in_backticks(text: str, head: str) -> str:
 
 
 def code_block(markdown: str) -> str:
-    assert markdown.startswith("```\n") and markdown.endswith("\n```") and markdown.count("\n") == 2, markdown
+    assert markdown.startswith("```\n") and markdown.endswith("\n```"), markdown
     return markdown[4:-4]
 
 
@@ -129,21 +129,20 @@ def test_check_s_rm_fix_deletes_the_damaged_step_and_nothing_else(tmp_path, name
     (damaged / "steps.parquet").write_bytes(b"")
     shown = cli("check", "--store", str(store), check_rc=1)
     no_traceback(shown.stderr)
-    fix_lines = [ln for ln in shown.stdout.splitlines() if ln.startswith("  fix:")]
-    assert len(fix_lines) == 1 and "`rm -r " in fix_lines[0], shown.stdout  # the whole fix on one line
     problem, = json.loads(cli("check", "--store", str(store), "--json", check_rc=1).stdout)["problems"]
     assert (problem["step"], problem["kind"], problem["path"]) == (2, "damaged", str(damaged))
     command = in_backticks(problem["fix"], "rm -r ")
-    assert in_backticks(fix_lines[0], "rm -r ") == command
     outside, kept = place.outside(), snapshot(steps, skip=damaged)
 
     pasted = place.paste(command)
 
+    place.assert_no_code_ran()
+    assert place.outside() == outside  # Bobs, and, Als: untouched
+    assert snapshot(steps, skip=damaged) == kept  # the other steps, byte for byte
     assert pasted.returncode == 0 and pasted.stderr == "", pasted.stderr
     assert not damaged.exists()  # it did what it says
-    assert snapshot(steps) == kept  # the other steps, byte for byte
-    assert place.outside() == outside  # Bobs, and, Als: untouched
-    place.assert_no_code_ran()
+    fix_lines = [ln for ln in shown.stdout.splitlines() if ln.startswith("  fix:")]
+    assert len(fix_lines) == 1 and in_backticks(fix_lines[0], "rm -r ") == command  # the whole fix on one line
     after, = json.loads(cli("check", "--store", str(store), "--json", check_rc=1).stdout)["problems"]
     assert (after["step"], after["kind"]) == (2, "missing") and "accept the gap" in after["fix"]
 
@@ -158,26 +157,28 @@ def test_simulate_demo_s_hints_ask_the_store_they_name(tmp_path, name):
     out = cli("simulate-demo", "--store", str(store), "--steps", "5", "--prompts", "500", "--train-batch", "8",
               "--n", "8", check_rc=0)
     no_traceback(out.stderr)
-    hints = out.stdout.split("Ask it, e.g.:\n", 1)[1].splitlines()
+    hints = ["pilot-commit " + h.rstrip("\n") for h in out.stdout.split("Ask it, e.g.:\n  pilot-commit ", 1)[1]
+             .split("\n  pilot-commit ")]
     assert [h.split()[:2] for h in hints] == [["pilot-commit", "runs"], ["pilot-commit", "report"],
-                                              ["pilot-commit", "sql"]]  # one line each
+                                              ["pilot-commit", "sql"]]
     runs = sorted(r["run_id"] for r in Store(store).list_runs())
     decisions = Store(store).query(
         "SELECT decision, count(*) AS n FROM prompt_observations WHERE stage = 'pilot' GROUP BY ALL")
     assert len(runs) == 4 and decisions
     outside, catalog = place.outside(), snapshot(place.store_dir)
 
-    shown = [place.paste(h.strip()) for h in hints]
+    shown = [place.paste(h) for h in hints]
 
+    place.assert_no_code_ran()
+    assert place.outside() == outside
+    assert snapshot(place.store_dir) == catalog  # the queries read, nothing more
+    assert all("\n" not in h for h in hints)  # one line each
     for r in shown:
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert all(run in shown[0].stdout for run in runs)
     table = [ln.split() for ln in shown[2].stdout.splitlines()]
     assert all([d["decision"], str(d["n"])] in table for d in decisions), shown[2].stdout
     assert f"({len(decisions)} row" in shown[2].stdout
-    assert snapshot(place.store_dir) == catalog  # the queries read, nothing more
-    assert place.outside() == outside
-    place.assert_no_code_ran()
 
 
 def test_a_dagster_segment_s_sql_and_tensorboard_commands_paste_whole(tmp_path, base_policy):
@@ -206,13 +207,14 @@ def test_a_dagster_segment_s_sql_and_tensorboard_commands_paste_whole(tmp_path, 
     queried = place.paste(sql)
     opened = place.paste(tensorboard, path_first=stand_in)
 
+    place.assert_no_code_ran()
+    assert {k: v for k, v in place.outside().items() if not k.startswith(str(stand_in))} == \
+        {k: v for k, v in outside.items() if not k.startswith(str(stand_in))}
+    assert snapshot(place.store_dir) == files
+    assert "\n" not in sql and "\n" not in tensorboard  # one line each
     assert queried.returncode == 0 and "Traceback" not in queried.stderr, queried.stderr
     table = [ln.split() for ln in queried.stdout.splitlines()]
     assert table[0][:5] == ["step", "mean_reward", "mean_reward_std", "informative_share", "sampled_rollouts"]
     assert table[2][0] == "0" and table[2][4] == str(rows[0]["sampled_rollouts"]) and table[3] == ["(1", "row)"]
     assert opened.returncode == 0, opened.stderr
     assert (stand_in / "argv").read_bytes().split(b"\0")[:-1] == [b"--logdir", os.fsencode(str(logdir))]
-    assert snapshot(place.store_dir) == files
-    assert {k: v for k, v in place.outside().items() if not k.startswith(str(stand_in))} == \
-        {k: v for k, v in outside.items() if not k.startswith(str(stand_in))}
-    place.assert_no_code_ran()
