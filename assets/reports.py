@@ -25,6 +25,7 @@ from dagster import (
 )
 from pydantic import Field
 
+from pc_pipelines.errors import shell_command
 from pc_pipelines.reports import ReportError, build_report, method_label
 from pc_pipelines.reports.timeline import DEFAULT_TOP, RECENT_RUNS, TimelineError, recent_runs, write_timeline
 from resources import StoreResource
@@ -155,8 +156,9 @@ def pass_rate_timeline(context: AssetExecutionContext, config: TimelineConfig,
         if not runs:
             raise TimelineError(
                 f"no run in {st.path} has prompt observations yet, so there is no pass rate to draw. Fix: record or "
-                f"train a run first (`pilot-commit simulate --store {st.path} --method pc`, or the start_run job), "
-                "then materialize again.")
+                "train a run first "
+                f"(`{shell_command('pilot-commit', 'simulate', '--store', st.path, '--method', 'pc')}`, or the "
+                "start_run job), then materialize again.")
         out_dir = Path(config.out_dir)
         results = [write_timeline(st, rid, out_dir / f"timeline_{rid}.png", config.prompts, config.top)
                    for rid in runs]

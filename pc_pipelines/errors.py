@@ -1,4 +1,5 @@
-"""The errors every layer raises for a setting that cannot work, and the one "Fix:" message format of a bad field.
+"""The errors every layer raises for a setting that cannot work, the one "Fix:" message format of a bad field, and
+the one way a message writes a command for a person to paste (:func:`shell_command`).
 
 The bottom of the package: it imports nothing of it, so any module may use it.
 """
@@ -6,6 +7,7 @@ The bottom of the package: it imports nothing of it, so any module may use it.
 from __future__ import annotations
 
 import math
+import re
 import reprlib
 from dataclasses import fields
 from typing import Any
@@ -67,3 +69,53 @@ def brief(value: Any, limit: int = MESSAGE_VALUE_CHARS) -> str:
     r.maxstring, r.maxlong, r.maxother = limit, limit, limit
     text = r.repr(value)
     return text if len(text) <= limit + 20 else text[:limit] + "..."
+
+
+# ---- commands a person pastes -------------------------------------------------------------------------------------
+_SHELL_BARE = re.compile(r"[\w@%+=:,./-]+", re.ASCII)
+_SPECIAL_IN_DOUBLE_QUOTES = frozenset('"$`\\!')
+_ANSI_C_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r", "`": "\\x60", "!": "\\x21"}
+
+
+def shell_word(arg: object) -> str:
+    """``str(arg)`` as one word of a POSIX shell (bash, zsh, ksh) command line, read back exactly as it is.
+
+    Plain words stay bare (``--store``, ``/tmp/s.duckdb``); other text is single-quoted (``'/tmp/my runs/s'``), or
+    double-quoted when it holds a single quote and nothing a double quote leaves special (``"WHERE stage = 'pilot'"``,
+    ``"/tmp/Bob's runs"``). Text holding a backtick or a character that is not printable (a newline, an escape)
+    is written as ``$'...'`` with those characters escaped (a backtick as ``\\x60``, other bytes as ``\\xHH``), so
+    the command stays on one line, inside a Markdown code span, and sends nothing to the terminal that it would
+    act on; bash, zsh and ksh read it (POSIX sh since its 2024 edition)."""
+    text = str(arg)
+    if _SHELL_BARE.fullmatch(text):
+        return text
+    if "`" not in text and text.isprintable():
+        if "'" not in text:
+            return f"'{text}'"
+        if not _SPECIAL_IN_DOUBLE_QUOTES.intersection(text):
+            return f'"{text}"'
+    out = []
+    for ch in text:
+        if ch in _ANSI_C_ESCAPES:
+            out.append(_ANSI_C_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        else:  # a lone surrogate \udc80-\udcff is a byte of a file name that is not UTF-8 (os.fsdecode)
+            try:
+                raw = ch.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                raw = ch.encode("utf-8", "surrogatepass")
+            out.extend(f"\\x{b:02x}" for b in raw)
+    return "$'" + "".join(out) + "'"
+
+
+def shell_command(*argv: object) -> str:
+    """A command for a person to paste into a shell, each argument quoted by :func:`shell_word`: every command a
+    message, hint or Dagster metadata value shows is built here, so a path holding a quote, a space, ``$(...)``, a
+    backtick or a newline is one argument when pasted, and runs nothing. Placeholders such as ``...`` stay bare."""
+    return " ".join(shell_word(a) for a in argv)
+
+
+def sql_string(text: object) -> str:
+    """``str(text)`` as a SQL string literal (single quotes, a quote inside doubled), for a query a message shows."""
+    return "'" + str(text).replace("'", "''") + "'"

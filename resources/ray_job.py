@@ -57,6 +57,7 @@ from typing import Any
 from dagster import Failure
 from pydantic import Field, model_validator
 
+from pc_pipelines.errors import shell_command
 from pc_pipelines.rollout.registry import launch_device_problem
 
 from .compute import PipesComputeResource, tap_steps
@@ -211,8 +212,9 @@ class RayJobComputeResource(PipesComputeResource):
                 raise
             why = (f"The job ran past job_timeout_s={self.job_timeout_s:g} and was stopped. Fix: raise job_timeout_s, "
                    "or make segments shorter (segment_steps). " if timed_out.is_set() else "")
-            raise Failure(f"{exc}\n{why}The job's whole log: `ray job logs {params['submission_id']} --address "
-                          f"{self.address}`. A retry of the segment resumes from its newest checkpoint.") from exc
+            logs = shell_command("ray", "job", "logs", params["submission_id"], "--address", self.address)
+            raise Failure(f"{exc}\n{why}The job's whole log: `{logs}`. A retry of the segment resumes from its "
+                          "newest checkpoint.") from exc
         finally:
             if timer is not None:
                 timer.cancel()

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..allocation import METHODS
 from ..config import RunConfig, parse_overrides
-from ..errors import ConfigError
+from ..errors import ConfigError, shell_command
 from ..run.stopping import StopFlag, StopRequested, run_outcome, stop_on_signals
 from ..simulator import SimStep, Simulation, record_simulation
 from ..store import Store
@@ -189,12 +189,12 @@ def cmd_simulate_demo(args: argparse.Namespace) -> int:
         "allocator, not a claim about model accuracy: see `pilot-commit simulate --help`.\n"
     )
     if args.store:
+        query = "SELECT decision, count(*) FROM prompt_observations WHERE stage = 'pilot' GROUP BY ALL"
         out.write(
             f"\nThe runs are recorded in {args.store}. Ask it, e.g.:\n"
-            f"  pilot-commit runs --store {args.store}\n"
-            f"  pilot-commit report --store {args.store}\n"
-            f'  pilot-commit sql --store {args.store} "SELECT decision, count(*) FROM prompt_observations '
-            "WHERE stage = 'pilot' GROUP BY ALL\"\n"
+            f"  {shell_command('pilot-commit', 'runs', '--store', args.store)}\n"
+            f"  {shell_command('pilot-commit', 'report', '--store', args.store)}\n"
+            f"  {shell_command('pilot-commit', 'sql', '--store', args.store, query)}\n"
         )
     return 0
 

@@ -11,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 
+from ..errors import shell_command
 from ..reports.timeline import DEFAULT_TOP
 from ..store import Store
 from ..store.runlock import with_live_status
@@ -105,8 +106,8 @@ def _warn_problems(store: Store, path: str) -> None:
         runs = sorted({p.run_id for p in scan.problems})
         sys.stderr.write(
             f"pilot-commit: warning: {len(scan.problems)} step(s) of run(s) {', '.join(runs)} are damaged or missing "
-            f"and were left out; cumulative figures of those runs are lower bounds. See `pilot-commit check --store "
-            f"{path}`.\n"
+            f"and were left out; cumulative figures of those runs are lower bounds. See "
+            f"`{shell_command('pilot-commit', 'check', '--store', path)}`.\n"
         )
 
 
@@ -169,7 +170,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     elif not report:
         sys.stdout.write(
             "no family has both a GRPO and a PC run with eval results yet (the target is min(GRPO peak, PC peak)). "
-            f"Record them first, e.g. `pilot-commit simulate-demo --store {args.store}`.\n"
+            f"Record them first, e.g. `{shell_command('pilot-commit', 'simulate-demo', '--store', args.store)}`.\n"
         )
     else:
         _print_report(report)

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..errors import shell_command
 from ..store import Store, StoreError
 from .style import method_key
 
@@ -175,11 +176,13 @@ def summarize(curves: Iterable[RunCurves]) -> list[MethodSummary]:
 
 def _no_data_message(store: Store, family: str | None, what: str) -> str:
     scope = f" for family {family!r}" if family else ""
+    store_arg = ("--store", store.path)
     return (
         f"no {what} in {store.path}{scope} yet, so there is nothing to report. Fix: record runs first, e.g. "
-        f"`pilot-commit simulate-demo --store {store.path}` (GRPO, DAPO and PC in the simulator), "
-        f"`pilot-commit simulate --store {store.path} --method grpo` (then dapo and pc), or "
-        f"`pilot-commit train --store {store.path} ...`; see `pilot-commit runs --store {store.path}`."
+        f"`{shell_command('pilot-commit', 'simulate-demo', *store_arg)}` (GRPO, DAPO and PC in the simulator), "
+        f"`{shell_command('pilot-commit', 'simulate', *store_arg, '--method', 'grpo')}` (then dapo and pc), or "
+        f"`{shell_command('pilot-commit', 'train', *store_arg, '...')}`; see "
+        f"`{shell_command('pilot-commit', 'runs', *store_arg)}`."
     )
 
 

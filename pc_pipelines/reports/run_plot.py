@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import sql_string
 from ..store import Store
 from .plots import save_figure
 from .style import method_color
@@ -22,11 +23,10 @@ PANELS = ("held-out accuracy", "mean reward", "reward std", "informative share",
 def run_progress_query(run_id: str) -> str:
     """The SQL of a run's per-step curve (one row per step; ``accuracy``: the mean over the run's held-out sets,
     where that step was evaluated), for ``pilot-commit sql``. ``run_id`` is quoted as a SQL string."""
-    rid = run_id.replace("'", "''")
     return ("SELECT s.step, s.mean_reward, s.mean_reward_std, s.informative_share, s.sampled_rollouts, "
             "sum(s.sampled_rollouts) OVER (ORDER BY s.step) AS cumulative_rollouts, e.accuracy "
             f"FROM steps s LEFT JOIN eval_curve e ON e.run_id = s.run_id AND e.step = s.step "
-            f"WHERE s.run_id = '{rid}' ORDER BY s.step")
+            f"WHERE s.run_id = {sql_string(run_id)} ORDER BY s.step")
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import shell_command
 from ..store import Store
 from ..store.runlock import with_live_status
 from .curves import ReportError
@@ -176,10 +177,11 @@ def recent_runs(store: Store, limit: int = RECENT_RUNS) -> list[str]:
 def _runs_hint(store: Store) -> str:
     runs = _runs_newest_first(store)
     if not runs:
-        return (f"the store has no runs yet. Fix: record one first, e.g. `pilot-commit simulate --store {store.path} "
-                "--method pc`.")
+        return ("the store has no runs yet. Fix: record one first, e.g. "
+                f"`{shell_command('pilot-commit', 'simulate', '--store', store.path, '--method', 'pc')}`.")
     names = [r["run_id"] for r in runs[:5]]
-    more = f" (`pilot-commit runs --store {store.path}` lists all {len(runs)})" if len(runs) > len(names) else ""
+    more = (f" (`{shell_command('pilot-commit', 'runs', '--store', store.path)}` lists all {len(runs)})"
+            if len(runs) > len(names) else "")
     return f"Fix: name one of its runs, e.g. {', '.join(names)}{more}."
 
 
@@ -190,9 +192,10 @@ def _no_observations(store: Store, run: dict) -> TimelineError:
         why = f"it has no recorded step yet (status {run['status']})"
     others = [r for r in recent_runs(store, 5) if r != run["run_id"]]
     pick = f"pick a run that has steps, e.g. {', '.join(others)}" if others else (
-        f"record a run first, e.g. `pilot-commit simulate --store {store.path} --method pc`")
-    fix = f"wait for its first step (`pilot-commit runs --store {store.path}`), or {pick}" \
-        if run["status"] == "running" else pick
+        "record a run first, e.g. "
+        f"`{shell_command('pilot-commit', 'simulate', '--store', store.path, '--method', 'pc')}`")
+    fix = (f"wait for its first step (`{shell_command('pilot-commit', 'runs', '--store', store.path)}`), or {pick}"
+           if run["status"] == "running" else pick)
     return TimelineError(f"run {run['run_id']!r} ({method_label(run['method'])}) has no prompt observations "
                          f"(no pass_rate_history rows): {why}, so there is no pass rate to draw. Fix: {fix}.")
 

@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..errors import shell_command
 from .normalize import normalize
 
 log = logging.getLogger(__name__)
@@ -463,7 +464,8 @@ class Worker:
         self.close()
         raise WorkerError(
             f"the math grading worker process did not start within {self.START_TIMEOUT_S:g} s (exit code {code}); "
-            f"it runs `{sys.executable} -c 'from pc_pipelines.rewards._verify import worker_cli'` and must be able "
+            f"it runs `{shell_command(sys.executable, '-c', 'from pc_pipelines.rewards._verify import worker_cli')}` "
+            "and must be able "
             "to import pc_pipelines and math_verify (see its stderr above)."
         )
 

@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
+from ..errors import shell_command, sql_string
 from .names import RunIdError, validate_run_id
 from .rollouts_to_target import median
 from .schema import DDL, MIGRATIONS, SCHEMA_VERSION, STEP_TABLES, view_sql
@@ -152,7 +153,8 @@ class Store:
         self.check_path(read_only)
         if read_only and not self.path.exists():
             raise StoreError(
-                f"no store at {self.path}. Fix: write one first (e.g. `pilot-commit simulate --store {self.path}`) "
+                f"no store at {self.path}. Fix: write one first (e.g. "
+                f"`{shell_command('pilot-commit', 'simulate', '--store', self.path)}`) "
                 "or check the --store path."
             )
         deadline = time.monotonic() + self.lock_timeout_s
@@ -176,7 +178,7 @@ class Store:
         """The message for a catalog DuckDB would not open, with the fix for its cause (DuckDB's text tells it)."""
         import re
 
-        from .names import shown_path
+        from .names import shown_path, store_example
 
         text = str(exc)
         low = text.lower()
@@ -199,8 +201,7 @@ class Store:
             return (f"{head}: a name in the path is too long for the file system. Fix: choose a shorter store path "
                     "(e.g. --store ./pc.duckdb).")
         if "is a directory" in low:
-            return (f"{head}: it is a directory. Fix: name the catalog file, e.g. --store {shown_path(self.path, 100)}"
-                    "/pc.duckdb.")
+            return f"{head}: it is a directory. Fix: name the catalog file, e.g. {store_example(self.path)}."
         if "not a valid duckdb database" in low:
             return (f"{head}: the file is not a DuckDB database, so it is no store's catalog (nothing was changed). "
                     "Fix: check the --store path: give a store's .duckdb file, or a new path to start a store.")
@@ -331,7 +332,8 @@ class Store:
                               + (f"; a damaged copy was quarantined in {q}" if q else ""))
                     fix = self._fix(run_id, n, kind, None)
                     if q:
-                        fix += f"; the quarantined copy is kept for inspection only: `rm -r '{q}'` deletes it"
+                        fix += ("; the quarantined copy is kept for inspection only: "
+                                f"`{shell_command('rm', '-r', q)}` deletes it")
                     problems.append(StepProblem(run_id, n, "missing", detail, str(q) if q else None, fix))
         return StoreScan(files=files, problems=problems, runs=len(set(runs) | set(run_dirs)), steps_checked=checked)
 
@@ -349,17 +351,19 @@ class Store:
 
     def _fix(self, run_id: str, step: int, kind: str | None, step_dir: Path | None) -> str:
         if kind == "simulate":
-            redo = (f"re-record the run: repeat its `pilot-commit simulate --store {self.path} --run-name {run_id} ...` "
-                    "command with the same flags and --overwrite (a simulation replays every step; its config is in "
-                    f"`SELECT config_json FROM runs WHERE run_id = '{run_id}'`)")
+            again = shell_command("pilot-commit", "simulate", "--store", self.path, "--run-name", run_id, "...")
+            redo = (f"re-record the run: repeat its `{again}` command with the same flags and --overwrite (a "
+                    "simulation replays every step; its config is in "
+                    f"`SELECT config_json FROM runs WHERE run_id = {sql_string(run_id)}`)")
         else:
             redo = (f"replay it from a checkpoint before step {step}: re-materialize the run's Dagster segment "
-                    f"partition that holds step {step}, or `pilot-commit train --run-name {run_id} --resume` when "
-                    f"the run's latest checkpoint is before step {step} (`SELECT step FROM checkpoints WHERE run_id = "
-                    f"'{run_id}'`)")
+                    f"partition that holds step {step}, or "
+                    f"`{shell_command('pilot-commit', 'train', '--run-name', run_id, '--resume')}` when the run's "
+                    f"latest checkpoint is before step {step} (`SELECT step FROM checkpoints WHERE run_id = "
+                    f"{sql_string(run_id)}`)")
         if step_dir is not None:
-            return (f"{redo}; or give the step up: `rm -r '{step_dir}'` (queries already skip it; the run's "
-                    "cumulative figures report it in missing_steps)")
+            return (f"{redo}; or give the step up: `{shell_command('rm', '-r', step_dir)}` (queries already skip "
+                    "it; the run's cumulative figures report it in missing_steps)")
         return f"{redo}; or accept the gap (cumulative figures report it in missing_steps)"
 
     def check(self, with_running: bool = False) -> Any:

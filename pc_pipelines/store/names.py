@@ -18,6 +18,8 @@ import re
 import stat
 from pathlib import Path
 
+from ..errors import shell_word
+
 RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 RUN_ID_MAX_LEN = 128
 RUN_ID_RULE = (
@@ -91,6 +93,15 @@ def shown_path(path: object, limit: int = 160) -> str:
     return f"{text[:limit // 2]}...{text[-limit // 4:]} ({len(text):,} characters)"
 
 
+def store_example(directory: object, limit: int = 100) -> str:
+    """``--store <directory>/pc.duckdb`` for a Fix text, quoted for the shell (:func:`shell_word`); a directory
+    longer than ``limit`` characters is shown cut (:func:`shown_path`, the cut marked), to be typed, not pasted."""
+    text = str(directory)
+    if len(text) <= limit:
+        return f"--store {shell_word(os.path.join(text, 'pc.duckdb'))}"
+    return f"--store {shown_path(text, limit)}/pc.duckdb"
+
+
 def _limit(directory: Path, name: str, default: int) -> int:
     try:
         return int(os.pathconf(directory, name))
@@ -113,13 +124,13 @@ def store_path_problem(path: Path, writing: bool) -> str | None:
         if len(os.fsencode(part)) > name_max:
             what = "the store's file name" if part == path.name else f"the directory name {shown_path(part, 60)!r}"
             return (f"store path {shown}: {what} is {len(os.fsencode(part)):,} bytes long, past this file system's "
-                    f"limit of {name_max} bytes for one name. Fix: choose a shorter name (e.g. --store "
-                    f"{shown_path(path.parent, 60)}/pc.duckdb).")
+                    f"limit of {name_max} bytes for one name. Fix: choose a shorter name (e.g. "
+                    f"{store_example(path.parent, 60)}).")
     if len(os.fsencode(path.name)) + len(STORE_SIBLING_SUFFIX) > name_max:
         return (f"store path {shown}: the store's file name is {len(os.fsencode(path.name)):,} bytes long; its step "
                 f"logs go in {path.name[:20]}...{STORE_SIBLING_SUFFIX}/ beside it, past this file system's limit of "
                 f"{name_max} bytes for one name. Fix: choose a file name of at most "
-                f"{name_max - len(STORE_SIBLING_SUFFIX)} bytes (e.g. --store {shown_path(path.parent, 60)}/pc.duckdb).")
+                f"{name_max - len(STORE_SIBLING_SUFFIX)} bytes (e.g. {store_example(path.parent, 60)}).")
     path_max = _limit(anchor, "PC_PATH_MAX", 4096)
     if len(os.fsencode(str(path))) + len(STORE_SIBLING_SUFFIX) + STORE_DEPTH_BYTES > path_max:
         return (f"store path {shown} is {len(os.fsencode(str(path))):,} bytes long; the step files below "
@@ -138,8 +149,8 @@ def store_path_problem(path: Path, writing: bool) -> str | None:
         return (f"store path {shown}: cannot look at it ({exc.strerror or exc}). Fix: check the --store path and "
                 "that its file system is mounted and healthy.")
     if stat.S_ISDIR(st.st_mode):
-        return (f"store path {shown} is a directory, and {_STORE_IS}. Fix: name the catalog file, e.g. --store "
-                f"{shown_path(path, 100)}/pc.duckdb.")
+        return (f"store path {shown} is a directory, and {_STORE_IS}. Fix: name the catalog file, e.g. "
+                f"{store_example(path)}.")
     if not stat.S_ISREG(st.st_mode):
         kind = next((k for test, k in _FILE_KINDS if test(st.st_mode)), "not a regular file")
         return (f"store path {shown} is {kind}, not a regular file, and {_STORE_IS}; nothing can be stored there. "

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import shell_command
 from .catalog import Store, StoreError
 from .schema import STEP_TABLES
 
@@ -71,7 +72,7 @@ def describe(holder: dict[str, Any] | None) -> str:
 
 def _stop_hint(holder: dict[str, Any] | None) -> str:
     if holder and holder.get("host") == socket.gethostname() and holder.get("pid"):
-        return f"`kill {holder['pid']}` stops it cleanly at a step boundary"
+        return f"`{shell_command('kill', holder['pid'])}` stops it cleanly at a step boundary"
     if holder and holder.get("host"):
         return f"on host {holder['host']}"
     return "find it with `lsof` on the lock file"
@@ -330,9 +331,11 @@ def with_live_status(store: Store, runs: list[dict[str, Any]]) -> list[dict[str,
         if r.get("status") == "running":
             why = writer_gone(store, r["run_id"])
             if why is not None:
-                fix = (f"`pilot-commit train --run-name {r['run_id']} --resume` (or re-materialize its Dagster "
-                       "segment) continues it" if r.get("kind") != "simulate" else
-                       f"re-record it with `pilot-commit simulate --run-name {r['run_id']} --overwrite` and its flags")
+                fix = (f"`{shell_command('pilot-commit', 'train', '--run-name', r['run_id'], '--resume')}` (or "
+                       "re-materialize its Dagster segment) continues it" if r.get("kind") != "simulate" else
+                       "re-record it with "
+                       f"`{shell_command('pilot-commit', 'simulate', '--run-name', r['run_id'], '--overwrite')}` and "
+                       "its flags")
                 r = {**r, "status": "stopped", "status_reason": f"recorded as running, but {why}. Fix: {fix}."}
         out.append(r)
     return out
@@ -358,8 +361,8 @@ def refuse_symlinked(run_id: str, *directories: str | Path) -> None:
         if d.is_symlink():
             raise StoreError(
                 f"run {run_id!r}: its directory {d} is a symbolic link to {d.resolve()}; overwriting the run would delete "
-                f"the files there, so nothing was deleted. Fix: remove the link (`rm {d}`: the folder it points "
-                "to is kept) and run again, or choose another --run-name."
+                f"the files there, so nothing was deleted. Fix: remove the link (`{shell_command('rm', d)}`: the "
+                "folder it points to is kept) and run again, or choose another --run-name."
             )
 
 

@@ -28,7 +28,7 @@ from .. import durable
 from ..config import ArithTaskConfig, PolicyConfig
 from ..data.arith import ArithProblems, build_splits, probe_problems
 from ..data.tokenizer import INSTRUCTION, build_tokenizer, load_tokenizer
-from ..errors import RunError
+from ..errors import RunError, shell_command
 
 log = logging.getLogger(__name__)
 
@@ -326,8 +326,8 @@ def sums_problem(path: str | Path) -> str | None:
 def verify_sums(path: str | Path) -> None:
     """Raise :class:`WarmStartError` naming the first file that is missing or differs from ``SHA256SUMS``."""
     path = Path(path)
-    fix = (f"Fix: restore it (`git checkout -- {path}` for the shipped one) or rebuild it with "
-           f"`pilot-commit base-policy --out {path}`.")
+    fix = (f"Fix: restore it (`{shell_command('git', 'checkout', '--', path)}` for the shipped one) or rebuild it "
+           f"with `{shell_command('pilot-commit', 'base-policy', '--out', path)}`.")
     if not (path / SUMS_FILE).is_file():
         raise WarmStartError(f"warm start {path} has no {SUMS_FILE}, so its files cannot be verified. {fix}")
     problem = sums_problem(path)
