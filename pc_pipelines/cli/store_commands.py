@@ -184,7 +184,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         except OutputRefused as exc:  # a plot's name inside --plots is a folder, a disk, a socket
             sys.stderr.write(f"pilot-commit report: --plots: {exc}.\n")
             return 2
-        except OSError as exc:  # --plots is a file, on a read-only disk, a full one, ...
+        except (FileExistsError, NotADirectoryError):  # mkdir of --plots or of a folder above it
+            sys.stderr.write(f"pilot-commit report: --plots {args.plots} is not a folder (a file is there or above "
+                             "it); nothing was written. Fix: give --plots a folder, new or existing.\n")
+            return 2
+        except OSError as exc:  # a read-only disk, a full one, ...
             sys.stderr.write(f"pilot-commit report: could not write the plots into {args.plots}: "
                              f"{exc.strerror or exc}. Fix: give --plots a folder you can write to.\n")
             return 2

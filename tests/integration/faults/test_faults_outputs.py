@@ -68,8 +68,10 @@ def identity(path: Path) -> tuple:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("outputs-store")
-    res = cli("simulate", "--store", str(folder / "runs.duckdb"), "--method", "pc", "--run-name", "pc-run", *SMALL)
-    assert res.returncode == 0, res.stderr[-3000:]
+    for method in ("pc", "grpo"):  # both: `report --plots` draws a family with a GRPO and a PC run
+        res = cli("simulate", "--store", str(folder / "runs.duckdb"), "--method", method, "--run-name",
+                  f"{method}-run", *SMALL)
+        assert res.returncode == 0, res.stderr[-3000:]
     return folder
 
 
@@ -168,6 +170,35 @@ def test_timeline_onto_a_block_device_or_a_folder_is_refused_with_the_fix(store,
     assert len(err.splitlines()) == 1 and folder.is_dir() and not list(folder.iterdir())
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted({"folder.png", *(
         ["disk"] if disk.parent == tmp_path else [])})
+
+
+def test_report_plots_into_a_file_is_refused_and_a_device_among_the_plots_is_kept(store, untouched, tmp_path):
+    taken = tmp_path / "plots"
+    taken.write_bytes(b"a file the user keeps")
+    res = cli("report", "--store", str(store / "runs.duckdb"), "--plots", str(taken))
+    err = res.stderr.decode()
+    assert res.returncode == 2 and "Traceback" not in err, err[-2000:]
+    assert err.splitlines()[-1] == (f"pilot-commit report: --plots {taken} is not a folder (a file is there or above "
+                                    "it); nothing was written. Fix: give --plots a folder, new or existing.")
+    assert taken.read_bytes() == b"a file the user keeps"
+
+    plots = tmp_path / "figs"
+    plots.mkdir()
+    node = plots / "accuracy_vs_rollouts.png"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # that plot, thrown away
+    except PermissionError:
+        node.symlink_to("/dev/null")
+    before = identity(node)
+    res = cli("report", "--store", str(store / "runs.duckdb"), "--plots", str(plots))
+    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    assert identity(node) == before
+    assert sorted(p.name for p in plots.iterdir()) == sorted(
+        ["accuracy_vs_rollouts.png", "accuracy_vs_steps.png", "reward_std_per_step.png",
+         "informative_share_per_step.png"])
+    for p in plots.iterdir():
+        if p != node:
+            whole_png(p.read_bytes())
 
 
 # ---- convert_pickled_payloads --------------------------------------------------------------------------------------
