@@ -155,21 +155,37 @@ class OutputRefused(OSError):
         super().__init__(err, f"{path} is {what}; it is not written over. Fix: name a new file or a regular file (a "
                               "symlink to one is written through), or a character device or FIFO to stream into")
 
+    def __reduce__(self):
+        return type(self), (self.path, self.what, self.errno)
+
     def __str__(self) -> str:
         return self.strerror
 
 
-def _through_descriptor(path: str | Path) -> bool:
-    """Whether ``path`` reaches its file through a process's descriptor table (``/dev/stdout``, ``/dev/fd/N``,
-    ``/proc/<pid>/fd/N``): what is there is an open file of a running process, not a name to replace."""
-    p = os.path.abspath(path)
+def _link_hops(path: str | Path) -> list[str]:
+    """``path`` and each path its symlinks lead to, in order (the folders above each resolved, the last not)."""
+    p, hops = os.path.abspath(path), []
     for _ in range(40):  # the kernel's own limit on symlinks followed
-        if os.path.realpath(os.path.dirname(p)).startswith("/proc/"):
-            return True
+        p = os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
+        hops.append(p)
         if not os.path.islink(p):
-            return False
+            break
         p = os.path.normpath(os.path.join(os.path.dirname(p), os.readlink(p)))
-    return False
+    return hops
+
+
+def _descriptor(path: str | Path) -> tuple[bool, int | None]:
+    """Whether ``path`` reaches its file through a process's descriptor table (``/dev/stdout``, ``/dev/fd/N``,
+    ``/proc/<pid>/fd/N``: an open file of a running process, not a name to replace), and the descriptor's number
+    when it is this process's own."""
+    own = f"/proc/{os.getpid()}/fd"
+    for hop in _link_hops(path):
+        folder, name = os.path.split(hop)
+        if folder == own and name.isdigit():
+            return True, int(name)
+        if folder.startswith("/proc/"):
+            return True, None
+    return False, None
 
 
 def _write_fd(fd: int, data: bytes) -> None:
@@ -207,17 +223,28 @@ def write_user_output(path: str | Path, data: bytes) -> str:
 
     * nothing (a new path, or a symlink whose target does not exist yet): created whole through a temporary sibling
       and a rename (in the target's folder, for a symlink: the link stays a link);
-    * a regular file: replaced whole the same way, keeping its permission bits; reached through a process's
-      descriptor table (``/dev/stdout`` redirected to a file) it is that process's open file instead, so ``data``
-      is appended to it (never truncated, never renamed over: a shell's ``>>`` keeps what it had);
-    * a character device (``/dev/null``, a terminal) or a FIFO (``/dev/stdout`` on a pipe, ``mkfifo``): opened for
-      writing and written to, as ``cat > path`` would; a FIFO waits for its reader, as it does for any writer;
+    * a regular file: replaced whole the same way, keeping its permission bits;
+    * this process's own descriptor (``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``: a pipe, a terminal, a
+      socket, or a file a shell redirected it to): written to that descriptor, as ``print`` would (a shell's ``>>``
+      keeps what it had); another process's open file (``/proc/<pid>/fd/N``) is appended to, never truncated;
+    * a character device (``/dev/null``, a terminal) or a FIFO (``mkfifo``): opened for writing and written to, as
+      ``cat > path`` would; a FIFO waits for its reader, as it does for any writer;
     * a folder, a block device (a disk: writing a file's bytes onto it destroys what it holds, never what a user
       means), a socket (nothing can open one) or anything else: :class:`OutputRefused`, with the fix.
 
     Nothing but a regular file is ever unlinked or renamed over. Returns how it was written: ``"created"``,
-    ``"replaced"``, ``"appended"`` or ``"streamed"``. Write failures raise the OSError they are."""
+    ``"replaced"``, ``"streamed"`` (into a device, a FIFO or a descriptor) or ``"appended"``. Write failures raise
+    the OSError they are."""
     path = Path(path)
+    through, own_fd = _descriptor(path)
+    if own_fd is not None:  # this process's own stdout (or other descriptor): written as print would
+        try:
+            st = os.fstat(own_fd)
+        except OSError:
+            st = None  # not open here: the path decides below
+        if st is not None and not (stat.S_ISDIR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
+            _write_fd(own_fd, data)
+            return "streamed"
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -229,7 +256,7 @@ def write_user_output(path: str | Path, data: bytes) -> str:
         return "created"
     mode = st.st_mode
     if stat.S_ISREG(mode):
-        if _through_descriptor(path):
+        if through:  # another process's open file
             _stream_into(path, data, os.O_APPEND)
             return "appended"
         _replace_file(Path(os.path.realpath(path)), data, stat.S_IMODE(mode))

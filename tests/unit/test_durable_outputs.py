@@ -136,8 +136,32 @@ def test_stdout_redirected_to_a_file_is_appended_to_never_replaced(tmp_path):
         ino = os.fstat(out.fileno()).st_ino
         res = subprocess.run([sys.executable, "-c", code], stdout=out, stderr=subprocess.PIPE, timeout=120,
                              check=False)
-    assert res.returncode == 0 and res.stderr.strip() == b"appended", res.stderr
+    assert res.returncode == 0 and res.stderr.strip() == b"streamed", res.stderr
     assert log.read_bytes() == b"earlier lines\npng" and os.stat(log).st_ino == ino
+
+
+def test_stdout_on_a_socket_gets_the_bytes(tmp_path):
+    """A service manager's stdout is often a socket: nothing can open() it by name, its descriptor takes writes."""
+    code = "from pc_pipelines.durable import write_user_output; print(write_user_output('/dev/stdout', b'png' * 999), " \
+           "file=__import__('sys').stderr)"
+    here, there = socket.socketpair()
+    with here, there:
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=there, stderr=subprocess.PIPE)
+        there.close()
+        got = b""
+        here.settimeout(120)
+        while chunk := here.recv(1 << 16):
+            got += chunk
+        assert proc.wait(timeout=120) == 0
+    assert proc.stderr.read().strip() == b"streamed" and got == b"png" * 999
+    proc.stderr.close()
+
+
+def test_a_refusal_survives_pickling():
+    import pickle
+
+    err = pickle.loads(pickle.dumps(OutputRefused("/x/disk", "a block device", 1)))
+    assert isinstance(err, OutputRefused) and str(err).startswith("/x/disk is a block device; it is not written over")
 
 
 def test_a_folder_a_block_device_and_a_socket_are_refused_with_the_fix(tmp_path):
