@@ -412,10 +412,12 @@ def convert_pickled_payloads(directory: Path) -> int:
 def _unstorable(part) -> str | None:
     """Where a request holds a value the current format cannot store (``meta_info['k'] holds a set``), or None."""
     for key, value in part.meta_info.items():
+        if not isinstance(key, (str, int, float, bool)) and key is not None:
+            return f"meta_info has a {type(key).__name__} key ({_cut(key)})"
         try:
             json.dumps(value, default=_json_default)
         except (BatchError, TypeError, ValueError):
-            return f"meta_info[{str(key)[:60]!r}] holds a {type(value).__name__} ({_cut(value)})"
+            return f"meta_info[{_cut(key, 60)}] holds a {type(value).__name__} ({_cut(value)})"
     for name, col in part.non_tensor_batch.items():
         try:
             json.dumps(_column_json(name, col), default=_json_default)
