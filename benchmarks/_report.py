@@ -7,6 +7,8 @@ import platform
 import re
 from pathlib import Path
 
+from pc_pipelines.durable import write_user_output
+
 
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
@@ -34,7 +36,7 @@ def write_section(path: Path, name: str, body: str) -> None:
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    write_user_output(path, text.encode())  # whole or not at all; a symlink written through, a device streamed into
 
 
 def docs_link(p: Path) -> str:

@@ -20,6 +20,12 @@ The answer is None or what is wrong, in one line.
 **Setting aside** (:func:`quarantine`): a damaged directory is renamed to a name no reader lists (default
 ``damaged-<name>`` beside it; ``-1``, ``-2``, ... when taken), kept for inspection.
 
+**A file the user names** (:func:`write_user_output`: a plot's ``--out``, a report a script writes): what is at the
+path decides how it is written, and nothing but a regular file is ever replaced. A new path or a regular file is
+written whole (temporary sibling, fsync, rename); a symlink is written through to its target (the link stays); a
+character device or FIFO (``/dev/null``, ``/dev/stdout``, a named pipe) is opened and written to; a block device, a
+socket or a folder is refused with the fix (:class:`OutputRefused`).
+
 Manifest formats (:class:`JsonManifest`, :class:`Sha256Sums`) write byte-for-byte what their callers always wrote.
 Standard library only: this is the package's bottom layer.
 """
@@ -138,6 +144,134 @@ def write_file(path: str | Path, data: bytes, replace: bool = False) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class OutputRefused(OSError):
+    """A user-named output path that is not written (a folder, a block device, a socket): ``str(exc)`` says what it
+    is and the fix, in one line. An OSError, so a caller's handler of write failures reports it too."""
+
+    def __init__(self, path: str | Path, what: str, err: int) -> None:
+        self.path, self.what = Path(path), what
+        super().__init__(err, f"{path} is {what}; it is not written over. Fix: name a new file or a regular file (a "
+                              "symlink to one is written through), or a character device or FIFO to stream into")
+
+    def __reduce__(self):
+        return type(self), (self.path, self.what, self.errno)
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def _link_hops(path: str | Path) -> list[str]:
+    """``path`` and each path its symlinks lead to, in order (the folders above each resolved, the last not)."""
+    p, hops = os.path.abspath(path), []
+    for _ in range(40):  # the kernel's own limit on symlinks followed
+        p = os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
+        hops.append(p)
+        if not os.path.islink(p):
+            break
+        p = os.path.normpath(os.path.join(os.path.dirname(p), os.readlink(p)))
+    return hops
+
+
+def _descriptor(path: str | Path) -> tuple[bool, int | None]:
+    """Whether ``path`` reaches its file through a process's descriptor table (``/dev/stdout``, ``/dev/fd/N``,
+    ``/proc/<pid>/fd/N``: an open file of a running process, not a name to replace), and the descriptor's number
+    when it is this process's own."""
+    own = f"/proc/{os.getpid()}/fd"
+    for hop in _link_hops(path):
+        folder, name = os.path.split(hop)
+        if folder == own and name.isdigit():
+            return True, int(name)
+        if folder.startswith("/proc/"):
+            return True, None
+    return False, None
+
+
+def _write_fd(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _stream_into(path: str | Path, data: bytes, flags: int) -> None:
+    """Open what is at ``path`` (never creating, truncating or renaming it) and write ``data`` into it."""
+    fd = os.open(path, os.O_WRONLY | flags)
+    try:
+        _write_fd(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _replace_file(final: Path, data: bytes, mode: int | None) -> None:
+    """``data`` into a temporary sibling of ``final`` (``mode``: its permission bits, else the umask's), fsynced, then
+    renamed over ``final`` and the folder fsynced: a reader sees the old file or the new one, never half of one."""
+    tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        write_file(tmp, data)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(final.parent)
+
+
+def write_user_output(path: str | Path, data: bytes) -> str:
+    """Write ``data`` to the path a user named, by what is there (following symlinks):
+
+    * nothing (a new path, or a symlink whose target does not exist yet): created whole through a temporary sibling
+      and a rename (in the target's folder, for a symlink: the link stays a link);
+    * a regular file: replaced whole the same way, keeping its permission bits;
+    * this process's own descriptor (``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``: a pipe, a terminal, a
+      socket, or a file a shell redirected it to): written to that descriptor, as ``print`` would (a shell's ``>>``
+      keeps what it had); another process's open file (``/proc/<pid>/fd/N``) is appended to, never truncated;
+    * a character device (``/dev/null``, a terminal) or a FIFO (``mkfifo``): opened for writing and written to, as
+      ``cat > path`` would; a FIFO waits for its reader, as it does for any writer;
+    * a folder, a block device (a disk: writing a file's bytes onto it destroys what it holds, never what a user
+      means), a socket (nothing can open one) or anything else: :class:`OutputRefused`, with the fix.
+
+    Nothing but a regular file is ever unlinked or renamed over. Returns how it was written: ``"created"``,
+    ``"replaced"``, ``"streamed"`` (into a device, a FIFO or a descriptor) or ``"appended"``. Write failures raise
+    the OSError they are."""
+    path = Path(path)
+    through, own_fd = _descriptor(path)
+    if own_fd is not None:  # this process's own stdout (or other descriptor): written as print would
+        try:
+            st = os.fstat(own_fd)
+        except OSError:
+            st = None  # not open here: the path decides below
+        if st is not None and not (stat.S_ISDIR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
+            _write_fd(own_fd, data)
+            return "streamed"
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if not os.path.islink(path):
+            _replace_file(path, data, None)
+            return "created"
+        target = Path(os.path.realpath(path))  # a dangling link: its target is created, the link kept
+        _replace_file(target, data, None)
+        return "created"
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        if through:  # another process's open file
+            _stream_into(path, data, os.O_APPEND)
+            return "appended"
+        _replace_file(Path(os.path.realpath(path)), data, stat.S_IMODE(mode))
+        return "replaced"
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        _stream_into(path, data, 0)
+        return "streamed"
+    if stat.S_ISDIR(mode):
+        raise OutputRefused(path, "a directory", errno.EISDIR)
+    if stat.S_ISBLK(mode):
+        raise OutputRefused(path, "a block device (a disk: a file's bytes written onto it destroy what it holds)",
+                            errno.EPERM)
+    if stat.S_ISSOCK(mode):
+        raise OutputRefused(path, "a socket (it takes connections, not a file)", errno.ENXIO)
+    raise OutputRefused(path, f"not a file (mode {stat.filemode(mode)})", errno.EPERM)
 
 
 def seal(directory: str | Path, fmt: ManifestFormat, fields: Mapping[str, Any] | None = None,

@@ -79,6 +79,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _report import docs_link, machine, write_section
 
+from pc_pipelines.durable import write_user_output
 from pc_pipelines.reports import RunCurves, format_count, format_ratio
 from pc_pipelines.store import Store
 from research import study
@@ -789,7 +790,7 @@ def write_results(path: Path, regime: Regime, results: dict) -> dict:
     else:
         data = dict(old)
         data["regimes"] = {**(old.get("regimes") or {}), regime.name: results}
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    write_user_output(path, (json.dumps(data, indent=1) + "\n").encode())
     return data
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
 
+from ..durable import OutputRefused
 from ..errors import shell_command
 from ..reports.timeline import DEFAULT_TOP
 from ..store import Store
@@ -180,6 +182,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         except ReportError as exc:
             sys.stderr.write(f"pilot-commit report: {exc}\n")
             return 2
+        except OutputRefused as exc:  # a plot's name inside --plots is a folder, a disk, a socket
+            sys.stderr.write(f"pilot-commit report: --plots: {exc}.\n")
+            return 2
+        except (FileExistsError, NotADirectoryError):  # mkdir of --plots or of a folder above it
+            sys.stderr.write(f"pilot-commit report: --plots {args.plots} is not a folder (a file is there or above "
+                             "it); nothing was written. Fix: give --plots a folder, new or existing.\n")
+            return 2
+        except OSError as exc:  # a read-only disk, a full one, ...
+            sys.stderr.write(f"pilot-commit report: could not write the plots into {args.plots}: "
+                             f"{exc.strerror or exc}. Fix: give --plots a folder you can write to.\n")
+            return 2
         # with --json, stdout stays one JSON document: where the plots went goes to stderr
         out = sys.stderr if args.json else sys.stdout
         out.write(f"\n{len(paths)} plots in {Path(args.plots).resolve()}:\n" + "".join(f"  {p.name}\n" for p in paths))
@@ -210,18 +223,36 @@ def cmd_timeline(args: argparse.Namespace) -> int:
                          f"--top 1 or more (default {DEFAULT_TOP}), or --prompts.\n")
         return 2
     store = Store(args.store)
+    onto_stdout = _is_stdout(args.out)  # --out /dev/stdout: the PNG is stdout, what was written goes to stderr
+    sys.stdout.flush()
     try:
         result = write_timeline(store, args.run, args.out, prompts=args.prompts, top=args.top)
     except TimelineError as exc:
         sys.stderr.write(f"pilot-commit timeline: {exc}\n")
         return 2
-    except OSError as exc:  # --out is a folder, on a read-only disk, ...
+    except OutputRefused as exc:  # a folder, a disk, a socket
+        sys.stderr.write(f"pilot-commit timeline: --out {exc}.\n")
+        return 2
+    except BrokenPipeError:
+        sys.stderr.write(f"pilot-commit timeline: the reader of {args.out} closed it before the PNG was whole. Fix: "
+                         "let the reader take the whole PNG (no `head`), or give --out a PNG file path.\n")
+        return 2
+    except OSError as exc:  # a read-only disk, a full one, ...
         sys.stderr.write(f"pilot-commit timeline: could not write {args.out}: {exc.strerror or exc}. Fix: give --out "
                          "a PNG file path in a folder you can write to.\n")
         return 2
     _warn_problems(store, args.store)
-    sys.stdout.write(f"wrote {result.path.resolve()}: {result.shows()}\n")
+    shown = result.path.resolve() if result.path.is_file() and not onto_stdout else result.path.absolute()
+    (sys.stderr if onto_stdout else sys.stdout).write(f"wrote {shown}: {result.shows()}\n")
     return 0
+
+
+def _is_stdout(path: str) -> bool:
+    """Whether ``path`` is (after symlinks) the file this process's stdout writes to."""
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError, AttributeError):  # no such path yet; stdout closed or not a real file
+        return False
 
 
 def _print_report(report: dict) -> None:

@@ -10,12 +10,13 @@ matplotlib is imported only when plots are drawn, through its object API (``Figu
 
 from __future__ import annotations
 
-import os
+import io
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..durable import write_user_output
 from ..store import Store
 from .curves import RunCurves, check_curves, load_curves
 from .style import method_color, method_label
@@ -127,16 +128,14 @@ def _safe_name(family: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", family).strip("._") or "family"
 
 
-def save_figure(fig: Figure, path: Path) -> Path:
-    """Write ``fig`` as a PNG at ``path`` atomically; returns ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)  # a reader never sees half a PNG
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # e.g. path is a folder: no half-written temporary is left behind
-        raise
-    return path
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` as a PNG at ``path`` by :func:`~pc_pipelines.durable.write_user_output`'s rule (a file written
+    whole, a symlink written through, ``/dev/stdout`` or a FIFO streamed into, a folder or a disk refused with
+    :class:`~pc_pipelines.durable.OutputRefused`); returns ``path``."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    write_user_output(path, buf.getvalue())
+    return Path(path)
 
 
 def plot_all(curves: Sequence[RunCurves], report: Mapping[str, Any], out_dir: Path) -> list[Path]:

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -328,21 +330,128 @@ def _column_array(name: str, c: dict[str, Any], rows: int) -> np.ndarray:
 def convert_pickled_payloads(directory: Path) -> int:
     """Rewrite a payload directory of the pickled format (verl's ``save_to_disk``, before issue 31) in the current
     one. It UNPICKLES the old files: run it only on a checkpoint you wrote yourself. Returns the requests converted;
-    the checkpoint's manifest must then be rewritten (its files changed)."""
+    the checkpoint's manifest must then be rewritten (its files changed).
+
+    Nothing old is touched until everything new is written and checked: every request is read and every value
+    checked storable, the new files are written into a staging folder (``.tmp-convert-<nonce>``) and read back
+    equal to what was read, they are renamed in beside the old ones, ``index.json`` is replaced in one rename (the
+    switch to the new format), and only then are the ``<start>.pkl`` files removed. A failure before the switch
+    leaves the ``.pkl`` files and the index as they were (the new files it renamed in are removed again) and raises
+    a one-line :class:`BatchError` naming the file or value and the fix; the conversion can then be run again."""
+    import uuid
+
     from verl import DataProto
+
+    from ..durable import fsync_dir
 
     directory = Path(directory)
     index = json.loads((directory / "index.json").read_text())
     if index.get("format") == PAYLOAD_FORMAT:
         return 0
+    where = f"cannot convert {directory}"
+    starts = [int(s) for s in index["starts"]]
+    twice = sorted({s for s in starts if starts.count(s) > 1})
+    if twice:
+        raise BatchError(f"{where}: index.json lists request start(s) {', '.join(map(str, twice))} more than once "
+                         "(each start is one <start>.pkl); nothing was changed. Fix: list each start once in "
+                         "index.json's \"starts\", then run the conversion again.")
     store = PayloadStore()
-    for start in index["starts"]:
-        store._starts.append(int(start))
-        store._parts[int(start)] = DataProto.load_from_disk(directory / f"{start}.pkl")
-    for start in index["starts"]:
+    for start in starts:
+        try:
+            part = DataProto.load_from_disk(directory / f"{start}.pkl")
+        except (OSError, EOFError, ValueError) as exc:
+            raise BatchError(f"{where}: {start}.pkl unreadable ({exc}); nothing was changed. Fix: restore it, or "
+                             "resume from an earlier checkpoint.") from exc
+        problem = _unstorable(part)
+        if problem:
+            raise BatchError(f"{where}: {start}.pkl's {problem}, which the current format stores only by pickling; "
+                             "nothing was changed. Fix: in a trusted session, load it (DataProto.load_from_disk), "
+                             "make that value a string, number, list, dict or numpy array, save_to_disk it back, then "
+                             "run the conversion again; or resume from an earlier checkpoint.")
+        bisect.insort(store._starts, start)
+        store._parts[start] = part
+    for leftover in directory.glob(".tmp-convert-*"):  # of a conversion killed before its switch
+        shutil.rmtree(leftover, ignore_errors=True)
+    staging = directory / f".tmp-convert-{uuid.uuid4().hex[:8]}"
+    moved: list[Path] = []
+    try:
+        written = store.save(staging)
+        names = [w.split("/", 1)[1] for w in written]
+        for name in names:
+            with open(staging / name, "rb") as f:
+                os.fsync(f.fileno())
+        back = PayloadStore.load(staging)
+        for start in starts:
+            diff = _payload_difference(store._parts[start], back._parts.get(start))
+            if diff:
+                raise BatchError(f"{where}: {start}.pkl converted does not read back the same ({diff}); nothing was "
+                                 "changed. Fix: report it; resume from an earlier checkpoint meanwhile.")
+        for name in names:
+            if name != "index.json":
+                os.replace(staging / name, directory / name)
+                moved.append(directory / name)
+        fsync_dir(directory)
+        os.replace(staging / "index.json", directory / "index.json")  # the switch: the directory is now format 2
+    except BaseException as exc:
+        for p in moved:
+            p.unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise BatchError(f"{where}: writing the new files failed ({exc.strerror or exc}); the .pkl files and "
+                             "index.json are unchanged. Fix: free space or make the folder writable, then run the "
+                             "conversion again.") from exc
+        raise
+    fsync_dir(directory)
+    for start in starts:
         (directory / f"{start}.pkl").unlink()
-    store.save(directory)
-    return len(store._starts)
+    shutil.rmtree(staging, ignore_errors=True)
+    fsync_dir(directory)
+    return len(starts)
+
+
+def _unstorable(part) -> str | None:
+    """Where a request holds a value the current format cannot store (``meta_info['k'] holds a set``), or None."""
+    for key, value in part.meta_info.items():
+        if not isinstance(key, (str, int, float, bool)) and key is not None:
+            return f"meta_info has a {type(key).__name__} key ({_cut(key)})"
+        try:
+            json.dumps(value, default=_json_default)
+        except (BatchError, TypeError, ValueError):
+            return f"meta_info[{_cut(key, 60)}] holds a {type(value).__name__} ({_cut(value)})"
+    for name, col in part.non_tensor_batch.items():
+        try:
+            json.dumps(_column_json(name, col), default=_json_default)
+        except (BatchError, TypeError, ValueError):
+            return f"non-tensor column {str(name)[:60]!r} holds {_cut(col)}"
+    return None
+
+
+def _cut(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _payload_difference(a, b) -> str | None:
+    """What differs between a request as read and as written then read back, or None."""
+    if b is None:
+        return "missing"
+    ka = sorted(a.batch.keys()) if a.batch is not None else []
+    kb = sorted(b.batch.keys()) if b.batch is not None else []
+    if ka != kb:
+        return f"tensors {ka} vs {kb}"
+    for k in ka:
+        if a.batch[k].dtype != b.batch[k].dtype or not torch.equal(a.batch[k], b.batch[k]):
+            return f"tensor {k!r}"
+    if sorted(a.non_tensor_batch) != sorted(b.non_tensor_batch):
+        return "non-tensor columns"
+    for k, col in a.non_tensor_batch.items():
+        if json.dumps(_column_json(k, col), default=_json_default) != json.dumps(
+                _column_json(k, b.non_tensor_batch[k]), default=_json_default):
+            return f"non-tensor column {k!r}"
+    if json.dumps(a.meta_info, default=_json_default, sort_keys=True) != json.dumps(
+            b.meta_info, default=_json_default, sort_keys=True):
+        return "meta_info"
+    return None
 
 
 def group_uid(step: int, prompt_id: int) -> str:

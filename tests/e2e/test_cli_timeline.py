@@ -89,5 +89,5 @@ def test_timeline_refusals_name_the_fix(store, tmp_path):
     folder = tmp_path / "a-folder.png"
     folder.mkdir()
     bad = run("timeline", "--store", store["path"], "--run", "pc-run", "--out", str(folder), check=False)
-    assert bad.returncode == 2 and "Is a directory" in bad.stderr and "Fix:" in bad.stderr
+    assert bad.returncode == 2 and f"--out {folder} is a directory; it is not written over. Fix:" in bad.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-folder.png"]  # no temporary left behind

@@ -240,3 +240,47 @@ def test_payloads_round_trip_without_pickles_and_old_pickles_are_refused(tmp_pat
     assert convert_pickled_payloads(old) == len(payloads._starts)  # the trusted path, on our own files
     assert not list(old.glob("*.pkl"))
     assert len(PayloadStore.load(old)) == n
+
+
+def test_converting_pickles_that_fails_on_a_disk_error_leaves_every_old_byte(tmp_path, monkeypatch):
+    """Issue 40: the conversion writes, verifies and renames in the new files before it touches an old one; a write
+    failing half-way (here the second rename, after one new file is in place) removes what it added, leaves each
+    .pkl and the index byte for byte, names the fix, and the conversion then runs."""
+    import hashlib
+    import json
+    import os
+
+    from pc_pipelines.training import verl_batch
+    from pc_pipelines.training.verl_batch import convert_pickled_payloads
+
+    alloc = Allocator(AllocatorConfig(method="grpo", train_batch=2, n=4, seed=0), len(ROWS))
+    call = alloc.begin_step().next_call()
+    gen, layout = round_batch(call, ROWS.__getitem__)
+    payloads = PayloadStore()
+    payloads.put(split_by_request(fake_generate(gen, np.random.default_rng(3)), layout), layout)
+    old = tmp_path / "old"
+    old.mkdir()
+    for start in payloads._starts:
+        payloads._parts[start].save_to_disk(old / f"{start}.pkl")
+    (old / "index.json").write_text(json.dumps({"starts": payloads._starts}))
+
+    def digest():
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(old.iterdir())}
+
+    before = digest()
+    real_replace, calls = os.replace, []
+
+    def failing_replace(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device", str(dst))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(verl_batch.os, "replace", failing_replace)
+    with pytest.raises(BatchError, match=r"writing the new files failed \(No space left on device\); the \.pkl files "
+                                         r"and index\.json are unchanged\. Fix: free space"):
+        convert_pickled_payloads(old)
+    monkeypatch.setattr(verl_batch.os, "replace", real_replace)
+    assert len(calls) == 2 and digest() == before  # the one new file renamed in is gone again, no staging left
+    assert convert_pickled_payloads(old) == len(payloads._starts)
+    assert len(PayloadStore.load(old)) == len(payloads) and not list(old.glob("*.pkl"))
