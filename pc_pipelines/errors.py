@@ -6,6 +6,7 @@ The bottom of the package: it imports nothing of it, so any module may use it.
 from __future__ import annotations
 
 import math
+import re
 import reprlib
 from dataclasses import fields
 from typing import Any
@@ -17,7 +18,7 @@ class ConfigError(ValueError):
 
 def field_error(config: Any, name: str, why: str, fix: str) -> ConfigError:
     """The one message format of a bad config field, for every typed config: class, field, value, why, fix."""
-    return ConfigError(f"{type(config).__name__}.{name}={getattr(config, name)!r}: {why}. Fix: {fix}.")
+    return ConfigError(f"{type(config).__name__}.{name}={brief(getattr(config, name))}: {why}. Fix: {fix}.")
 
 
 _FLOAT_TYPES = ("float", "float | None", "Optional[float]")
@@ -67,3 +68,12 @@ def brief(value: Any, limit: int = MESSAGE_VALUE_CHARS) -> str:
     r.maxstring, r.maxlong, r.maxother = limit, limit, limit
     text = r.repr(value)
     return text if len(text) <= limit + 20 else text[:limit] + "..."
+
+
+def brief_text(text: str, limit: int = MESSAGE_VALUE_CHARS, total: int = 8 * MESSAGE_VALUE_CHARS) -> str:
+    """A message that quotes what a user typed inside its own words (argparse's ``unrecognized arguments: ...``,
+    ``invalid choice: ...``), made one short line: control characters escaped, each word (a run without spaces)
+    over twice ``limit`` characters (longer than what :func:`brief` leaves) cut to ``limit`` and ``... (N characters)``, and the whole cut at ``total``."""
+    text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+    short = re.sub(rf"\S{{{2 * limit + 1},}}", lambda m: f"{m.group()[:limit]}... ({len(m.group()):,} characters)", text)
+    return short if len(short) <= total else f"{short[:total]}... ({len(text):,} characters)"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..reports.timeline import DEFAULT_TOP
 from ..store import Store
+from ..store.names import shown_path
 from ..store.runlock import with_live_status
 from .args import int_arg
 
@@ -215,7 +216,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         sys.stderr.write(f"pilot-commit timeline: {exc}\n")
         return 2
     except OSError as exc:  # --out is a folder, on a read-only disk, ...
-        sys.stderr.write(f"pilot-commit timeline: could not write {args.out}: {exc.strerror or exc}. Fix: give --out "
+        sys.stderr.write(f"pilot-commit timeline: could not write {shown_path(args.out)}: {exc.strerror or exc}. Fix: give --out "
                          "a PNG file path in a folder you can write to.\n")
         return 2
     _warn_problems(store, args.store)
