@@ -44,7 +44,7 @@ from ..rollout import DEFAULT_ENGINE, ENGINES, EngineFactory, engine_names, get_
 from ..run import SegmentResult, StepRecord, TrainingRun, evaluate_checkpoint, load_training_run, run_segment
 from ..run.stopping import StopRequested, stop_on_signals
 from ..store import Store, StoreError, hold_run
-from ..store.names import shown_path
+from ..store.names import RunIdError, shown_path, validate_run_id
 
 
 def engine_factory(name: str, device: str) -> EngineFactory:
@@ -201,9 +201,17 @@ def cmd_eval_segment(args: argparse.Namespace) -> int:
     return _main("eval-segment", work)
 
 
+def _run_id_arg(value: str) -> str:
+    """argparse ``type`` of ``--run-id``: a name no run can have is refused before the store is opened."""
+    try:
+        return validate_run_id(value, field="--run-id")
+    except RunIdError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _common_args(p) -> None:
     p.add_argument("--store", required=True, help="the store's DuckDB file, where the run is registered")
-    p.add_argument("--run-id", required=True, help="the run (registered by the start_run job)")
+    p.add_argument("--run-id", required=True, type=_run_id_arg, help="the run (registered by the start_run job)")
     p.add_argument("--runs-root", required=True, help="directory holding <run-id>/ (checkpoints, TensorBoard)")
     prepared = " / ".join(d.name for d in datasets(TRAINING) if d.generic)
     p.add_argument("--data-dir", default="runs/data", help=f"prepared datasets (runs on {prepared})")
