@@ -317,7 +317,7 @@ def _check_pc_only(given: dict[str, Any], method: str, allocator: dict[str, Any]
         name, value = next(iter(asked.items()))
         flags = " (or --n-pilot / --n-commit)" if name == "n_pilot" else ""
         raise ConfigError(
-            f"--set allocator.{name}={brief(value)}{flags} is a PC setting: a {brief(method)} run trains allocator.n "
+            f"--set allocator.{name}={brief(value)}{flags} is a PC setting: a {_text(method)} run trains allocator.n "
             "rollouts per prompt, draws no pilots and evicts nothing, so it would ignore it. Fix: drop it, or use "
             "--method pc."
         )

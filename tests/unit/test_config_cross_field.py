@@ -22,7 +22,7 @@ def test_a_pc_eviction_setting_with_grpo_or_dapo_is_refused_like_n_pilot(method,
     with pytest.raises(ConfigError) as err:
         resolve("simulator", {override: value}, method=method)
     text = str(err.value)
-    assert text.startswith(f"--set {override}={value!r}") and f"a '{method}' run" in text
+    assert text.startswith(f"--set {override}={value!r}") and f"a {method} run" in text
     assert text.endswith("Fix: drop it, or use --method pc.")
     with pytest.raises(ConfigError, match=r"--set allocator.n_pilot=4 \(or --n-pilot / --n-commit\) is a PC setting"):
         resolve("simulator", {"allocator.n_pilot": 4}, method=method)  # the refusal these follow
@@ -70,7 +70,7 @@ def test_the_start_run_job_refuses_a_pc_eviction_setting_for_grpo():
     with pytest.raises(ConfigError) as err:
         check_start_run(config)
     assert str(err.value).startswith("start_run config overrides: --set allocator.eviction_strategy='easy_pool' is "
-                                     "a PC setting: a 'grpo' run")
+                                     "a PC setting: a grpo run")
     assert str(err.value).endswith("Fix: drop it, or use --method pc.")
 
 

@@ -135,11 +135,11 @@ def test_00_00_to_24_00_is_the_whole_day_and_00_00_to_00_00_points_to_it():
 # ---- settings the run would ignore -----------------------------------------------------------------------------
 @pytest.mark.parametrize(("args", "needles"), [
     (("--method", "grpo", "--set", "allocator.eviction_strategy=easy_pool"),
-     ("--set allocator.eviction_strategy='easy_pool' is a PC setting: a 'grpo' run", "Fix: drop it, or use --method pc.")),
+     ("--set allocator.eviction_strategy='easy_pool' is a PC setting: a grpo run", "Fix: drop it, or use --method pc.")),
     (("--method", "dapo", "--set", "allocator.return_share=0.5"),
-     ("--set allocator.return_share=0.5 is a PC setting: a 'dapo' run", "Fix: drop it, or use --method pc.")),
+     ("--set allocator.return_share=0.5 is a PC setting: a dapo run", "Fix: drop it, or use --method pc.")),
     (("--method", "grpo", "--set", "allocator.return_share=0.5", "--set", "allocator.eviction_strategy=easy_pool"),
-     ("is a PC setting: a 'grpo' run",)),
+     ("is a PC setting: a grpo run",)),
     (("--method", "pc", "--set", "allocator.return_share=0.5"),
      ("--set allocator.return_share=0.5 is an easy_pool setting, but allocator.eviction_strategy='strict'",
       "Fix: drop it, or add --set allocator.eviction_strategy=easy_pool.")),
