@@ -19,7 +19,7 @@ from environment variables (:meth:`ScheduleSettings.from_env`; the code location
 * ``PC_ADVANCE_SCHEDULE_CRON`` (default ``*/10 * * * *``): when the schedule ticks, a 5-field cron string (or
   ``@hourly`` ...) in the timezone below;
 * ``PC_ADVANCE_SCHEDULE_WINDOW`` (default ``22:00-06:00``): ``HH:MM-HH:MM`` of wall-clock time, start inclusive, end
-  exclusive; a start after the end wraps midnight; ``24:00`` may end it;
+  exclusive; a start after the end wraps midnight; ``24:00`` may end it (``00:00-24:00``: the whole day);
 * ``PC_ADVANCE_SCHEDULE_TIMEZONE`` (default ``UTC``): an IANA timezone name (``Europe/Berlin``), for cron and window;
 * ``PC_ADVANCE_SCHEDULE_DEFAULT`` (default ``stopped``): ``stopped`` or ``running``, its status until someone toggles
   it in the UI.
@@ -80,22 +80,30 @@ def timezone_of(name: str, variable: str = ENV_TIMEZONE) -> zoneinfo.ZoneInfo:
 @dataclass(frozen=True)
 class TimeWindow:
     """A daily window of wall-clock time in a timezone: ``start`` inclusive, ``end`` exclusive; ``start > end``
-    wraps midnight (``22:00-06:00`` is 22:00 to 06:00 the next morning); ``end`` 00:00 is the end of the day."""
+    wraps midnight (``22:00-06:00`` is 22:00 to 06:00 the next morning); ``end`` 00:00 is the end of the day;
+    ``whole_day`` (``00:00-24:00``) holds every moment."""
 
     start: time
     end: time
     timezone: str = DEFAULT_TIMEZONE
+    whole_day: bool = False
 
     def __post_init__(self) -> None:
         timezone_of(self.timezone)
-        if self.start == self.end:
+        if self.whole_day and (self.start, self.end) != (time(0), time(0)):
+            raise ConfigError(f"TimeWindow({self.start:%H:%M}, {self.end:%H:%M}, whole_day=True): a whole-day window "
+                              "is 00:00-24:00. Fix: pass start=end=time(0), or whole_day=False.")
+        if self.start == self.end and not self.whole_day:
+            whole = " For the whole day write 00:00-24:00." if self.start == time(0) else ""
             raise ConfigError(f"{ENV_WINDOW}={str(self).split(' ')[0]!r}: an empty window (it starts where it ends). "
-                              f"{_fix(ENV_WINDOW, DEFAULT_WINDOW, DEFAULT_WINDOW)} To advance runs at any hour, stop "
-                              f"the {SCHEDULE_NAME} schedule: the {SENSOR_NAME} sensor then advances them.")
+                              f"{_fix(ENV_WINDOW, DEFAULT_WINDOW, DEFAULT_WINDOW)}{whole} To advance runs at any "
+                              f"hour, stop the {SCHEDULE_NAME} schedule: the {SENSOR_NAME} sensor then advances them.")
 
     @classmethod
     def parse(cls, text: str, timezone: str = DEFAULT_TIMEZONE) -> TimeWindow:
-        """``"22:00-06:00"`` in ``timezone``; :class:`ConfigError` naming ``PC_ADVANCE_SCHEDULE_WINDOW`` otherwise."""
+        """``"22:00-06:00"`` in ``timezone`` (``00:00-24:00`` is the whole day; ``00:00-00:00``, like any window
+        that starts where it ends, is refused as empty); :class:`ConfigError` naming ``PC_ADVANCE_SCHEDULE_WINDOW``
+        otherwise."""
         m = _CLOCK.match(text or "")
         bad = f"{ENV_WINDOW}={brief(text)}: "
         fix = _fix(ENV_WINDOW, "22:00-06:00 (wraps midnight) or 09:00-17:30", DEFAULT_WINDOW)
@@ -104,7 +112,7 @@ class TimeWindow:
         h1, m1, h2, m2 = (int(g) for g in m.groups())
         if h1 > 23 or m1 > 59 or (h2, m2) > (24, 0) or m2 > 59:
             raise ConfigError(f"{bad}hours go 00..23 (24:00 only as the end) and minutes 00..59. {fix}")
-        return cls(time(h1, m1), time(h2 % 24, m2), timezone)
+        return cls(time(h1, m1), time(h2 % 24, m2), timezone, whole_day=(h1, m1, h2, m2) == (0, 0, 24, 0))
 
     @property
     def tz(self) -> zoneinfo.ZoneInfo:
@@ -116,23 +124,30 @@ class TimeWindow:
         return self.start > self.end
 
     def __str__(self) -> str:
-        end = "24:00" if self.end == time(0) else f"{self.end:%H:%M}"
+        end = "24:00" if self.end == time(0) and (self.whole_day or self.start != time(0)) else f"{self.end:%H:%M}"
         return f"{self.start:%H:%M}-{end} {self.timezone}"
 
     def contains(self, when: datetime) -> bool:
         """Whether the moment ``when`` (timezone-aware) falls in the window, on the window's wall clock."""
+        if self.whole_day:
+            return True
         now = when.astimezone(self.tz).time().replace(tzinfo=None)
         if self.wraps:
             return now >= self.start or now < self.end
         return self.start <= now < self.end
 
     def next_open(self, when: datetime) -> datetime:
-        """The next moment after ``when`` at which the window opens, in the window's timezone."""
+        """The next moment after ``when`` at which the window opens, in the window's timezone: its start's first
+        real instant on the first day where that instant is inside the window. A start in a daylight-saving gap
+        (02:30 on the night clocks go 02:00 -> 03:00) opens when the clocks land (03:00); a window wholly in the
+        gap (02:00-03:00 that night) does not open that day, so the next day's start is the answer."""
         local = when.astimezone(self.tz)
-        opens = datetime.combine(local.date(), self.start, tzinfo=self.tz)
-        if opens <= local:
-            opens = datetime.combine(local.date() + timedelta(days=1), self.start, tzinfo=self.tz)
-        return opens.astimezone(_UTC).astimezone(self.tz)  # a start in a DST gap: the time it really is then
+        for days in range(8):
+            opens = first_instant_at(datetime.combine(local.date() + timedelta(days=days), self.start), self.tz)
+            if opens > local and self.contains(opens):
+                return opens
+        raise ConfigError(f"{ENV_WINDOW}={str(self).split(' ')[0]!r}: the window does not open in the 8 days after "
+                          f"{local:%Y-%m-%d %H:%M %Z} in {self.timezone}. {_fix(ENV_WINDOW, DEFAULT_WINDOW, DEFAULT_WINDOW)}")
 
     def closed_reason(self, when: datetime) -> str:
         """A schedule tick's skip reason outside the window: when it opens, and in how long."""
@@ -142,6 +157,25 @@ class TimeWindow:
         return (f"outside the window {self}: it opens at {opens:%Y-%m-%d %H:%M %Z} (in {minutes // 60}h "
                 f"{minutes % 60:02d}m); no segment is requested until then (the {SENSOR_NAME} sensor defers to this "
                 "schedule while it runs)")
+
+
+def first_instant_at(wall: datetime, tz: zoneinfo.ZoneInfo) -> datetime:
+    """The first real moment whose wall clock in ``tz`` reads ``wall`` (naive) or later, in ``tz``: ``wall`` itself
+    when it exists (its first occurrence when the clocks go back), else the instant the clocks jump past it (a
+    daylight-saving gap: 02:30 on a 02:00 -> 03:00 night is 03:00)."""
+    early, late = (wall.replace(tzinfo=tz, fold=f).astimezone(_UTC) for f in (1, 0))
+    if early >= late:  # the wall time exists (once, or twice when the clocks go back: fold 0 is the first)
+        return late.astimezone(tz)
+    # A gap: zoneinfo reads the time with the offset after the jump (fold=1, earlier) or before it (fold=0, later);
+    # the jump lies between, and the wall clock only grows there, so bisect on whole seconds for it.
+    lo, hi = int(early.timestamp()), int(late.timestamp())
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if datetime.fromtimestamp(mid, tz).replace(tzinfo=None) >= wall:
+            hi = mid
+        else:
+            lo = mid + 1
+    return datetime.fromtimestamp(lo, tz)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from assets.reports import rollouts_report
 from assets.sensors import build_advance_runs_sensor
 from resources import DataResource, LocalCheckpointResource, StoreResource, local_resources
 
-from .config import parse_overrides, resolve
+from .config import PC_ONLY_FIELDS, parse_overrides, resolve
 from .definitions import build_definitions
 from .errors import ConfigError, shell_command
 from .reports import smoke_test_note, study_headline
@@ -144,8 +144,10 @@ def _start_config(args: argparse.Namespace, method: str) -> dict:
 
 
 def _method_overrides(overrides: list[str], method: str) -> list[str]:
-    """The --set overrides of one method's run: PC-only settings (allocator.n_pilot) go to the PC run only."""
-    return [o for o in overrides if method == "pc" or not o.startswith("allocator.n_pilot=")]
+    """The --set overrides of one method's run: PC-only settings (allocator.n_pilot, allocator.eviction_strategy,
+    allocator.return_share) go to the PC run only."""
+    pc_only = tuple(f"allocator.{name}=" for name in PC_ONLY_FIELDS)
+    return [o for o in overrides if method == "pc" or not o.strip().startswith(pc_only)]
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ class ConfigError(ValueError):
 
 def field_error(config: Any, name: str, why: str, fix: str) -> ConfigError:
     """The one message format of a bad config field, for every typed config: class, field, value, why, fix."""
-    return ConfigError(f"{type(config).__name__}.{name}={getattr(config, name)!r}: {why}. Fix: {fix}.")
+    return ConfigError(f"{type(config).__name__}.{name}={brief(getattr(config, name))}: {why}. Fix: {fix}.")
 
 
 _FLOAT_TYPES = ("float", "float | None", "Optional[float]")
@@ -119,3 +119,12 @@ def shell_command(*argv: object) -> str:
 def sql_string(text: object) -> str:
     """``str(text)`` as a SQL string literal (single quotes, a quote inside doubled), for a query a message shows."""
     return "'" + str(text).replace("'", "''") + "'"
+
+
+def brief_text(text: str, limit: int = MESSAGE_VALUE_CHARS, total: int = 8 * MESSAGE_VALUE_CHARS) -> str:
+    """A message that quotes what a user typed inside its own words (argparse's ``unrecognized arguments: ...``,
+    ``invalid choice: ...``), made one short line: control characters escaped, each word (a run without spaces)
+    over twice ``limit`` characters (longer than what :func:`brief` leaves) cut to ``limit`` and ``... (N characters)``, and the whole cut at ``total``."""
+    text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+    short = re.sub(rf"\S{{{2 * limit + 1},}}", lambda m: f"{m.group()[:limit]}... ({len(m.group()):,} characters)", text)
+    return short if len(short) <= total else f"{short[:total]}... ({len(text):,} characters)"

@@ -68,8 +68,16 @@ class AllocationMethod(ABC):
 
     @classmethod
     def check_config(cls, config: AllocatorConfig) -> None:
-        """Refuse settings this method cannot run (a :class:`ConfigError` naming the field and the fix)."""
-        return None
+        """Refuse settings this method cannot run (a :class:`ConfigError` naming the field and the fix). A method
+        without pilots refuses PC's eviction settings away from their defaults: it would ignore them."""
+        if cls.uses_pilots:
+            return
+        defaults = type(config)()
+        for name in ("eviction_strategy", "return_share"):
+            if getattr(config, name) != getattr(defaults, name):
+                raise field_error(config, name, f"is a Pilot-Commit setting: a {config.method} run draws no pilots "
+                                  "and evicts nothing, so it would be ignored",
+                                  f"drop it (default {getattr(defaults, name)!r}), or set method=pc")
 
     @abstractmethod
     def plan_step(self, ctx: StepContext) -> StepPlan:

@@ -355,6 +355,15 @@ class EvictionStrategy(Strategy):
 class StrictEviction(EvictionStrategy):
     """The paper: a prompt whose pilot reaches p_solve leaves the stream from the next epoch, for good."""
 
+    @classmethod
+    def check_config(cls, config):
+        default = type(config)().return_share
+        if config.return_share != default:  # the default counts as unset: presets spell it out with strict
+            raise field_error(config, "return_share",
+                              "is an easy_pool setting: strict eviction never brings a solved prompt back, so it "
+                              "would be ignored", f"drop it (or leave it at its default {default}), or set "
+                              "eviction_strategy=easy_pool")
+
 
 @register_strategy("eviction", "easy_pool")
 class EasyPoolEviction(EvictionStrategy):

@@ -31,12 +31,13 @@ from ..run.stopping import StopRequested
 from ..store import RunBusyError, StoreError
 from ..store.names import RunIdError
 from . import preset_commands, segment, simulate_commands, store_commands, train
+from .args import CliParser
 
 __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pilot-commit", description=__doc__.split("\n")[0])
+    parser = CliParser(prog="pilot-commit", description=__doc__.split("\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
     simulate_commands.add_parsers(sub)  # simulate, simulate-demo, demo

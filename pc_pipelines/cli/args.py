@@ -14,10 +14,11 @@ import inspect
 import re
 import sys
 import textwrap
+import typing
 
 from ..allocation import METHODS, SELECTION_STRATEGIES, check_config, training_methods
-from ..config import ALL_SECTIONS, RunConfig, parse_overrides, resolve
-from ..errors import ConfigError, brief
+from ..config import ALL_SECTIONS, PC_ONLY_FIELDS, RunConfig, parse_overrides, resolve
+from ..errors import ConfigError, brief, brief_text
 from ..store.names import RunIdError, run_id_for, validate_run_id
 
 
@@ -34,6 +35,17 @@ def progress_bar(total: int, desc: str, enabled: bool, leave: bool = False):
 FLAG_NUMBER_MAX_CHARS = 40
 
 
+class CliParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose errors are one short line with the fix: a value the user typed is cut
+    (:func:`~pc_pipelines.errors.brief_text`: a 100,000-character ``--run`` is not echoed whole), and the usage
+    block gives way to a pointer to ``--help``. Exit status 2, as argparse's."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        text = brief_text(message).rstrip(".")
+        fix = "" if "Fix:" in text else f". Fix: see `{self.prog} --help`."
+        self.exit(2, f"{self.prog}: error: {text}{fix}\n")
+
+
 def int_arg(value: str) -> int:
     """argparse ``type`` of an integer flag: at most 19 digits (a signed 64-bit integer)."""
     text = value.strip()
@@ -43,6 +55,14 @@ def int_arg(value: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{brief(value, 30)} is not an integer") from None
+
+
+def check_steps(steps: int, default: int) -> None:
+    """Refuse a run length below one step before anything is made or registered (a run of 0 steps would be
+    recorded as ``finished`` with nothing in it, and a comparison of 0 steps has nothing to compare)."""
+    if steps < 1:
+        raise ConfigError(f"--steps {steps}: must be >= 1 (the run's total number of training steps). Fix: pass "
+                          f"--steps 1 or more (default {default}).")
 
 
 def float_arg(value: str) -> float:
@@ -211,8 +231,9 @@ def run_config(args: argparse.Namespace, method: str | None = None, pc_only_to_p
 
     Every --set key is honoured or refused: ``--set seed=5`` and ``--set allocator.method=grpo`` are the same as
     ``--seed 5`` and ``--method grpo``; a --set key that a flag also sets to another value is refused.
-    ``pc_only_to_pc`` (a comparison running every method): the PC-only split (``--n-pilot`` / ``--n-commit`` /
-    ``allocator.n_pilot``) applies to the PC run only, the others train the same ``n`` per prompt."""
+    ``pc_only_to_pc`` (a comparison running every method): the PC-only settings (the split ``--n-pilot`` /
+    ``--n-commit`` / ``allocator.n_pilot``, ``allocator.eviction_strategy``, ``allocator.return_share``) apply to the
+    PC run only, the others train the same ``n`` per prompt."""
     method = method or getattr(args, "method", None)
     overrides = parse_overrides(args.set)
     for dest, key in FLAG_KEYS:
@@ -238,7 +259,8 @@ def run_config(args: argparse.Namespace, method: str | None = None, pc_only_to_p
     elif n is not None and p is None and "allocator.n_pilot" not in overrides:
         overrides["allocator.n_pilot"] = None  # --n alone: PC splits it n//4 + rest
     if pc_only_to_pc and method != "pc":
-        overrides.pop("allocator.n_pilot", None)
+        for name in PC_ONLY_FIELDS:
+            overrides.pop(f"allocator.{name}", None)
     cfg = resolve(args.preset, overrides, method=method, seed=args.seed, family=args.family)
     check_config(cfg.allocator)  # the method and strategy names against their registries, before any work
     return cfg

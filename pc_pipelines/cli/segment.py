@@ -39,11 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from ..data.registry import TRAINING, datasets
-from ..errors import RunError
+from ..errors import RunError, brief
 from ..rollout import DEFAULT_ENGINE, ENGINES, EngineFactory, engine_names, get_engine
 from ..run import SegmentResult, StepRecord, TrainingRun, evaluate_checkpoint, load_training_run, run_segment
 from ..run.stopping import StopRequested, stop_on_signals
 from ..store import Store, StoreError, hold_run
+from ..store.names import RunIdError, shown_path, validate_run_id
 
 
 def engine_factory(name: str, device: str) -> EngineFactory:
@@ -52,7 +53,7 @@ def engine_factory(name: str, device: str) -> EngineFactory:
     try:
         spec = get_engine(name)
     except ValueError:
-        raise RunError(f"--engine {name!r}: use one of {engine_names()}.") from None
+        raise RunError(f"--engine {brief(name)}: use one of {engine_names()}.") from None
     return lambda model, tokenizer: spec.build(model, tokenizer, device)
 
 
@@ -93,11 +94,11 @@ def _load(args: argparse.Namespace) -> tuple[Any, TrainingRun]:
     """The store and the registered run the arguments name (``RunError`` with the fix when either is missing)."""
     store = Store(args.store)
     if not store.path.exists():
-        raise RunError(f"no store at {store.path}. Fix: pass the store the run was registered in (--store).")
+        raise RunError(f"no store at {shown_path(store.path)}. Fix: pass the store the run was registered in (--store).")
     store.init(vacuum=False)
     row = store.get_run(args.run_id)
     if row is None:
-        raise RunError(f"run {args.run_id!r} is not in the store {store.path}. Fix: register it with the start_run "
+        raise RunError(f"run {brief(args.run_id)} is not in the store {shown_path(store.path)}. Fix: register it with the start_run "
                        "job (or pass the right --store).")
     return store, load_training_run(row, args.runs_root, args.data_dir)
 
@@ -200,9 +201,17 @@ def cmd_eval_segment(args: argparse.Namespace) -> int:
     return _main("eval-segment", work)
 
 
+def _run_id_arg(value: str) -> str:
+    """argparse ``type`` of ``--run-id``: a name no run can have is refused before the store is opened."""
+    try:
+        return validate_run_id(value, field="--run-id")
+    except RunIdError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _common_args(p) -> None:
     p.add_argument("--store", required=True, help="the store's DuckDB file, where the run is registered")
-    p.add_argument("--run-id", required=True, help="the run (registered by the start_run job)")
+    p.add_argument("--run-id", required=True, type=_run_id_arg, help="the run (registered by the start_run job)")
     p.add_argument("--runs-root", required=True, help="directory holding <run-id>/ (checkpoints, TensorBoard)")
     prepared = " / ".join(d.name for d in datasets(TRAINING) if d.generic)
     p.add_argument("--data-dir", default="runs/data", help=f"prepared datasets (runs on {prepared})")

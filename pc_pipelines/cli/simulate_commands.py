@@ -19,7 +19,7 @@ from ..run.stopping import StopFlag, StopRequested, run_outcome, stop_on_signals
 from ..simulator import SimStep, Simulation, record_simulation
 from ..store import Store
 from ..store.rollouts_to_target import first_reaching, target_accuracy
-from .args import add_config_args, int_arg, progress_bar, run_config, run_id_of, run_name_arg
+from .args import add_config_args, check_steps, int_arg, progress_bar, run_config, run_id_of, run_name_arg
 
 # (ledger key, column header, width, format spec) of the readable `simulate` table.
 TABLE_FIELDS = (
@@ -41,7 +41,8 @@ TABLE_FIELDS = (
 
 
 def _add_sim_args(p: argparse.ArgumentParser, steps: int) -> None:
-    p.add_argument("--steps", type=int_arg, default=steps, help=f"training steps (default {steps})")
+    p.add_argument("--steps", type=int_arg, default=steps, help=f"training steps, at least 1 (default {steps})")
+    p.set_defaults(default_steps=steps)
 
 
 # ---- simulate ---------------------------------------------------------------------------------------------------
@@ -67,6 +68,7 @@ def _stoppable(steps: Iterator[SimStep], stop: StopFlag | None) -> Iterator[SimS
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    check_steps(args.steps, args.default_steps)
     cfg = run_config(args)
     # with a store, the run id is checked before it is opened (a family the id cannot carry)
     run_id = run_id_of(cfg, args.run_name) if args.store else args.run_name or cfg.default_run_id()
@@ -123,6 +125,7 @@ def _simulate(args: argparse.Namespace, cfg: RunConfig, run_id: str, stop: StopF
 # ---- simulate-demo ------------------------------------------------------------------------------------------------
 def cmd_simulate_demo(args: argparse.Namespace) -> int:
     """GRPO, DAPO and PC (and the oracle bound) in the simulator, summarized side by side."""
+    check_steps(args.steps, args.default_steps)
     methods = list(METHODS)
     if "allocator.method" in parse_overrides(args.set):
         raise ConfigError(

@@ -16,6 +16,7 @@ from ..durable import OutputRefused
 from ..errors import shell_command
 from ..reports.timeline import DEFAULT_TOP
 from ..store import Store
+from ..store.names import shown_path
 from ..store.runlock import with_live_status
 from .args import int_arg
 
@@ -234,11 +235,11 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         sys.stderr.write(f"pilot-commit timeline: --out {exc}.\n")
         return 2
     except BrokenPipeError:
-        sys.stderr.write(f"pilot-commit timeline: the reader of {args.out} closed it before the PNG was whole. Fix: "
+        sys.stderr.write(f"pilot-commit timeline: the reader of {shown_path(args.out)} closed it before the PNG was whole. Fix: "
                          "let the reader take the whole PNG (no `head`), or give --out a PNG file path.\n")
         return 2
     except OSError as exc:  # a read-only disk, a full one, ...
-        sys.stderr.write(f"pilot-commit timeline: could not write {args.out}: {exc.strerror or exc}. Fix: give --out "
+        sys.stderr.write(f"pilot-commit timeline: could not write {shown_path(args.out)}: {exc.strerror or exc}. Fix: give --out "
                          "a PNG file path in a folder you can write to.\n")
         return 2
     _warn_problems(store, args.store)

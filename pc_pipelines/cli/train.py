@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..errors import ConfigError, shell_command
-from .args import add_config_args, int_arg, progress_bar, run_config, run_id_of, run_name_arg
+from .args import add_config_args, check_steps, int_arg, progress_bar, run_config, run_id_of, run_name_arg
 
 log = logging.getLogger("pc_pipelines.cli")
 
@@ -189,8 +189,7 @@ def _train(args: argparse.Namespace, stop) -> int:
     from ..run.start import check_trainable, start_training_run
     from ..store import Store, hold_run
 
-    if args.steps < 1:
-        raise ConfigError(f"--steps {args.steps}: must be >= 1 (the run's total number of training steps).")
+    check_steps(args.steps, 200)
     if args.resume and args.overwrite:
         raise ConfigError("--resume and --overwrite contradict each other. Fix: --resume continues the run, "
                           "--overwrite deletes it and starts over; pass one.")

@@ -6,7 +6,7 @@ may import it, it imports nothing above it. Sections: :class:`AllocatorConfig` (
 :class:`RunConfig` holds them with its seed and family, and :func:`resolve` builds it from a preset and overrides.
 """
 
-from .allocator import STRATEGY_KINDS, AllocatorConfig
+from .allocator import OVERSAMPLE_MAX, PC_ONLY_FIELDS, STRATEGY_KINDS, AllocatorConfig
 from .policy import ARCHS, PolicyConfig
 from .presets import PRESET_FORMAT_VERSION, available_presets, load_preset, parse_overrides, resolve
 from .run import ADDED_FIELDS, ALL_SECTIONS, NOT_BEHAVIOUR, OPTIONAL_SECTIONS, SECTIONS, RunConfig, from_dict
@@ -21,6 +21,8 @@ __all__ = [
     "LOSS_AGG_MODES",
     "NOT_BEHAVIOUR",
     "OPTIONAL_SECTIONS",
+    "OVERSAMPLE_MAX",
+    "PC_ONLY_FIELDS",
     "PRESET_FORMAT_VERSION",
     "SECTIONS",
     "STRATEGY_KINDS",

@@ -17,6 +17,13 @@ from ..errors import ConfigError, check_finite, field_error
 STRATEGY_KINDS = ("band", "sampling", "pilot", "commit", "eviction")
 """PC's five decisions; each has a ``<kind>_strategy`` field naming a registered strategy."""
 
+OVERSAMPLE_MAX = 100.0
+"""The largest oversample s: b_g = ceil(s * b_t) prompts are drawn per round (the paper uses 3)."""
+
+PC_ONLY_FIELDS = ("n_pilot", "eviction_strategy", "return_share")
+"""Allocator settings that only Pilot-Commit reads: a run of another method given one of them explicitly is
+refused (it would be ignored), and a preset's value of them is dropped for such a run."""
+
 
 @dataclass(frozen=True)
 class AllocatorConfig:
@@ -119,8 +126,12 @@ class AllocatorConfig:
             raise field_error(self, "max_age", "must be an integer >= 0", "set max_age (the paper's d) to 4, or 0 for no lag")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise field_error(self, "seed", "must be an integer >= 0", "pass a non-negative seed")
-        if not isinstance(self.oversample, (int, float)) or not math.isfinite(self.oversample) or self.oversample < 1:
-            raise field_error(self, "oversample", "must be a number >= 1 (b_g = s * b_t must cover b_t)", "set oversample=3 as the paper")
+        if (isinstance(self.oversample, bool) or not isinstance(self.oversample, (int, float))
+                or not math.isfinite(self.oversample) or not 1 <= self.oversample <= OVERSAMPLE_MAX):
+            raise field_error(self, "oversample",
+                              f"must be a number from 1 to {OVERSAMPLE_MAX:g} (b_g = ceil(s * b_t) prompts are drawn "
+                              "per round: it must cover b_t and stay a count a round can draw)",
+                              f"set oversample in [1, {OVERSAMPLE_MAX:g}], e.g. 3 as the paper")
         for name in ("p_lower", "p_upper", "p_solve"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not (0.0 <= float(value) <= 1.0):

@@ -18,7 +18,7 @@ from importlib import resources
 from typing import Any
 
 from ..errors import MESSAGE_VALUE_CHARS, ConfigError, brief
-from .allocator import AllocatorConfig
+from .allocator import PC_ONLY_FIELDS, AllocatorConfig
 from .run import ALL_SECTIONS, OPTIONAL_SECTIONS, SECTIONS, RunConfig
 
 PRESET_FORMAT_VERSION = 1
@@ -287,14 +287,10 @@ def resolve(
             raise ConfigError(f"{name}.seed is set apart from the run seed. Fix: set the run's seed (--seed) only.")
         sections[name]["seed"] = top["seed"]
     method_name = sections["allocator"].get("method", AllocatorConfig.method)
-    if method_name != "pc":
-        if given.get("allocator.n_pilot") is not None:  # asked for explicitly: it would be ignored, so refuse
-            raise ConfigError(
-                f"--set allocator.n_pilot={given['allocator.n_pilot']} (or --n-pilot / --n-commit) is a PC setting: a "
-                f"{method_name} run trains allocator.n rollouts per prompt and would ignore it. Fix: drop it, or use "
-                "--method pc."
-            )
-        sections["allocator"].pop("n_pilot", None)  # the preset's PC default; GRPO/DAPO train n per prompt
+    _check_pc_only(given, method_name, sections["allocator"])
+    if method_name != "pc":  # the preset's PC settings; GRPO/DAPO train n per prompt and evict nothing
+        for name in PC_ONLY_FIELDS:
+            sections["allocator"].pop(name, None)
     built = {}
     for name, cls in SECTIONS.items():
         known = {f.name for f in fields(cls)}
@@ -310,6 +306,28 @@ def resolve(
             raise ConfigError(f"preset {preset!r}: {name} has unknown fields {unknown}. Fix: use {sorted(known)}.")
         built[name] = cls(**_coerce(name, cls, values))
     return RunConfig(preset=preset, family=top["family"], seed=int(top["seed"]), **built)
+
+
+def _check_pc_only(given: dict[str, Any], method: str, allocator: dict[str, Any]) -> None:
+    """Refuse an explicit setting the run would ignore: a PC-only one (:data:`PC_ONLY_FIELDS`) for another method,
+    or ``return_share`` (the easy pool's) with strict eviction. Preset values are not refused (presets spell out
+    every default)."""
+    asked = {name: given[f"allocator.{name}"] for name in PC_ONLY_FIELDS if given.get(f"allocator.{name}") is not None}
+    if method != "pc" and asked:
+        name, value = next(iter(asked.items()))
+        flags = " (or --n-pilot / --n-commit)" if name == "n_pilot" else ""
+        raise ConfigError(
+            f"--set allocator.{name}={brief(value)}{flags} is a PC setting: a {_text(method)} run trains allocator.n "
+            "rollouts per prompt, draws no pilots and evicts nothing, so it would ignore it. Fix: drop it, or use "
+            "--method pc."
+        )
+    strategy = allocator.get("eviction_strategy", AllocatorConfig.eviction_strategy)
+    if "return_share" in asked and strategy != "easy_pool":
+        raise ConfigError(
+            f"--set allocator.return_share={brief(asked['return_share'])} is an easy_pool setting, but "
+            f"allocator.eviction_strategy={brief(strategy)}: no solved prompt comes back, so it would be ignored. "
+            "Fix: drop it, or add --set allocator.eviction_strategy=easy_pool."
+        )
 
 
 def check_family(value: Any, field: str = "family") -> str:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass
 
-from ..errors import check_finite, field_error
+from ..errors import brief, check_finite, field_error
 
 DTYPES = ("float32", "float64")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -98,5 +99,30 @@ class TrainingConfig:
         for name in ("top_p", "eval_top_p"):
             if not 0 < getattr(self, name) <= 1:
                 raise field_error(self, name, "must lie in (0, 1]", "use 1.0 to disable nucleus sampling")
-        if "{question}" not in self.prompt_template:
-            raise field_error(self, "prompt_template", "has no {question} placeholder", "include {question} where the problem goes")
+        self._check_prompt_template()
+
+    def _check_prompt_template(self) -> None:
+        """The template is formatted with ``question=`` only: any other placeholder (``{x}``, ``{}``, ``{0}``,
+        ``{question.upper}``) or a lone brace would fail mid-run, so it is refused here naming what is wrong."""
+        literal_fix = "write {{ and }} for a literal brace (e.g. \\boxed{{}})"
+        template = self.prompt_template
+        if not isinstance(template, str):
+            raise field_error(self, "prompt_template", "must be text", "give a template with {question} in it")
+        try:
+            names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+        except ValueError as exc:
+            raise field_error(self, "prompt_template", f"has a brace that does not pair ({exc})",
+                              f"{literal_fix}; the only placeholder is {{question}}") from None
+        other = next((name for name in names if name != "question"), None)
+        if other is not None:
+            raise field_error(self, "prompt_template",
+                              f"has the placeholder {brief('{' + other + '}')}, but only {{question}} is filled in",
+                              f"drop it, or {literal_fix}")
+        if not names:
+            raise field_error(self, "prompt_template", "has no {question} placeholder",
+                              "include {question} where the problem goes")
+        try:
+            template.format(question="")
+        except (ValueError, KeyError, IndexError, AttributeError) as exc:
+            raise field_error(self, "prompt_template", f"does not format with a question ({type(exc).__name__}: "
+                              f"{brief(str(exc))})", f"use {{question}} plainly, and {literal_fix}") from None

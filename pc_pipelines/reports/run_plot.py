@@ -12,8 +12,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import sql_string
+from ..errors import brief, sql_string
 from ..store import Store
+from ..store.names import shown_path
 from .plots import save_figure
 from .style import method_color
 
@@ -53,7 +54,7 @@ def load_run_progress(store: Store, run_id: str) -> RunProgress:
     """``run_id``'s curve from the store (``KeyError`` naming the run when the store has no such run)."""
     run = store.get_run(run_id)
     if run is None:
-        raise KeyError(f"no run {run_id!r} in the store {store.path}")
+        raise KeyError(f"no run {brief(run_id)} in the store {shown_path(store.path)}")
     rows = store.query(run_progress_query(run_id))
     evals = store.query("SELECT step, accuracy FROM eval_curve WHERE run_id = ? ORDER BY step", [run_id])
     return RunProgress(

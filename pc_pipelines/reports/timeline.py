@@ -40,8 +40,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import shell_command
+from ..errors import brief, shell_command
 from ..store import Store
+from ..store.names import shown_path
 from ..store.runlock import with_live_status
 from .curves import ReportError
 from .plots import save_figure
@@ -219,7 +220,7 @@ def load_timeline(store: Store, run_id: str, prompts: Sequence[int] | None = Non
                   (SELECT max(step) FROM steps s WHERE s.run_id = r.run_id) AS last_step
            FROM runs r WHERE r.run_id = ?""", [run_id])
     if not runs:
-        raise TimelineError(f"no run {run_id!r} in {store.path}: " + _runs_hint(store))
+        raise TimelineError(f"no run {brief(run_id)} in {shown_path(store.path)}: " + _runs_hint(store))
     run = with_live_status(store, runs)[0]  # a run whose writer is gone reads as stopped
     _, rows = store.query_table(_CELLS_SQL, [run_id])
     if not rows:

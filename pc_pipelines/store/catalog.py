@@ -36,8 +36,8 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from ..errors import shell_command, sql_string
-from .names import RunIdError, validate_run_id
+from ..errors import brief, shell_command, sql_string
+from .names import RunIdError, shown_path, validate_run_id
 from .rollouts_to_target import median
 from .schema import DDL, MIGRATIONS, SCHEMA_VERSION, STEP_TABLES, view_sql
 from .steplog import QUARANTINE, StepLogWriter, list_step_dirs, quarantine_step_dir, verify_step_dir
@@ -549,7 +549,7 @@ class Store:
         row = rows[0] if rows else None
         if row is None:
             con.execute("ROLLBACK")
-            raise StoreError(f"no run {run_id!r} in {self.path}. Fix: check the run id (`pilot-commit runs`).")
+            raise StoreError(f"no run {brief(run_id)} in {shown_path(self.path)}. Fix: check the run id (`pilot-commit runs`).")
         return -1 if row[0] is None else int(row[0])
 
     def vacuum(self, run_id: str | None = None) -> int:

@@ -73,9 +73,41 @@ def test_next_open_and_the_skip_reason_say_when_in_real_time():
     # Across the change to summer time the wait is real time: 18:00 CET to 09:00 CEST is 14 hours, not 15.
     day = TimeWindow.parse("09:00-17:00", "Europe/Berlin")
     assert "opens at 2025-03-30 09:00 CEST (in 14h 00m)" in day.closed_reason(at("18:00", BERLIN, (2025, 3, 29)))
-    # A start in the hour that does not exist that night (02:30, clocks go 02:00 -> 03:00) opens at 03:30 CEST.
+
+
+def test_a_start_in_the_spring_forward_gap_opens_when_the_clocks_land():
+    """02:30 does not exist on 2025-03-30 in Berlin (clocks go 02:00 CET -> 03:00 CEST): the window 02:30-04:00
+    opens at the first real instant inside it, 03:00 CEST, one real hour after 01:00 CET (was: 03:30)."""
     gap = TimeWindow.parse("02:30-04:00", "Europe/Berlin")
-    assert "opens at 2025-03-30 03:30 CEST (in 1h 30m)" in gap.closed_reason(at("01:00", BERLIN, (2025, 3, 30)))
+    opens = gap.next_open(at("01:00", BERLIN, (2025, 3, 30)))
+    assert opens == datetime(2025, 3, 30, 1, 0, tzinfo=UTC) and opens.utcoffset().total_seconds() == 7200
+    assert gap.contains(opens)
+    assert "opens at 2025-03-30 03:00 CEST (in 1h 00m)" in gap.closed_reason(at("01:00", BERLIN, (2025, 3, 30)))
+
+
+def test_a_window_wholly_in_the_spring_forward_gap_opens_the_next_night():
+    """02:00-03:00 Europe/Berlin on 2025-03-30: no moment of that night is inside it (the clocks read 01:59:59 CET
+    then 03:00 CEST), so it opens on 2025-03-31 at 02:00 CEST (was: "opens at 03:00 CEST", a time outside it)."""
+    w = TimeWindow.parse("02:00-03:00", "Europe/Berlin")
+    before = at("01:30", BERLIN, (2025, 3, 30))
+    opens = w.next_open(before)
+    assert opens == datetime(2025, 3, 31, 2, 0, tzinfo=BERLIN) and w.contains(opens)
+    assert not w.contains(datetime(2025, 3, 30, 1, 0, tzinfo=UTC))  # 03:00 CEST, where the clocks land
+    assert "opens at 2025-03-31 02:00 CEST (in 23h 30m)" in w.closed_reason(before)  # 00:30 UTC to 00:00 UTC next day
+    # the night before and the night after open at 02:00 as on any other day
+    assert w.next_open(at("01:30", BERLIN, (2025, 3, 29))) == datetime(2025, 3, 29, 2, 0, tzinfo=BERLIN)
+    # when the clocks go back (2025-10-26, 02:00-03:00 happens twice) the window opens at the first 02:00
+    autumn = w.next_open(at("01:30", BERLIN, (2025, 10, 26)))
+    assert autumn.astimezone(UTC) == datetime(2025, 10, 26, 0, 0, tzinfo=UTC) and autumn.fold == 0
+
+
+def test_00_00_to_24_00_is_the_whole_day():
+    w = TimeWindow.parse("00:00-24:00", "Europe/Berlin")
+    assert w.whole_day and str(w) == "00:00-24:00 Europe/Berlin"
+    for moment in (at("00:00", BERLIN), at("12:00", BERLIN), at("23:59", BERLIN),
+                   datetime(2025, 3, 30, 1, 30, tzinfo=UTC), datetime(2025, 10, 26, 2, 30, fold=1, tzinfo=BERLIN)):
+        assert w.contains(moment)
+    assert str(TimeWindow.parse("18:00-00:00")) == "18:00-24:00 UTC"  # an end of 00:00 after a start: midnight
 
 
 @pytest.mark.parametrize(("text", "says"), [
@@ -86,7 +118,8 @@ def test_next_open_and_the_skip_reason_say_when_in_real_time():
     ("22:00-24:30", "hours go 00..23 (24:00 only as the end)"),
     ("22:60-06:00", "minutes 00..59"),
     ("22:00-22:00", "an empty window (it starts where it ends)"),
-    ("00:00-24:00", "an empty window (it starts where it ends)"),
+    ("00:00-00:00", "an empty window (it starts where it ends). Fix: set PC_ADVANCE_SCHEDULE_WINDOW to e.g. "
+                    "22:00-06:00, or unset it for the default (22:00-06:00). For the whole day write 00:00-24:00."),
 ])
 def test_a_bad_window_names_the_variable_and_the_fix(text, says):
     with pytest.raises(ConfigError) as err:

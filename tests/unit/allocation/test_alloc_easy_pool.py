@@ -320,7 +320,8 @@ def test_easy_pool_pc_pilots_from_the_pool_once_every_prompt_is_solved():
     pool = 24
     outs = {}
     for strategy in ("strict", "easy_pool"):
-        cfg = easy_cfg(eviction_strategy=strategy, max_rounds=3)
+        share = {} if strategy == "easy_pool" else {"return_share": AllocatorConfig.return_share}  # strict: unset
+        cfg = easy_cfg(eviction_strategy=strategy, max_rounds=3, **share)
         alloc = Allocator(cfg, pool)
         eng = FakeEngine(constant_rule(1.0))
         outs[strategy] = [drive_step(alloc, eng) for _ in range(8)]
