@@ -224,7 +224,8 @@ STORE_TOTALS = {"sampled_rollouts": "sampled_rollouts", "trained_rollouts": "tra
 def totals_problem(totals: Any, step: int, rows: list[dict[str, Any]]) -> str | None:
     """None when ``totals`` (``meta.json``'s, of the checkpoint after ``step``) are the run's ledger through that
     step: whole numbers >= 0 of :class:`~.records.Totals`' fields, ``steps`` = step + 1, and, when ``rows`` (the
-    store's ``steps`` rows of steps 0..step) are all there, their sums; else what is wrong, one line."""
+    store's ``steps`` rows of steps 0..step) are all there, their sums (of each column they all fill); else what is
+    wrong, one line."""
     if not isinstance(totals, dict):
         return f"totals is {_short(totals)}, not an object of {', '.join(TOTALS)}"
     unknown = [k for k in totals if k not in TOTALS]
@@ -237,7 +238,9 @@ def totals_problem(totals: Any, step: int, rows: list[dict[str, Any]]) -> str | 
         return f"totals.steps is {totals['steps']}, the checkpoint is after step {step} ({step + 1} steps)"
     if sorted(int(r["step"]) for r in rows) == list(range(step + 1)):
         for key, column in STORE_TOTALS.items():
-            stored = sum(int(r[column] or 0) for r in rows)
-            if key in totals and totals[key] != stored:
+            if key not in totals or any(r[column] is None for r in rows):  # a column older rows lack
+                continue
+            stored = sum(int(r[column]) for r in rows)
+            if totals[key] != stored:
                 return f"totals.{key} is {totals[key]}, the store's steps 0..{step} add up to {stored}"
     return None

@@ -718,6 +718,8 @@ def _flat_value(value: Any) -> bool:
     tuple of numbers (Adam's betas)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return True
+    if isinstance(value, torch.Tensor):  # a learning rate kept as a tensor (capturable optimizers)
+        return value.numel() <= 1
     return isinstance(value, (tuple, list)) and len(value) <= 8 and all(
         isinstance(v, (bool, int, float)) for v in value)
 

@@ -8,8 +8,8 @@ refused by the scan, test_faults_tampering.py); what is checked is that the valu
 
 * ``rng.pt``: torch's state of the wrong size, Python's of the wrong length, numpy's state of PCG64 (not the legacy
   MT19937 the run draws from) as a tuple and as numpy's dict;
-* ``trainer.pt``: format 99, a value nested 100,000 deep (RecursionError), an Adam moment with stride 0 (one value
-  seen through every index), an Adam moment of another shape than its parameter;
+* ``trainer.pt``: format 99, a value nested 100,000 deep in the optimizer's state (RecursionError), an Adam
+  moment with stride 0 (one value seen through every index), an Adam moment of another shape than its parameter;
 * ``policy/model.safetensors``: a header length of 2**62, a header that is not JSON, a tensor whose data ends past
   the end of the file;
 * ``meta.json``: negative totals (the resume reported ``cumulative_rollouts`` from them).
@@ -143,8 +143,8 @@ def adam_moment_of_another_shape(ck: Path):
     def change(state):
         moment = state["optimizer"]["state"][0]["exp_avg_sq"]
         state["optimizer"]["state"][0]["exp_avg_sq"] = torch.zeros(moment.shape[0] + 1, *moment.shape[1:])
-        return (f"trainer.pt: optimizer state of parameter 0: exp_avg_sq has shape {[moment.shape[0] + 1, *moment.shape[1:]]}, "
-                f"its parameter {list(moment.shape)}")
+        wrong = [moment.shape[0] + 1, *moment.shape[1:]]
+        return f"trainer.pt: optimizer state of parameter 0: exp_avg_sq has shape {wrong}, its parameter {list(moment.shape)}"
     return _trainer(ck, change)
 
 
@@ -152,10 +152,11 @@ DEPTH = 100_000
 
 
 def nested_100000_deep(ck: Path):
-    """``last_step`` a list nested 100,000 deep: torch.save cannot write one (it recurses), so the pickle in the zip
-    is rewritten by hand: the placeholder string's opcode becomes 100,000 EMPTY_LIST and 99,999 APPEND opcodes."""
+    """A list nested 100,000 deep in the optimizer's parameter group (its deepcopy in ``load_state_dict`` raised
+    RecursionError): torch.save cannot write one (it recurses), so the pickle in the zip is rewritten by hand: the
+    placeholder string's opcode becomes 100,000 EMPTY_LIST and 99,999 APPEND opcodes."""
     state = torch.load(ck / "trainer.pt", weights_only=True)
-    state["last_step"] = "NESTED-PLACEHOLDER"
+    state["optimizer"]["param_groups"][0]["nested"] = "NESTED-PLACEHOLDER"
     buf = io.BytesIO()
     torch.save(state, buf)
     placeholder = b"X" + struct.pack("<I", 18) + b"NESTED-PLACEHOLDER"
@@ -167,11 +168,11 @@ def nested_100000_deep(ck: Path):
                 assert data.count(placeholder) == 1
                 data = data.replace(placeholder, nested)
             dst.writestr(info, data)
-    deep = torch.load(ck / "trainer.pt", weights_only=True)["last_step"]
+    deep = torch.load(ck / "trainer.pt", weights_only=True)["optimizer"]["param_groups"][0]["nested"]
     for _ in range(DEPTH - 1):  # it loads, nested as meant (walked without recursion)
         (deep,) = deep
     assert deep == []
-    return "trainer.pt", "trainer.pt: last_step is nested deeper than 32 levels"
+    return "trainer.pt", "trainer.pt: optimizer is nested deeper than 32 levels"
 
 
 def _safetensors(ck: Path, change) -> tuple[str, str]:

@@ -92,8 +92,10 @@ def test_safetensors_layouts_safetensors_refuses_are_named(weights):
 
 
 @pytest.mark.parametrize(("change", "expected"), [
-    (lambda h: h["b"]["data_offsets"].__setitem__(1, 10**6), "tensor 'b' spans bytes 48..1000000 of its data, which has 58 bytes"),
-    (lambda h: h["a"].__setitem__("shape", [3, 5]), "tensor 'a' is F32 of shape [3, 5] (60 bytes), its span 0..48 has 48"),
+    (lambda h: h["b"]["data_offsets"].__setitem__(1, 10**6),
+     "tensor 'b' spans bytes 48..1000000 of its data, which has 58 bytes"),
+    (lambda h: h["a"].__setitem__("shape", [3, 5]),
+     "tensor 'a' is F32 of shape [3, 5] (60 bytes), its span 0..48 has 48"),
     (lambda h: h["a"].__setitem__("dtype", "Q9"), "tensor 'a' has dtype 'Q9', not one safetensors reads"),
     (lambda h: h["b"]["data_offsets"].__setitem__(0, 50) or h["b"]["data_offsets"].__setitem__(1, 58),
      "tensor 'b' is BF16 of shape [5] (10 bytes), its span 50..58 has 8"),
@@ -113,6 +115,7 @@ TRUE = {"steps": 4, "sampled_rollouts": 960, "trained_rollouts": 64, "engine_cal
 @pytest.mark.parametrize(("totals", "rows", "expected"), [
     (TRUE, ROWS, None),
     (TRUE | {"sampled_rollouts": 235}, ROWS[:3], None),  # the store lacks a step: only the ledger's own checks
+    (TRUE | {"engine_calls": 7}, [r | {"engine_calls": None} for r in ROWS], None),  # a column older rows lack
     (TRUE | {"sampled_rollouts": -725}, ROWS, "totals.sampled_rollouts is -725, not a whole number >= 0"),
     (TRUE | {"engine_calls": 40.5}, ROWS, "totals.engine_calls is 40.5, not a whole number >= 0"),
     (TRUE | {"steps": True}, ROWS, "totals.steps is True, not a whole number >= 0"),
