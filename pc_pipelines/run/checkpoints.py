@@ -48,6 +48,7 @@ from .. import durable
 from ..allocation import Allocator
 from ..errors import RunError
 from ..store import Store
+from .checkpoint_data import rng_states
 from .records import Totals
 from .stopping import disk_full_error
 from .training_run import TrainingRun
@@ -403,23 +404,10 @@ def _old_rng_globals() -> list[Any]:
 
 
 def load_rng(checkpoint: Path) -> dict[str, Any]:
-    """The global RNG states of the checkpoint at ``checkpoint`` (``rng.pt``), checked to be states; one written
-    before issue 31 (numpy's key as an array) reads the same."""
-    import torch
-
-    rng = load_plain(checkpoint, "rng.pt", _old_rng_globals())
-    try:
-        name, key, pos, has_gauss, cached = rng["numpy"]
-        key = np.asarray(key)
-        if key.shape != (624,) or key.dtype.kind not in "iu" or not isinstance(rng["torch"], torch.Tensor):
-            raise ValueError("rng.pt does not hold RNG states")
-        version, internal, gauss = rng["python"]
-        state = {"torch": rng["torch"],
-                 "numpy": (str(name), key.astype(np.uint32), int(pos), int(has_gauss), float(cached)),
-                 "python": (int(version), tuple(int(x) for x in internal), gauss)}
-    except Exception as exc:
-        raise unreadable(checkpoint, exc) from None
-    return state
+    """The global RNG states of the checkpoint at ``checkpoint`` (``rng.pt``), checked to be states the run's
+    generators take (:func:`~.checkpoint_data.rng_states`); one written before issue 31 (numpy's key as an array)
+    reads the same."""
+    return rng_states(checkpoint, load_plain(checkpoint, "rng.pt", _old_rng_globals()))
 
 
 def restore_rng(rng: dict[str, Any]) -> None:

@@ -39,6 +39,7 @@ from ..rollout import EngineFactory
 from ..store import StepLogWriter, Store, run_has_data, step_tables
 from ..store.runlock import holds
 from .backend import Backend
+from .checkpoint_data import refused, totals_problem
 from .checkpoints import (
     checkpoint_at,
     checkpoint_meta,
@@ -213,6 +214,11 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
     else:
         path = chosen[1]
         meta = checkpoint_meta(run, path)
+        rows = store.query("SELECT step, sampled_rollouts, trained_rollouts, engine_calls FROM steps "
+                           "WHERE run_id = ? AND step <= ?", [run.run_id, chosen[0]])
+        problem = totals_problem(meta.get("totals"), chosen[0], rows)
+        if problem is not None:
+            raise refused(path, "meta.json", problem)
         allocator, rng = load_run_state(path)  # the run's own state first, then the backend's (larger) files
         backend.restore(path)
         opened = OpenRun(run, store, backend, allocator, Totals(**meta["totals"]), path)

@@ -39,6 +39,7 @@ from ..rollout import (
 )
 from ..training import PolicyTrainer, RolloutBatch
 from .backend import StepResult
+from .checkpoint_data import refuse_damaged_weights, refused
 from .checkpoints import load_plain, save_torch, unreadable
 from .training_run import SAMPLING_PLAN, TrainingRun
 
@@ -163,6 +164,7 @@ class LocalBackend:
     def restore(self, checkpoint: Path) -> None:
         torch.set_num_threads(self.run.config.training.torch_threads)
         trainer_state = load_plain(checkpoint, "trainer.pt")  # tensors and plain data only, or refused
+        refuse_damaged_weights(checkpoint)  # safetensors' layout, read before the loader trusts it
         model, tok = load_model(checkpoint / "policy", self.device, self.run.config.training.dtype,
                                 what=f"the policy of checkpoint {checkpoint.name}")
         try:
@@ -170,6 +172,9 @@ class LocalBackend:
         except Exception as exc:  # an unverifiable (format 1) checkpoint can still be unreadable
             raise unreadable(checkpoint, exc) from None
         self._build(model, tok)
+        problem = self.trainer.state_problem(trainer_state)  # against the live optimizer, before it takes any of it
+        if problem is not None:
+            raise refused(checkpoint, "trainer.pt", problem)
         self.sidecar = sidecar
         self.trainer.load_state_dict(trainer_state)
 

@@ -26,6 +26,8 @@ from ..errors import ConfigError
 logger = logging.getLogger(__name__)
 
 STATE_FORMAT_VERSION = 1
+STATE_MAX_DEPTH = 32
+"""How deep a trainer state's values may nest (the optimizer's own: 5 levels)."""
 ADV_EPSILON = 1e-6
 _SHUFFLE_SALT = 0x50C0  # separates the trainer's (seed, step) streams from other users of the run seed
 
@@ -472,11 +474,62 @@ class PolicyTrainer:
             "seed": self.seed,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def state_problem(self, state: Any) -> str | None:
+        """None when ``state`` is a trainer state this trainer can load (what :meth:`state_dict` writes: its format,
+        plain values nested at most :data:`STATE_MAX_DEPTH` deep, and per parameter of the optimizer tensors of its
+        shape, saved whole: no stride 0), else what is wrong with it, one line. Runs nothing of the state, recurses
+        into nothing (a value nested 100,000 deep is found without a RecursionError)."""
+        deep = _nesting_problem(state, STATE_MAX_DEPTH)
+        if deep:
+            return deep
+        if not isinstance(state, dict):
+            return f"it holds a {type(state).__name__}, not a trainer state"
         if state.get("format") != STATE_FORMAT_VERSION:
-            raise ValueError(
-                f"trainer state has format {state.get('format')!r}, this code reads {STATE_FORMAT_VERSION}"
-            )
+            return f"its format is {_short(state.get('format'))}, this version reads {STATE_FORMAT_VERSION}"
+        for key in ("last_step", "seed"):
+            value = state.get(key)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                return f"its {key} is {_short(value)}, not a whole number"
+        opt = state.get("optimizer")
+        if not isinstance(opt, dict) or not isinstance(opt.get("state"), dict) or not isinstance(
+                opt.get("param_groups"), list):
+            return "its optimizer state is not a dict of state and param_groups"
+        live_groups = self.optimizer.state_dict()["param_groups"]
+        if len(opt["param_groups"]) != len(live_groups):
+            return f"it has {len(opt['param_groups'])} optimizer parameter groups, this trainer {len(live_groups)}"
+        for i, (group, live) in enumerate(zip(opt["param_groups"], live_groups)):
+            if not isinstance(group, dict) or group.get("params") != live["params"]:
+                return f"optimizer parameter group {i} does not list parameters {_short(live['params'])}"
+            for key, value in group.items():
+                if key != "params" and not _flat_value(value):
+                    return f"optimizer parameter group {i}: {_short(key)} is {_short(value)}, not a number or flag"
+        params = dict(enumerate(self._params))
+        for index, per_param in opt["state"].items():
+            if index not in params:
+                return f"its optimizer state is for parameter {_short(index)}, this model has 0..{len(params) - 1}"
+            if not isinstance(per_param, dict):
+                return f"optimizer state of parameter {index} is a {type(per_param).__name__}, not a dict"
+            param = params[index]
+            for name, value in per_param.items():
+                if not isinstance(value, torch.Tensor):
+                    if _flat_value(value):
+                        continue
+                    return f"optimizer state of parameter {index}: {_short(name)} is {_short(value)}, not a tensor"
+                what = f"optimizer state of parameter {index}: {name if isinstance(name, str) else _short(name)}"
+                if value.layout != torch.strided or not value.is_floating_point():
+                    return f"{what} is a {value.dtype} {value.layout} tensor, not a floating point one"
+                if not value.is_contiguous():
+                    return (f"{what} has stride {tuple(value.stride())} for shape {list(value.shape)}: not a tensor "
+                            "saved whole (stride 0 repeats one value)")
+                want = [] if name == "step" else list(param.shape)
+                if list(value.shape) != want:
+                    return f"{what} has shape {list(value.shape)}, its parameter {list(param.shape)}"
+        return None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        problem = self.state_problem(state)
+        if problem is not None:
+            raise ValueError(f"trainer state: {problem}")
         if state.get("seed") != self.seed:
             logger.warning(
                 "trainer state was saved with seed %s, this trainer has seed %s: minibatch order will differ",
@@ -651,3 +704,38 @@ class PolicyTrainer:
         max_norm = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(self._params, max_norm=max_norm)
         return float(norm.item())
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` cut to 80 characters (a value echoed in an error)."""
+    text = repr(value) if not isinstance(value, (list, tuple, dict)) or len(value) < 100 else \
+        f"a {type(value).__name__} of {len(value)}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _flat_value(value: Any) -> bool:
+    """A value of an optimizer's parameter group or per-parameter state: None, a number, a flag, a name, or a short
+    tuple of numbers (Adam's betas)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, torch.Tensor):  # a learning rate kept as a tensor (capturable optimizers)
+        return value.numel() <= 1
+    return isinstance(value, (tuple, list)) and len(value) <= 8 and all(
+        isinstance(v, (bool, int, float)) for v in value)
+
+
+def _nesting_problem(obj: Any, limit: int) -> str | None:
+    """None when the dicts, lists and tuples of ``obj`` nest at most ``limit`` deep, else which top-level key's
+    value nests deeper. Walked with a stack, not recursion."""
+    stack: list[tuple[Any, int, Any]] = [(obj, 0, None)]
+    while stack:
+        value, depth, top = stack.pop()
+        if depth > limit:
+            what = "it" if top is None else top if isinstance(top, str) else _short(top)
+            return f"{what} is nested deeper than {limit} levels"
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1, k if depth == 0 else top) for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((v, depth + 1, top) for v in value)
+    return None
+
