@@ -8,6 +8,7 @@ added by hand in the UI carry no config, so the assets refuse any key the store 
 """
 
 import base64
+import shlex
 from contextlib import ExitStack
 from dataclasses import replace
 
@@ -23,7 +24,7 @@ from dagster import (
 )
 
 from pc_pipelines.data.registry import TRAINING, datasets
-from pc_pipelines.errors import RunError
+from pc_pipelines.errors import RunError, installed_command
 from pc_pipelines.run import StepRecord, TrainingRun, list_checkpoints, load_training_run
 from pc_pipelines.run.lifecycle import record_finished
 from pc_pipelines.run.progress import SegmentProgress
@@ -100,8 +101,10 @@ def _progress_metadata(st: Store, tr: TrainingRun, first: int, last: int, k: int
 
     out: dict[str, MetadataValue] = {}
     query = run_progress_query(tr.run_id)
-    out["sql"] = MetadataValue.md(f"```\npilot-commit sql --store {st.path} \"{query}\"\n```")
-    out["tensorboard_command"] = MetadataValue.md(f"```\ntensorboard --logdir {tr.tensorboard_dir}\n```")
+    out["sql"] = MetadataValue.md(f"```\n{installed_command('pilot-commit')} sql --store {shlex.quote(str(st.path))} "
+                                  f"\"{query}\"\n```")
+    out["tensorboard_command"] = MetadataValue.md(
+        f"```\n{installed_command('tensorboard')} --logdir {shlex.quote(str(tr.tensorboard_dir))}\n```")
     try:
         png = plot_run_progress(load_run_progress(st, tr.run_id), tr.run_dir / "plots" / f"seg-{k:04d}.png",
                                 highlight=(first, last))

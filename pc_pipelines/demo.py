@@ -9,6 +9,7 @@ other comparison: the allocation methods in the scale simulator, no model.)
 import argparse
 import logging
 import os
+import shlex
 import sys
 import time
 
@@ -23,7 +24,7 @@ from resources import DataResource, LocalCheckpointResource, StoreResource, loca
 
 from .config import parse_overrides, resolve
 from .definitions import build_definitions
-from .errors import ConfigError
+from .errors import ConfigError, installed_command
 from .reports import smoke_test_note, study_headline
 
 # Dagster's console logger at INFO: the run's narrative and the per-step lines, not its DEBUG engine events (the UI
@@ -127,7 +128,8 @@ def demo(argv: list[str] | None = None) -> int:
     print(study_headline())
     print()
     say(f"plots in {os.path.abspath(rep_dir)}; store {os.path.abspath(res['store'].path)} "
-        f"(try: .venv/bin/pilot-commit sql --store {res['store'].path} \"SELECT * FROM segments\")")
+        f"(try: {installed_command('pilot-commit')} sql --store {shlex.quote(str(res['store'].path))} "
+        "\"SELECT * FROM segments\")")
     if os.environ.get("DAGSTER_HOME"):
         say("`make ui` shows these materializations at http://127.0.0.1:3000")
     if failed:

@@ -67,3 +67,26 @@ def brief(value: Any, limit: int = MESSAGE_VALUE_CHARS) -> str:
     r.maxstring, r.maxlong, r.maxother = limit, limit, limit
     text = r.repr(value)
     return text if len(text) <= limit + 20 else text[:limit] + "..."
+
+
+def installed_command(name: str) -> str:
+    """How to type this install's console script ``name`` (``pilot-commit``, ``tensorboard``) in a shell, for the
+    commands printed for a person to paste: the bare name when the shell's PATH finds this install's script, else
+    the script beside the running interpreter (``.venv/bin/pilot-commit`` when it lies under the current directory,
+    its absolute path otherwise), shell-quoted. A name this install lacks is left bare."""
+    import contextlib
+    import shlex
+    import shutil
+    import sys
+    from pathlib import Path
+
+    here = Path(sys.executable).parent / name  # not resolved: a venv's python is a link to the system's
+    if not here.exists():
+        return name
+    found = shutil.which(name)
+    if found is not None and Path(found).absolute() == here.absolute():
+        return name
+    shown = here.absolute()
+    with contextlib.suppress(ValueError):  # outside the current directory: the absolute path
+        shown = shown.relative_to(Path.cwd())
+    return shlex.quote(str(shown))

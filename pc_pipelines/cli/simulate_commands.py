@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import shlex
 import sys
 from collections.abc import Iterator
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from ..allocation import METHODS
 from ..config import RunConfig, parse_overrides
-from ..errors import ConfigError
+from ..errors import ConfigError, installed_command
 from ..run.stopping import StopFlag, StopRequested, run_outcome, stop_on_signals
 from ..simulator import SimStep, Simulation, record_simulation
 from ..store import Store
@@ -189,11 +190,12 @@ def cmd_simulate_demo(args: argparse.Namespace) -> int:
         "allocator, not a claim about model accuracy: see `pilot-commit simulate --help`.\n"
     )
     if args.store:
+        exe = installed_command("pilot-commit")
         out.write(
             f"\nThe runs are recorded in {args.store}. Ask it, e.g.:\n"
-            f"  pilot-commit runs --store {args.store}\n"
-            f"  pilot-commit report --store {args.store}\n"
-            f'  pilot-commit sql --store {args.store} "SELECT decision, count(*) FROM prompt_observations '
+            f"  {exe} runs --store {shlex.quote(args.store)}\n"
+            f"  {exe} report --store {shlex.quote(args.store)}\n"
+            f'  {exe} sql --store {shlex.quote(args.store)} "SELECT decision, count(*) FROM prompt_observations '
             "WHERE stage = 'pilot' GROUP BY ALL\"\n"
         )
     return 0

@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, installed_command
 from .args import add_config_args, int_arg, progress_bar, run_config, run_id_of, run_name_arg
 
 log = logging.getLogger("pc_pipelines.cli")
@@ -119,8 +119,8 @@ def closing_lines(run_id: str, steps_done: int, rollouts: int, curve: Sequence[d
     parts.append(f"{rollouts:,} rollouts sampled")
     lines.append("; ".join(parts))
     lines.append(f"checkpoint:  {checkpoint if checkpoint is not None else 'none yet'}")
-    lines.append(f"tensorboard: tensorboard --logdir {shlex.quote(str(tensorboard_dir))}")
-    lines.append(f"store:       pilot-commit runs --store {shlex.quote(str(store_path))}")
+    lines.append(f"tensorboard: {installed_command('tensorboard')} --logdir {shlex.quote(str(tensorboard_dir))}")
+    lines.append(f"store:       {installed_command('pilot-commit')} runs --store {shlex.quote(str(store_path))}")
     return lines
 
 
