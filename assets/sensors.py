@@ -29,6 +29,10 @@ tag their runs ``pc/run`` (in flight while queued or running, above) and ``pc/ad
 from the same sequence, moved past every key either used (:func:`used_run_keys`): Dagster dedups run keys per
 sensor or schedule only, so the cross-check is ours.
 
+**What `pilot-commit runs` shows.** A run's next segment requested (by whom) or deferred (why) is noted on the run
+(``runs.status_reason``, :func:`note_waiting`), so between two segments it reads as waiting for that segment, never
+as a crashed writer (:func:`pc_pipelines.store.runlock.between_segments`).
+
 **The report.** When a run is finished (the sensor finishes it, or the training asset or the schedule did), the
 sensor requests the ``report`` job (``rollouts_report``, ``pass_rate_timeline``) once for it: one request per tick
 for every run finished since, tagged ``pc/report_for`` with their ids (run key ``report-<first>[-and-N-more]``); a

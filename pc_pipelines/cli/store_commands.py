@@ -152,7 +152,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps({"store": args.store, "runs": scan.runs, "steps_checked": scan.steps_checked,
                                      "problems": [p.to_dict() for p in scan.problems],
                                      "stopped_runs": [{k: r[k] for k in ("run_id", "status", "status_reason")}
-                                                      for r in stale]}, indent=1) + "\n")
+                                                      for r in stale],
+                                     "waiting_runs": [{k: r[k] for k in ("run_id", "status", "status_reason")}
+                                                      for r in live if r["status"] == "waiting"]},
+                                    indent=1) + "\n")
         return 1 if scan.problems else 0
     for r in stale:
         sys.stdout.write(f"run {r['run_id']}: stopped: {r['status_reason']}\n")

@@ -75,7 +75,8 @@ def test_a_run_between_segments_reads_waiting_with_done_of_planned(store):
     assert (runs[0]["status"], runs[0]["steps"], runs[0]["planned_steps"]) == ("waiting", 2, 6)
     check = cli("check", "--store", str(store.path))
     assert "run r: waiting: waiting for its next segment, segment 2 of 3" in check and "stopped" not in check
-    assert json.loads(cli("check", "--store", str(store.path), "--json"))["stopped_runs"] == []
+    checked = json.loads(cli("check", "--store", str(store.path), "--json"))
+    assert checked["stopped_runs"] == [] and [r["run_id"] for r in checked["waiting_runs"]] == ["r"]
     assert store.get_run("r")["status"] == "running"  # a reader changes nothing
 
 
