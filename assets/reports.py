@@ -27,7 +27,9 @@ from pydantic import Field
 
 from pc_pipelines.errors import shell_command
 from pc_pipelines.reports import ReportError, build_report, method_label
+from pc_pipelines.reports.tables import format_reached, length_note, significant
 from pc_pipelines.reports.timeline import DEFAULT_TOP, RECENT_RUNS, TimelineError, recent_runs, write_timeline
+from pc_pipelines.store.schema import COMPARED_RUN_RULE
 from resources import StoreResource
 
 from .evaluation import segment_eval
@@ -43,16 +45,18 @@ def _embedded(path) -> str:
     return f"![{path.stem}](data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()})"
 
 
-_NEVER = "empty: never reached the target"
 TARGET_SCHEMA = TableSchema(columns=[
     TableColumn("family"),
     TableColumn("seed", description="a seed, or 'median' (the family's median ratios)"),
-    TableColumn("target", "float", "min(GRPO peak, PC peak) mean eval accuracy"),
-    TableColumn("grpo", "int", f"GRPO's cumulative sampled rollouts at its first eval >= target ({_NEVER})"),
-    TableColumn("dapo", "int", f"DAPO's, likewise ({_NEVER})"),
-    TableColumn("pc", "int", f"PC's, likewise ({_NEVER})"),
-    TableColumn("grpo_over_pc", "float", "GRPO's rollouts over PC's"),
-    TableColumn("dapo_over_pc", "float", "DAPO's rollouts over PC's"),
+    TableColumn("target", "float", "min(GRPO peak, PC peak) mean eval accuracy (4 significant digits)"),
+    TableColumn("grpo", "string", "GRPO's cumulative sampled rollouts at its first eval >= target ('never': not "
+                "reached; 'no run': no GRPO run)"),
+    TableColumn("dapo", "string", "DAPO's, likewise"),
+    TableColumn("pc", "string", "PC's, likewise"),
+    TableColumn("grpo_over_pc", "float", "GRPO's rollouts over PC's (4 significant digits)"),
+    TableColumn("dapo_over_pc", "float", "DAPO's rollouts over PC's (4 significant digits)"),
+    TableColumn("runs_compared", "string", f"the run of each method and its steps ({COMPARED_RUN_RULE})"),
+    TableColumn("note", "string", "when the compared runs differ in length"),
     TableColumn("missing_steps", "int", "> 0: a compared run lacks steps, its counts are lower bounds"),
 ])
 SUMMARY_SCHEMA = TableSchema(columns=[
@@ -73,15 +77,19 @@ def target_records(report: dict) -> list[TableRecord]:
     rows = []
     for family, fam in report.items():
         for s in fam["seeds"]:
-            r = s["rollouts"]
+            r, runs, steps = s["rollouts"], s.get("runs") or {}, s.get("steps") or {}
             rows.append(TableRecord({
-                "family": family, "seed": str(s["seed"]), "target": s["target"], "grpo": r["grpo"],
-                "dapo": r["dapo"], "pc": r["pc"], "grpo_over_pc": s["grpo_over_pc"],
-                "dapo_over_pc": s["dapo_over_pc"], "missing_steps": s.get("missing_steps") or 0,
+                "family": family, "seed": str(s["seed"]), "target": significant(s["target"]),
+                **{m: format_reached(r[m], runs.get(m, m)) for m in ("grpo", "dapo", "pc")},
+                "grpo_over_pc": significant(s["grpo_over_pc"]), "dapo_over_pc": significant(s["dapo_over_pc"]),
+                "runs_compared": ", ".join(f"{m}: {runs[m]} ({steps[m]} steps)" if runs.get(m) else f"{m}: no run"
+                                           for m in ("grpo", "dapo", "pc")),
+                "note": length_note(s) or "", "missing_steps": s.get("missing_steps") or 0,
             }))
         rows.append(TableRecord({
-            "family": family, "seed": "median", "target": None, "grpo": None, "dapo": None, "pc": None,
-            "grpo_over_pc": fam["median_grpo_over_pc"], "dapo_over_pc": fam["median_dapo_over_pc"],
+            "family": family, "seed": "median", "target": None, "grpo": "", "dapo": "", "pc": "",
+            "grpo_over_pc": significant(fam["median_grpo_over_pc"]),
+            "dapo_over_pc": significant(fam["median_dapo_over_pc"]), "runs_compared": "", "note": "",
             "missing_steps": max([s.get("missing_steps") or 0 for s in fam["seeds"]], default=0),
         }))
     return rows
@@ -116,7 +124,7 @@ def rollouts_report(context: AssetExecutionContext, config: ReportConfig, store:
             # the summary as a table the UI shows; the same rows as JSON under summary_json (was: summary)
             "summary": MetadataValue.table(summary_records(summary), SUMMARY_SCHEMA),
             "summary_json": MetadataValue.json(summary),
-            "ratios": MetadataValue.json({fam: {k: v for k, v in d.items() if k.startswith("median_")}
+            "ratios": MetadataValue.json({fam: {k: significant(v) for k, v in d.items() if k.startswith("median_")}
                                           for fam, d in rep.report.items()}),
         }
     )

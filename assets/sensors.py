@@ -29,6 +29,10 @@ tag their runs ``pc/run`` (in flight while queued or running, above) and ``pc/ad
 from the same sequence, moved past every key either used (:func:`used_run_keys`): Dagster dedups run keys per
 sensor or schedule only, so the cross-check is ours.
 
+**What `pilot-commit runs` shows.** A run's next segment requested (by whom) or deferred (why) is noted on the run
+(``runs.status_reason``, :func:`note_waiting`), so between two segments it reads as waiting for that segment, never
+as a crashed writer (:func:`pc_pipelines.store.runlock.between_segments`).
+
 **The report.** When a run is finished (the sensor finishes it, or the training asset or the schedule did), the
 sensor requests the ``report`` job (``rollouts_report``, ``pass_rate_timeline``) once for it: one request per tick
 for every run finished since, tagged ``pc/report_for`` with their ids (run key ``report-<first>[-and-N-more]``); a
@@ -184,6 +188,9 @@ def advance(st: Store, instance, log, max_failures: int, advanced_by: str, defer
     out = Advance()
     for view in run_views(st, instance):
         d = decide(view, max_failures)
+        if d.action is Action.REQUEST:  # `pilot-commit runs` shows it while the run waits for the segment
+            note_waiting(st, d.run_id, f"{d.partition_key} deferred: {defer}" if defer
+                         else f"{d.partition_key} requested by {advanced_by}")
         if d.action is Action.REQUEST and defer:
             out.notes.append(f"{d.run_id}: deferred ({d.reason}; {defer})")
             continue
@@ -203,6 +210,15 @@ def advance(st: Store, instance, log, max_failures: int, advanced_by: str, defer
     for n in out.notes:
         log.info(n)
     return out
+
+
+def note_waiting(st: Store, run_id: str, note: str) -> None:
+    """Record on a ``running`` run why its next segment is not training yet (``runs.status_reason``: requested by
+    whom, or deferred and why), once: a tick that finds the same note writes nothing. The segment's writer clears it
+    when it starts (``Store.register_run``)."""
+    run = st.get_run(run_id)
+    if run is not None and run["status"] == "running" and run.get("status_reason") != note:
+        st.set_status(run_id, "running", note)
 
 
 def reported_runs(instance) -> set[str]:

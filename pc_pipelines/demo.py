@@ -23,7 +23,7 @@ from resources import DataResource, LocalCheckpointResource, StoreResource, loca
 
 from .config import PC_ONLY_FIELDS, parse_overrides, resolve
 from .definitions import build_definitions
-from .errors import ConfigError, shell_command
+from .errors import ConfigError, installed_command, shell_command
 from .reports import smoke_test_note, study_headline
 
 # Dagster's console logger at INFO: the run's narrative and the per-step lines, not its DEBUG engine events (the UI
@@ -126,7 +126,7 @@ def demo(argv: list[str] | None = None) -> int:
     print()
     print(study_headline())
     print()
-    try_sql = shell_command(".venv/bin/pilot-commit", "sql", "--store", res["store"].path, "SELECT * FROM segments")
+    try_sql = shell_command(installed_command("pilot-commit"), "sql", "--store", res["store"].path, "SELECT * FROM segments")
     say(f"plots in {os.path.abspath(rep_dir)}; store {os.path.abspath(res['store'].path)} (try: {try_sql})")
     if os.environ.get("DAGSTER_HOME"):
         say("`make ui` shows these materializations at http://127.0.0.1:3000")

@@ -128,3 +128,26 @@ def brief_text(text: str, limit: int = MESSAGE_VALUE_CHARS, total: int = 8 * MES
     text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
     short = re.sub(rf"\S{{{2 * limit + 1},}}", lambda m: f"{m.group()[:limit]}... ({len(m.group()):,} characters)", text)
     return short if len(short) <= total else f"{short[:total]}... ({len(text):,} characters)"
+
+
+def installed_command(name: str) -> str:
+    """How to type this install's console script ``name`` (``pilot-commit``, ``tensorboard``) in a shell, for the
+    commands printed for a person to paste: the bare name when the shell's PATH finds this install's script, else
+    the script beside the running interpreter (``.venv/bin/pilot-commit`` when it lies under the current directory,
+    its absolute path otherwise), NOT quoted: pass it to :func:`shell_command` as the command's first word.
+    A name this install lacks is left bare."""
+    import contextlib
+    import shutil
+    import sys
+    from pathlib import Path
+
+    here = Path(sys.executable).parent / name  # not resolved: a venv's python is a link to the system's
+    if not here.exists():
+        return name
+    found = shutil.which(name)
+    if found is not None and Path(found).absolute() == here.absolute():
+        return name
+    shown = here.absolute()
+    with contextlib.suppress(ValueError):  # outside the current directory: the absolute path
+        shown = shown.relative_to(Path.cwd())
+    return str(shown)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..allocation import METHODS
 from ..config import RunConfig, parse_overrides
-from ..errors import ConfigError, shell_command
+from ..errors import ConfigError, installed_command, shell_command
 from ..run.stopping import StopFlag, StopRequested, run_outcome, stop_on_signals
 from ..simulator import SimStep, Simulation, record_simulation
 from ..store import Store
@@ -193,11 +193,12 @@ def cmd_simulate_demo(args: argparse.Namespace) -> int:
     )
     if args.store:
         query = "SELECT decision, count(*) FROM prompt_observations WHERE stage = 'pilot' GROUP BY ALL"
+        exe = installed_command("pilot-commit")
         out.write(
             f"\nThe runs are recorded in {args.store}. Ask it, e.g.:\n"
-            f"  {shell_command('pilot-commit', 'runs', '--store', args.store)}\n"
-            f"  {shell_command('pilot-commit', 'report', '--store', args.store)}\n"
-            f"  {shell_command('pilot-commit', 'sql', '--store', args.store, query)}\n"
+            f"  {shell_command(exe, 'runs', '--store', args.store)}\n"
+            f"  {shell_command(exe, 'report', '--store', args.store)}\n"
+            f"  {shell_command(exe, 'sql', '--store', args.store, query)}\n"
         )
     return 0
 

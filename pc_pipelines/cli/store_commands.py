@@ -36,7 +36,7 @@ def _print_rows(cols: list[str], rows: list[tuple], fmt: str, out=None) -> None:
     elif fmt == "csv":
         import csv
 
-        w = csv.writer(out)
+        w = csv.writer(out, lineterminator="\n")  # csv's default is \r\n, which `$(...)` in a shell keeps
         w.writerow(cols)
         w.writerows([["" if v is None else v for v in r] for r in rows])
     else:
@@ -51,8 +51,8 @@ def _print_rows(cols: list[str], rows: list[tuple], fmt: str, out=None) -> None:
 
 SQL_TABLES = (
     "Tables and views: runs, steps, prompt_observations, buffer_state, evictions, eval_results, checkpoints, "
-    "segments, pass_rate_history, decision_reasons, step_costs, rollout_breakdown, eval_curve, rollouts_to_target, "
-    "damaged_steps."
+    "segments, pass_rate_history, decision_reasons, step_costs, rollout_breakdown, eval_curve, compared_runs, "
+    "rollouts_to_target, damaged_steps."
 )
 
 
@@ -116,37 +116,56 @@ def _warn_problems(store: Store, path: str) -> None:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     store = Store(args.store)
-    runs = with_live_status(store, store.list_runs())  # a run whose writer is gone shows as stopped
+    # a run whose writer is gone shows as stopped; a Dagster run between its segments as waiting
+    runs = with_live_status(store, store.list_runs())
     cols = ["run_id", "family", "method", "seed", "steps", "cumulative_sampled", "cumulative_trained", "status"]
-    if args.json:  # the reason a run is stopped, failed or paused comes with it; damaged or missing steps too
+    if args.json:  # the reason a run is stopped, failed, paused or waiting comes with it; damaged or missing steps too
+        cols[5:5] = ["planned_steps"]
         cols += ["status_reason", "missing_steps", "damaged_steps", "problems"]
         _print_rows(cols, [tuple(r[c] for c in cols) for r in runs], "json")
         _warn_problems(store, args.store)
         return 0
     if any(r["missing_steps"] for r in runs):
         cols += ["problems"]
-    _print_rows(cols, [tuple(r[c] for c in cols) for r in runs], "table")
-    for r in runs:  # below the table: one line per run that did not end well, with its reason and fix
-        if r["status"] in ("stopped", "failed", "paused") and r["status_reason"]:
+    shown = [{**r, "steps": steps_done_of_planned(r)} for r in runs]
+    _print_rows(cols, [tuple(r[c] for c in cols) for r in shown], "table")
+    if any(r["planned_steps"] is not None for r in runs):
+        sys.stdout.write("steps: done/planned where the run has a segment plan (Dagster runs)\n")
+    for r in runs:  # below the table: one line per run that did not end well or waits, with its reason and fix
+        if r["status"] in ("stopped", "failed", "paused", "waiting") and r["status_reason"]:
             sys.stdout.write(f"{r['run_id']} {r['status']}: {r['status_reason']}\n")
     _warn_problems(store, args.store)
     return 0
 
 
+def steps_done_of_planned(run: dict) -> str:
+    """``17/200`` for a run with a segment plan of 200 steps, else the steps done."""
+    planned = run.get("planned_steps")
+    return f"{run['steps']}/{planned}" if planned is not None else str(run["steps"])
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Every damaged or missing step, with how to repair it; exit 1 when there is any, 0 when the store is whole.
-    Runs recorded as running whose writer is gone are listed as stopped (their steps are not damaged by it)."""
+    Runs recorded as running whose writer is gone are listed as stopped (their steps are not damaged by it), or as
+    waiting when they are Dagster runs between two segments."""
     store = Store(args.store)
     scan, running = store.check(with_running=True)
-    stale = [r for r in with_live_status(store, running) if r["status"] == "stopped"]
+    live = with_live_status(store, running)
+    stale = [r for r in live if r["status"] == "stopped"]
     if args.json:
         sys.stdout.write(json.dumps({"store": args.store, "runs": scan.runs, "steps_checked": scan.steps_checked,
                                      "problems": [p.to_dict() for p in scan.problems],
                                      "stopped_runs": [{k: r[k] for k in ("run_id", "status", "status_reason")}
-                                                      for r in stale]}, indent=1) + "\n")
+                                                      for r in stale],
+                                     "waiting_runs": [{k: r[k] for k in ("run_id", "status", "status_reason")}
+                                                      for r in live if r["status"] == "waiting"]},
+                                    indent=1) + "\n")
         return 1 if scan.problems else 0
     for r in stale:
         sys.stdout.write(f"run {r['run_id']}: stopped: {r['status_reason']}\n")
+    for r in live:
+        if r["status"] == "waiting":  # a Dagster run between segments: not crashed, nothing to repair
+            sys.stdout.write(f"run {r['run_id']}: waiting: {r['status_reason']}\n")
     if not scan.problems:
         sys.stdout.write(f"{args.store}: {scan.runs} run(s), {scan.steps_checked} uncompacted step director(ies) "
                          "checked against their manifests (compacted steps live in the catalog), no damaged or "
@@ -257,26 +276,33 @@ def _is_stdout(path: str) -> bool:
 
 
 def _print_report(report: dict) -> None:
-    """Table 2 per family, as the CLI's readable table."""
-    from ..reports import format_count, format_ratio
+    """Table 2 per family, as the CLI's readable table, with the runs it compares."""
+    from ..reports import format_ratio
+    from ..reports.tables import compared_runs_lines, format_reached, format_target
+    from ..store.schema import COMPARED_RUN_RULE
 
     for family, fam in report.items():
         sys.stdout.write(f"\nfamily {family}: cumulative sampled rollouts to reach the target accuracy\n")
         cols = ["seed", "target", "grpo", "dapo", "pc", "grpo/pc", "dapo/pc"]
         rows = [
-            (s["seed"], f"{s['target']:.4f}", *[format_count(s["rollouts"][m]) for m in ("grpo", "dapo", "pc")],
+            (s["seed"], format_target(s["target"]),
+             *[format_reached(s["rollouts"][m], (s.get("runs") or {}).get(m, m)) for m in ("grpo", "dapo", "pc")],
              format_ratio(s["grpo_over_pc"]), format_ratio(s["dapo_over_pc"]))
             for s in fam["seeds"]
         ]
         rows.append(("median", "", "", "", "", format_ratio(fam["median_grpo_over_pc"]),
                      format_ratio(fam["median_dapo_over_pc"])))
         _print_rows(cols, rows, "table")
+        sys.stdout.write(f"runs compared ({COMPARED_RUN_RULE}):\n"
+                         + "".join(f"  {ln}\n" for ln in compared_runs_lines(fam)))
         short = [f"seed {s['seed']}: {s['missing_steps']}" for s in fam["seeds"] if s.get("missing_steps")]
         if short:
             sys.stdout.write(
                 f"warning: runs behind this table lack steps ({', '.join(short)} missing); their rollout counts are "
                 "lower bounds. Fix: see `pilot-commit check --store <this store>`.\n"
             )
+    sys.stdout.write("\nnever: the run did not reach the target; no run: the family has no run of that method for "
+                     "the seed.\n")
 
 
 def add_parsers(sub) -> None:

@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ..errors import ConfigError, shell_command
+from ..errors import ConfigError, installed_command, shell_command
 from .args import add_config_args, check_steps, int_arg, progress_bar, run_config, run_id_of, run_name_arg
 
 log = logging.getLogger("pc_pipelines.cli")
@@ -118,8 +118,8 @@ def closing_lines(run_id: str, steps_done: int, rollouts: int, curve: Sequence[d
     parts.append(f"{rollouts:,} rollouts sampled")
     lines.append("; ".join(parts))
     lines.append(f"checkpoint:  {checkpoint if checkpoint is not None else 'none yet'}")
-    lines.append(f"tensorboard: {shell_command('tensorboard', '--logdir', tensorboard_dir)}")
-    lines.append(f"store:       {shell_command('pilot-commit', 'runs', '--store', store_path)}")
+    lines.append(f"tensorboard: {shell_command(installed_command('tensorboard'), '--logdir', tensorboard_dir)}")
+    lines.append(f"store:       {shell_command(installed_command('pilot-commit'), 'runs', '--store', store_path)}")
     return lines
 
 

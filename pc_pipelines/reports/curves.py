@@ -1,8 +1,9 @@
 """What a report reads from the store: per-run curves (:func:`load_curves`) and their per-method summary
 (:func:`summarize`).
 
-Curves are read from the store's views, for the latest run of each (family, method, seed), exactly the runs
-``rollouts_to_target`` compares:
+Curves are read from the store's views, for the run the store compares for each (family, method, seed) (view
+``compared_runs``: the finished one with the most steps, ties: the newest), exactly the runs ``rollouts_to_target``
+compares:
 
 * eval accuracy (mean over the run's benchmarks, view ``eval_curve``) vs cumulative sampled rollouts and vs steps;
 * per step (view ``steps``): mean reward std of the trained groups and the informative share (trained groups whose
@@ -69,19 +70,16 @@ def _float(v: Any) -> float:
 
 def load_curves(store: Store, family: str | None = None, latest_only: bool = True) -> list[RunCurves]:
     """The curves of every run (of ``family``, or all) that has steps or evals, ordered by family, method
-    (grpo, dapo, pc, others), seed. ``latest_only``: only the latest run of each (family, method, seed), the runs
-    ``rollouts_to_target`` compares."""
+    (grpo, dapo, pc, others), seed. ``latest_only``: only the run compared for each (family, method, seed) (view
+    ``compared_runs``), the runs ``rollouts_to_target`` compares."""
     runs = store.query("SELECT * FROM runs WHERE ? IS NULL OR family = ?", [family, family])
+    if latest_only:  # the store's rule (view compared_runs), so the curves are the runs the table compares
+        chosen = {r["run_id"] for r in store.query(
+            "SELECT run_id FROM compared_runs WHERE ? IS NULL OR family = ?", [family, family])}
+        runs = [r for r in runs if r["run_id"] in chosen]
     # the store's order of registration (runs.seq, v7), never a wall clock; a store not upgraded yet: creation time
     order = {r["run_id"]: i for i, r in enumerate(sorted(
         runs, key=lambda r: (r.get("seq") is not None, r.get("seq") or 0, r["created_at"], r["run_id"])))}
-    if latest_only:
-        newest: dict[tuple, dict] = {}
-        for r in runs:
-            key = (r["family"], r["method"], r["seed"])
-            if key not in newest or order[r["run_id"]] > order[newest[key]["run_id"]]:
-                newest[key] = r
-        runs = list(newest.values())
     if not runs:
         return []
     ids = [r["run_id"] for r in runs]

@@ -712,12 +712,19 @@ class Store:
         """Run a read-only query. A step file that vanished between the views' glob and its open (a replayed step
         renamed aside, a compacted step deleted) is a moment's race, not an error: the query is retried. Any other
         error (a statement refused by the session's settings, which may also name a step file) is raised at once."""
+        def run(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[tuple]]:
+            cur = con.execute(sql, params or [])
+            return [d[0] for d in cur.description], cur.fetchall()
+
+        return self.reading(run)
+
+    def reading(self, work: Any) -> Any:
+        """``work(con)`` in a reading session, retried as :meth:`query_table` says."""
         deadline = time.monotonic() + self.lock_timeout_s
         while True:
             try:
                 with self.connect(read_only=True) as con:
-                    cur = con.execute(sql, params or [])
-                    return [d[0] for d in cur.description], cur.fetchall()
+                    return work(con)
             except duckdb.Error as exc:
                 # Each retry lists the step directories again, so it converges as soon as the deleting or replaying
                 # writer is done. (Only errors about the store's own step files are retried.)
@@ -726,28 +733,42 @@ class Store:
                 time.sleep(0.005 + 0.02 * random.random())
 
     def list_runs(self) -> list[dict[str, Any]]:
-        """Each run with its steps and cumulative rollouts. ``missing_steps``: steps it should have and the store
-        cannot serve (damaged or gone; its cumulative figures are then lower bounds), ``damaged_steps`` those of
-        them whose directory is there but fails its manifest, ``problems`` both in words (``pilot-commit check``
-        says how to repair them)."""
-        return self.query(
-            """SELECT r.run_id, r.family, r.method, r.preset, r.seed, r.kind, r.status,
-                      coalesce(s.steps, 0) AS steps, coalesce(s.sampled, 0) AS cumulative_sampled,
-                      coalesce(s.trained, 0) AS cumulative_trained, r.config_hash, r.status_reason,
-                      coalesce(d.missing, 0) AS missing_steps, coalesce(d.damaged, 0) AS damaged_steps,
-                      d.problems
-               FROM runs r LEFT JOIN (
-                   SELECT run_id, count(*) AS steps, sum(sampled_rollouts) AS sampled, sum(trained_rollouts) AS trained
-                   FROM steps GROUP BY run_id) s USING (run_id)
-               LEFT JOIN (
-                   SELECT run_id, count(*) AS missing, count(*) FILTER (WHERE kind = 'damaged') AS damaged,
-                          string_agg(format('step {} {}', step, kind), ', ' ORDER BY step) AS problems
-                   FROM damaged_steps GROUP BY run_id) d USING (run_id)
-               ORDER BY r.family, r.method, r.seed, r.created_at"""
-        )
+        """Each run with its steps and cumulative rollouts. ``planned_steps``: the total its Dagster segment plan
+        asks for (None for a run without one). ``missing_steps``: steps it should have and the store cannot serve
+        (damaged or gone; its cumulative figures are then lower bounds), ``damaged_steps`` those of them whose
+        directory is there but fails its manifest, ``problems`` both in words (``pilot-commit check`` says how to
+        repair them)."""
+        def run(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+            has_segments = con.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_name = 'segments'").fetchone()[0]
+            planned = ("(SELECT run_id, max(last_step) + 1 AS planned FROM segments GROUP BY run_id)" if has_segments
+                       else "(SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS planned WHERE false)")
+            cur = con.execute(
+                f"""SELECT r.run_id, r.family, r.method, r.preset, r.seed, r.kind, r.status,
+                          coalesce(s.steps, 0) AS steps, p.planned AS planned_steps,
+                          coalesce(s.sampled, 0) AS cumulative_sampled,
+                          coalesce(s.trained, 0) AS cumulative_trained, r.config_hash, r.status_reason,
+                          coalesce(d.missing, 0) AS missing_steps, coalesce(d.damaged, 0) AS damaged_steps,
+                          d.problems
+                   FROM runs r LEFT JOIN (
+                       SELECT run_id, count(*) AS steps, sum(sampled_rollouts) AS sampled,
+                              sum(trained_rollouts) AS trained
+                       FROM steps GROUP BY run_id) s USING (run_id)
+                   LEFT JOIN {planned} p USING (run_id)
+                   LEFT JOIN (
+                       SELECT run_id, count(*) AS missing, count(*) FILTER (WHERE kind = 'damaged') AS damaged,
+                              string_agg(format('step {{}} {{}}', step, kind), ', ' ORDER BY step) AS problems
+                       FROM damaged_steps GROUP BY run_id) d USING (run_id)
+                   ORDER BY r.family, r.method, r.seed, r.created_at"""
+            )
+            cols = [d[0] for d in cur.description]
+            return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+        return self.reading(run)
 
     def report(self, family: str | None = None) -> dict[str, Any]:
-        """Rollouts-to-target per family and seed plus median ratios (paper Table 2)."""
+        """Rollouts-to-target per family and seed plus median ratios (paper Table 2), with the run compared for each
+        method (view ``compared_runs``: :data:`.schema.COMPARED_RUN_RULE`) and its steps."""
         rows = self.query(
             "SELECT * FROM rollouts_to_target WHERE ? IS NULL OR family = ? ORDER BY family, seed", [family, family]
         )
@@ -763,6 +784,9 @@ class Store:
                     "dapo_over_pc": r["dapo_over_pc"],
                     # > 0: a compared run lacks steps, so its rollout counts are lower bounds (`pilot-commit check`)
                     "missing_steps": r["missing_steps"],
+                    # the run compared for each method (COMPARED_RUN_RULE; None: the method has no run) and its steps
+                    "runs": {m: r[f"{m}_run"] for m in ("grpo", "dapo", "pc")},
+                    "steps": {m: r[f"{m}_steps"] for m in ("grpo", "dapo", "pc")},
                 }
             )
         for fam in out.values():

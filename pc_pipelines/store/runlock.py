@@ -323,14 +323,60 @@ def writer_gone(store: Store, run_id: str) -> str | None:
     return None
 
 
+def between_segments(segments: list[dict[str, Any]], note: str | None = None) -> str | None:
+    """Why a run of Dagster segments (its ``segments`` rows) that no process writes is not crashed, in words: it is
+    waiting for its next segment (or for a retry of a failed one, or for its end to be recorded); ``note`` is what
+    the advancing sensor or schedule last recorded for it (``requested by ...``, ``deferred: ...``). None when it
+    has no segments or one is recorded as running: its writer died mid-segment."""
+    if not segments or any(s["status"] == "running" for s in segments):
+        return None
+    rows = sorted(segments, key=lambda s: s["segment"])
+    total = len(rows)
+    nxt = next((s for s in rows if s["status"] != "done"), None)
+    if nxt is None:
+        return (f"all {total} segments done; the advance_runs sensor records it finished at its next tick "
+                "(nothing is training it)")
+    where = f"segment {nxt['segment'] + 1} of {total} (steps {nxt['first_step']}-{nxt['last_step']})"
+    if nxt["status"] == "failed":
+        error = str(nxt.get("error") or "no reason recorded")
+        error = error if len(error) <= 80 else error[:77] + "..."
+        text = (f"waiting to retry {where}, which failed {nxt['consecutive_failures']} time(s) in a row (last: "
+                f"{error}); the advance_runs sensor retries it, then pauses the run")
+    else:
+        text = f"waiting for its next segment, {where}"
+    return text + (f": {note}" if note else "; not requested yet (the advance_runs sensor or the "
+                   "advance_runs_in_window schedule requests it)")
+
+
+def _segments_by_run(store: Store) -> dict[str, list[dict[str, Any]]]:
+    import duckdb
+
+    try:
+        rows = store.segments()
+    except duckdb.CatalogException:  # a store from before segments (schema v3)
+        return {}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(row["run_id"], []).append(row)
+    return out
+
+
 def with_live_status(store: Store, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``runs`` rows (``Store.list_runs``) with each ``running`` run whose writer is gone shown as ``stopped``, the
-    reason naming the writer and the fix (the catalog is not changed: its writer, or a resume, records the end)."""
+    """``runs`` rows (``Store.list_runs``) with each ``running`` run whose writer is gone shown as ``waiting`` when it
+    is a Dagster run between segments (:func:`between_segments`), else as ``stopped``, the reason naming the writer
+    and the fix (the catalog is not changed: its writer, or a resume, records the end)."""
     out = []
+    segments: dict[str, list[dict[str, Any]]] | None = None
     for r in runs:
         if r.get("status") == "running":
             why = writer_gone(store, r["run_id"])
             if why is not None:
+                if segments is None:
+                    segments = _segments_by_run(store)
+                waiting = between_segments(segments.get(r["run_id"], []), r.get("status_reason"))
+                if waiting is not None:
+                    out.append({**r, "status": "waiting", "status_reason": waiting})
+                    continue
                 fix = (f"`{shell_command('pilot-commit', 'train', '--run-name', r['run_id'], '--resume')}` (or "
                        "re-materialize its Dagster segment) continues it" if r.get("kind") != "simulate" else
                        "re-record it with "

@@ -38,6 +38,10 @@ import pyarrow as pa
 from ..allocation.reasons import reason_sql
 from .rollouts_to_target import reached_sql
 
+COMPARED_RUN_RULE = ("the finished run with the most steps for each family, method and seed (ties: the newest; an "
+                     "unfinished run only where none is finished)")
+"""What the ``compared_runs`` view picks, in words (``pilot-commit report`` and the report asset print it)."""
+
 SCHEMA_VERSION = 8
 
 STEP_TABLES: dict[str, pa.Schema] = {
@@ -346,14 +350,20 @@ def view_sql(files: dict[str, str] | None = None, compacted: bool = True, waterm
            FROM eval_results e JOIN runs r USING (run_id)
            ASOF LEFT JOIN step_costs c ON c.run_id = e.run_id AND e.step >= c.step
            GROUP BY e.run_id, r.family, r.method, r.seed, e.step""",
-        # Paper Table 2, per family and seed (the latest run of each method): target = min(GRPO peak, PC peak);
-        # each method's cumulative sampled rollouts at its first eval at or above the target (NULL = never). The rule
-        # in Python, for the CLI and the studies: rollouts_to_target.py.
+        # The one run the reports compare per (family, method, seed): COMPARED_RUN_RULE.
+        f"""{create} compared_runs AS
+           WITH sizes AS (SELECT run_id, count(*) AS steps FROM steps GROUP BY run_id)
+           SELECT r.family, r.method, r.seed, r.run_id, coalesce(z.steps, 0) AS steps, r.status,
+                  count(*) OVER (PARTITION BY r.family, r.method, r.seed) AS candidates
+           FROM runs r LEFT JOIN sizes z USING (run_id)
+           QUALIFY row_number() OVER (PARTITION BY r.family, r.method, r.seed
+                                      ORDER BY (r.status = 'finished') DESC, coalesce(z.steps, 0) DESC,
+                                               {newest_first}) = 1""",
+        # Paper Table 2, per family and seed (the compared run of each method): target = min(GRPO peak, PC peak);
+        # each method's cumulative sampled rollouts at its first eval at or above the target (NULL = never, or no
+        # run: <method>_run is NULL then). The rule in Python, for the CLI and the studies: rollouts_to_target.py.
         f"""{create} rollouts_to_target AS
-           WITH latest AS (
-               SELECT run_id FROM runs
-               QUALIFY row_number() OVER (PARTITION BY family, method, seed ORDER BY {newest_first}) = 1),
-           curve AS (SELECT * FROM eval_curve WHERE run_id IN (SELECT run_id FROM latest)),
+           WITH curve AS (SELECT * FROM eval_curve WHERE run_id IN (SELECT run_id FROM compared_runs)),
            peaks AS (SELECT family, seed, method, max(accuracy) AS peak FROM curve GROUP BY ALL),
            targets AS (
                -- DuckDB's least() skips NULLs: without a GRPO or a PC run there is no target at all.
@@ -366,7 +376,8 @@ def view_sql(files: dict[str, str] | None = None, compacted: bool = True, waterm
                SELECT c.family, c.seed, c.method,
                       min(c.cumulative_sampled) FILTER (WHERE {reached_sql('c.accuracy', 't.target')}) AS rollouts
                FROM curve c JOIN targets t USING (family, seed) GROUP BY ALL),
-           gaps AS (SELECT family, seed, max(missing_steps) AS missing_steps FROM curve GROUP BY ALL)
+           gaps AS (SELECT family, seed, max(missing_steps) AS missing_steps FROM curve GROUP BY ALL),
+           table2 AS (
            SELECT t.family, t.seed, t.target,
                   max(h.rollouts) FILTER (WHERE h.method = 'grpo') AS grpo,
                   max(h.rollouts) FILTER (WHERE h.method = 'dapo') AS dapo,
@@ -379,6 +390,17 @@ def view_sql(files: dict[str, str] | None = None, compacted: bool = True, waterm
                   coalesce(max(g.missing_steps), 0) AS missing_steps
            FROM targets t LEFT JOIN hits h USING (family, seed) LEFT JOIN gaps g USING (family, seed)
            WHERE t.target IS NOT NULL
-           GROUP BY t.family, t.seed, t.target""",
+           GROUP BY t.family, t.seed, t.target),
+           chosen AS (
+               SELECT family, seed,
+                      max(run_id) FILTER (WHERE method = 'grpo') AS grpo_run,
+                      max(run_id) FILTER (WHERE method = 'dapo') AS dapo_run,
+                      max(run_id) FILTER (WHERE method = 'pc') AS pc_run,
+                      max(steps) FILTER (WHERE method = 'grpo') AS grpo_steps,
+                      max(steps) FILTER (WHERE method = 'dapo') AS dapo_steps,
+                      max(steps) FILTER (WHERE method = 'pc') AS pc_steps
+               FROM compared_runs GROUP BY ALL)
+           SELECT t2.*, c.grpo_run, c.dapo_run, c.pc_run, c.grpo_steps, c.dapo_steps, c.pc_steps
+           FROM table2 t2 LEFT JOIN chosen c USING (family, seed)""",
     ]
     return sqls

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from pc_pipelines.errors import installed_command, shell_command
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SETTINGS = ["allocator.train_batch=8", "allocator.n=8", "allocator.n_pilot=2", "allocator.pilot_wave=1",
@@ -77,8 +79,10 @@ def test_train_human_output_and_resume_past_the_end(base_policy, tmp_path):
     assert summary.startswith("run r2: 2 steps; final mean reward ") and "(step 1)" in summary
     assert f"final eval accuracy {table['mean'][1]:.3f} (step 1)" in summary and "rollouts sampled" in summary
     assert lines[10] == f"checkpoint:  {tmp_path / 'r2' / 'checkpoints' / 'step-00000001'}"
-    assert lines[11] == f"tensorboard: tensorboard --logdir {tmp_path / 'r2' / 'tensorboard'}"
-    assert lines[12] == f"store:       pilot-commit runs --store {tmp_path / 'pc.duckdb'}"
+    # the scripts as this shell reaches them (the bare name on PATH, else their path: tests/e2e/test_cli_hints.py)
+    tb, exe = installed_command("tensorboard"), installed_command("pilot-commit")
+    assert lines[11] == f"tensorboard: {shell_command(tb, '--logdir', tmp_path / 'r2' / 'tensorboard')}"
+    assert lines[12] == f"store:       {shell_command(exe, 'runs', '--store', tmp_path / 'pc.duckdb')}"
     assert list((tmp_path / "r2" / "tensorboard").glob("events.out.tfevents.*"))
     again = cli(*args, "--resume")
     assert again.returncode == 0 and "nothing to do" in again.stderr

@@ -139,15 +139,21 @@ def test_rollouts_report_shows_its_tables(sim, tmp_path):
     assert len(view) == 2
     records = [r.data for r in md["rollouts_to_target_table"].value.records]
     assert [(r["family"], r["seed"]) for r in records] == [("sim", "0"), ("sim", "1"), ("sim", "median")]
-    for v, r in zip(view, records):
-        assert r["target"] == pytest.approx(v["target"])
-        assert (r["grpo"], r["dapo"], r["pc"]) == (v["grpo"], v["dapo"], v["pc"])
-        assert r["grpo_over_pc"] == pytest.approx(v["grpo_over_pc"])
+    for v, r in zip(view, records):  # numbers rounded to 4 significant digits, counts as the CLI prints them
+        assert r["target"] == float(f"{v['target']:.4g}") and len(repr(r["target"])) <= 6
+        assert (r["grpo"], r["dapo"], r["pc"]) == tuple("never" if v[m] is None else f"{v[m]:,}"
+                                                        for m in ("grpo", "dapo", "pc"))
+        assert r["grpo_over_pc"] == float(f"{v['grpo_over_pc']:.4g}")
         assert r["missing_steps"] == v["missing_steps"] == 0
-    assert records[2]["grpo_over_pc"] == pytest.approx(md["ratios"].value["sim"]["median_grpo_over_pc"])
+        # the runs compared, with their steps; all of one length here, so no note
+        assert r["runs_compared"] == (f"grpo: {v['grpo_run']} (10 steps), dapo: {v['dapo_run']} (10 steps), "
+                                      f"pc: {v['pc_run']} (10 steps)")
+        assert "old-grpo" not in r["runs_compared"] and r["note"] == ""
+    assert records[2]["grpo_over_pc"] == md["ratios"].value["sim"]["median_grpo_over_pc"]
+    assert records[2]["grpo_over_pc"] == float(f"{sim['store'].report()['sim']['median_grpo_over_pc']:.4g}")
     names = [c.name for c in md["rollouts_to_target_table"].value.schema.columns]
     assert names == ["family", "seed", "target", "grpo", "dapo", "pc", "grpo_over_pc", "dapo_over_pc",
-                     "missing_steps"]
+                     "runs_compared", "note", "missing_steps"]
     # the per-method summary: a table (and its rows as JSON)
     rows = [r.data for r in md["summary"].value.records]
     assert [(r["family"], r["method"], r["seeds"]) for r in rows] == [

@@ -6,6 +6,7 @@ progress bars are silenced while ours run, then restored. Real runs: tests/e2e/t
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,8 @@ def closing(curve, last_step, checkpoint=Path("/runs/r/checkpoints/step-00000004
                          Path("/runs/my store/pc.duckdb"))
 
 
-def test_the_closing_block_shows_the_first_and_the_last_evaluated_step():
+def test_the_closing_block_shows_the_first_and_the_last_evaluated_step(monkeypatch):
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")  # the scripts on PATH: bare names
     curve = rows(-1, [0.5, 0.25]) + rows(1, [0.0, 0.0]) + rows(4, [0.75, 0.5])
     lines = closing(curve, {"step": 4, "mean_reward": 0.4375, "trained_rollouts": 64})
     assert lines == [
