@@ -19,7 +19,10 @@ is scanned without running it (:func:`pickle_problem`) and loaded with ``weights
 before anything of the run is loaded or changed. ``rng.pt`` holds plain data (numpy's key as a list of ints); one
 written before holds numpy arrays, read through exactly the numpy names they need. verl loads its own actor files
 unrestricted, so the verl backend scans them first against the classes they hold (:func:`refuse_unsafe_pickles`);
-its payloads are tensors and JSON (:class:`~pc_pipelines.training.verl_batch.PayloadStore`).
+its payloads are tensors and JSON (:class:`~pc_pipelines.training.verl_batch.PayloadStore`), scanned the same way.
+The scan also bounds the load's memory by the file's own bytes (:mod:`.torch_files`): a compressed entry, a call
+that allocates from a number in the file (``bytearray(1_500_000_000)`` in a 1 KB file), a storage larger than its
+bytes are refused the same way, before torch reads the file.
 A checkpoint refused so is not skipped for an older one, as a damaged one is: its files match its manifest,
 so someone altered it, and which steps to give up is the operator's call (the fix says how).
 

@@ -19,7 +19,7 @@ verl's workers load their actor files with ``torch.load(weights_only=False)``: b
 every ``*.pt`` under ``verl/actor`` is scanned without running it and refused unless it holds tensors, plain data
 and the classes of :data:`VERL_ACTOR_GLOBALS` only (:func:`~.checkpoints.refuse_unsafe_pickles`). verl runs no code
 of a model either (:func:`~pc_pipelines.training.verl_recipe.no_remote_code`). Our payloads are tensors read with
-``weights_only=True`` and JSON (:class:`~pc_pipelines.training.verl_batch.PayloadStore`), not verl's pickled
+``weights_only=True`` after the same scan, and JSON (:class:`~pc_pipelines.training.verl_batch.PayloadStore`), not verl's pickled
 ``DataProto.save_to_disk`` files.
 """
 
