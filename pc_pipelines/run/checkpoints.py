@@ -19,7 +19,10 @@ is scanned without running it (:func:`pickle_problem`) and loaded with ``weights
 before anything of the run is loaded or changed. ``rng.pt`` holds plain data (numpy's key as a list of ints); one
 written before holds numpy arrays, read through exactly the numpy names they need. verl loads its own actor files
 unrestricted, so the verl backend scans them first against the classes they hold (:func:`refuse_unsafe_pickles`);
-its payloads are tensors and JSON (:class:`~pc_pipelines.training.verl_batch.PayloadStore`).
+its payloads are tensors and JSON (:class:`~pc_pipelines.training.verl_batch.PayloadStore`), scanned the same way.
+The scan also bounds the load's memory by the file's own bytes (:mod:`.torch_files`): a compressed entry, a call
+that allocates from a number in the file (``bytearray(1_500_000_000)`` in a 1 KB file), a storage larger than its
+bytes are refused the same way, before torch reads the file.
 A checkpoint refused so is not skipped for an older one, as a damaged one is: its files match its manifest,
 so someone altered it, and which steps to give up is the operator's call (the fix says how).
 
@@ -51,6 +54,7 @@ from ..store import Store
 from .checkpoint_data import rng_states
 from .records import Totals
 from .stopping import disk_full_error
+from .torch_files import torch_file_problem
 from .training_run import TrainingRun
 
 CHECKPOINT_FORMAT = 2  # 2: manifest.json (files, sizes, sha256) written last; 1: meta.json last, no manifest
@@ -261,7 +265,7 @@ def checkpoint_meta(run: TrainingRun, path: Path) -> dict[str, Any]:
 
 def unreadable(path: Path, exc: BaseException) -> RunError:
     """The error of a checkpoint file that cannot be read (an unverifiable format 1 checkpoint can be damaged)."""
-    return RunError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}). Fix: move it aside "
+    return RunError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {_first_line(exc)}). Fix: move it aside "
                     f"(e.g. to damaged-{path.name}) to resume from the one before it.")
 
 
@@ -315,21 +319,21 @@ def save_torch(obj: Any, path: Path) -> None:
 
 def pickle_problem(path: Path, allowed: Iterable[str] = ()) -> str | None:
     """None when the torch file at ``path`` holds tensors and plain data only (what ``torch.load(weights_only=True)``
-    reads), plus instances of the classes named in ``allowed``; else what else it holds, one line. The pickle is read
-    as opcodes, never run (``torch.serialization.get_unsafe_globals_in_checkpoint``): a file that is not a
-    ``torch.save`` zip file, or whose pickle uses opcodes the weights-only unpickler has no use for, is refused too."""
-    import torch
-
-    try:
-        found = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
-    except Exception as exc:
-        return f"is not a torch.save file of tensors and plain data ({type(exc).__name__}: {_first_line(exc)})"
-    extra = sorted(set(found) - set(allowed))
-    return f"holds objects other than tensors and plain data ({', '.join(extra)})" if extra else None
+    reads), plus instances of the classes named in ``allowed``, and loads in about the memory of its own bytes; else
+    what else it holds or why it would take more, one line. Read from its bytes, never run
+    (:func:`~.torch_files.torch_file_problem`): a file that is not a ``torch.save`` zip file, a compressed entry, a
+    call that allocates from a number in the file (``bytearray(1_500_000_000)``), a storage larger than its bytes
+    are refused too."""
+    return torch_file_problem(path, allowed)
 
 
 def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    """The first line of ``exc``'s text, never torch's advice to load with ``weights_only=False`` (which would run
+    whatever the file holds): for that, what torch refused, in our words."""
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if "weights_only" in text or "weights only" in text.lower():
+        return "torch's weights-only loader refused what it holds"
+    return text[:200]
 
 
 def altered(checkpoint: Path, rel: str, problem: str) -> RunError:

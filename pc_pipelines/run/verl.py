@@ -19,7 +19,7 @@ verl's workers load their actor files with ``torch.load(weights_only=False)``: b
 every ``*.pt`` under ``verl/actor`` is scanned without running it and refused unless it holds tensors, plain data
 and the classes of :data:`VERL_ACTOR_GLOBALS` only (:func:`~.checkpoints.refuse_unsafe_pickles`). verl runs no code
 of a model either (:func:`~pc_pipelines.training.verl_recipe.no_remote_code`). Our payloads are tensors read with
-``weights_only=True`` and JSON (:class:`~pc_pipelines.training.verl_batch.PayloadStore`), not verl's pickled
+``weights_only=True`` after the same scan, and JSON (:class:`~pc_pipelines.training.verl_batch.PayloadStore`), not verl's pickled
 ``DataProto.save_to_disk`` files.
 """
 
@@ -50,6 +50,8 @@ VERL_ACTOR_GLOBALS = frozenset({
     "torch.distributed.tensor._dtensor_spec.DTensorSpec", "torch.distributed.tensor._dtensor_spec.ShardOrderEntry",
     "torch.distributed.tensor._dtensor_spec.TensorMeta", "torch.distributed.tensor.placement_types.Shard",
     "torch.distributed.tensor.placement_types.Replicate", "torch.distributed.tensor.placement_types.Partial",
+    # DeviceMesh's layouts (torch registers them as weights-only safe; built while the file loads)
+    "torch.distributed._mesh_layout._MeshLayout", "torch.distributed._mesh_layout._FlatLayout",
 })
 """What verl 0.9.1's actor checkpoint files may name besides tensors and plain data (what one written on CPU with
 FSDP2 holds, plus the other two DTensor placements): data classes, no function that runs anything."""
@@ -117,6 +119,7 @@ class VerlBackend:
 
         # verl loads these unrestricted in its workers: scanned (nothing runs) before any worker starts
         refuse_unsafe_pickles(checkpoint, "verl/actor", VERL_ACTOR_GLOBALS)
+        refuse_unsafe_pickles(checkpoint, "payloads")  # then loaded with weights_only=True, in bounded memory
         try:
             payloads = vb.PayloadStore.load(checkpoint / "payloads")  # ours first, then verl's own
         except Exception as exc:
