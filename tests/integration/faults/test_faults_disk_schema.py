@@ -1,8 +1,9 @@
 """Issue 40, "nothing the tool prints or writes can hurt": full disks and hand-altered catalog schemas, on real
 `pilot-commit` processes, real tmpfs mounts (root only: mounting needs it) and real DuckDB.
 
-* a filesystem out of inodes (a tmpfs mounted with a small ``nr_inodes``, its inodes taken by empty files) while
-  ``df -h`` shows it nearly empty: the refusal says inodes, names the mount and the fix, not "free space";
+* a filesystem out of inodes (a tmpfs mounted with a small ``nr_inodes``, its inodes taken by empty files, or by
+  a run's own steps) while ``df -h`` shows it nearly empty: the refusal or the run's status says inodes, names the
+  mount and the fix, not "free space";
 * a writer starting on a full disk: ``Store.init`` cannot commit, and the command ends with the one-line disk-full
   refusal naming the catalog (was DuckDB's ``TransactionException`` traceback), the catalog's bytes unchanged;
 * a disk that fills inside a checkpoint's safetensors write (the policy's weights): the run's status says disk full
@@ -115,6 +116,29 @@ def test_no_free_inodes_under_a_running_store_says_inodes(tmp_path):
         assert "Fix: delete files" in line and "free space" not in line, line
         assert tree(mnt) == before
         assert steps_of(store, "a") == [0, 1, 2] and run_row(store, "b") is None
+    finally:
+        unmount(mnt)
+
+
+def test_inodes_running_out_mid_run_end_it_failed_with_the_inode_fix(tmp_path):
+    """Expected (root): `simulate` of 1000 steps into a new store on a 64 MiB tmpfs of 300 inodes (each step is a
+    directory of 5 files): the inodes run out after some 50 steps while `df -h` shows ~60 MiB free; exit 1, one line
+    "run r failed: disk full: no free inodes on <mount> ... Fix: delete files ..." (was "disk full: No space left on
+    device ... Fix: free space on the disk"); the status says the same; the steps written are whole, in order."""
+    mnt = mount_tmpfs(tmp_path / "small", "size=64m,nr_inodes=300")
+    try:
+        store = mnt / "s.duckdb"
+        r = simulate(store, "r", 1000, timeout=300)
+        assert r.returncode == 1, r.stderr[-3000:]
+        no_traceback(r.stderr)
+        (line,) = messages(r.stderr)
+        assert line.startswith(f"pilot-commit simulate: run r failed: disk full: no free inodes on {mnt} ("), line
+        assert "Fix: delete files you no longer need on" in line and "free space" not in line, line
+        row = run_row(store, "r")
+        assert row["status"] == "failed" and row["status_reason"].startswith(f"disk full: no free inodes on {mnt}")
+        steps = steps_of(store, "r")
+        assert 0 < len(steps) < 1000 and steps == list(range(len(steps)))
+        assert not [p for p in (mnt / "s.duckdb.runs" / "r").iterdir() if p.name.startswith(".tmp-")]
     finally:
         unmount(mnt)
 
