@@ -7,6 +7,7 @@ The bottom of the package: it imports nothing of it, so any module may use it.
 from __future__ import annotations
 
 import math
+import os
 import re
 import reprlib
 from dataclasses import fields
@@ -151,3 +152,39 @@ def installed_command(name: str) -> str:
     with contextlib.suppress(ValueError):  # outside the current directory: the absolute path
         shown = shown.relative_to(Path.cwd())
     return str(shown)
+
+
+def mount_point(path: Any) -> str:
+    """The mount point of the filesystem holding ``path`` (or its nearest existing parent)."""
+    p = os.path.abspath(os.fspath(path))
+    while not os.path.exists(p) and p != os.path.dirname(p):
+        p = os.path.dirname(p)
+    while not os.path.ismount(p) and p != os.path.dirname(p):
+        p = os.path.dirname(p)
+    return p
+
+
+def no_free_inodes(path: Any, slack: int = 64, room: int = 1 << 20) -> str | None:
+    """Why a write into ``path`` that failed with ENOSPC failed, when the cause is inodes, not space: the
+    filesystem holding it has fewer than ``slack`` inodes free (a failed write gives back the few it took) and more
+    than ``room`` bytes free, so ``df -h`` shows room. ``"no free inodes on MOUNT (N files and directories, its
+    limit ...)"``, else None (space is short too, the filesystem counts no inodes, or it cannot be told)."""
+    p = os.path.abspath(os.fspath(path))
+    while not os.path.exists(p) and p != os.path.dirname(p):
+        p = os.path.dirname(p)
+    try:
+        st = os.statvfs(p)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if not getattr(st, "f_files", 0) or st.f_favail >= slack or free <= room:  # 0: it keeps no inode count
+        return None
+    used = st.f_files - st.f_ffree
+    return (f"no free inodes on {mount_point(p)} ({used:,} of its {st.f_files:,} files and directories used, see "
+            f"`df -i`; `df -h` shows {free / (1 << 20):,.1f} MiB still free)")
+
+
+def inodes_fix(path: Any, then: str) -> str:
+    """The fix of a write refused for want of inodes on the filesystem holding ``path``."""
+    return (f"Fix: delete files you no longer need on {mount_point(path)} (old runs' step directories, other "
+            f"programs' files), or choose a filesystem with more inodes, then {then}.")

@@ -15,7 +15,7 @@ import numpy as np
 from ..allocation import METHODS
 from ..config import RunConfig, parse_overrides
 from ..errors import ConfigError, installed_command, shell_command
-from ..run.stopping import StopFlag, StopRequested, run_outcome, stop_on_signals
+from ..run.stopping import StopFlag, StopRequested, failed_write, run_outcome, stop_on_signals
 from ..simulator import SimStep, Simulation, record_simulation
 from ..store import Store
 from ..store.rollouts_to_target import first_reaching, target_accuracy
@@ -80,8 +80,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                      "not resume: record it again with --overwrite)") if args.store else ""
             sys.stderr.write(f"pilot-commit simulate: {exc.reason}{where}\n")
             return exc.exit_code
-        except OSError as exc:
-            if isinstance(exc, BrokenPipeError):
+        except Exception as exc:  # an I/O error, or a full disk a library wrapped
+            if isinstance(exc, BrokenPipeError) or not failed_write(exc):
                 raise
             _, reason = run_outcome(exc, where=args.store, then="record it again with --overwrite")
             sys.stderr.write(f"pilot-commit simulate: run {run_id} failed: {reason}\n")

@@ -163,7 +163,7 @@ def cmd_base_policy(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ..errors import RunError
-    from ..run.stopping import StopRequested, run_outcome, stop_on_signals
+    from ..run.stopping import StopRequested, failed_write, run_outcome, stop_on_signals
 
     run_name = args.run_name or "the run"
     with stop_on_signals() as stop:
@@ -175,8 +175,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         except StopRequested as exc:
             sys.stderr.write(f"pilot-commit train: run {run_name} {exc.reason}\n")
             return exc.exit_code
-        except OSError as exc:
-            if isinstance(exc, (BrokenPipeError, FileNotFoundError)):
+        except Exception as exc:  # an I/O error, or a full disk a library wrapped (safetensors' SafetensorError)
+            if isinstance(exc, (BrokenPipeError, FileNotFoundError)) or not failed_write(exc):
                 raise
             _, reason = run_outcome(exc, where=args.out, then="run the same command with --resume")
             sys.stderr.write(f"pilot-commit train: run {run_name} failed: {reason}\n")

@@ -27,6 +27,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..errors import inodes_fix, no_free_inodes
+
 log = logging.getLogger(__name__)
 
 
@@ -158,11 +160,29 @@ def is_disk_full(err: OSError) -> bool:
     return err.errno in _DISK_FULL
 
 
+def failed_write(exc: BaseException) -> bool:
+    """Whether a command should end on ``exc`` with :func:`run_outcome`'s one line: an OSError, or a full disk a
+    library wrapped in its own error (safetensors' ``SafetensorError: ... No space left on device``); not a refusal
+    whose own one line says it (a :class:`~pc_pipelines.store.StoreError` about a full disk)."""
+    from ..store import StoreError
+
+    if isinstance(exc, OSError):
+        return True
+    if isinstance(exc, StoreError):
+        return False
+    err = io_error(exc)
+    return err is not None and is_disk_full(err)
+
+
 def describe_io_error(err: OSError, where: str | None = None, then: str = "resume the run") -> str:
     """A one-line reason with the fix for a failed write; ``where`` names the directory that was written, ``then``
     what to do once the disk is fixed."""
     place = where or (str(err.filename) if err.filename else "the run's directories and the store")
     if is_disk_full(err):
+        written = err.filename or where
+        inodes = no_free_inodes(written) if written else None
+        if inodes:  # ENOSPC with space left: `df -h` would show room, so the fix must not say "free space"
+            return f"disk full: {inodes}. {inodes_fix(written, then)}"
         return (f"disk full: {err.strerror or err}{' (' + str(err.filename) + ')' if err.filename else ''}. Fix: free "
                 f"space on the disk holding {place} (or point --out/--store at a bigger one), then {then}.")
     return (f"I/O error: {err}. Fix: check that {place} is writable and its disk healthy (`dmesg`, `df -h`), then "

@@ -36,10 +36,10 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from ..errors import brief, shell_command, sql_string
+from ..errors import brief, inodes_fix, no_free_inodes, shell_command, sql_string
 from .names import RunIdError, shown_path, validate_run_id
 from .rollouts_to_target import median
-from .schema import DDL, MIGRATIONS, SCHEMA_VERSION, STEP_TABLES, view_sql
+from .schema import DDL, MIGRATIONS, SCHEMA_VERSION, STEP_TABLES, schema_problem, view_sql
 from .steplog import QUARANTINE, StepLogWriter, list_step_dirs, quarantine_step_dir, verify_step_dir
 
 log = logging.getLogger(__name__)
@@ -192,6 +192,9 @@ class Store:
                     f"meanwhile, not even to read (waited {self.lock_timeout_s:g} s). Fix: close the other process "
                     "holding the catalog for writing (a long `duckdb` shell session, say) and retry.")
         if "no space left" in low:
+            inodes = no_free_inodes(self.path)
+            if inodes:  # space is left, so `df -h` shows room: the fix must say inodes
+                return f"{head}: {inodes}. {inodes_fix(self.path, 'retry')}"
             return (f"{head}: the disk holding it is full (DuckDB: {detail}). Fix: free space on that disk (`df -h`) "
                     "or choose a store on another disk, then retry.")
         if "permission denied" in low or "read-only file system" in low:
@@ -229,7 +232,43 @@ class Store:
         finally:
             con.close()
 
+    def _schema_refusal(self, con: duckdb.DuckDBPyConnection) -> str | None:
+        """The one-line refusal of a catalog whose schema version is not a whole number, is missing, or does not
+        match its tables and columns (see :func:`.schema.schema_problem`), with the fix; None when it is sound."""
+        import shlex
+
+        from .names import shown_path
+
+        columns: dict[str, set[str]] = {}
+        for table, column in con.execute(
+                "SELECT c.table_name, c.column_name FROM duckdb_columns() c JOIN duckdb_tables() t "  # base tables
+                "USING (database_name, schema_name, table_name) "
+                "WHERE t.database_name = current_database() AND t.schema_name = 'main'"
+        ).fetchall():
+            columns.setdefault(table, set()).add(column)
+        versions = None if "meta" not in columns else [r[0] for r in con.execute(
+            "SELECT value FROM meta WHERE key = 'schema_version'").fetchall()]
+        found = schema_problem(versions, columns)
+        if found is None:
+            return None
+        what, match = found
+        path = shown_path(self.path)
+        if match is None:
+            fix = ("restore the catalog from a backup (its tables match no version pc-pipelines wrote), or record "
+                   "the runs again into a new store")
+        else:
+            sql = (f"UPDATE meta SET value = '{match}' WHERE key = 'schema_version'" if versions
+                   else f"INSERT INTO meta VALUES ('schema_version', '{match}')" if versions is not None
+                   else "CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR); "
+                        f"INSERT INTO meta VALUES ('schema_version', '{match}')")
+            fix = (f"restore the catalog from a backup; or, if only its version was altered, set it to the version "
+                   f"its tables match ({match}): `duckdb {shlex.quote(path)} \"{sql}\"`")
+        return f"the store {path} was not opened: {what}; nothing was changed. Fix: {fix}."
+
     def _prepare_session(self, con: duckdb.DuckDBPyConnection) -> StoreScan:
+        refusal = self._schema_refusal(con)
+        if refusal is not None:
+            raise StoreError(refusal)
         tables = {r[0] for r in con.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'").fetchall()}
         run_cols = {r[0] for r in con.execute(
@@ -385,9 +424,24 @@ class Store:
 
         ``vacuum`` also deletes step files already compacted; processes that only look (sensors, reports) pass
         False, so they never race a segment that is replaying compacted steps into fresh step files."""
+        try:
+            self._init_catalog()
+        except (duckdb.Error, OSError) as exc:  # a disk that fills under the upgrade or the views' commit
+            if "no space left" not in str(exc).lower() and "disk quota" not in str(exc).lower():
+                raise
+            raise StoreError(self._open_failure(exc, read_only=False)) from None
+        if vacuum:
+            self.vacuum()  # step files of earlier runs that compaction left for later
+        return self
+
+    def _init_catalog(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.connect(read_only=False) as con:
             con.execute("BEGIN")
+            refusal = self._schema_refusal(con)  # before any migration: a version its tables do not match
+            if refusal is not None:
+                con.execute("ROLLBACK")
+                raise StoreError(refusal)
             tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
             if "meta" in tables:
                 version = int(con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
@@ -416,9 +470,6 @@ class Store:
             for sql in view_sql():  # the catalog's views name no file (see schema.view_sql)
                 con.execute(sql)
             con.execute("COMMIT")
-        if vacuum:
-            self.vacuum()  # step files of earlier runs that compaction left for later
-        return self
 
     def schema_version(self) -> int:
         with self.connect() as con:

@@ -26,9 +26,12 @@ earlier checkpoint) first lowers the watermark to ``k`` and drops the compacted 
 
 Versioning: ``meta.schema_version`` is the catalog's version. A writable open of an older catalog runs the
 migrations in ``MIGRATIONS`` in order (each one SQL script, in one transaction); a catalog newer than this code is
-refused with an error saying to upgrade. Parquet files carry no version: a column added later reads as NULL in
-older step files (they are read with the current schema), except ``prompt_observations.returned``, which the view
-reads as false there (no prompt could come back from an easy pool before v8).
+refused with an error saying to upgrade. Before any migration, and in every reading session, the catalog is checked
+against its version (:func:`schema_problem`): a version that is no whole number or is missing, or tables and columns
+that do not match it (``CATALOG_ADDED``: what each version added), is refused, nothing changed, never migrated.
+Parquet files carry no version: a column added later reads as NULL in older step files (they are read with the
+current schema), except ``prompt_observations.returned``, which the view reads as false there (no prompt could come
+back from an easy pool before v8).
 """
 
 from __future__ import annotations
@@ -260,6 +263,112 @@ MIGRATIONS: dict[int, list[str]] = {
     7: ["ALTER TABLE compacted_steps ADD COLUMN IF NOT EXISTS returned INTEGER",
         "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS returned BOOLEAN"],
 }
+
+
+# What each version added to the catalog's tables (a table first named at a version was created by it), for
+# :func:`schema_problem`: a catalog at version v has every table and column of the versions up to v and none that a
+# later version added. The step tables' compacted copies have the step schema's columns, less those added later.
+_STEP_COLUMNS_ADDED = {
+    4: {"compacted_steps": ("widened", "early_decided", "pilot_rollouts_saved", "survival"),
+        "compacted_prompt_observations": ("wave", "rule")},
+    6: {"compacted_steps": ("buffer_replaced",)},
+    8: {"compacted_steps": ("returned",), "compacted_prompt_observations": ("returned",)},
+}
+_LATER_STEP_COLUMNS = {(t, c) for added in _STEP_COLUMNS_ADDED.values() for t, cols in added.items() for c in cols}
+CATALOG_ADDED: dict[int, dict[str, tuple[str, ...]]] = {
+    1: {"meta": ("key", "value"),
+        "runs": ("run_id", "family", "method", "preset", "seed", "config_json", "config_hash", "lineage_json", "kind",
+                 "status", "run_dir", "created_at", "updated_at"),
+        "checkpoints": ("run_id", "step", "path", "created_at"),
+        "eval_results": ("run_id", "step", "benchmark", "k", "temperature", "accuracy", "n_prompts", "created_at")},
+    2: {"runs": ("status_reason", "compacted_through"),
+        **{f"compacted_{t}": tuple(c for c in schema.names if (f"compacted_{t}", c) not in _LATER_STEP_COLUMNS)
+           for t, schema in STEP_TABLES.items()}},
+    3: {"segments": ("run_id", "segment", "first_step", "last_step", "status", "attempts", "consecutive_failures",
+                     "error", "orchestrator_run_id", "cumulative_rollouts", "eval_accuracy", "mean_reward_std",
+                     "updated_at")},
+    4: _STEP_COLUMNS_ADDED[4],
+    6: _STEP_COLUMNS_ADDED[6],
+    7: {"runs": ("seq",)},
+    8: _STEP_COLUMNS_ADDED[8],
+}
+
+
+def catalog_columns(version: int) -> dict[str, set[str]]:
+    """The tables and columns of a catalog at ``version`` (1 to :data:`SCHEMA_VERSION`)."""
+    out: dict[str, set[str]] = {}
+    for v in range(1, version + 1):
+        for table, cols in CATALOG_ADDED.get(v, {}).items():
+            out.setdefault(table, set()).update(cols)
+    return out
+
+
+def _added_in(table: str, column: str | None) -> int:
+    """The version that added ``table`` (``column`` None) or ``table.column``."""
+    for v in sorted(CATALOG_ADDED):
+        cols = CATALOG_ADDED[v].get(table)
+        if cols is not None and (column is None or column in cols):
+            return v
+    return 0
+
+
+def matching_version(columns: dict[str, set[str]]) -> int | None:
+    """The version whose tables and columns ``columns`` has (extra tables and columns of no version aside)."""
+    for v in range(SCHEMA_VERSION, 0, -1):
+        if not _mismatch(v, columns):
+            return v
+    return None
+
+
+def _mismatch(version: int, columns: dict[str, set[str]]) -> list[str]:
+    """What ``columns`` (table -> its columns) lacks of ``version``, and what it has of a later version."""
+    want = catalog_columns(version)
+    missing = [t if t not in columns else f"{t}.{c}" for t in want
+               for c in ([None] if t not in columns else sorted(want[t] - columns[t]))]
+    later = []
+    for table, cols in columns.items():
+        if table not in want:
+            if _added_in(table, None) > version:
+                later.append(f"{table} (version {_added_in(table, None)})")
+            continue
+        later += [f"{table}.{c} (version {_added_in(table, c)})" for c in sorted(cols - want[table])
+                  if _added_in(table, c) > version]
+    return ([f"lacks {', '.join(missing[:4])}{' and more' if len(missing) > 4 else ''}"] if missing else []) + (
+        [f"has {', '.join(later[:4])}{' and more' if len(later) > 4 else ''}"] if later else [])
+
+
+STORE_TABLES = frozenset(catalog_columns(SCHEMA_VERSION)) - {"meta"}
+
+
+def schema_problem(versions: list[str] | None, columns: dict[str, set[str]]) -> tuple[str, int | None] | None:
+    """Why a catalog cannot be read or upgraded as it stands, checked before any migration runs: ``versions`` are
+    the values of its ``meta.schema_version`` rows (None: no meta table), ``columns`` its base tables' columns.
+    ``(what is wrong, the version its tables match or None)``; None when the stored version is a whole number from 1
+    to :data:`SCHEMA_VERSION` whose tables and columns the catalog has (and none of a later version), when the
+    catalog is empty (a new store), or when it is newer than this code (refused or read as it is elsewhere)."""
+    from ..errors import brief
+
+    if versions is None:
+        if not STORE_TABLES & set(columns):
+            return None
+        found = ", ".join(sorted(STORE_TABLES & set(columns))[:3])
+        return f"it has the store's tables ({found}) but no meta table, so no schema version", matching_version(columns)
+    if not versions:
+        return "its meta table has no schema_version row", matching_version(columns)
+    text = versions[0]
+    version = int(text) if text is not None and text.isascii() and text.isdigit() else None
+    if version is None:
+        return (f"its schema version {brief(text)} is not a whole number (pc-pipelines writes 1 to {SCHEMA_VERSION})",
+                matching_version(columns))
+    if version > SCHEMA_VERSION:
+        return None
+    if version < 1:
+        return (f"schema version {version} is none pc-pipelines ever wrote (1 to {SCHEMA_VERSION}): no upgrade path "
+                f"from schema version {version}", matching_version(columns))
+    wrong = _mismatch(version, columns)
+    if not wrong:
+        return None
+    return f"its schema does not match its version {version}: it {' and '.join(wrong)}", matching_version(columns)
 
 
 _REASON = reason_sql(decision="o.decision", stage="o.stage", rule="o.rule", evicted="o.evicted",

@@ -53,6 +53,22 @@ def build_v1(path) -> None:
         con.close()
 
 
+def as_version(con, version: int) -> None:
+    """Make a current catalog what ``version`` wrote: drop the tables and columns later versions added (their rows
+    with them), set its version."""
+    want = schema.catalog_columns(version)
+    for v in sorted(schema.CATALOG_ADDED, reverse=True):
+        if v <= version:
+            break
+        for table, cols in schema.CATALOG_ADDED[v].items():
+            if table not in want:
+                con.execute(f"DROP TABLE IF EXISTS {table}")
+                continue
+            for c in cols:
+                con.execute(f"ALTER TABLE {table} DROP COLUMN IF EXISTS {c}")
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(version)])
+
+
 def columns(path, table: str) -> list[str]:
     con = duckdb.connect(str(path), read_only=True)
     try:
@@ -136,10 +152,7 @@ def test_version_3_catalog_gains_the_strategy_columns_keeping_its_rows(tmp_path)
     st = store_with_steps(tmp_path / "v3.duckdb", 2)
     assert st.compact("r") == 2
     con = duckdb.connect(str(st.path))
-    for table, cols in V4_COLUMNS.items():
-        for c in cols:
-            con.execute(f"ALTER TABLE compacted_{table} DROP COLUMN {c}")
-    con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    as_version(con, 3)  # drops V4_COLUMNS (and later versions' columns)
     con.close()
     assert "survival" not in columns(st.path, "compacted_steps")
 
@@ -163,9 +176,7 @@ def test_version_5_catalog_gains_buffer_replaced_keeping_its_rows(tmp_path):
         (f.parent / "MANIFEST.json").unlink()
     assert st.compact("r", through=1) == 2
     con = duckdb.connect(str(st.path))
-    con.execute("ALTER TABLE compacted_steps DROP COLUMN buffer_replaced")
-    con.execute("ALTER TABLE compacted_steps DROP COLUMN returned")  # v8's, which a v5 catalog lacks too
-    con.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+    as_version(con, 5)  # drops compacted_steps.buffer_replaced (and v7's and v8's columns, which v5 lacked too)
     con.close()
 
     st = Store(st.path).init()
@@ -289,7 +300,7 @@ def test_version_4_catalog_is_read_without_writing_and_upgraded_to_file_free_vie
     glob = str(st.runs_root) + "/*/step-*/steps.parquet"
     con.execute(f"CREATE OR REPLACE VIEW steps AS SELECT * FROM read_parquet('{glob}', union_by_name=true)")
     con.execute("DROP VIEW rollout_breakdown")
-    con.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    as_version(con, 4)
     con.close()
     before = (st.path.stat().st_mtime_ns, st.path.read_bytes())
 

@@ -11,7 +11,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from pc_pipelines.run.stopping import StopRequested, disk_full_error, free_bytes, io_error, run_outcome
+from pc_pipelines.run.stopping import (
+    StopRequested,
+    disk_full_error,
+    failed_write,
+    free_bytes,
+    io_error,
+    run_outcome,
+)
+from pc_pipelines.store import StoreError
 
 ZIP_WRITER = "[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"
 
@@ -69,3 +77,34 @@ def test_free_bytes_of_a_real_full_filesystem(tmp_path):
         assert disk_full_error(RuntimeError(ZIP_WRITER), mnt / "x.pt").errno == errno.ENOSPC
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+def inodes(files: int, free_files: int, free_bytes_: int):
+    return lambda path: SimpleNamespace(f_bavail=free_bytes_ // 4096, f_frsize=4096, f_files=files,
+                                        f_ffree=free_files, f_favail=free_files)
+
+
+def test_a_full_disk_with_space_left_is_out_of_inodes(tmp_path, monkeypatch):
+    """ENOSPC on a filesystem whose inodes are used up while `df -h` shows room: the reason says inodes, names the
+    mount, and the fix does not say "free space"; with the inodes there (or the space short too) it stays the
+    space reason."""
+    err = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "run" / "step-00000003"))
+    monkeypatch.setattr(os, "statvfs", inodes(300, 2, 60 << 20))  # the failed write gave two back
+    reason = run_outcome(err, where=str(tmp_path), then="resume the run")[1]
+    assert reason.startswith("disk full: no free inodes on /"), reason
+    assert "298 of its 300 files and directories used" in reason and "`df -h` shows 60.0 MiB still free" in reason
+    assert "Fix: delete files you no longer need on /" in reason and "more inodes, then resume the run." in reason
+    assert "free space" not in reason
+    for plenty in (inodes(300, 200, 60 << 20), inodes(300, 2, 4096), inodes(0, 0, 60 << 20)):
+        monkeypatch.setattr(os, "statvfs", plenty)  # inodes left; no space left either; no inode count kept
+        assert "Fix: free space on the disk holding" in run_outcome(err, where=str(tmp_path))[1]
+
+
+def test_a_command_ends_in_one_line_on_a_wrapped_full_disk_not_on_other_errors():
+    assert failed_write(SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"))
+    assert failed_write(OSError(errno.EIO, "Input/output error"))
+    assert not failed_write(RuntimeError("shape mismatch"))
+    assert not failed_write(SafetensorError("header too large"))
+    # a store refusal about a full disk says so itself, in its own line
+    assert not failed_write(StoreError("could not open the store s.duckdb for writing: the disk holding it is full "
+                                       "(DuckDB: No space left on device). Fix: free space"))
