@@ -29,10 +29,9 @@ def ray_cluster(tmp_path_factory, procs):
     ray.init(address="local", num_cpus=2, object_store_memory=100 * 1024**2, include_dashboard=False,
              _node_ip_address="127.0.0.1", _temp_dir=str(tmp_path_factory.mktemp("ray")))
     yield ray
-    started = procs.descendants() - before
+    assert procs.descendants() - before, "ray.init started no process"
     ray.shutdown()
-    assert started, "ray.init started no process"
-    assert procs.wait_gone(started) == set(), "processes of the Ray cluster outlived ray.shutdown()"
+    procs.assert_none_left(before, "processes of the Ray cluster outlived ray.shutdown()")
 
 
 @pytest.fixture(scope="module")

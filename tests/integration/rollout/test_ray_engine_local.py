@@ -62,7 +62,7 @@ def test_training_loop_through_ray_equals_single_engine(base_policy, policy_cach
         for engine in engines:
             engine.close()
     assert len(engines) == 1 and engines[0].pushes == 1  # step 0's update, pushed before step 1's round
-    assert procs.wait_gone(procs.descendants() - before) == set()
+    procs.assert_none_left(before, "processes of Ray or its actors outlived the engine")
     steps, evals = rows["ray"]
     assert [r["step"] for r in steps] == [0, 1] and all(r["sampled_rollouts"] == 32 for r in steps)
     assert len(evals) == 6 and {r["step"] for r in evals} == {-1}
@@ -111,7 +111,7 @@ def test_a_dagster_segment_on_ray_actors_equals_the_single_engine_and_lets_its_r
                           resources=res)
         assert out.success
         assert not ray.is_initialized()  # the segment's engine started this process's Ray and stopped it
-    assert procs.wait_gone(procs.descendants() - before) == set()
+    procs.assert_none_left(before, "processes of Ray or its actors outlived the engine")
     store = Store(tmp_path / "pc.duckdb")
     got = {name: (store.query("SELECT step, sampled_rollouts, trained_rollouts, loss, mean_reward, informative_share "
                               "FROM steps WHERE run_id = ? ORDER BY step", [name]),
@@ -170,6 +170,6 @@ def test_an_engine_registered_in_the_driver_runs_in_the_actors(policy, round_req
         assert os.getpid() not in pids and pids[0] == pids[2] != pids[1] == pids[3]  # request i on actor i % 2
     finally:
         unregister_engine("toy")
-    assert procs.wait_gone(procs.descendants() - before) == set()
+    procs.assert_none_left(before, "processes of Ray or its actors outlived the engine")
     with pytest.raises(ValueError, match="engine='toy': Ray actors run one of"):
         RayRolloutEngine(*policy, engine="toy")
