@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from proc_waits import START_S
 
 from pc_pipelines.rollout import SamplingParams
 from pc_pipelines.rollout.ray_engine import RayRolloutEngine
@@ -36,7 +37,7 @@ def ray_cluster(tmp_path_factory, procs):
 
 @pytest.fixture(scope="module")
 def engine2(ray_cluster, policy):
-    with RayRolloutEngine(*policy, num_actors=2, max_batch_sequences=CHUNK) as engine:
+    with RayRolloutEngine(*policy, num_actors=2, max_batch_sequences=CHUNK, start_timeout_s=START_S) as engine:
         yield engine
 
 
@@ -52,7 +53,7 @@ def test_round_equals_single_engine_with_one_actor(ray_cluster, policy, round_re
     plan = plan_round([single.encode(r.prompt) for r in round_requests], [r.n for r in round_requests], CHUNK, 3)
     assert plan.num_chunks == 4
     expected = single.generate(round_requests, PARAMS)
-    with RayRolloutEngine(model, tok, num_actors=1, max_batch_sequences=CHUNK) as engine:
+    with RayRolloutEngine(model, tok, num_actors=1, max_batch_sequences=CHUNK, start_timeout_s=START_S) as engine:
         got = engine.generate(round_requests, PARAMS)
         assert engine.pushes == 0  # the actor started from a copy of these weights
     assert _flat(got) == _flat(expected)

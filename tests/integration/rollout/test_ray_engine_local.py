@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from proc_waits import START_S
 
 from pc_pipelines.rollout.ray_engine import RayRolloutEngine
 
@@ -33,7 +34,7 @@ def test_training_loop_through_ray_equals_single_engine(base_policy, policy_cach
 
     def ray_engine(model, tok):
         engines.append(RayRolloutEngine(model, tok, num_actors=2, max_batch_sequences=16,
-                                        object_store_memory=100 * 1024**2))
+                                        object_store_memory=100 * 1024**2, start_timeout_s=START_S))
         cpus.append(ray.cluster_resources()["CPU"])
         return engines[-1]
 
@@ -159,7 +160,8 @@ def test_an_engine_registered_in_the_driver_runs_in_the_actors(policy, round_req
     register_engine(EngineSpec("toy", lambda model, tok, device, **options: Toy(), "toy (a test's)", ray="requests"))
     before = procs.descendants()
     try:
-        with RayRolloutEngine(*policy, num_actors=2, engine="toy", object_store_memory=100 * 1024**2) as engine:
+        with RayRolloutEngine(*policy, num_actors=2, engine="toy", object_store_memory=100 * 1024**2,
+                              start_timeout_s=START_S) as engine:
             assert engine.sampling_plan() == {"engine": "toy"} and engine.gpus_per_actor == 0
             got = engine.generate(round_requests, SamplingParams(seed=7))
         assert not ray.is_initialized()
