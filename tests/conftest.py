@@ -1,69 +1,26 @@
-"""Shared fixtures. ``procs``: this process's descendants read from /proc (a test that starts processes, a Ray
-cluster or a vLLM engine say, checks that every one of them is gone after it). The embedded base policy is the canonical warm start shipped with the package
-(``pc_pipelines/warm_starts/``), exactly what ``pilot-commit train`` uses: the same weights on every machine, so no
-test depends on which CPU kernels (AVX2 or AVX-512) built it. Builds of other recipes (tests that shrink the SFT)
-go to a temporary cache, never the user's ``~/.cache``.
+"""Shared fixtures. ``procs``: this process's descendants read from /proc and bounded waits on them
+(``tests/support/proc_waits.py``: a test that starts processes, a Ray cluster or a vLLM engine say, waits for what
+it counts and checks that every one of them is gone after it). The embedded base policy is the canonical warm start
+shipped with the package (``pc_pipelines/warm_starts/``), exactly what ``pilot-commit train`` uses: the same weights
+on every machine, so no test depends on which CPU kernels (AVX2 or AVX-512) built it. Builds of other recipes (tests
+that shrink the SFT) go to a temporary cache, never the user's ``~/.cache``.
 
 ``PC_PIPELINES_TEST_CACHE=DIR`` reuses that cache across sessions while developing (CI leaves it unset)."""
 
 import os
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import proc_waits
 import pytest
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")  # a zombie has exited (its parent has not reaped it yet)
-
-
-def _is_resource_tracker(pid: int) -> bool:
-    try:
-        return b"multiprocessing.resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
-def descendants(pid: int | None = None) -> set[int]:
-    """Live descendants of ``pid`` (default: this process), from /proc. Python's multiprocessing resource tracker is
-    left out: one per interpreter, started by the first ``spawn`` (vLLM's engine core) and shared by every later one,
-    it exits with the interpreter, not with the engine that happened to start it."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    out, todo = set(), [pid or os.getpid()]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in out and _alive(c):
-                out.add(c)
-                todo.append(c)
-    return {p for p in out if not _is_resource_tracker(p)}
-
-
-def wait_gone(pids: set[int], timeout: float = 30.0) -> set[int]:
-    """The pids still alive after waiting up to ``timeout`` seconds for all of them to exit."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = {p for p in pids if _alive(p)}
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
 def procs():
-    """The /proc helpers, as a fixture (test modules are not importable from each other)."""
-    return SimpleNamespace(descendants=descendants, wait_gone=wait_gone)
+    """The /proc helpers and bounded waits of ``tests/support/proc_waits.py``, as a fixture."""
+    return SimpleNamespace(descendants=proc_waits.descendants, wait_gone=proc_waits.wait_gone,
+                           wait_started=proc_waits.wait_started, assert_none_left=proc_waits.assert_none_left,
+                           wait_count=proc_waits.wait_count, wait_until=proc_waits.wait_until)
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from proc_waits import START_S
 
 from pc_pipelines.rollout import SamplingParams
 from pc_pipelines.rollout.ray_engine import RayRolloutEngine
@@ -29,15 +30,14 @@ def ray_cluster(tmp_path_factory, procs):
     ray.init(address="local", num_cpus=2, object_store_memory=100 * 1024**2, include_dashboard=False,
              _node_ip_address="127.0.0.1", _temp_dir=str(tmp_path_factory.mktemp("ray")))
     yield ray
-    started = procs.descendants() - before
+    assert procs.descendants() - before, "ray.init started no process"
     ray.shutdown()
-    assert started, "ray.init started no process"
-    assert procs.wait_gone(started) == set(), "processes of the Ray cluster outlived ray.shutdown()"
+    procs.assert_none_left(before, "processes of the Ray cluster outlived ray.shutdown()")
 
 
 @pytest.fixture(scope="module")
 def engine2(ray_cluster, policy):
-    with RayRolloutEngine(*policy, num_actors=2, max_batch_sequences=CHUNK) as engine:
+    with RayRolloutEngine(*policy, num_actors=2, max_batch_sequences=CHUNK, start_timeout_s=START_S) as engine:
         yield engine
 
 
@@ -53,7 +53,7 @@ def test_round_equals_single_engine_with_one_actor(ray_cluster, policy, round_re
     plan = plan_round([single.encode(r.prompt) for r in round_requests], [r.n for r in round_requests], CHUNK, 3)
     assert plan.num_chunks == 4
     expected = single.generate(round_requests, PARAMS)
-    with RayRolloutEngine(model, tok, num_actors=1, max_batch_sequences=CHUNK) as engine:
+    with RayRolloutEngine(model, tok, num_actors=1, max_batch_sequences=CHUNK, start_timeout_s=START_S) as engine:
         got = engine.generate(round_requests, PARAMS)
         assert engine.pushes == 0  # the actor started from a copy of these weights
     assert _flat(got) == _flat(expected)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from proc_waits import START_S
 
 from pc_pipelines.rollout.ray_engine import RayRolloutEngine
 
@@ -33,7 +34,7 @@ def test_training_loop_through_ray_equals_single_engine(base_policy, policy_cach
 
     def ray_engine(model, tok):
         engines.append(RayRolloutEngine(model, tok, num_actors=2, max_batch_sequences=16,
-                                        object_store_memory=100 * 1024**2))
+                                        object_store_memory=100 * 1024**2, start_timeout_s=START_S))
         cpus.append(ray.cluster_resources()["CPU"])
         return engines[-1]
 
@@ -62,7 +63,7 @@ def test_training_loop_through_ray_equals_single_engine(base_policy, policy_cach
         for engine in engines:
             engine.close()
     assert len(engines) == 1 and engines[0].pushes == 1  # step 0's update, pushed before step 1's round
-    assert procs.wait_gone(procs.descendants() - before) == set()
+    procs.assert_none_left(before, "processes of Ray or its actors outlived the engine")
     steps, evals = rows["ray"]
     assert [r["step"] for r in steps] == [0, 1] and all(r["sampled_rollouts"] == 32 for r in steps)
     assert len(evals) == 6 and {r["step"] for r in evals} == {-1}
@@ -111,7 +112,7 @@ def test_a_dagster_segment_on_ray_actors_equals_the_single_engine_and_lets_its_r
                           resources=res)
         assert out.success
         assert not ray.is_initialized()  # the segment's engine started this process's Ray and stopped it
-    assert procs.wait_gone(procs.descendants() - before) == set()
+    procs.assert_none_left(before, "processes of Ray or its actors outlived the engine")
     store = Store(tmp_path / "pc.duckdb")
     got = {name: (store.query("SELECT step, sampled_rollouts, trained_rollouts, loss, mean_reward, informative_share "
                               "FROM steps WHERE run_id = ? ORDER BY step", [name]),
@@ -159,7 +160,8 @@ def test_an_engine_registered_in_the_driver_runs_in_the_actors(policy, round_req
     register_engine(EngineSpec("toy", lambda model, tok, device, **options: Toy(), "toy (a test's)", ray="requests"))
     before = procs.descendants()
     try:
-        with RayRolloutEngine(*policy, num_actors=2, engine="toy", object_store_memory=100 * 1024**2) as engine:
+        with RayRolloutEngine(*policy, num_actors=2, engine="toy", object_store_memory=100 * 1024**2,
+                              start_timeout_s=START_S) as engine:
             assert engine.sampling_plan() == {"engine": "toy"} and engine.gpus_per_actor == 0
             got = engine.generate(round_requests, SamplingParams(seed=7))
         assert not ray.is_initialized()
@@ -170,6 +172,6 @@ def test_an_engine_registered_in_the_driver_runs_in_the_actors(policy, round_req
         assert os.getpid() not in pids and pids[0] == pids[2] != pids[1] == pids[3]  # request i on actor i % 2
     finally:
         unregister_engine("toy")
-    assert procs.wait_gone(procs.descendants() - before) == set()
+    procs.assert_none_left(before, "processes of Ray or its actors outlived the engine")
     with pytest.raises(ValueError, match="engine='toy': Ray actors run one of"):
         RayRolloutEngine(*policy, engine="toy")

@@ -35,10 +35,10 @@ def test_a_pc_run_on_vllm_trains_resumes_and_evaluates(policy_cache, tmp_path, p
     run = prepare_run(cfg, tmp_path, run_name="on-vllm", cache_dir=policy_cache)
     before = procs.descendants()
     first = run_segment(run, store, 2, engine_factory=_vllm)
-    assert procs.wait_gone(procs.descendants() - before, timeout=60) == set(), "vLLM outlived the segment"
+    procs.assert_none_left(before, "vLLM outlived the segment")
     assert [s for s, _ in list_checkpoints(run.checkpoint_dir)] == [1]
     second = run_segment(run, store, 1, engine_factory=_vllm)  # resumes from the checkpoint after step 1
-    assert procs.wait_gone(procs.descendants() - before, timeout=60) == set(), "vLLM outlived the segment"
+    procs.assert_none_left(before, "vLLM outlived the segment")
     assert (first.last_step, second.last_step) == (1, 2)
     plan = (run.run_dir / "sampling_plan.json").read_text()
     assert '"engine": "vllm"' in plan and '"dtype": "float32"' in plan

@@ -55,12 +55,11 @@ def served(request, tmp_path_factory, procs):
     before = procs.descendants()
     spec = get_engine(request.param)
     engine = spec.build(model, tok, "cpu", **OPTIONS.get(request.param, {}))
-    if spec.subprocesses:
-        assert procs.descendants() - before, "vLLM on the CPU runs its engine core in processes of its own"
+    if spec.subprocesses:  # vLLM on the CPU runs its engine core in processes of its own
+        procs.wait_started(before, f"the {request.param} engine's processes")
     yield engine, model, tok
-    started = procs.descendants() - before
     close_engine(engine)
-    assert not procs.wait_gone(started, timeout=60), "processes the engine started outlived close()"
+    procs.assert_none_left(before, "processes the engine started outlived close()")
 
 
 @pytest.fixture
