@@ -100,9 +100,9 @@ def _progress_metadata(st: Store, tr: TrainingRun, first: int, last: int, k: int
 
     out: dict[str, MetadataValue] = {}
     query = run_progress_query(tr.run_id)
-    out["sql"] = MetadataValue.md(f"```\n{shell_command(installed_command('pilot-commit'), 'sql', '--store', st.path, query)}\n```")
+    out["sql"] = MetadataValue.md(f"```\n{shell_command(installed_command('pilot-commit', from_cwd=False), 'sql', '--store', st.path, query)}\n```")
     out["tensorboard_command"] = MetadataValue.md(
-        f"```\n{shell_command(installed_command('tensorboard'), '--logdir', tr.tensorboard_dir)}\n```")
+        f"```\n{shell_command(installed_command('tensorboard', from_cwd=False), '--logdir', tr.tensorboard_dir)}\n```")
     try:
         png = plot_run_progress(load_run_progress(st, tr.run_id), tr.run_dir / "plots" / f"seg-{k:04d}.png",
                                 highlight=(first, last))

@@ -131,12 +131,13 @@ def brief_text(text: str, limit: int = MESSAGE_VALUE_CHARS, total: int = 8 * MES
     return short if len(short) <= total else f"{short[:total]}... ({len(text):,} characters)"
 
 
-def installed_command(name: str) -> str:
+def installed_command(name: str, from_cwd: bool = True) -> str:
     """How to type this install's console script ``name`` (``pilot-commit``, ``tensorboard``) in a shell, for the
     commands printed for a person to paste: the bare name when the shell's PATH finds this install's script, else
     the script beside the running interpreter (``.venv/bin/pilot-commit`` when it lies under the current directory,
     its absolute path otherwise), NOT quoted: pass it to :func:`shell_command` as the command's first word.
-    A name this install lacks is left bare."""
+    A name this install lacks is left bare. ``from_cwd=False``: always the absolute path, for a command read away
+    from this process's directory (the Dagster UI's metadata is pasted into any terminal)."""
     import contextlib
     import shutil
     import sys
@@ -149,8 +150,9 @@ def installed_command(name: str) -> str:
     if found is not None and Path(found).absolute() == here.absolute():
         return name
     shown = here.absolute()
-    with contextlib.suppress(ValueError):  # outside the current directory: the absolute path
-        shown = shown.relative_to(Path.cwd())
+    if from_cwd:
+        with contextlib.suppress(ValueError):  # outside the current directory: the absolute path
+            shown = shown.relative_to(Path.cwd())
     return str(shown)
 
 

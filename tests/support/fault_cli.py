@@ -18,8 +18,8 @@ TRAIN = ["--set", "allocator.train_batch=8", "--set", "allocator.n=8", "--set", 
          "--set", "training.checkpoint_every=1", "--set", "training.keep_checkpoints=10"]
 
 
-def cli(*args, timeout=600, check_rc=None, stdin_text=None):
-    r = subprocess.run([*EXE, *args], capture_output=True, text=True, timeout=timeout, env=ENV, check=False,
+def cli(*args, timeout=600, check_rc=None, stdin_text=None, env=None):
+    r = subprocess.run([*EXE, *args], capture_output=True, text=True, timeout=timeout, env=env or ENV, check=False,
                        input=stdin_text)
     if check_rc is not None:
         assert r.returncode == check_rc, (r.returncode, r.stderr[-3000:])

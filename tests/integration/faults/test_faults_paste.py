@@ -154,8 +154,9 @@ def test_simulate_demo_s_hints_ask_the_store_they_name(tmp_path, name):
     unrecognized arguments) or ran the ``$(...)`` in it."""
     place = Place(tmp_path, name)
     store = place.store_dir / "demo.duckdb"
+    on_path = {**ENV, "PATH": f"{BIN}{os.pathsep}{ENV.get('PATH', '')}"}  # the hints name `pilot-commit` bare then
     out = cli("simulate-demo", "--store", str(store), "--steps", "5", "--prompts", "500", "--train-batch", "8",
-              "--n", "8", check_rc=0)
+              "--n", "8", check_rc=0, env=on_path)
     no_traceback(out.stderr)
     hints = ["pilot-commit " + h.rstrip("\n") for h in out.stdout.split("Ask it, e.g.:\n  pilot-commit ", 1)[1]
              .split("\n  pilot-commit ")]
@@ -181,10 +182,11 @@ def test_simulate_demo_s_hints_ask_the_store_they_name(tmp_path, name):
     assert f"({len(decisions)} row" in shown[2].stdout
 
 
-def test_a_dagster_segment_s_sql_and_tensorboard_commands_paste_whole(tmp_path, base_policy):
+def test_a_dagster_segment_s_sql_and_tensorboard_commands_paste_whole(tmp_path, base_policy, monkeypatch):
     """Before: the segment's ``sql`` and ``tensorboard_command`` metadata put the store and TensorBoard paths in
     unquoted: pasted, the path's ``$(...)`` ran and the command got pieces of the path."""
     place = Place(tmp_path, NAMES["all-of-them"])
+    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # the scripts named bare, as pasted
     instance = DagsterInstance.ephemeral()
     run_id = register_run(instance, place.store_dir, base_policy, "paste", TINY, segment_steps=1, total_steps=1)
     res = materialize([training_segment], partition_key=f"{run_id}/seg-0000", instance=instance,
