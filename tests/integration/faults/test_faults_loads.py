@@ -42,8 +42,9 @@ from pc_pipelines.store import Store
 pytestmark = [pytest.mark.integration]
 
 CLAIMED = 1_500_000_000
-BOUND_MB = 600
-"""The refused load's peak RSS stays under this (the file claims 1,500 MB; importing torch takes ~300)."""
+BOUND_MB = 1000
+"""The refused load's peak RSS stays under this: the file claims 1,500 MB on top of the process's own (importing
+torch and the project: ~400 MB idle, 600-680 MB seen on a loaded CI machine, where loading the file took 1.6-3 GB)."""
 
 
 class Alloc:
@@ -216,7 +217,7 @@ except RunError as exc:
 @pytest.mark.parametrize("case", CASES)
 def test_the_load_itself_stays_in_the_memory_of_the_file(case, tmp_path):
     """Expected: ``load_plain`` (how resume reads rng.pt and trainer.pt) refuses each file in a process whose peak
-    RSS stays under 600 MB (importing torch: ~300), where loading it took 1.6 to 3 GB."""
+    RSS stays under 1,000 MB (importing torch: ~300), where loading it took 1.6 to 3 GB."""
     ck = tmp_path / "step-00000003"
     ck.mkdir()
     param = torch.nn.Parameter(torch.ones(3))
@@ -329,7 +330,7 @@ def verl_plant(case: str, ck: Path, marker: Path) -> tuple[str, str]:
 def test_verl_actor_files_and_payloads_are_bounded_before_verl_loads_them(case, verl_checkpoint, tmp_path):
     """Expected: the verl backend's restore refuses before verl's trainer loads anything: exit 2, one line naming
     the file, the value and "Fix: move it aside"; never torch's advice to set weights_only=False; peak RSS under
-    600 MB; the planted object never runs. The untouched checkpoint restores (3 payload rows)."""
+    1,000 MB; the planted object never runs. The untouched checkpoint restores (3 payload rows)."""
     ck = tmp_path / "checkpoints" / "step-00000001"
     shutil.copytree(verl_checkpoint, ck)
     rc, stdout, stderr, _ = measured([sys.executable, "-c", RESTORE, str(ck)])

@@ -278,6 +278,11 @@ def test_a_deleted_step_directory_is_flagged_in_the_cumulative_figures(base, sto
     assert costs[4]["missing_steps"] == 1 and costs[4]["cumulative_sampled"] < full[4]  # a lower bound, flagged
     curve = {r["step"]: r for r in sql(store, "SELECT step, missing_steps FROM eval_curve WHERE run_id = 'killed'")}
     assert curve[9]["missing_steps"] == 1 and curve[19]["missing_steps"] == 1
+    # `report` compares the finished PC run of a seed before an unfinished one (the `compared_runs` view): moved to
+    # another seed, `healthy` leaves `killed` the PC run of its seed, so its missing step reaches the report
+    con = duckdb.connect(str(store))
+    con.execute("UPDATE runs SET seed = seed + 1000 WHERE run_id = 'healthy'")
+    con.close()
     rep = json.loads(cli("report", "--store", str(store), "--json").stdout)
     (seed,) = rep["sim"]["seeds"]
     assert seed["missing_steps"] == 1
