@@ -3,11 +3,14 @@ and what the tests read back (steps, the run's row, stderr without tracebacks or
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from pc_pipelines.run.checkpoints import verify_checkpoint
 from pc_pipelines.store import Store
 
 EXE = [sys.executable, "-m", "pc_pipelines.cli"]
@@ -47,3 +50,12 @@ def messages(err: str) -> list[str]:
     """stderr without transformers' own progress bars ("Loading weights", "Writing model shards": they ignore
     --quiet)."""
     return [ln for ln in err.splitlines() if ln.strip() and "%|" not in ln]
+
+
+def rewrite_manifest(ck: Path, rel: str) -> None:
+    """Give ``rel`` its new size and sha256 in the checkpoint's manifest: the checkpoint verifies as intact."""
+    manifest = json.loads((ck / "manifest.json").read_text())
+    data = (ck / rel).read_bytes()
+    manifest["files"][rel] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (ck / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    assert verify_checkpoint(ck) is None

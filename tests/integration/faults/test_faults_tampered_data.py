@@ -31,9 +31,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fault_cli import cli, messages, no_traceback, run_row
+from fault_cli import cli, messages, no_traceback, rewrite_manifest, run_row
 
-from pc_pipelines.run.checkpoints import verify_checkpoint
 from pc_pipelines.store import Store
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -56,15 +55,6 @@ def trained(tmp_path_factory, base_policy) -> Path:
     out = tmp_path_factory.mktemp("trained") / "run"
     train(out, 3, base_policy, check_rc=0)
     return out
-
-
-def rewrite_manifest(ck: Path, rel: str) -> None:
-    """Give ``rel`` its new size and sha256 in the checkpoint's manifest: the checkpoint verifies as intact."""
-    manifest = json.loads((ck / "manifest.json").read_text())
-    data = (ck / rel).read_bytes()
-    manifest["files"][rel] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    (ck / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    assert verify_checkpoint(ck) is None
 
 
 def sha256s(root: Path) -> dict[str, str]:

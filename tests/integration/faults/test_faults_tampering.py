@@ -18,7 +18,6 @@ and that a full disk inside torch's zip writer is reported as a full disk:
   workers write theirs (``torch.save`` to a path, which says only ``unexpected pos``).
 """
 
-import hashlib
 import json
 import os
 import shutil
@@ -29,9 +28,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fault_cli import cli, messages, no_traceback, run_row, steps_of, train
+from fault_cli import cli, messages, no_traceback, rewrite_manifest, run_row, steps_of, train
 
-from pc_pipelines.run.checkpoints import verify_checkpoint
 from pc_pipelines.store import Store
 
 pytestmark = [pytest.mark.integration]
@@ -55,15 +53,6 @@ def payload_is_live(path: Path, marker: Path) -> None:
                    check=True, capture_output=True, timeout=120)
     assert marker.exists(), "the planted payload does not run under a plain torch.load: the test proves nothing"
     marker.unlink()
-
-
-def rewrite_manifest(ck: Path, rel: str) -> None:
-    """Give ``rel`` its new size and sha256 in the checkpoint's manifest: the checkpoint verifies as intact."""
-    manifest = json.loads((ck / "manifest.json").read_text())
-    data = (ck / rel).read_bytes()
-    manifest["files"][rel] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    (ck / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    assert verify_checkpoint(ck) is None
 
 
 def everything(store: Path) -> dict:
