@@ -7,6 +7,7 @@ from dagster import AssetExecutionContext, AssetKey, Failure, MaterializeResult,
 from pc_pipelines.data.registry import datasets
 from pc_pipelines.errors import RunError
 from pc_pipelines.run import checkpoint_at, verify_checkpoint
+from pc_pipelines.run.stopping import process_stop
 from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
 
 from .training import SEGMENTS, segment_row, training_run, training_segment
@@ -51,7 +52,8 @@ def segment_eval(
             "checkpoint), then this evaluation."
         )
     try:
-        res = compute.evaluate(tr, st, last, engine_factory=engine.build, context=context)
+        with process_stop():  # a stop asked for meanwhile is honoured once the evaluation is recorded
+            res = compute.evaluate(tr, st, last, engine_factory=engine.build, context=context)
     except RunError as exc:
         raise Failure(str(exc)) from exc
     st.add_eval_results(res.rows(run_id, last))

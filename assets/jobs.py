@@ -12,7 +12,10 @@ from dagster import (
     Config,
     ConfigMapping,
     DagsterInvalidConfigError,
+    Enum,
+    EnumValue,
     Failure,
+    IntSource,
     OpExecutionContext,
     Permissive,
     define_asset_job,
@@ -26,7 +29,7 @@ from pc_pipelines.allocation import training_methods
 from pc_pipelines.config import RunConfig, available_presets, parse_overrides, resolve
 from pc_pipelines.config.presets import INT_MAX
 from pc_pipelines.data.registry import EMBEDDED, TRAINING, auto_dataset, dataset_names, datasets, or_list
-from pc_pipelines.errors import ConfigError, RunError, brief
+from pc_pipelines.errors import ConfigError, RunError, brief, shell_command, sql_string
 from pc_pipelines.run import task_for
 from pc_pipelines.run.segments import SegmentPlan, partition_key
 from pc_pipelines.run.start import check_trainable, start_training_run
@@ -97,6 +100,8 @@ def register_training_run(
     except ConfigError as exc:  # the message names the setting and the fix: no traceback
         raise Failure(f"configuration error: {exc}", allow_retries=False) from None
     plan = SegmentPlan(config.segment_steps, config.total_steps)
+    run_id = run_id_for(cfg.default_run_id(), config.run_name, field="start_run config run_name")
+    registered = registered_as(store.path, run_id, cfg.config_hash, plan)  # before the warm start and any write
     try:
         run = start_training_run(
             cfg, checkpoints.runs_root(), config.run_name, policy_path=config.policy_path, cache_dir=config.cache_dir,
@@ -114,9 +119,51 @@ def register_training_run(
     st.plan_segments(run.run_id, plan.all_bounds())
     keys = [partition_key(run.run_id, k) for k in range(plan.num_segments)]
     context.instance.add_dynamic_partitions(SEGMENTS.name, keys)
-    context.log.info("run %s: %d segments of %d steps registered (%s .. %s)", run.run_id, plan.num_segments,
-                     plan.segment_steps, keys[0], keys[-1])
+    if registered:
+        context.log.info("run %s is already registered with this config: nothing new registered; %s", run.run_id,
+                         registered)
+        context.add_output_metadata({"registered": f"nothing new: already registered; {registered}"})
+    else:
+        context.log.info("run %s: %d segments of %d steps registered (%s .. %s)", run.run_id, plan.num_segments,
+                         plan.segment_steps, keys[0], keys[-1])
     return run.run_id
+
+
+def registered_as(store_path: str, run_id: str, config_hash: str, plan: SegmentPlan) -> str | None:
+    """None for a run id the store at ``store_path`` does not hold (a store not yet created holds none); the state
+    of its segments in words when it holds the run with this config and segment plan. A run of that name with
+    another config or plan is refused (:class:`Failure`, one line: the run, the difference and the fix), before the
+    warm start is built and before anything is written."""
+    from pathlib import Path
+
+    from pc_pipelines.store import Store
+
+    if not Path(store_path).exists():
+        return None
+    st = Store(store_path)
+    rows = st.query("SELECT config_hash FROM runs WHERE run_id = ?", [run_id])
+    if not rows:
+        return None
+    see = shell_command("pilot-commit", "sql", "--store", store_path,
+                        f"SELECT preset, config_json, lineage_json FROM runs WHERE run_id = {sql_string(run_id)}")
+    fix = (f"Fix: set start_run config run_name to a name not in the store (e.g. {brief(run_id + '-2')}), or launch "
+           f"with the old run's config to continue it (see it: {see})")
+    old = rows[0]["config_hash"]
+    if old != config_hash:
+        raise Failure(f"configuration error: start_run config run_name {brief(run_id)}: the store already has a run "
+                      f"of this name with another config (hash {old[:8]}, this launch's {config_hash[:8]}). {fix}.",
+                      allow_retries=False)
+    segs = st.segments(run_id)
+    want = list(plan.all_bounds())
+    if segs and [(int(r["first_step"]), int(r["last_step"])) for r in segs] != [tuple(b) for b in want]:
+        raise Failure(f"configuration error: start_run config run_name {brief(run_id)}: the store already has this "
+                      f"run with a plan of {len(segs)} segments of {int(segs[0]['last_step']) - int(segs[0]['first_step']) + 1} "
+                      f"steps, not {plan.num_segments} of {plan.segment_steps}. {fix}, or set segment_steps and "
+                      "total_steps to the old plan's.", allow_retries=False)
+    counts: dict[str, int] = {}
+    for r in segs:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return "its segments: " + (", ".join(f"{n} {s}" for s, n in counts.items()) or "none planned")
 
 
 # ---- start_run's checks at launch ------------------------------------------------------------------------------
@@ -250,11 +297,45 @@ def launch_check(run_config: Mapping[str, Any]) -> Mapping[str, Any]:
     raise DagsterInvalidConfigError(f"Error in config for job start_run{lines}", [], run_config)
 
 
+def _method_enum() -> Enum:
+    """The registered training methods (:data:`~pc_pipelines.allocation.METHODS`, read when the code location
+    loads), each with its description: the Launchpad offers them and refuses any other name before a launch."""
+    from pc_pipelines.allocation.methods import METHODS
+
+    return Enum("StartRunMethod", [EnumValue(m, description=(METHODS[m].__doc__ or m).strip().split("\n")[0])
+                                   for m in training_methods()])
+
+
+def _preset_enum() -> Enum:
+    """The shipped preset files (``pilot-commit presets``, read when the code location loads)."""
+    return Enum("StartRunPreset", [EnumValue(p) for p in available_presets()])
+
+
+def launch_schema() -> dict[str, DagsterField]:
+    """The fields the Launchpad validates as you type (Dagster's config schema, no code of ours): the op's own
+    fields, with ``method`` and ``preset`` as enums of their registries and each bounded whole number an ``Int``
+    whose description gives its range (Dagster's schema has no bounds: :func:`launch_check` refuses those)."""
+    fields = dict(register_training_run.config_schema.as_field().config_type.fields)
+    enums = {"method": _method_enum(), "preset": _preset_enum()}
+    for name, field in StartRunConfig.model_fields.items():
+        lo, hi = _bounds(name)
+        if name not in enums and lo is None:
+            continue
+        desc = field.description or ""
+        if lo is not None:
+            desc += f" A whole number from {lo:,} to {hi:,}." if hi is not None else f" A whole number >= {lo:,}."
+        kind = enums.get(name, IntSource)
+        if field.is_required():
+            fields[name] = DagsterField(kind, description=desc)
+        else:
+            fields[name] = DagsterField(kind, default_value=field.get_default(call_default_factory=True),
+                                        is_required=False, description=desc)
+    return fields
+
+
 LAUNCH_CONFIG = ConfigMapping(
     config_fn=launch_check,
-    config_schema=Permissive({
-        "ops": DagsterField({OP: DagsterField({"config": register_training_run.config_schema.as_field()})}),
-    }),
+    config_schema=Permissive({"ops": DagsterField({OP: DagsterField({"config": DagsterField(launch_schema())})})}),
 )
 
 

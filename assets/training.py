@@ -28,6 +28,7 @@ from pc_pipelines.run import StepRecord, TrainingRun, list_checkpoints, load_tra
 from pc_pipelines.run.lifecycle import record_finished
 from pc_pipelines.run.progress import SegmentProgress
 from pc_pipelines.run.segments import SegmentError, parse_partition_key, partition_key, resume_step
+from pc_pipelines.run.stopping import StopRequested, process_stop
 from pc_pipelines.store import RunBusyError, Store, StoreError, hold_run
 from pc_pipelines.store.runlock import describe
 from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
@@ -191,11 +192,18 @@ def training_segment(
         if isinstance(compute, PipesComputeResource):
             lock.close()  # the launched process takes the run's lock itself
         try:
-            result = compute.run_segment(tr, st, from_step=start, until_step=last, on_step=_on_step(context, progress),
-                                         engine_factory=engine.build, context=context)
+            with process_stop() as stop:
+                result = compute.run_segment(tr, st, from_step=start, until_step=last,
+                                             on_step=_on_step(context, progress), engine_factory=engine.build,
+                                             context=context, stop=stop)
         except RunBusyError as exc:  # a launched process found another writer: this attempt never happened
             st.segment_refused(run_id, k, attempt, before)
             raise _refused(key, exc, before) from None
+        except StopRequested as exc:  # at a step boundary, with its checkpoint: stopped, not failed
+            why = exc.reason.split("; resume it with --resume")[0]  # the CLI's hint; a segment resumes by itself
+            st.segment_stopped(run_id, k, why[:2000], orchestrator_run_id=attempt)
+            raise Failure(f"{key}: {why}; the segment is recorded stopped and resumes from that checkpoint when it is "
+                          "next materialized", allow_retries=False) from None
         except BaseException as exc:
             reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
             st.segment_failed(run_id, k, reason[:2000], orchestrator_run_id=attempt)

@@ -9,10 +9,11 @@ other comparison: the allocation methods in the scale simulator, no model.)
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 
-from dagster import DagsterInstance, SkipReason, build_sensor_context, materialize
+from dagster import DagsterExecutionInterruptedError, DagsterInstance, SkipReason, build_sensor_context, materialize
 
 from assets import arith_task, base_policy
 from assets.data import DATA_CHECKS, benchmarks
@@ -25,6 +26,7 @@ from .config import PC_ONLY_FIELDS, parse_overrides, resolve
 from .definitions import build_definitions
 from .errors import ConfigError, installed_command, shell_command
 from .reports import smoke_test_note, study_headline
+from .run.stopping import StopFlag, StopRequested, stop_on_signals
 
 # Dagster's console logger at INFO: the run's narrative and the per-step lines, not its DEBUG engine events (the UI
 # keeps every event; the demo's console is for reading).
@@ -72,10 +74,25 @@ def demo(argv: list[str] | None = None) -> int:
     }
     instance = DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
     say = lambda msg: print(f"[demo {time.monotonic() - t0:6.0f}s] {msg}", flush=True)  # noqa: E731
+    # SIGTERM (timeout, CI, a process manager) or Ctrl-C: the step in progress finishes, the segment checkpoints and
+    # is recorded stopped, nothing else starts, and the demo exits 143 / 130. A second signal abandons the step.
+    with stop_on_signals() as stop:
+        try:
+            return _demo(args, res, instance, say, stop)
+        except (StopRequested, KeyboardInterrupt, DagsterExecutionInterruptedError) as exc:
+            signum = stop.signum or getattr(exc, "signum", signal.SIGINT)
+            say(f"stopped by {signal.Signals(signum).name}; nothing else was started. Run the same command again: "
+                "the stopped segment resumes from its checkpoint.")
+            return 128 + signum
 
+
+def _demo(args: argparse.Namespace, res: dict, instance: DagsterInstance, say, stop: StopFlag) -> int:
+    """The demo's stages; ``stop`` is looked at before each one starts (:class:`StopRequested` ends them)."""
+    root = args.root.rstrip("/")
     say("data + warm start: arith_task, benchmarks (+ checks), base_policy (the shipped warm start: no SFT)")
     data_checks = [c for c in DATA_CHECKS if any(k.asset_key == benchmarks.key for k in c.check_keys)]
     cache = {"cache_dir": args.cache_dir}
+    stop.check()
     out = materialize([arith_task, benchmarks, base_policy, *data_checks], instance=instance, resources=res,
                       run_config={"ops": {"arith_task": {"config": cache}, "base_policy": {"config": cache}},
                                   **QUIET})
@@ -86,6 +103,7 @@ def demo(argv: list[str] | None = None) -> int:
     run_ids = []
     for method in args.methods.split(","):
         cfg = _start_config(args, method)
+        stop.check()
         r = start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}, **QUIET},
                                          instance=instance, resources=res)
         run_ids.append(r.output_for_node("register_training_run"))
@@ -95,6 +113,7 @@ def demo(argv: list[str] | None = None) -> int:
     job = build_definitions(res).resolve_job_def(train_segment_job.name)
     failed: list[str] = []
     while True:
+        stop.check()
         tick = sensor(build_sensor_context(instance=instance, resources={"store": res["store"]}))
         if isinstance(tick, SkipReason):
             break
@@ -102,10 +121,14 @@ def demo(argv: list[str] | None = None) -> int:
         if not segments:  # the sensor's report requests (a run finished): the report is built below
             break
         for req in segments:
+            stop.check()
             say(f"{req.partition_key}: training + evaluation")
             result = job.execute_in_process(partition_key=req.partition_key, instance=instance, tags=req.tags,
                                             run_config=QUIET,
                                             raise_on_error=False)
+            if stop.requested or _interrupted(result):
+                say(_failure(result) or f"{req.partition_key}: stopped after its evaluation")
+                raise StopRequested(stop.signum or signal.SIGINT)
             if not result.success:
                 say(f"{req.partition_key} failed (the sensor retries it, then pauses the run); see the log above")
                 failed.append(req.partition_key)
@@ -116,6 +139,7 @@ def demo(argv: list[str] | None = None) -> int:
                 f"held-out accuracy {m['average_accuracy'].value:.3f}")
 
     rep_dir = f"{root}/reports"
+    stop.check()
     out = materialize([rollouts_report], instance=instance, resources=res,
                       run_config={"ops": {"rollouts_report": {"config": {"out_dir": rep_dir}}}, **QUIET})
     md = out.asset_materializations_for_node("rollouts_report")[0].metadata["rollouts_to_target"].value
@@ -134,6 +158,23 @@ def demo(argv: list[str] | None = None) -> int:
         say(f"{len(failed)} segment run(s) failed: {', '.join(failed)} (their logs are above)")
         return 1
     return 0
+
+
+def _failure(result) -> str | None:
+    """The first failed step's message in a job's result (a Failure's description, else the error's)."""
+    for event in result.all_events:
+        if event.is_step_failure:
+            data = event.step_failure_data
+            return data.user_failure_data.description if data.user_failure_data else data.error.message.strip()
+    return None
+
+
+def _interrupted(result) -> bool:
+    """Whether a step of the job was interrupted by Dagster's own signal handling (a signal that came while
+    Dagster, not one of our assets, held the handlers)."""
+    return any(e.is_step_failure and e.step_failure_data.error is not None
+               and e.step_failure_data.error.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt")
+               for e in result.all_events)
 
 
 def _start_config(args: argparse.Namespace, method: str) -> dict:

@@ -43,6 +43,7 @@ from pc_pipelines.evaluation import EvalResult
 from pc_pipelines.rollout import DEFAULT_ENGINE, ENGINES, EngineFactory
 from pc_pipelines.rollout.registry import GPU_IMAGE_ENGINE, launch_device_problem
 from pc_pipelines.run import STEP_KEYS, SegmentResult, StepRecord, TrainingRun, evaluate_checkpoint, run_segment
+from pc_pipelines.run.stopping import StopFlag
 from pc_pipelines.store import RunBusyError, Store
 from pc_pipelines.store.runlock import LOCK_NAME, read_holder
 
@@ -138,10 +139,12 @@ class ComputeResource(ConfigurableResource):
         from_step: int | None = None,
         until_step: int | None = None,
         context: Any = None,
+        stop: StopFlag | None = None,
     ) -> SegmentResult:
         """Advance ``run`` by ``steps`` steps or through ``until_step``, from the checkpoint after ``from_step``
         (None: the latest); see :func:`pc_pipelines.run.run_segment`. ``context`` is the asset's execution
-        context (Pipes clients launch and report through it; the local compute ignores it)."""
+        context (Pipes clients launch and report through it; the local compute ignores it). ``stop``: a stop flag
+        the local compute looks at between steps (a launched process handles its own signals)."""
 
     @abstractmethod
     def evaluate(self, run: TrainingRun, store: Store, step: int, engine_factory: EngineFactory | None = None,
@@ -165,9 +168,10 @@ class LocalComputeResource(ComputeResource):
         from_step: int | None = None,
         until_step: int | None = None,
         context: Any = None,
+        stop: StopFlag | None = None,
     ) -> SegmentResult:
         return run_segment(run, store, steps, resume=True, on_step=on_step, device=self.device,
-                           engine_factory=engine_factory, from_step=from_step, until_step=until_step)
+                           engine_factory=engine_factory, from_step=from_step, until_step=until_step, stop=stop)
 
     def evaluate(self, run: TrainingRun, store: Store, step: int, engine_factory: EngineFactory | None = None,
                  context: Any = None) -> EvalResult:
@@ -232,6 +236,7 @@ class PipesComputeResource(ComputeResource):
         from_step: int | None = None,
         until_step: int | None = None,
         context: Any = None,
+        stop: StopFlag | None = None,
     ) -> SegmentResult:
         if context is None or until_step is None:
             raise Failure(f"{type(self).__name__} runs segments of the training_segment asset (it needs the asset's "

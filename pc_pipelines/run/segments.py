@@ -126,7 +126,7 @@ class SegmentView:
     """What the sensor knows of one segment: the store's row."""
 
     segment: int
-    status: str  # planned | running | done | failed
+    status: str  # planned | running | done | failed | stopped
     attempts: int = 0
     consecutive_failures: int = 0
     error: str | None = None
@@ -191,7 +191,7 @@ def decide(run: RunView, max_failures: int) -> SensorDecision:
             run.run_id, Action.REQUEST, f"segment {nxt.segment} was interrupted; resuming it from its last checkpoint",
             segment=nxt.segment, run_key=run_key(run.run_id, nxt.segment, nxt.attempts, run.used_run_keys),
         )
-    what = "retrying" if nxt.status == "failed" else "next"
+    what = {"failed": "retrying", "stopped": "resuming (from its checkpoint) the stopped"}.get(nxt.status, "next")
     return SensorDecision(
         run.run_id, Action.REQUEST, f"{what} segment {nxt.segment} of {len(run.segments)}",
         segment=nxt.segment, run_key=run_key(run.run_id, nxt.segment, nxt.attempts, run.used_run_keys),

@@ -13,7 +13,9 @@ run ends with when it does not finish.
   update). A writer sets a small file aside when it starts and gives that room back before it records its end.
 
 No signal handler is installed at import time, and none outside the main thread (Dagster's run workers handle
-their own signals; an interrupt reaches the loop there as ``KeyboardInterrupt``).
+their own signals; an interrupt reaches the loop there as ``KeyboardInterrupt``). A process that drives Dagster in
+itself (``make demo``: ``execute_in_process``) holds :func:`stop_on_signals` around it; Dagster swaps its own handlers
+in while it executes, so its assets take the process's flag back (:func:`active_stop_flag`) around their work.
 """
 
 from __future__ import annotations
@@ -78,6 +80,14 @@ class StopFlag:
             raise StopRequested(self.signum)
 
 
+_ACTIVE: list[StopFlag] = []  # the flags of the stop_on_signals blocks open in this process, innermost last
+
+
+def active_stop_flag() -> StopFlag | None:
+    """The flag of the innermost :func:`stop_on_signals` block open in this process (None outside any)."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
 @contextlib.contextmanager
 def stop_on_signals(flag: StopFlag | None = None) -> Iterator[StopFlag]:
     """SIGINT and SIGTERM set ``flag`` (the first) or raise :class:`StopRequested` (the second) while the block
@@ -95,11 +105,27 @@ def stop_on_signals(flag: StopFlag | None = None) -> Iterator[StopFlag]:
                     signal.Signals(signum).name)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    _ACTIVE.append(flag)
     try:
         yield flag
     finally:
+        _ACTIVE.pop()
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def process_stop() -> Iterator[StopFlag | None]:
+    """Around an asset's work in a process that stops on signals (``make demo`` holds :func:`stop_on_signals` around
+    ``execute_in_process``, which swaps Dagster's handlers in: they would raise inside the step): SIGTERM / Ctrl-C set
+    that process's flag again, so the step in progress finishes and the loop stops at its boundary. Elsewhere (a
+    Dagster run worker, a test) nothing is installed and the block gets None."""
+    flag = active_stop_flag()
+    if flag is None:
+        yield None
+        return
+    with stop_on_signals(flag) as f:
+        yield f
 
 
 # ---- statuses -------------------------------------------------------------------------------------------------

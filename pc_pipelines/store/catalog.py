@@ -736,6 +736,13 @@ class Store:
             [int(cumulative_rollouts), eval_accuracy, mean_reward_std],
         )
 
+    def segment_stopped(self, run_id: str, segment: int, reason: str, orchestrator_run_id: str | None = None) -> None:
+        """Record an attempt a stop request ended (SIGTERM, Ctrl-C) at a step boundary: ``stopped`` with ``reason``
+        in ``error``, no failure counted (the sensor resumes it from its checkpoint). A ``done`` segment stays done."""
+        where, params = ("orchestrator_run_id = ?", [orchestrator_run_id]) if orchestrator_run_id else ("TRUE", [])
+        self._update_segment(run_id, segment, "status = CASE WHEN status = 'done' THEN 'done' ELSE 'stopped' END, "
+                             "error = ?", [reason], where=where, where_params=params)
+
     def segment_failed(self, run_id: str, segment: int, error: str, orchestrator_run_id: str | None = None,
                        only_running: bool = False) -> bool:
         """Record a failed attempt: ``failed``, one more consecutive failure, ``error``. A ``done`` segment stays

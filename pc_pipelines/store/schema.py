@@ -217,7 +217,7 @@ SEGMENTS_DDL = """CREATE TABLE IF NOT EXISTS segments (
         segment INTEGER NOT NULL,
         first_step BIGINT NOT NULL,
         last_step BIGINT NOT NULL,
-        status VARCHAR NOT NULL,          -- planned | running | done | failed
+        status VARCHAR NOT NULL,          -- planned | running | done | failed | stopped
         attempts INTEGER NOT NULL,        -- materializations started
         consecutive_failures INTEGER NOT NULL,  -- failures since the segment last succeeded
         error VARCHAR,                    -- the last failure's reason

@@ -58,13 +58,10 @@ def test_the_issues_case_is_refused_at_launch_with_one_line(tmp_path):
         ({"segment_steps": 100_001}, "segment_steps", ["must be <= 100,000"]),
         ({"seed": -1}, "seed", ["-1: must be >= 0", "(default 0)"]),
         ({"seed": 2**70}, "seed", ["must be <= 9,223,372,036,854,775,807"]),
-        ({"preset": None}, "preset", ["None: input should be a valid string", "(default 'embedded')"]),
         ({"run_name": "[a-z]*"}, "run_name", ["'[a-z]*' contains '*', '[', ']'", RUN_ID_PATTERN]),
         ({"run_name": ""}, "run_name", ["'' is empty"]),
         ({"run_name": "x" * 129}, "run_name", ["is 129 characters long (at most 128)"]),
         ({"family": "a b"}, "family", ["'a b': the default run id", "Or name the run with start_run config run_name"]),
-        ({"preset": "nope"}, "preset", ["'nope': no such preset", "'embedded'"]),
-        ({"preset": "../embedded"}, "preset", ["'../embedded': no such preset"]),
         ({"dataset": "nope"}, "dataset", ["'nope': not one of ('auto', 'embedded', 'deepmath', 'polaris'"]),
         ({"preset": "paper", "dataset": "embedded"}, "dataset", ["preset 'paper' has no embedded task section"]),
         ({"dataset": "deepmath"}, "policy_path", ["a run on dataset 'deepmath'", "set policy_path to a local"]),
@@ -108,7 +105,44 @@ def test_a_valid_config_is_passed_on_unchanged():
     fields = start_run.run_config_schema.config_type.fields["ops"].config_type.fields[OP].config_type.fields
     config = fields["config"].config_type.fields
     assert config["method"].is_required and config["total_steps"].default_value == 50
-    assert config["total_steps"].description == "Training steps of the whole run."
+    assert config["total_steps"].description == "Training steps of the whole run. A whole number from 1 to 10,000,000."
+
+
+# ---- what the Launchpad checks as you type: the job's config schema, no code of ours --------------------------------
+def launchpad_errors(cfg: dict) -> list[str]:
+    """The errors the Launchpad shows for the op config ``cfg`` before Launch: the webserver's ``isPipelineConfigValid``
+    (``ensure_valid_config``) validates the run config against the job's config schema alone, without running the
+    config mapping, as this does."""
+    from dagster._config import validate_config
+
+    result = validate_config(start_run.run_config_schema.config_type, run_config(**cfg))
+    return [e.message for e in result.errors or []]
+
+
+@pytest.mark.parametrize("field,value", [("preset", "embeded"), ("preset", "../embedded"), ("preset", None),
+                                         ("method", "oracle"), ("method", "GRPO")])
+def test_the_launchpad_refuses_a_preset_or_method_its_registry_lacks(tmp_path, field, value):
+    cfg = {field: value}
+    (err,) = launchpad_errors(cfg)
+    assert f"config:{field}" in err and ("enum type" in err or "Value at path" in err), err
+    msg = refused(tmp_path, **cfg)  # and a launch is refused, before a run exists
+    assert f"config:{field}" in msg
+
+
+def test_the_launchpads_enums_are_the_registries():
+    from pc_pipelines.allocation import training_methods
+    from pc_pipelines.config import available_presets
+
+    config = start_run.run_config_schema.config_type.fields["ops"].config_type.fields[OP].config_type.fields
+    fields = config["config"].config_type.fields
+    assert [v.config_value for v in fields["method"].config_type.enum_values] == training_methods()
+    assert [v.config_value for v in fields["preset"].config_type.enum_values] == available_presets()
+    assert fields["preset"].default_value == "embedded"
+    assert launchpad_errors({"preset": "bench", "total_steps": 4}) == []
+    assert launchpad_errors({"total_steps": "ten"})  # a whole number, in Dagster's own types
+    # Dagster's schema has no bounds: the range is in the description, and the launch refuses it (launch_check).
+    assert launchpad_errors({"total_steps": -10}) == []
+    assert "from 1 to 100,000" in fields["segment_steps"].description
 
 
 # ---- through the webserver: the GraphQL launch the UI's Launch button sends ----------------------------------------
@@ -151,6 +185,10 @@ LAUNCH = """mutation($p: ExecutionParams!) { launchPipelineExecution(executionPa
   ... on Error { message } } }"""
 
 
+VALIDATE = """query($s: PipelineSelector!, $rc: RunConfigData!) { isPipelineConfigValid(pipeline: $s, runConfigData: $rc, mode: "default") {
+  __typename ... on RunConfigValidationInvalid { errors { message reason } } } }"""
+
+
 @pytest.mark.slow
 def test_the_graphql_launch_refuses_without_creating_a_run(tmp_path, monkeypatch):
     from dagster._core.test_utils import instance_for_test
@@ -166,6 +204,17 @@ def test_the_graphql_launch_refuses_without_creating_a_run(tmp_path, monkeypatch
         def launch(job_name: str, rc: dict) -> dict:
             params = {"selector": infer_job_selector(ctx, job_name), "runConfigData": rc, "mode": "default"}
             return execute_dagster_graphql(ctx, LAUNCH, {"p": params}).data["launchPipelineExecution"]
+
+        def validate(rc: dict) -> dict:  # what the Launchpad asks as you type
+            variables = {"s": infer_job_selector(ctx, "start_run"), "rc": rc}
+            return execute_dagster_graphql(ctx, VALIDATE, variables).data["isPipelineConfigValid"]
+
+        got = validate(run_config(preset="embeded"))
+        assert got["__typename"] == "RunConfigValidationInvalid"
+        assert "preset not in enum type StartRunPreset got embeded" in got["errors"][0]["message"]
+        got = validate(run_config(method="oracle"))
+        assert "method not in enum type StartRunMethod got oracle" in got["errors"][0]["message"]
+        assert validate(run_config(preset="bench"))["__typename"] == "PipelineConfigValidationValid"
 
         # The issue's case: answered with the one line, and no run.
         got = launch("start_run", run_config(total_steps=-10))

@@ -90,6 +90,12 @@ def test_sensor_retries_with_a_new_run_key_then_pauses_with_the_reason():
     assert run_key("r", 2, 0) == "r/2" and run_key("r", 2, 4) == "r/2/retry-4"
 
 
+def test_sensor_resumes_a_stopped_segment_without_counting_a_failure():
+    d = decide(view("done", "stopped", attempts=1, status="stopped"), max_failures=1)
+    assert (d.action, d.segment, d.run_key) == (Action.REQUEST, 1, "r/1/retry-1")
+    assert d.reason == "resuming (from its checkpoint) the stopped segment 1 of 2"
+
+
 def test_run_keys_skip_keys_the_sensor_already_used():
     """A refused or cancelled attempt records nothing, but Dagster launches a sensor's run key once: the next request
     moves past every key already used (``used_run_keys``), so it is never skipped as a duplicate."""

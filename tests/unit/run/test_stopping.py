@@ -108,3 +108,32 @@ def test_a_command_ends_in_one_line_on_a_wrapped_full_disk_not_on_other_errors()
     # a store refusal about a full disk says so itself, in its own line
     assert not failed_write(StoreError("could not open the store s.duckdb for writing: the disk holding it is full "
                                        "(DuckDB: No space left on device). Fix: free space"))
+
+
+def test_process_stop_takes_the_processs_flag_back_from_handlers_swapped_in_meanwhile():
+    """``make demo`` holds stop_on_signals around execute_in_process, which swaps Dagster's own handlers in (they
+    raise inside the step); an asset's process_stop puts the process's flag back, so a SIGTERM sets it."""
+    import signal
+
+    from pc_pipelines.run.stopping import active_stop_flag, process_stop, stop_on_signals
+
+    with process_stop() as none:  # no process-level stop: nothing installed
+        assert none is None and active_stop_flag() is None
+    raised = []
+
+    def dagsters(signum, frame):  # what Dagster's raise_interrupts_as installs
+        raised.append(signum)
+
+    with stop_on_signals() as flag:
+        previous = signal.signal(signal.SIGTERM, dagsters)
+        try:
+            with process_stop() as stop:
+                assert stop is flag and active_stop_flag() is flag
+                os.kill(os.getpid(), signal.SIGTERM)
+                assert flag.requested and flag.signum == signal.SIGTERM and raised == []
+            assert signal.getsignal(signal.SIGTERM) is dagsters  # Dagster's handler is back after the block
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    assert active_stop_flag() is None
+    with pytest.raises(StopRequested):
+        flag.check()

@@ -52,6 +52,21 @@ def test_a_done_segment_stays_done_when_rematerialized_or_when_its_rerun_fails(s
     assert row(store, 0)["consecutive_failures"] == 1
 
 
+def test_a_stopped_attempt_is_recorded_stopped_not_failed(store):
+    store.segment_started("r", 0, "a")
+    store.segment_stopped("r", 0, "stopped by SIGTERM (at a step boundary): after step 3", orchestrator_run_id="a")
+    r = row(store, 0)
+    assert (r["status"], r["attempts"], r["consecutive_failures"], r["error"]) == (
+        "stopped", 1, 0, "stopped by SIGTERM (at a step boundary): after step 3")
+    store.segment_stopped("r", 0, "stale", orchestrator_run_id="old")  # another attempt's: changes nothing
+    assert row(store, 0)["error"].endswith("after step 3")
+    store.segment_started("r", 0, "b")
+    store.segment_done("r", 0, 10, None, None)
+    store.segment_started("r", 0, "c")  # a re-materialization of a done segment stopped: it stays done
+    store.segment_stopped("r", 0, "stopped by SIGINT", orchestrator_run_id="c")
+    assert row(store, 0)["status"] == "done"
+
+
 def test_a_refused_attempt_puts_the_row_back_exactly_unless_another_attempt_took_over(store):
     store.segment_started("r", 1, "a")
     store.segment_failed("r", 1, "OOM", orchestrator_run_id="a")
