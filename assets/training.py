@@ -19,6 +19,7 @@ from dagster import (
     AssetSpec,
     DynamicPartitionsDefinition,
     Failure,
+    IntMetadataValue,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -42,7 +43,7 @@ TRAINING_DATA = [AssetKey(d.asset_key) for d in datasets(TRAINING)]
 ADVANCED_BY_TAG = "pc/advanced_by"  # who requested a segment's Dagster run (the sensor and the schedule set it)
 """The assets that prepare what a run may train on (the registry's training datasets: arith_task, deepmath, ...)."""
 NOT_CURVES = frozenset({"step", "segment", "segments", "segment_step", "segment_steps", "run_step", "run_steps",
-                        "eta_s", "steps_run", "resumed_from_step"})
+                        "eta_s", "steps_run", "resumed_from_step", "first_step", "last_step"})
 """Numbers that count or name a place (which step, which segment, how many): shown as text, so Dagster's Plots tab,
 which draws every number by partition or by time, leaves them out."""
 SEGMENT_PROGRESS = AssetSpec(
@@ -61,9 +62,14 @@ materializes, one event per step, for the partition it trains."""
 
 
 def as_metadata(values: dict) -> dict:
-    """``values`` as Dagster metadata: the :data:`NOT_CURVES` numbers as text, the rest as they are."""
-    return {k: MetadataValue.text(str(v)) if k in NOT_CURVES and isinstance(v, int) else v
-            for k, v in values.items()}
+    """``values`` as Dagster metadata: the :data:`NOT_CURVES` numbers (by the last part of the key, so a launched
+    process's ``reported/steps_run`` too) as text, the rest as they are."""
+    def shown(key: str, value):
+        number = value.value if isinstance(value, IntMetadataValue) else value
+        if key.rsplit("/", 1)[-1] in NOT_CURVES and isinstance(number, int) and not isinstance(number, bool):
+            return MetadataValue.text(str(number))
+        return value
+    return {k: shown(k, v) for k, v in values.items()}
 
 
 # ---- loading a run back from the store ----------------------------------------------------------------------------
@@ -269,4 +275,4 @@ def training_segment(
     }
     # A segment launched outside this process (Pipes) adds what it reported: per-step rows, its own summary.
     metadata.update({k if k not in metadata else f"reported/{k}": v for k, v in result.reported.items()})
-    return MaterializeResult(metadata=metadata)
+    return MaterializeResult(metadata=as_metadata(metadata))

@@ -66,7 +66,8 @@ def test_train_segment_reports_through_pipes_then_runs_plainly(tmp_path, base_po
 
     # The final materialization the subprocess reported, and the asset's own view of the store, agree.
     assert meta["steps_run"].value == "2" and meta["steps"].value == "0..1"
-    assert meta["first_step"].value == 0 and meta["last_step"].value == 1
+    assert meta["first_step"].value == "0" and meta["last_step"].value == "1"  # text: out of the Plots tab
+    assert meta["reported/steps_run"].value == "2"
     assert meta["cumulative_rollouts"].value == sum(r["sampled_rollouts"] for r in rows)
     assert meta["reported/segment_rollouts"].value == meta["segment_rollouts"].value
     assert meta["reported/checkpoint"].value.endswith("pipes-pc/checkpoints/step-00000001")
