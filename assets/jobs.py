@@ -1,7 +1,7 @@
 """The code location's jobs: ``start_run`` registers a training run (its config, its segment plan in the store, one
 partition per segment), ``train_segment`` trains and evaluates one segment (the ``advance_runs`` sensor launches
 it, one partition at a time, or the ``advance_runs_in_window`` schedule in its window) and ``report`` rebuilds
-``rollouts_report`` (the sensor launches it once when a run finishes)."""
+``rollouts_report``, ``pass_rate_timeline`` and ``run_comparison`` (the sensor launches it once when a run finishes)."""
 
 from collections.abc import Mapping
 from dataclasses import replace
@@ -37,7 +37,7 @@ from pc_pipelines.store.names import RUN_ID_RULE, RunIdError, run_id_for
 from resources import CheckpointResource, DataResource, StoreResource
 
 from .evaluation import segment_eval
-from .reports import pass_rate_timeline, rollouts_report
+from .reports import pass_rate_timeline, rollouts_report, run_comparison
 from .training import SEGMENTS, training_segment
 
 
@@ -357,8 +357,8 @@ train_segment_job = define_asset_job(
 # ---- report ---------------------------------------------------------------------------------------------------------
 report_job = define_asset_job(
     "report",
-    selection=[rollouts_report, pass_rate_timeline],
-    description="Rebuild the rollouts report and the pass-rate timelines of the latest runs (launched by the "
-                "advance_runs sensor once when a training run finishes; config defaults: every family, the 6 most "
-                "recent runs).",
+    selection=[rollouts_report, pass_rate_timeline, run_comparison],
+    description="Rebuild the rollouts report, the pass-rate timelines of the latest runs and the runs compared by "
+                "step (launched by the advance_runs sensor once when a training run finishes; config defaults: every "
+                "family, the 6 most recent runs).",
 )

@@ -5,11 +5,15 @@
   vs cumulative rollouts, vs steps, mean reward std and informative share per step; one curve per method);
 * ``pass_rate_timeline``: per run, each prompt's pass rate by step with the allocator's decision at that step
   (trained, kept, skipped, deferred, surplus, evicted, returned) and the decisions of all prompts per step
-  (:mod:`pc_pipelines.reports.timeline`), inline in the metadata.
+  (:mod:`pc_pipelines.reports.timeline`), inline in the metadata;
+* ``run_comparison``: per family (or the runs named), the runs overlaid by step and by cumulative rollouts (held-out
+  accuracy, mean reward), one labelled line per run (:mod:`pc_pipelines.reports.compare`), with the SQL behind the
+  plot and the TensorBoard command that overlays the same runs.
 """
 
 
 import base64
+import re
 from pathlib import Path
 
 from dagster import (
@@ -27,6 +31,14 @@ from pydantic import Field
 
 from pc_pipelines.errors import shell_command
 from pc_pipelines.reports import ReportError, build_report, method_label
+from pc_pipelines.reports.compare import (
+    CompareError,
+    compare_query,
+    load_comparison,
+    plot_comparison,
+    tensorboard_dirs,
+    tensorboard_overlay_command,
+)
 from pc_pipelines.reports.tables import format_reached, length_note, significant
 from pc_pipelines.reports.timeline import DEFAULT_TOP, RECENT_RUNS, TimelineError, recent_runs, write_timeline
 from pc_pipelines.store.schema import COMPARED_RUN_RULE
@@ -190,5 +202,64 @@ def pass_rate_timeline(context: AssetExecutionContext, config: TimelineConfig,
             "total_prompts": MetadataValue.json({r.run_id: r.total_prompts for r in results}),
             "steps": MetadataValue.json({r.run_id: r.steps for r in results}),
             "plot_dir": MetadataValue.path(str(Path(config.out_dir).resolve())),
+        }
+    )
+
+
+class ComparisonConfig(Config):
+    family: str | None = Field(default=None, description="Compare this family's runs only (default: one figure per "
+                                                          "family).")
+    run_ids: list[str] | None = Field(default=None, description="Compare these runs, whatever their family (one "
+                                                                "figure; overrides `family`).")
+    out_dir: str = Field(default="runs/reports", description="Where the PNGs are written (compare_<family>.png).")
+
+
+@asset(group_name="reports", deps=[segment_eval], kinds={"duckdb"})
+def run_comparison(context: AssetExecutionContext, config: ComparisonConfig, store: StoreResource) -> MaterializeResult:
+    """The runs of each family (or the runs named) compared by step and by cumulative rollouts: held-out accuracy and
+    mean reward, one line per run labelled with its id and method, training step 1 first. The metadata holds the one
+    SQL query behind each figure (as a `pilot-commit sql` command) and the `tensorboard --logdir_spec` command that
+    overlays the same runs in TensorBoard."""
+    st = store.get(vacuum=False)
+    if config.run_ids:
+        groups = {"selected": (None, list(config.run_ids))}
+    else:
+        families = [config.family] if config.family is not None else [
+            r["family"] for r in st.query("SELECT DISTINCT family FROM runs ORDER BY family")]
+        groups = {f: (f, None) for f in families}
+    if not groups:
+        raise Failure(f"the store {st.path} has no run to compare. Fix: train or simulate runs first "
+                      f"(`{shell_command('pilot-commit', 'simulate', '--store', st.path, '--method', 'pc')}`, or the "
+                      "start_run job), then materialize again.")
+    out_dir = Path(config.out_dir)
+    sections, sql, labels, commands = [], {}, {}, {}
+    for name, (family, run_ids) in groups.items():
+        try:
+            lines = load_comparison(st, family, run_ids)
+        except CompareError as exc:
+            if config.family is None and not config.run_ids:  # a family of registered runs with no step yet
+                context.log.info("run_comparison: %s", exc)
+                continue
+            raise Failure(str(exc)) from exc
+        png = plot_comparison(lines, out_dir / f"compare_{re.sub(r'[^A-Za-z0-9._-]', '_', name)}.png",
+                              f"{name}: {len(lines)} runs by step and by cumulative rollouts")
+        query = compare_query(family, run_ids)
+        sql[name] = shell_command("pilot-commit", "sql", "--store", st.path, query)
+        labels[name] = [ln.label for ln in lines]
+        tb = tensorboard_overlay_command(tensorboard_dirs(st, [ln.run_id for ln in lines]))
+        commands[name] = tb or "no run here has TensorBoard logs (simulated runs write none)"
+        context.log.info("run_comparison: %s: %s -> %s", name, ", ".join(labels[name]), png)
+        sections.append(f"### {name}: {', '.join(f'`{lb}`' for lb in labels[name])}\n\n{_embedded(png)}")
+    if not sections:
+        raise Failure(f"no run in {st.path} has a recorded step yet, so there is nothing to compare. Fix: train or "
+                      "simulate runs first, then materialize again.")
+    return MaterializeResult(
+        metadata={
+            "comparison": MetadataValue.md("\n\n".join(sections)),
+            "runs": MetadataValue.json(labels),
+            "sql": MetadataValue.md("\n\n".join(f"{n}:\n```\n{q}\n```" for n, q in sql.items())),
+            "tensorboard_command": MetadataValue.md(
+                "\n\n".join(f"{n}:\n```\n{c}\n```" for n, c in commands.items())),
+            "plot_dir": MetadataValue.path(str(out_dir.resolve())),
         }
     )

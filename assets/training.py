@@ -14,9 +14,12 @@ from dataclasses import replace
 from dagster import (
     AssetExecutionContext,
     AssetKey,
+    AssetMaterialization,
     AssetObservation,
+    AssetSpec,
     DynamicPartitionsDefinition,
     Failure,
+    IntMetadataValue,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -40,6 +43,34 @@ SEGMENTS = DynamicPartitionsDefinition(name="training_segments")
 TRAINING_DATA = [AssetKey(d.asset_key) for d in datasets(TRAINING)]
 ADVANCED_BY_TAG = "pc/advanced_by"  # who requested a segment's Dagster run (the sensor and the schedule set it)
 """The assets that prepare what a run may train on (the registry's training datasets: arith_task, deepmath, ...)."""
+NOT_CURVES = frozenset({"step", "segment", "segments", "segment_step", "segment_steps", "run_step", "run_steps",
+                        "eta_s", "steps_run", "resumed_from_step", "first_step", "last_step"})
+"""Numbers that count or name a place (which step, which segment, how many): shown as text, so Dagster's Plots tab,
+which draws every number by partition or by time, leaves them out."""
+SEGMENT_PROGRESS = AssetSpec(
+    "segment_progress",
+    group_name="training",
+    partitions_def=SEGMENTS,
+    description=(
+        "Where each training segment stands, on its own partition's page (Partitions -> `<run>/seg-NNNN`): "
+        "`training_segment` records one materialization of its partition here after every step it trains (step k "
+        "of N, the run's step of its total, rewards, rollouts, seconds a step, ETA), so the page shows the segment's "
+        "progress while it trains and its last step after. Dagster's partition page lists only materializations, "
+        "which `training_segment` makes once its segment is done. Nothing else writes this asset."),
+)
+"""The partition-scoped view of a segment's progress: an external asset (no code of its own) that ``training_segment``
+materializes, one event per step, for the partition it trains."""
+
+
+def as_metadata(values: dict) -> dict:
+    """``values`` as Dagster metadata: the :data:`NOT_CURVES` numbers (by the last part of the key, so a launched
+    process's ``reported/steps_run`` too) as text, the rest as they are."""
+    def shown(key: str, value):
+        number = value.value if isinstance(value, IntMetadataValue) else value
+        if key.rsplit("/", 1)[-1] in NOT_CURVES and isinstance(number, int) and not isinstance(number, bool):
+            return MetadataValue.text(str(number))
+        return value
+    return {k: shown(k, v) for k, v in values.items()}
 
 
 # ---- loading a run back from the store ----------------------------------------------------------------------------
@@ -71,14 +102,18 @@ def training_run(run: dict, checkpoints: CheckpointResource, data: DataResource)
 
 
 def _on_step(context: AssetExecutionContext, progress: SegmentProgress):
-    """Per step: the step line in the run's log and an observation of the segment's partition carrying the same
-    numbers (step k of N, run step of total, rewards, rollouts, seconds a step, ETA): the UI's live progress while
-    the segment trains. Called in this process, or as a launched process's Pipes messages arrive."""
+    """Per step: the step line in the run's log, an observation of the segment's partition and a materialization of
+    its ``segment_progress`` partition, both carrying the same numbers (step k of N, run step of total, rewards,
+    rollouts, seconds a step, ETA): the UI's live progress while the segment trains, on the partition's page. Called
+    in this process, or as a launched process's Pipes messages arrive."""
     def on_step(rec: StepRecord) -> None:
         now = progress.observe(rec)
         context.log.info(now.line())
+        metadata = as_metadata(now.metadata())
         context.log_event(AssetObservation(asset_key=context.asset_key, partition=context.partition_key,
-                                           metadata=now.metadata()))
+                                           metadata=metadata))
+        context.log_event(AssetMaterialization(asset_key=SEGMENT_PROGRESS.key, partition=context.partition_key,
+                                               metadata=metadata))
     return on_step
 
 
@@ -160,7 +195,11 @@ def training_segment(
     The run's writer lock is taken before anything is recorded: refused (another process writes the run), the
     segment's row is left as it was and the step fails naming the holder. In process, the lock is held throughout;
     a launched process (Pipes) takes it itself, so the asset holds it only while it records the attempt, and a
-    launched process refused in between puts the row back (:meth:`~pc_pipelines.store.Store.segment_refused`)."""
+    launched process refused in between puts the row back (:meth:`~pc_pipelines.store.Store.segment_refused`).
+
+    In the UI: a segment's progress while it trains is on ``segment_progress`` -> Partitions -> ``<run>/seg-NNNN``
+    (one materialization per step); this asset's overview shows the latest segment done in any run, its first
+    metadata entry naming the run and the segment."""
     st = store.get()
     key, attempt = context.partition_key, context.run.run_id
     run_id, k, run, _ = segment_row(st, key)
@@ -220,12 +259,16 @@ def training_segment(
         "SELECT step, sampled_rollouts, mean_reward_std, informative_share FROM steps WHERE run_id = ? "
         "AND step BETWEEN ? AND ? ORDER BY step", [run_id, first, last])
     metadata = {
+        # first: the overview shows the latest materialization of any run's segment, so it says whose it is
+        "materialized": MetadataValue.text(f"{run_id}: segment {k + 1} of {len(plan)} done (run steps {first + 1}.."
+                                           f"{last + 1} of {run_steps}); a run's live progress: segment_progress -> "
+                                           "Partitions"),
         "run_id": run_id,
         "method": tr.config.method,
         "segment": f"{k + 1} of {len(plan)}",
         "steps": f"{first}..{last}",
-        "steps_run": result.steps_run,
-        "resumed_from_step": start,
+        "steps_run": MetadataValue.text(str(result.steps_run)),
+        "resumed_from_step": MetadataValue.text(str(start)),
         "advanced_by": advanced_by(context.run.tags),
         "cumulative_rollouts": result.cumulative_rollouts,
         "segment_rollouts": int(sum(r["sampled_rollouts"] for r in steps)),
@@ -240,4 +283,4 @@ def training_segment(
     }
     # A segment launched outside this process (Pipes) adds what it reported: per-step rows, its own summary.
     metadata.update({k if k not in metadata else f"reported/{k}": v for k, v in result.reported.items()})
-    return MaterializeResult(metadata=metadata)
+    return MaterializeResult(metadata=as_metadata(metadata))

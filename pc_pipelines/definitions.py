@@ -16,10 +16,10 @@ from assets import arith_task, base_policy
 from assets.data import DATA_ASSETS, DATA_CHECKS
 from assets.evaluation import segment_eval
 from assets.jobs import report_job, start_run, train_segment_job
-from assets.reports import pass_rate_timeline, rollouts_report
+from assets.reports import pass_rate_timeline, rollouts_report, run_comparison
 from assets.schedules import ScheduleSettings, build_advance_schedule
 from assets.sensors import build_advance_runs_sensor
-from assets.training import training_segment
+from assets.training import SEGMENT_PROGRESS, training_segment
 from resources import environment_resources
 
 
@@ -30,8 +30,8 @@ def build_definitions(resources: dict | None = None, max_failures: int = 3,
     ``PC_ADVANCE_SCHEDULE_*``, :mod:`assets.schedules`); while that schedule runs, the sensor requests no segment."""
     advance_schedule = build_advance_schedule(schedule_settings, max_failures=max_failures)
     return Definitions(
-        assets=[arith_task, base_policy, *DATA_ASSETS, training_segment, segment_eval, rollouts_report,
-                pass_rate_timeline],
+        assets=[arith_task, base_policy, *DATA_ASSETS, training_segment, SEGMENT_PROGRESS, segment_eval, rollouts_report,
+                pass_rate_timeline, run_comparison],
         asset_checks=DATA_CHECKS,
         jobs=[start_run, train_segment_job, report_job],
         sensors=[build_advance_runs_sensor(max_failures=max_failures, defer_to=advance_schedule)],

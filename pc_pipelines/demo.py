@@ -134,7 +134,7 @@ def _demo(args: argparse.Namespace, res: dict, instance: DagsterInstance, say, s
                 failed.append(req.partition_key)
                 continue
             m = result.asset_materializations_for_node("segment_eval")[0].metadata
-            t = result.asset_materializations_for_node("training_segment")[0].metadata
+            t = result.asset_materializations_for_node("training_segment")[-1].metadata  # after segment_progress's
             say(f"{req.partition_key}: steps {t['steps'].value}, cumulative rollouts {t['cumulative_rollouts'].value:,}, "
                 f"held-out accuracy {m['average_accuracy'].value:.3f}")
 

@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
     simulate_commands.add_parsers(sub)  # simulate, simulate-demo, demo
-    store_commands.add_parsers(sub)  # sql, runs, check, report, timeline
+    store_commands.add_parsers(sub)  # sql, runs, check, report, timeline, compare
     preset_commands.add_parsers(sub)  # presets
     train.add_parsers(sub)  # train, base-policy (torch is imported only when they run)
     segment.add_parsers(sub)  # train-segment, eval-segment

@@ -1,7 +1,7 @@
 """The commands that read a store: ``sql`` (one read-only query), ``runs``, ``check`` (every damaged or missing step,
 with how to repair it; exit 1 when there is any), ``report`` (the rollouts-to-target table, paper Table 2, and
-its plots) and ``timeline`` (one run's pass rate per prompt and step, with the allocator's decisions, as a PNG).
-All are read-only and work while runs write."""
+its plots), ``timeline`` (one run's pass rate per prompt and step, with the allocator's decisions, as a PNG) and
+``compare`` (runs overlaid by step and by rollouts, one labelled line per run, as a PNG). All are read-only and work while runs write."""
 
 from __future__ import annotations
 
@@ -267,6 +267,47 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Runs compared by step and by cumulative rollouts as a PNG (pc_pipelines/reports/compare.py): the runs drawn,
+    the SQL behind the plot and the TensorBoard command overlaying the same runs."""
+    from ..reports.compare import (
+        CompareError,
+        compare_query,
+        load_comparison,
+        plot_comparison,
+        tensorboard_dirs,
+        tensorboard_overlay_command,
+    )
+
+    store = Store(args.store)
+    try:
+        lines = load_comparison(store, args.family, args.runs)
+    except CompareError as exc:
+        sys.stderr.write(f"pilot-commit compare: {exc}\n")
+        return 2
+    which = f"family {args.family}" if args.family is not None and not args.runs else (
+        "the runs named" if args.runs else "every run")
+    try:
+        path = plot_comparison(lines, args.out, f"{which}: {len(lines)} runs by step and by cumulative rollouts")
+    except OutputRefused as exc:
+        sys.stderr.write(f"pilot-commit compare: --out {exc}.\n")
+        return 2
+    except OSError as exc:
+        sys.stderr.write(f"pilot-commit compare: could not write {shown_path(args.out)}: {exc.strerror or exc}. Fix: "
+                         "give --out a PNG file path in a folder you can write to.\n")
+        return 2
+    _warn_problems(store, args.store)
+    out = sys.stdout
+    out.write(f"wrote {Path(path).resolve()}: {len(lines)} runs by step and by cumulative rollouts\n")
+    for ln in lines:
+        out.write(f"  {ln.label}: {max(ln.step)} steps, {max(ln.cumulative_rollouts):,} rollouts\n")
+    out.write(f"the plot's rows: {shell_command('pilot-commit', 'sql', '--store', args.store, compare_query(args.family, args.runs))}\n")
+    tb = tensorboard_overlay_command(tensorboard_dirs(store, [ln.run_id for ln in lines]))
+    out.write(f"in TensorBoard: {tb}\n" if tb else "in TensorBoard: none of these runs has TensorBoard logs "
+              "(simulated runs write none)\n")
+    return 0
+
+
 def _is_stdout(path: str) -> bool:
     """Whether ``path`` is (after symlinks) the file this process's stdout writes to."""
     try:
@@ -306,7 +347,7 @@ def _print_report(report: dict) -> None:
 
 
 def add_parsers(sub) -> None:
-    """``sql``, ``runs``, ``check``, ``report`` and ``timeline``."""
+    """``sql``, ``runs``, ``check``, ``report``, ``timeline`` and ``compare``."""
     p = sub.add_parser("sql", help="run a read-only SQL query against a store (works while runs write)")
     p.add_argument("--store", required=True, help="the store's DuckDB file")
     p.add_argument("query", help='e.g. "SELECT * FROM pass_rate_history WHERE prompt_id = 7"')
@@ -347,3 +388,13 @@ def add_parsers(sub) -> None:
                       help="show the N most-visited prompts (steps sampled; ties: lower id first); default "
                       f"{DEFAULT_TOP}")
     p.set_defaults(func=cmd_timeline)
+
+    p = sub.add_parser("compare", help="runs overlaid by step and by cumulative rollouts (held-out accuracy, mean "
+                       "reward), one labelled line per run, as a PNG; prints the SQL behind it and the TensorBoard "
+                       "command overlaying the same runs")
+    p.add_argument("--store", required=True)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--runs", nargs="+", metavar="RUN", help="the runs to compare (default: every run)")
+    which.add_argument("--family", help="compare this family's runs")
+    p.add_argument("--out", required=True, metavar="FILE.png", help="the PNG to write (its folder is created)")
+    p.set_defaults(func=cmd_compare)

@@ -10,7 +10,9 @@ Dagster report asset both call :func:`build_report`.
 * :mod:`.headline`: the committed efficiency study's headline, read from the results file the package ships;
 * :mod:`.report`: the whole report (:func:`build_report`);
 * :mod:`.timeline`: one run's pass rate per prompt and step with the allocator's decisions (:func:`write_timeline`,
-  :func:`load_timeline`; ``pilot-commit timeline`` and the ``pass_rate_timeline`` asset).
+  :func:`load_timeline`; ``pilot-commit timeline`` and the ``pass_rate_timeline`` asset);
+* :mod:`.compare`: runs overlaid by step and by rollouts, one labelled line per run (``pilot-commit compare`` and
+  the ``run_comparison`` asset).
 
 Every public name is importable from the package: ``from pc_pipelines.reports import build_report``.
 """

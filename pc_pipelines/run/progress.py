@@ -62,10 +62,11 @@ class StepProgress:
         return text
 
     def metadata(self) -> dict[str, Any]:
-        """The observation's fields, rounded for reading (plain JSON values): the progress in words and the ETA
-        first (the UI lists them in this order), ``segment`` counted from 1 as in the words."""
+        """The observation's fields, rounded for reading (plain JSON values): the progress in words (naming the run:
+        the asset's overview shows any run's latest) and the ETA first (the UI lists them in this order), ``segment``
+        counted from 1 as in the words."""
         out: dict[str, Any] = {
-            "progress": (f"segment {self.segment + 1} of {self.segments}, step {self.segment_step} of "
+            "progress": (f"{self.run_id}: segment {self.segment + 1} of {self.segments}, step {self.segment_step} of "
                          f"{self.segment_steps}; run step {self.run_step} of {self.run_steps}"),
             "eta": duration(self.eta_s),
         }

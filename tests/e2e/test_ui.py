@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -267,6 +268,16 @@ OBSERVATIONS = """query($key: String!) { assetOrError(assetKey: {path: ["trainin
   assetObservations(partitions: [$key], limit: 100) { runId timestamp metadataEntries { label
     ... on IntMetadataEntry { intValue } ... on FloatMetadataEntry { floatValue } ... on TextMetadataEntry { text }
   } } } } }"""
+# The partition page's own query (Dagster 1.13's AssetPartitionDetailQuery, trimmed to what it shows): the page's
+# Metadata table is the latest MATERIALIZATION of the partition (plus observations logged after it), so a partition
+# never materialized shows "No metadata entries" whatever observations it has.
+PARTITION_PAGE = """query($path: [String!]!, $key: String!) { assetOrError(assetKey: {path: $path}) { ... on Asset {
+  assetEventHistory(partitions: [$key], limit: 1000, eventTypeSelectors: [MATERIALIZATION, OBSERVATION,
+                                                                          FAILED_TO_MATERIALIZE]) {
+    results { __typename ... on MaterializationEvent { runId timestamp partition metadataEntries { label
+      ... on TextMetadataEntry { text } ... on IntMetadataEntry { intValue } ... on FloatMetadataEntry { floatValue } } }
+    ... on ObservationEvent { runId timestamp partition metadataEntries { label ... on TextMetadataEntry { text } } } }
+  } } } }"""
 # What a segment's per-step observation carries (issue 33 point 1), and how long its steps take here: 4 steps of 8
 # prompts, a held-out evaluation only at the end of the run, so the first segment trains well past its first step.
 STEP_FIELDS = {"segment_step", "segment_steps", "run_step", "run_steps", "segment", "segments", "mean_reward",
@@ -355,19 +366,47 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
         return (steps, obs) if steps else None
 
     steps, obs = wait_for(f"a per-step observation of {key} while it trains", step_observation_while_started, server, 600)
-    first = min(steps, key=lambda s: s["segment_step"])
+    first = min(steps, key=lambda s: int(s["segment_step"]))
     assert STEP_FIELDS <= set(first), STEP_FIELDS - set(first)
-    assert (first["segment_step"], first["segment_steps"], first["run_step"], first["run_steps"]) == (1, 4, 1, 8)
-    assert (first["segment"], first["segments"]) == (1, 2)  # counted from 1, as in "segment 1 of 2"
-    assert first["progress"] == "segment 1 of 2, step 1 of 4; run step 1 of 8"
+    # Counters are text, out of the Plots tab (which draws every number by time, every run on one line).
+    assert (first["segment_step"], first["segment_steps"], first["run_step"], first["run_steps"]) == ("1", "4", "1", "8")
+    assert (first["segment"], first["segments"]) == ("1", "2")  # counted from 1, as in "segment 1 of 2"
+    assert first["progress"] == "ui-live: segment 1 of 2, step 1 of 4; run step 1 of 8"
     assert first["step_rollouts"] > 0 and first["cumulative_rollouts"] == first["step_rollouts"]
     assert 0 <= first["mean_reward"] <= 1 and 0 <= first["informative_share"] <= 1
-    assert first["seconds_per_step"] > 0 and abs(first["eta_s"] - 3 * first["seconds_per_step"]) <= 1  # 3 steps left
+    assert first["seconds_per_step"] > 0 and abs(int(first["eta_s"]) - 3 * first["seconds_per_step"]) <= 1
+
+    # The partition's own page, through the query it sends: while the segment trains, training_segment's partition
+    # has observations and no materialization (its page's Metadata table would be empty); segment_progress's
+    # partition has a materialization per step, naming the run, which its page lists.
+    def partition_page(path):
+        return gql(server, PARTITION_PAGE, path=path, key=key)["assetOrError"]["assetEventHistory"]["results"]
+
+    def progress_page_while_started():
+        events = partition_page(["segment_progress"])
+        status = gql(server, RUN_STATUS, id=seg_run["runId"])["runOrError"]["status"]
+        mats = [e for e in events if e["__typename"] == "MaterializationEvent"]
+        if mats and status not in ("STARTED", "STARTING"):
+            pytest.fail(f"segment_progress {key}: first materialized with its run already {status}")
+        return (mats, partition_page(["training_segment"])) if mats else None
+
+    mats, training_events = wait_for(f"segment_progress {key} materialized while it trains", progress_page_while_started,
+                                     server, 600)
+    assert {e["partition"] for e in mats} == {key} and {e["runId"] for e in mats} == {seg_run["runId"]}
+    latest = {e["label"]: entry_value(e) for e in max(mats, key=lambda e: int(e["timestamp"]))["metadataEntries"]}
+    assert re.fullmatch(r"ui-live: segment 1 of 2, step [1-4] of 4; run step [1-4] of 8", latest["progress"]), latest
+    assert latest["run_id"] == "ui-live" and "mean_reward" in latest and "eta" in latest
+    assert [e for e in training_events if e["__typename"] == "ObservationEvent" and e["partition"] == key]
+    progress_url = (f"{server.base}/assets/segment_progress?view=partitions&partition="
+                    f"{urllib.parse.quote(key, safe='')}")
+    pattern = {"progress": r"ui-live: segment 1 of 2, step [1-4] of 4; run step [1-4] of 8"}
+    dom, missing = render_dom(progress_url, pattern, tmp_path / "profile")
+    assert not missing, missing_message(progress_url, missing, dom)
     states = [entry_value(e) for o in obs for e in o["metadataEntries"] if e["label"] == "state"]
     assert states and states[0].startswith("training segment 1 of 2 (steps 1..4 of 8) from the base policy; "
                                            "requested sensor:advance_runs")
-    page = f"{server.base}/assets/training_segment?partition={urllib.parse.quote(key, safe='')}"
-    shots = [screenshot(page, tmp_path / "ui-segment-training.png", tmp_path / "profile")]
+    page = f"{server.base}/assets/training_segment?view=partitions&partition={urllib.parse.quote(key, safe='')}"
+    shots = [screenshot(progress_url, tmp_path / "ui-segment-training.png", tmp_path / "profile")]
 
     wait_for(f"{key} done", lambda: gql(server, RUN_STATUS, id=seg_run["runId"])["runOrError"]["status"] == "SUCCESS",
              server, 600, every_s=2)
@@ -375,6 +414,10 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
     shots.append(screenshot(page, tmp_path / "ui-segment-done.png", tmp_path / "profile", TALL_WINDOW))
     done = latest_materialization(server, ["training_segment"], key)
     assert done["segment"] == "1 of 2" and done["advanced_by"] == "sensor:advance_runs"
+    # The asset's overview shows the latest materialization of any partition: its first entry names run and segment.
+    overview = latest_materialization(server, ["training_segment"])
+    assert next(iter(overview)) == "materialized"
+    assert re.match(r"ui-live: segment [12] of 2 done \(run steps [15]\.\.[48] of 8\)", overview["materialized"])
     plot = Path(done["run_plot_path"])
     assert plot.read_bytes()[:8] == PNG_MAGIC and "![ui-live so far](data:image/png;base64," in done["run_plot"]
     shots.append(tmp_path / "segment-run-plot.png")
@@ -388,6 +431,12 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
     assert len(wait_for("the report job after the run finished", report_run, server, 900, every_s=3)) == 1
     report = latest_materialization(server, ["rollouts_report"])
     assert report["runs"] >= 1 and report["summary"]["records"]  # a table the UI shows without a click
+    # The runs compared by step, labelled, with the TensorBoard overlay of the same runs one paste away.
+    comparison = latest_materialization(server, ["run_comparison"])
+    assert any("ui-live (PC)" in labels for labels in comparison["runs"].values()), comparison["runs"]
+    tb = [shlex.split(block) for block in comparison["tensorboard_command"].split("```")[1::2]]
+    assert any(argv[:2] == ["tensorboard", "--logdir_spec"] and argv[2].startswith("ui-live:") and
+               Path(argv[2].split(":", 1)[1]).is_dir() for argv in tb), tb
     timeline = latest_materialization(server, ["pass_rate_timeline"])
     assert "ui-live" in timeline["run_ids"]
     png = Path(timeline["plot_dir"]) / "timeline_ui-live.png"

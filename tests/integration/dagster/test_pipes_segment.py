@@ -47,7 +47,7 @@ def test_train_segment_reports_through_pipes_then_runs_plainly(tmp_path, base_po
                                         instance=instance, resources=res).success
 
     out = materialize([training_segment], partition_key="pipes-pc/seg-0000", instance=instance, resources=res)
-    meta = out.asset_materializations_for_node("training_segment")[0].metadata
+    meta = out.asset_materializations_for_node("training_segment")[-1].metadata
     store = Store(tmp_path / "pc.duckdb")
     rows = store.query("SELECT step, sampled_rollouts, trained_rollouts, pilot_rollouts, commit_rollouts, rounds, "
                        "loss FROM steps WHERE run_id = 'pipes-pc' ORDER BY step")
@@ -65,8 +65,9 @@ def test_train_segment_reports_through_pipes_then_runs_plainly(tmp_path, base_po
     assert reported[-1]["cumulative_rollouts"] == sum(r["sampled_rollouts"] for r in rows)
 
     # The final materialization the subprocess reported, and the asset's own view of the store, agree.
-    assert meta["steps_run"].value == 2 and meta["steps"].value == "0..1"
-    assert meta["first_step"].value == 0 and meta["last_step"].value == 1
+    assert meta["steps_run"].value == "2" and meta["steps"].value == "0..1"
+    assert meta["first_step"].value == "0" and meta["last_step"].value == "1"  # text: out of the Plots tab
+    assert meta["reported/steps_run"].value == "2"
     assert meta["cumulative_rollouts"].value == sum(r["sampled_rollouts"] for r in rows)
     assert meta["reported/segment_rollouts"].value == meta["segment_rollouts"].value
     assert meta["reported/checkpoint"].value.endswith("pipes-pc/checkpoints/step-00000001")
@@ -80,7 +81,7 @@ def test_train_segment_reports_through_pipes_then_runs_plainly(tmp_path, base_po
     assert any(m.startswith("pilot-commit train-segment: code ") for m in logs)  # its Pipes log reached Dagster
     obs = [e.asset_observation for e in instance.all_logs(out.run_id) if e.asset_observation is not None]
     steps_seen = [o.metadata["segment_step"].value for o in obs if "segment_step" in o.metadata]
-    assert steps_seen == [1, 2]
+    assert steps_seen == ["1", "2"]  # counters as text: out of the Plots tab
     assert [o.metadata["cumulative_rollouts"].value for o in obs if "segment_step" in o.metadata] == \
         [r["cumulative_rollouts"] for r in reported]
 

@@ -267,8 +267,8 @@ def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_he
 
     # Segment 0 as a Ray job, then its evaluation as another (eval-segment).
     out = materialize([training_segment, segment_eval], partition_key="ray/seg-0000", instance=instance, resources=ray)
-    meta = out.asset_materializations_for_node("training_segment")[0].metadata
-    assert meta["steps_run"].value == 2 and meta["resumed_from_step"].value == -1
+    meta = out.asset_materializations_for_node("training_segment")[-1].metadata
+    assert meta["steps_run"].value == "2" and meta["resumed_from_step"].value == "-1"
     assert [r["step"] for r in meta["pipes_steps"].value] == [0, 1]  # one Pipes message per step, from the job log
     job0 = meta["launch/Ray Job ID"].value
     assert job0.startswith("pc-train-segment-ray-")
@@ -300,8 +300,8 @@ def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_he
 
     # The retry (what the advance_runs sensor launches) resumes inside the segment, from the checkpoint after step 2.
     out = materialize([training_segment], partition_key="ray/seg-0001", instance=instance, resources=ray)
-    meta = out.asset_materializations_for_node("training_segment")[0].metadata
-    assert meta["resumed_from_step"].value == 2 and meta["steps_run"].value == 1
+    meta = out.asset_materializations_for_node("training_segment")[-1].metadata
+    assert meta["resumed_from_step"].value == "2" and meta["steps_run"].value == "1"
     assert [r["step"] for r in meta["pipes_steps"].value] == [3]
     assert [s["status"] for s in store.segments("ray")] == ["done", "done"]
 

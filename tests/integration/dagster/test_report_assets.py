@@ -1,18 +1,20 @@
 """The report assets materialized by Dagster on a real store of simulated runs: ``pass_rate_timeline`` (PNGs of the
 newest runs, or of one run and chosen prompts, inline in the metadata with their run ids and counts; refusals as a
 Failure with the fix) and ``rollouts_report``'s tables (rollouts to target and the per-method summary, next to the
-Markdown). Expected values are read from the store's views with plain SQL."""
+Markdown) and ``run_comparison`` (the runs overlaid by step and by rollouts, one labelled line per run, the SQL
+behind it). Expected values are read from the store's views with plain SQL."""
 
 from __future__ import annotations
 
 import base64
 import re
+import shlex
 from pathlib import Path
 
 import pytest
 from dagster import materialize
 
-from assets.reports import pass_rate_timeline, rollouts_report
+from assets.reports import pass_rate_timeline, rollouts_report, run_comparison
 from pc_pipelines.config import resolve
 from pc_pipelines.reports import DEFAULT_TOP
 from pc_pipelines.simulator import record_simulation
@@ -166,3 +168,37 @@ def test_rollouts_report_shows_its_tables(sim, tmp_path):
         assert r["steps"] == 10
     assert [r["method"] for r in md["summary_json"].value] == ["grpo", "dapo", "pc"]
     assert md["summary_json"].value[0]["run_ids"] == ["grpo-s0", "grpo-s1"]
+
+
+def test_run_comparison_overlays_each_familys_runs_with_their_sql_and_tensorboard_line(sim, tmp_path):
+    """One figure for the family 'sim': every run with a step, one labelled line each; the printed query returns the
+    rows drawn; the run with no step ('empty') is left out."""
+    res = materialized(run_comparison, sim, tmp_path)
+    md = metadata(res, run_comparison)
+    store = sim["store"]
+    with_steps = [(r["run_id"], r["method"]) for r in store.query(
+        "SELECT DISTINCT r.run_id, r.method FROM runs r JOIN steps s USING (run_id)")]
+    order = {"grpo": 0, "dapo": 1, "pc": 2}
+    expected = [f"{rid} ({m.upper()})" for rid, m in sorted(with_steps, key=lambda x: (order[x[1]], x[0]))]
+    assert md["runs"].value == {"sim": expected} and len(expected) == 7
+    png = tmp_path / "compare_sim.png"
+    (image,) = re.findall(r"\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", md["comparison"].value)
+    assert base64.b64decode(image) == png.read_bytes() and png.read_bytes()[:8] == PNG_MAGIC
+    assert "### sim: `grpo-s0 (GRPO)`" in md["comparison"].value
+    query = shlex.split(md["sql"].value.split("```")[1])[4]
+    rows = store.query(query)
+    assert {r["run_id"] for r in rows} == {rid for rid, _ in with_steps}
+    totals = {r["run_id"]: r["n"] for r in store.query("SELECT run_id, sum(sampled_rollouts) AS n FROM steps "
+                                                       "GROUP BY run_id")}
+    last = {r["run_id"]: r["cumulative_rollouts"] for r in rows if r["step"] == 10 or (
+        r["run_id"] == "old-grpo-s0" and r["step"] == 5)}
+    assert last == totals and min(r["step"] for r in rows if r["mean_reward"] is None and r["accuracy"]) == 0
+    assert "no run here has TensorBoard logs" in md["tensorboard_command"].value
+
+
+def test_run_comparison_of_named_runs_and_its_refusal(sim, tmp_path):
+    res = materialized(run_comparison, sim, tmp_path, run_ids=["pc-s1", "grpo-s0"])
+    assert metadata(res, run_comparison)["runs"].value == {"selected": ["grpo-s0 (GRPO)", "pc-s1 (PC)"]}
+    bad = materialized(run_comparison, sim, tmp_path / "bad", raise_on_error=False, run_ids=["pc-s1", "nope"])
+    assert not bad.success and "no run 'nope'" in failure_description(bad) and "Fix:" in failure_description(bad)
+    assert not (tmp_path / "bad").exists()

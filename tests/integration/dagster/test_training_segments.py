@@ -8,14 +8,22 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import torch
-from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context, materialize
+from dagster import (
+    DagsterInstance,
+    FloatMetadataValue,
+    SensorResult,
+    SkipReason,
+    TextMetadataValue,
+    build_sensor_context,
+    materialize,
+)
 from dagster_runs import local_resources, register_run
 from safetensors.torch import load_file
 
 from assets.evaluation import segment_eval
 from assets.jobs import start_run
 from assets.sensors import build_advance_runs_sensor
-from assets.training import SEGMENTS, training_segment
+from assets.training import NOT_CURVES, SEGMENT_PROGRESS, SEGMENTS, training_segment
 from pc_pipelines.run import latest_checkpoint, list_checkpoints
 from pc_pipelines.store import Store
 from resources import StoreResource, TransformersEngineResource
@@ -92,8 +100,8 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
     # The sensor asks for segment 0, then 1, then finishes the run.
     assert requests(tick(instance, tmp_path)) == [("seg-pc/0", "seg-pc/seg-0000")]
     res = train(instance, tmp_path, "seg-pc/seg-0000")
-    meta = res.asset_materializations_for_node("training_segment")[0].metadata
-    assert meta["steps"].value == "0..1" and meta["steps_run"].value == 2 and meta["resumed_from_step"].value == -1
+    meta = res.asset_materializations_for_node("training_segment")[-1].metadata
+    assert meta["steps"].value == "0..1" and meta["steps_run"].value == "2" and meta["resumed_from_step"].value == "-1"
     rows = steps_rows(store, run_id)
     assert [r["step"] for r in rows] == [0, 1]
     assert meta["cumulative_rollouts"].value == sum(r["sampled_rollouts"] for r in rows)
@@ -110,18 +118,31 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
     assert obs[0]["state"].value.startswith("training segment 2 of 2 (steps 3..4 of 4) from the checkpoint after step 2")
     per_step = [{k: v.value for k, v in o.items()} for o in obs[1:]]
     after = steps_rows(store, run_id)
+    # Counters are text (Dagster's Plots tab draws every number by time, mixing runs); the curves stay numbers.
     assert [(o["segment_step"], o["segment_steps"], o["run_step"], o["run_steps"], o["segment"], o["segments"])
-            for o in per_step] == [(1, 2, 3, 4, 2, 2), (2, 2, 4, 4, 2, 2)]
+            for o in per_step] == [("1", "2", "3", "4", "2", "2"), ("2", "2", "4", "4", "2", "2")]
+    assert all(isinstance(o[k], TextMetadataValue) for o in obs[1:] for k in NOT_CURVES if k in o)
+    assert all(isinstance(o["mean_reward"], FloatMetadataValue) for o in obs[1:])
+    # The same numbers on segment_progress's own partition page: one materialization of that partition per step.
+    progress = [e.asset_materialization for e in instance.all_logs(res1.run_id)
+                if e.asset_materialization is not None and e.asset_materialization.asset_key == SEGMENT_PROGRESS.key]
+    assert [m.partition for m in progress] == ["seg-pc/seg-0001"] * 2
+    assert [{k: v.value for k, v in m.metadata.items()} for m in progress] == per_step
+    latest = instance.get_latest_materialization_event(SEGMENT_PROGRESS.key).asset_materialization
+    assert latest.partition == "seg-pc/seg-0001" and latest.metadata["progress"].value.startswith("seg-pc: segment 2")
     assert [o["step_rollouts"] for o in per_step] == [r["sampled_rollouts"] for r in after[2:]]
     assert [o["cumulative_rollouts"] for o in per_step] == [sum(r["sampled_rollouts"] for r in after[:k + 1])
                                                             for k in (2, 3)]
     assert [o["reward_std"] for o in per_step] == [round(r["mean_reward_std"], 3) for r in after[2:]]
-    assert per_step[-1]["eta_s"] == 0 and abs(per_step[0]["eta_s"] - per_step[0]["seconds_per_step"]) <= 0.5
-    assert per_step[0]["progress"] == "segment 2 of 2, step 1 of 2; run step 3 of 4" and "eval_accuracy" in per_step[1]
+    assert per_step[-1]["eta_s"] == "0" and abs(int(per_step[0]["eta_s"]) - per_step[0]["seconds_per_step"]) <= 0.5
+    assert per_step[0]["progress"] == "seg-pc: segment 2 of 2, step 1 of 2; run step 3 of 4" and "eval_accuracy" in per_step[1]
     lines = [e.message for e in instance.all_logs(res1.run_id) if (e.message or "").startswith("step 2/2 of segment 2/2")]
     assert len(lines) == 1 and f"rollouts {after[3]['sampled_rollouts']:,} (cumulative " in lines[0]
     # The segment's materialization: the run so far as a plot, its SQL (which returns the steps) and TensorBoard.
-    meta1 = res1.asset_materializations_for_node("training_segment")[0].metadata
+    meta1 = res1.asset_materializations_for_node("training_segment")[-1].metadata
+    # First, for the asset's overview (the latest segment of any run): whose segment this is.
+    assert next(iter(meta1)) == "materialized" and meta1["materialized"].value.startswith(
+        "seg-pc: segment 2 of 2 done (run steps 3..4 of 4)")
     assert meta1["segment"].value == "2 of 2" and meta1["advanced_by"].value == "by hand (UI, CLI or API)"
     assert meta1["run_plot"].value.startswith("![seg-pc so far](data:image/png;base64,")
     assert Path(meta1["run_plot_path"].value).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -139,7 +160,7 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
     assert sorted(p.name for p in ckpts.iterdir()) == ["step-00000001", "step-00000003"]  # keep_every + newest
     p1, p3 = params(ckpts / "step-00000001"), params(ckpts / "step-00000003")
     res = train(instance, tmp_path, "seg-pc/seg-0000")
-    assert res.asset_materializations_for_node("training_segment")[0].metadata["resumed_from_step"].value == -1
+    assert res.asset_materializations_for_node("training_segment")[-1].metadata["resumed_from_step"].value == "-1"
     assert steps_rows(store, run_id) == before
     again = params(ckpts / "step-00000001")
     assert all(torch.equal(p1[k], again[k]) for k in p1)
@@ -193,8 +214,8 @@ def test_retried_segment_resumes_from_its_last_checkpoint_and_matches(tmp_path, 
                                                   (f"report-{ref}", None)]  # ref (one segment) is finished
     flag.unlink()
     res = train(instance, tmp_path, f"{flaky}/seg-0000", engine=engine)
-    meta = res.asset_materializations_for_node("training_segment")[0].metadata
-    assert meta["resumed_from_step"].value == max(done) >= 0 and meta["steps_run"].value == 3 - max(done)
+    meta = res.asset_materializations_for_node("training_segment")[-1].metadata
+    assert meta["resumed_from_step"].value == str(max(done)) and max(done) >= 0 and meta["steps_run"].value == str(3 - max(done))
     assert store.segments(flaky)[0]["consecutive_failures"] == 0
     assert steps_rows(store, flaky) == steps_rows(store, ref)
     a = params(tmp_path / "runs" / ref / "checkpoints" / "step-00000003")

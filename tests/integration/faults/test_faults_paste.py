@@ -192,7 +192,7 @@ def test_a_dagster_segment_s_sql_and_tensorboard_commands_paste_whole(tmp_path, 
     res = materialize([training_segment], partition_key=f"{run_id}/seg-0000", instance=instance,
                       resources=local_resources(place.store_dir), tags={"pc/run": run_id})
     assert res.success
-    meta = res.asset_materializations_for_node("training_segment")[0].metadata
+    meta = res.asset_materializations_for_node("training_segment")[-1].metadata
     sql, tensorboard = code_block(meta["sql"].value), code_block(meta["tensorboard_command"].value)
     store = Store(place.store_dir / "pc.duckdb")
     rows = store.query("SELECT step, sampled_rollouts FROM steps WHERE run_id = ?", [run_id])

@@ -33,7 +33,7 @@ def test_counts_rates_and_time_left_of_a_middle_segment():
     p = prog.observe(record(11, 1_200, eval_accuracy=0.71234))
     assert p.seconds_per_step == 10.0 and p.eta_s == 80.0  # (12 + 8) / 2 a step, 8 steps left
     meta = p.metadata()
-    assert meta["progress"] == "segment 2 of 3, step 2 of 10; run step 12 of 30"
+    assert meta["progress"] == "r: segment 2 of 3, step 2 of 10; run step 12 of 30"
     assert meta["segment"] == 2 and meta["segments"] == 3  # counted from 1 in the UI, as in the words
     assert (meta["mean_reward"], meta["reward_std"], meta["informative_share"], meta["eval_accuracy"]) == \
         (0.612, 0.456, 0.875, 0.712)
