@@ -28,6 +28,7 @@ from pc_pipelines.run import StepRecord, TrainingRun, list_checkpoints, load_tra
 from pc_pipelines.run.lifecycle import record_finished
 from pc_pipelines.run.progress import SegmentProgress
 from pc_pipelines.run.segments import SegmentError, parse_partition_key, partition_key, resume_step
+from pc_pipelines.steps import display_segment, display_step, step_range
 from pc_pipelines.store import RunBusyError, Store, StoreError, hold_run
 from pc_pipelines.store.runlock import describe
 from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
@@ -180,8 +181,9 @@ def training_segment(
             raise Failure(f"{key}: {exc} ({partition_key(run_id, k - 1)})") from exc
         plan = st.segments(run_id)
         run_steps = max(int(r["last_step"]) for r in plan) + 1
-        state = (f"training segment {k + 1} of {len(plan)} (steps {first + 1}..{last + 1} of {run_steps}) from "
-                 + ("the base policy" if start < 0 else f"the checkpoint after step {start + 1}")
+        state = (f"training segment {display_segment(k)} of {len(plan)} (steps {step_range(first, last)} of "
+                 f"{run_steps}) from "
+                 + ("the base policy" if start < 0 else f"the checkpoint after step {display_step(start)}")
                  + (" (re-materializing a done segment: it stays done)" if seg["status"] == "done" else "")
                  + f"; requested {advanced_by(context.run.tags)}")
         context.log.info("%s: %s", key, state)
@@ -214,10 +216,10 @@ def training_segment(
     metadata = {
         "run_id": run_id,
         "method": tr.config.method,
-        "segment": f"{k + 1} of {len(plan)}",
-        "steps": f"{first}..{last}",
+        "segment": f"{display_segment(k)} of {len(plan)}",
+        "steps": step_range(first, last),  # counted from 1, as on every screen (pc_pipelines/steps.py)
         "steps_run": result.steps_run,
-        "resumed_from_step": start,
+        "resumed_after_step": "fresh (the base policy)" if start < 0 else display_step(start),
         "advanced_by": advanced_by(context.run.tags),
         "cumulative_rollouts": result.cumulative_rollouts,
         "segment_rollouts": int(sum(r["sampled_rollouts"] for r in steps)),

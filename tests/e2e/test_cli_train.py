@@ -68,14 +68,14 @@ def test_train_human_output_and_resume_past_the_end(base_policy, tmp_path):
     lines = r.stdout.splitlines()
     # the closing block: the first and the last evaluated step side by side (not the same step twice), their mean
     assert lines[0] == "held-out accuracy (mean@1, T=0.7):"
-    assert lines[1].split() == ["set", "step", "-1", "step", "1"]
+    assert lines[1].split() == ["set", "start", "step", "2"]  # before training, and the 2nd step
     table = {ln.split()[0]: [float(x) for x in ln.split()[1:]] for ln in lines[2:9]}
     assert list(table) == [f"arith_d{d}" for d in range(1, 7)] + ["mean"]
     assert table["mean"] == pytest.approx([sum(v[i] for k, v in table.items() if k != "mean") / 6 for i in (0, 1)],
                                           abs=1e-3)
     summary = lines[9]
-    assert summary.startswith("run r2: 2 steps; final mean reward ") and "(step 1)" in summary
-    assert f"final eval accuracy {table['mean'][1]:.3f} (step 1)" in summary and "rollouts sampled" in summary
+    assert summary.startswith("run r2: 2 steps; final mean reward ") and "(step 2)" in summary
+    assert f"final eval accuracy {table['mean'][1]:.3f} (step 2)" in summary and "rollouts sampled" in summary
     assert lines[10] == f"checkpoint:  {tmp_path / 'r2' / 'checkpoints' / 'step-00000001'}"
     assert lines[11] == f"tensorboard: tensorboard --logdir {tmp_path / 'r2' / 'tensorboard'}"
     assert lines[12] == f"store:       pilot-commit runs --store {tmp_path / 'pc.duckdb'}"
