@@ -77,7 +77,8 @@ check-chromium:
 	@./.ci/install-chromium || true
 
 # Open http://$(UI_HOST):$(UI_PORT). The instance (runs, event logs) lives in $(UI_HOME); its dagster.yaml is
-# copied from etc/dagster.yaml when missing or older than the template, so edit the template.
+# copied from etc/dagster.yaml when missing or older than the template, so edit the template. The console is quiet:
+# runs log at INFO (the template's python_logs), the advance_runs sensor one line a tick when something changed.
 ui: $(STAMP) $(UI_HOME)/dagster.yaml
 	DAGSTER_HOME=$(UI_HOME) $(BIN)/dagster dev -w workspace.yaml -h $(UI_HOST) -p $(UI_PORT)
 

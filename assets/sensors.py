@@ -40,6 +40,7 @@ run some ``report`` run was already requested for is not requested again.
 """
 
 import contextlib
+import hashlib
 from dataclasses import dataclass, field
 
 from dagster import (
@@ -58,6 +59,7 @@ from dagster import (
 
 from pc_pipelines.run.lifecycle import record_finished
 from pc_pipelines.run.segments import Action, RunView, SegmentError, SegmentView, decide, parse_partition_key
+from pc_pipelines.steps import display_segment
 from pc_pipelines.store import Store
 from pc_pipelines.store.runlock import live_writer
 from resources import StoreResource
@@ -135,7 +137,7 @@ def run_views(st: Store, instance) -> list[RunView]:
         for r in running:
             dr = instance.get_run_by_id(r["orchestrator_run_id"])
             if dr is not None and dr.status in _IN_FLIGHT:
-                busy = busy or f"Dagster run {dr.run_id} ({dr.status.value}) of segment {r['segment']}"
+                busy = busy or f"Dagster run {dr.run_id} ({dr.status.value}) of segment {display_segment(r['segment'])}"
             elif dr is None or dr.status in _FAILED or dr.status == DagsterRunStatus.SUCCESS:
                 ended.append((r, "its run was deleted" if dr is None else f"its run {dr.run_id} ended {dr.status.value}"))
         holder = None if busy else live_writer(st, run_id)
@@ -176,15 +178,27 @@ class Advance:
     events: list[AssetObservation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
+    active: list[str] = field(default_factory=list)  # the notes of the runs something happens to
+    skipped: list[str] = field(default_factory=list)  # the reason of each run with nothing to do (paused, finished)
+
+    def summary(self) -> str:
+        """The tick in one line: each run something happens to (requested, waiting, deferred, paused), then the
+        runs with nothing to do counted by reason ("3 runs skipped: run is finished")."""
+        counts: dict[str, int] = {}
+        for reason in self.skipped:
+            counts[reason] = counts.get(reason, 0) + 1
+        idle = [f"{n} run{'s' if n > 1 else ''} skipped: {reason}" for reason, n in counts.items()]
+        return "; ".join(self.active + idle) or "no training runs"
 
 
 def advance(st: Store, instance, log, max_failures: int, advanced_by: str, defer: str = "",
-            job_name: str | None = None) -> Advance:
+            job_name: str | None = None, log_notes: bool = True) -> Advance:
     """The advancing rule, shared by the ``advance_runs`` sensor and the window schedule: each planned run's
     :func:`~pc_pipelines.run.segments.decide` on its view (:func:`run_views`); a REQUEST becomes a run request of
     its segment tagged ``pc/run`` and ``pc/advanced_by`` = ``advanced_by`` (or, with ``defer`` set, a note saying
     why it is not requested), a PAUSE pauses the run in the store, a FINISH finishes it. ``job_name``: the
-    requests' job, for a sensor targeting several."""
+    requests' job, for a sensor targeting several. ``log_notes``: log each run's note (the schedule); the sensor
+    logs :meth:`Advance.summary` instead, when it changed."""
     out = Advance()
     for view in run_views(st, instance):
         d = decide(view, max_failures)
@@ -193,8 +207,13 @@ def advance(st: Store, instance, log, max_failures: int, advanced_by: str, defer
                          else f"{d.partition_key} requested by {advanced_by}")
         if d.action is Action.REQUEST and defer:
             out.notes.append(f"{d.run_id}: deferred ({d.reason}; {defer})")
+            out.active.append(out.notes[-1])
             continue
         out.notes.append(f"{d.run_id}: {d.action.value} ({d.reason})")
+        if d.action is Action.SKIP:
+            out.skipped.append(d.reason)
+        else:
+            out.active.append(out.notes[-1])
         if d.action is Action.REQUEST:
             out.requests.append(RunRequest(run_key=d.run_key, partition_key=d.partition_key, job_name=job_name,
                                            tags={RUN_TAG: d.run_id, ADVANCED_BY_TAG: advanced_by}))
@@ -207,8 +226,9 @@ def advance(st: Store, instance, log, max_failures: int, advanced_by: str, defer
             record_finished(st, d.run_id, complete=True)  # decide(): every segment is done
         if d.action is Action.FINISH or view.status == "finished":
             out.finished.append(d.run_id)
-    for n in out.notes:
-        log.info(n)
+    if log_notes:
+        for n in out.notes:
+            log.info(n)
     return out
 
 
@@ -262,7 +282,9 @@ def build_advance_runs_sensor(max_failures: int = 3, interval_s: int = 30, defau
                               defer_to: ScheduleDefinition | None = None):
     """The sensor advancing every active run by one segment at a time; pauses a run after ``max_failures``
     consecutive failures of its next segment (the reason goes to the store and the UI), and requests the report
-    job once per finished run. ``defer_to``: the window schedule; while it runs, this sensor requests no segment
+    job once per finished run. Its log: one line a tick (:meth:`Advance.summary`), only when it differs from the
+    last tick's (kept as the sensor's cursor), so an idle `make ui` console stays quiet; the tick's skip reason in
+    the UI still names every run. ``defer_to``: the window schedule; while it runs, this sensor requests no segment
     (see the module docstring)."""
 
     @sensor(
@@ -280,8 +302,15 @@ def build_advance_runs_sensor(max_failures: int = 3, interval_s: int = 30, defau
             window = getattr(defer_to.metadata.get("window"), "value", None) or "its window"
             defer = f"the schedule {defer_to.name} is running: it requests segments, in {window} only"
         st = store.get(vacuum=False)
-        tick = advance(st, context.instance, context.log, max_failures, sensor_tag(), defer, train_segment_job.name)
+        tick = advance(st, context.instance, context.log, max_failures, sensor_tag(), defer, train_segment_job.name,
+                       log_notes=False)
         requests = tick.requests + report_requests(context.instance, tick.finished)
+        summary = tick.summary() + "".join(f"; report requested for {r.tags[REPORT_TAG]}" for r in requests
+                                           if r.job_name == report_job.name)
+        said = hashlib.sha256(summary.encode()).hexdigest()[:16]  # the cursor: the last line logged, hashed
+        if said != context.cursor:  # one line a tick, only when it says something new
+            context.log.info(summary)
+            context.update_cursor(said)
         if requests or tick.events:
             return SensorResult(run_requests=requests, asset_events=tick.events)
         return SkipReason("; ".join(tick.notes) or "no training runs: launch the start_run job")

@@ -32,6 +32,7 @@ from pc_pipelines.run.lifecycle import record_finished
 from pc_pipelines.run.progress import SegmentProgress
 from pc_pipelines.run.segments import SegmentError, parse_partition_key, partition_key, resume_step
 from pc_pipelines.run.stopping import StopRequested, process_stop
+from pc_pipelines.steps import display_segment, display_step, step_range
 from pc_pipelines.store import RunBusyError, Store, StoreError, hold_run
 from pc_pipelines.store.runlock import describe
 from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
@@ -44,7 +45,7 @@ TRAINING_DATA = [AssetKey(d.asset_key) for d in datasets(TRAINING)]
 ADVANCED_BY_TAG = "pc/advanced_by"  # who requested a segment's Dagster run (the sensor and the schedule set it)
 """The assets that prepare what a run may train on (the registry's training datasets: arith_task, deepmath, ...)."""
 NOT_CURVES = frozenset({"step", "segment", "segments", "segment_step", "segment_steps", "run_step", "run_steps",
-                        "eta_s", "steps_run", "resumed_from_step", "first_step", "last_step"})
+                        "eta_s", "steps_run", "resumed_after_step", "first_step", "last_step"})
 """Numbers that count or name a place (which step, which segment, how many): shown as text, so Dagster's Plots tab,
 which draws every number by partition or by time, leaves them out."""
 SEGMENT_PROGRESS = AssetSpec(
@@ -220,8 +221,9 @@ def training_segment(
             raise Failure(f"{key}: {exc} ({partition_key(run_id, k - 1)})") from exc
         plan = st.segments(run_id)
         run_steps = max(int(r["last_step"]) for r in plan) + 1
-        state = (f"training segment {k + 1} of {len(plan)} (steps {first + 1}..{last + 1} of {run_steps}) from "
-                 + ("the base policy" if start < 0 else f"the checkpoint after step {start + 1}")
+        state = (f"training segment {display_segment(k)} of {len(plan)} (steps {step_range(first, last)} of "
+                 f"{run_steps}) from "
+                 + ("the base policy" if start < 0 else f"the checkpoint after step {display_step(start)}")
                  + (" (re-materializing a done segment: it stays done)" if seg["status"] == "done" else "")
                  + f"; requested {advanced_by(context.run.tags)}")
         context.log.info("%s: %s", key, state)
@@ -260,15 +262,15 @@ def training_segment(
         "AND step BETWEEN ? AND ? ORDER BY step", [run_id, first, last])
     metadata = {
         # first: the overview shows the latest materialization of any run's segment, so it says whose it is
-        "materialized": MetadataValue.text(f"{run_id}: segment {k + 1} of {len(plan)} done (run steps {first + 1}.."
-                                           f"{last + 1} of {run_steps}); a run's live progress: segment_progress -> "
+        "materialized": MetadataValue.text(f"{run_id}: segment {display_segment(k)} of {len(plan)} done (run steps "
+                                           f"{step_range(first, last)} of {run_steps}); a run's live progress: segment_progress -> "
                                            "Partitions"),
         "run_id": run_id,
         "method": tr.config.method,
-        "segment": f"{k + 1} of {len(plan)}",
-        "steps": f"{first}..{last}",
-        "steps_run": MetadataValue.text(str(result.steps_run)),
-        "resumed_from_step": MetadataValue.text(str(start)),
+        "segment": f"{display_segment(k)} of {len(plan)}",
+        "steps": step_range(first, last),  # counted from 1, as on every screen (pc_pipelines/steps.py)
+        "steps_run": result.steps_run,
+        "resumed_after_step": "fresh (the base policy)" if start < 0 else display_step(start),
         "advanced_by": advanced_by(context.run.tags),
         "cumulative_rollouts": result.cumulative_rollouts,
         "segment_rollouts": int(sum(r["sampled_rollouts"] for r in steps)),

@@ -13,13 +13,19 @@ import signal
 import sys
 import time
 
-from dagster import DagsterExecutionInterruptedError, DagsterInstance, SkipReason, build_sensor_context, materialize
+from dagster import (
+    DagsterExecutionInterruptedError,
+    DagsterInstance,
+    RunRequest,
+    SkipReason,
+    build_sensor_context,
+    materialize,
+)
 
 from assets import arith_task, base_policy
 from assets.data import DATA_CHECKS, benchmarks
-from assets.jobs import launch_problems, start_run, train_segment_job
-from assets.reports import rollouts_report
-from assets.sensors import build_advance_runs_sensor
+from assets.jobs import launch_problems, report_job, start_run, train_segment_job
+from assets.sensors import REPORT_TAG, RUN_KEY_TAG, SENSOR_NAME, SENSOR_NAME_TAG, build_advance_runs_sensor
 from resources import DataResource, LocalCheckpointResource, StoreResource, local_resources
 
 from .config import PC_ONLY_FIELDS, parse_overrides, resolve
@@ -31,6 +37,13 @@ from .run.stopping import StopFlag, StopRequested, stop_on_signals
 # Dagster's console logger at INFO: the run's narrative and the per-step lines, not its DEBUG engine events (the UI
 # keeps every event; the demo's console is for reading).
 QUIET = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+
+def sensor_run_tags(request: RunRequest) -> dict[str, str]:
+    """The tags of the Dagster run the demo executes for one of the ``advance_runs`` sensor's requests: the request's
+    own and those the sensor daemon adds to a run it launches (the sensor's name, which the UI's Runs list reads for
+    "Launched by", and the run key), so the demo's runs show, and count, as the sensor's."""
+    return {**request.tags, SENSOR_NAME_TAG: SENSOR_NAME, RUN_KEY_TAG: request.run_key}
+
 
 def demo(argv: list[str] | None = None) -> int:
     """Materialize the embedded graph in this process: synthetic data, the benchmarks (with their checks), the warm
@@ -112,18 +125,21 @@ def _demo(args: argparse.Namespace, res: dict, instance: DagsterInstance, say, s
     sensor = build_advance_runs_sensor()
     job = build_definitions(res).resolve_job_def(train_segment_job.name)
     failed: list[str] = []
+    reports: list[RunRequest] = []  # the sensor's report requests (runs finished): executed below
     while True:
         stop.check()
         tick = sensor(build_sensor_context(instance=instance, resources={"store": res["store"]}))
         if isinstance(tick, SkipReason):
             break
         segments = [r for r in tick.run_requests if r.job_name in (None, train_segment_job.name)]
-        if not segments:  # the sensor's report requests (a run finished): the report is built below
+        reports += [r for r in tick.run_requests if r.job_name == report_job.name]
+        if not segments:
             break
         for req in segments:
             stop.check()
             say(f"{req.partition_key}: training + evaluation")
-            result = job.execute_in_process(partition_key=req.partition_key, instance=instance, tags=req.tags,
+            result = job.execute_in_process(partition_key=req.partition_key, instance=instance,
+                                            tags=sensor_run_tags(req),
                                             run_config=QUIET,
                                             raise_on_error=False)
             if stop.requested or _interrupted(result):
@@ -138,10 +154,15 @@ def _demo(args: argparse.Namespace, res: dict, instance: DagsterInstance, say, s
             say(f"{req.partition_key}: steps {t['steps'].value}, cumulative rollouts {t['cumulative_rollouts'].value:,}, "
                 f"held-out accuracy {m['average_accuracy'].value:.3f}")
 
+    # The report as the sensor requested it (the `report` job, tagged pc/report_for and as the sensor's run), so
+    # the sensor of `make ui` finds it built and requests none; a demo run again (nothing finished anew) rebuilds it.
     rep_dir = f"{root}/reports"
     stop.check()
-    out = materialize([rollouts_report], instance=instance, resources=res,
-                      run_config={"ops": {"rollouts_report": {"config": {"out_dir": rep_dir}}}, **QUIET})
+    report = build_definitions(res).resolve_job_def(report_job.name)
+    report_config = {"ops": {name: {"config": {"out_dir": rep_dir}}
+                             for name in ("rollouts_report", "pass_rate_timeline")}, **QUIET}
+    for tags in [sensor_run_tags(r) for r in reports] or [{REPORT_TAG: ",".join(run_ids)}]:
+        out = report.execute_in_process(instance=instance, tags=tags, run_config=report_config)
     md = out.asset_materializations_for_node("rollouts_report")[0].metadata["rollouts_to_target"].value
     print()
     print(smoke_test_note(args.segments * args.segment_steps))  # what the table is, before the table

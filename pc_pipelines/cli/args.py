@@ -22,11 +22,13 @@ from ..errors import ConfigError, brief, brief_text
 from ..store.names import RunIdError, run_id_for, validate_run_id
 
 
-def progress_bar(total: int, desc: str, enabled: bool, leave: bool = False):
-    """A bar on stderr; ``leave`` keeps it on screen once closed (``train``'s run bar), else it is erased."""
+def progress_bar(total: int, desc: str, enabled: bool, leave: bool = False, initial: int = 0):
+    """A bar on stderr; ``leave`` keeps it on screen once closed (``train``'s run bar), else it is erased;
+    ``initial``: the steps already done (a resumed run's bar starts at ``initial/total``)."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, disable=not enabled, leave=leave)
+    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, disable=not enabled, leave=leave,
+                initial=initial)
 
 
 # ---- bounded numeric flags ------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..errors import ConfigError, installed_command, shell_command
+from ..steps import display_step, step_label
 from .args import add_config_args, check_steps, int_arg, progress_bar, run_config, run_id_of, run_name_arg
 
 log = logging.getLogger("pc_pipelines.cli")
@@ -85,7 +86,7 @@ def closing_lines(run_id: str, steps_done: int, rollouts: int, curve: Sequence[d
                   eval_samples: int, eval_temperature: float, checkpoint: Path | None, tensorboard_dir: Path,
                   store_path: Path) -> list[str]:
     """The block ``train`` ends with (no ``--json``): the held-out accuracy per set at the first and the last
-    evaluated step (one column when only one step was evaluated) with their mean over sets, then one line with the
+    evaluated step (columns ``start``, before training, and ``step N``, counted from 1: :mod:`pc_pipelines.steps`) (one column when only one step was evaluated) with their mean over sets, then one line with the
     final numbers (the last step's mean reward, the last evaluation's accuracy, the rollouts sampled), then where the
     checkpoint, TensorBoard and the store are.
 
@@ -102,18 +103,18 @@ def closing_lines(run_id: str, steps_done: int, rollouts: int, curve: Sequence[d
                  for s in cols}
         width = max(10, *(len(n) for n in names))
         lines.append(f"held-out accuracy (mean@{eval_samples}, T={eval_temperature}):")
-        lines.append(f"  {'set':<{width}}" + "".join(f" {'step ' + str(s):>10}" for s in cols))
+        lines.append(f"  {'set':<{width}}" + "".join(f" {step_label(s):>10}" for s in cols))
         for n in names:
             lines.append(f"  {n:<{width}}" + "".join(f" {_cell(by.get((s, n))):>10}" for s in cols))
         lines.append(f"  {'mean':<{width}}" + "".join(f" {_cell(means[s]):>10}" for s in cols))
-        final_eval = f"final eval accuracy {means[cols[-1]]:.3f} (step {cols[-1]})"
+        final_eval = f"final eval accuracy {means[cols[-1]]:.3f} ({step_label(cols[-1])})"
     parts = [f"run {run_id}: {steps_done} steps"]
     if last_step is None:
         parts.append("no step trained yet")
     elif not last_step["trained_rollouts"]:
-        parts.append(f"final mean reward - (step {last_step['step']} trained no group)")
+        parts.append(f"final mean reward - ({step_label(last_step['step'])} trained no group)")
     else:
-        parts.append(f"final mean reward {float(last_step['mean_reward']):.3f} (step {last_step['step']})")
+        parts.append(f"final mean reward {float(last_step['mean_reward']):.3f} ({step_label(last_step['step'])})")
     parts.append(final_eval or "not evaluated")
     parts.append(f"{rollouts:,} rollouts sampled")
     lines.append("; ".join(parts))
@@ -220,8 +221,8 @@ def _train(args: argparse.Namespace, stop) -> int:
         args.run_name = run.run_id
         with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command="pilot-commit train"):
             latest = latest_checkpoint(run.checkpoint_dir) if args.resume else None  # the bar's estimate only
-            bar = progress_bar(max(0, args.steps - (latest[0] + 1 if latest else 0)), f"{cfg.method} {run.run_id}",
-                               show, leave=True)
+            done = min(args.steps, display_step(latest[0])) if latest else 0  # steps the checkpoint has
+            bar = progress_bar(args.steps, f"{cfg.method} {run.run_id}", show, leave=True, initial=done)
 
             def on_step(rec) -> None:
                 if args.json and not stdout_gone.is_set():

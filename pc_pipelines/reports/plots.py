@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..durable import write_user_output
+from ..steps import display_step
 from ..store import Store
 from .curves import RunCurves, check_curves, load_curves
 from .style import method_color, method_label
@@ -69,14 +70,14 @@ def make_figures(
             "mean eval accuracy (over benchmarks)", lambda c: (c.eval_rollouts, c.eval_accuracy), True),
         "accuracy_vs_steps": (
             "eval accuracy vs training steps", "training step (0 = before training)",
-            "mean eval accuracy (over benchmarks)", lambda c: ([s + 1 for s in c.eval_step], c.eval_accuracy), True),
+            "mean eval accuracy (over benchmarks)", lambda c: ([display_step(s) for s in c.eval_step], c.eval_accuracy), True),
         "reward_std_per_step": (
             "mean reward std of trained groups per step", "training step",
-            "mean reward std of trained groups", lambda c: ([s + 1 for s in c.step], c.reward_std), False),
+            "mean reward std of trained groups", lambda c: ([display_step(s) for s in c.step], c.reward_std), False),
         "informative_share_per_step": (
             "informative share of trained groups per step", "training step",
             "share of trained groups with reward std > 0",
-            lambda c: ([s + 1 for s in c.step], c.informative_share), False),
+            lambda c: ([display_step(s) for s in c.step], c.informative_share), False),
     }
     figures: dict[str, Figure] = {}
     for name, (title, xlabel, ylabel, data, is_eval) in specs.items():

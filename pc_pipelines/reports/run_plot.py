@@ -2,8 +2,9 @@
 cumulative sampled rollouts by step (the ``training_segment`` asset attaches it to each segment it materializes).
 Its rows are those of :func:`run_progress_query`, the query the asset also prints for ``pilot-commit sql``.
 
-Steps are counted from 1 as on the report's plots (store step ``k`` is training step ``k + 1``; the evaluation
-before training sits at 0).
+Steps are counted from 1 as on every screen (:func:`pc_pipelines.steps.display_step`: store step ``k`` is step
+``k + 1``; the evaluation before training sits at 0), on whole-number ticks; the rollouts axis shows plain counts with
+thousands separators (no offset, no scientific notation).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import brief, sql_string
+from ..steps import display_step
 from ..store import Store
 from ..store.names import shown_path
 from .plots import save_figure
@@ -67,17 +69,26 @@ def load_run_progress(store: Store, run_id: str) -> RunProgress:
 
 
 def plot_run_progress(progress: RunProgress, path: Path, highlight: tuple[int, int] | None = None) -> Path:
-    """The run's five panels as a small PNG at ``path`` (about 900 x 330 pixels); ``highlight`` shades a segment's
-    store steps ``(first, last)``. Returns ``path``."""
+    """The run's five panels (:func:`run_progress_figure`) as a small PNG at ``path`` (about 900 x 330 pixels).
+    Returns ``path``."""
+    fig = run_progress_figure(progress, highlight)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save_figure(fig, path)
+
+
+def run_progress_figure(progress: RunProgress, highlight: tuple[int, int] | None = None):
+    """The run's five panels as a matplotlib ``Figure`` (one axes per :data:`PANELS` entry, in that order);
+    ``highlight`` shades a segment's store steps ``(first, last)``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator, StrMethodFormatter
 
     fig = Figure(figsize=(11.0, 4.0), dpi=82, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(PANELS))
-    x = [s + 1 for s in progress.step]
+    x = [display_step(s) for s in progress.step]
     series = {
-        "held-out accuracy": ([s + 1 for s in progress.eval_step], progress.eval_accuracy),
+        "held-out accuracy": ([display_step(s) for s in progress.eval_step], progress.eval_accuracy),
         "mean reward": (x, progress.mean_reward),
         "reward std": (x, progress.reward_std),
         "informative share": (x, progress.informative_share),
@@ -92,11 +103,11 @@ def plot_run_progress(progress: RunProgress, path: Path, highlight: tuple[int, i
         ax.set_xlabel("step", fontsize=9)
         ax.tick_params(labelsize=8)
         ax.grid(True, alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 2.5
         if highlight is not None:
-            ax.axvspan(highlight[0] + 0.5, highlight[1] + 1.5, color="0.85", zorder=0)
+            ax.axvspan(display_step(highlight[0]) - 0.5, display_step(highlight[1]) + 0.5, color="0.85", zorder=0)
         if name == "cumulative rollouts":
-            ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
-    seg = f" (shaded: steps {highlight[0] + 1}..{highlight[1] + 1})" if highlight else ""
+            ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))  # 12,000: no 1e4 offset
+    seg = f" (shaded: steps {display_step(highlight[0])}..{display_step(highlight[1])})" if highlight else ""
     fig.suptitle(f"{progress.run_id} ({progress.method}), {len(progress.step)} steps so far{seg}", fontsize=11)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return save_figure(fig, path)
+    return fig

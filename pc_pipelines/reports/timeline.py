@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import brief, shell_command
+from ..steps import display_step
 from ..store import Store
 from ..store.names import shown_path
 from ..store.runlock import with_live_status
@@ -142,7 +143,7 @@ class TimelineResult:
     def shows(self) -> str:
         """What the figure shows, in one line."""
         return (f"run {self.run_id} ({method_label(self.method)}): {self.description} x {self.steps} steps "
-                f"(training steps {self.first_step + 1}-{self.last_step + 1}); lower panel: decisions of all "
+                f"(training steps {display_step(self.first_step)}-{display_step(self.last_step)}); lower panel: decisions of all "
                 f"{self.total_prompts:,} prompts per step")
 
     def summary(self) -> str:
@@ -315,7 +316,7 @@ def make_timeline_figure(data: TimelineData) -> Figure:
     ax2 = fig.add_subplot(grid[1, 0], sharex=ax)
     fig.add_subplot(grid[1, 1]).set_axis_off()
 
-    x0, x1 = int(data.steps[0]) + 1, int(data.steps[-1]) + 1  # training steps, from 1
+    x0, x1 = display_step(data.steps[0]), display_step(data.steps[-1])  # training steps, from 1
     cmap = colormaps[CMAP].with_extremes(bad="white")
     img = ax.imshow(np.ma.masked_invalid(data.p_hat), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto",
                     interpolation="nearest", extent=(x0 - 0.5, x1 + 0.5, n_rows - 0.5, -0.5), gid="heatmap")
@@ -327,7 +328,7 @@ def make_timeline_figure(data: TimelineData) -> Figure:
     cell_w = (width - 2.2) * 72.0 / max(n_steps, 1)
     cell_h = heat_h * 72.0 / max(n_rows, 1)
     side = max(1.6, 0.62 * min(cell_w, cell_h))
-    cols = data.steps + 1
+    cols = np.array([display_step(s) for s in data.steps], np.int64)
     for i, d in enumerate(DECISIONS):
         rr, cc = np.nonzero(data.marker == i)
         if rr.shape[0]:
@@ -365,7 +366,7 @@ def make_timeline_figure(data: TimelineData) -> Figure:
             ax2.plot(cols, counts, color=color, linewidth=1.4, drawstyle="steps-mid", gid=gid)
     ax2.set_xlim(x0 - 0.5, x1 + 0.5)
     ax2.set_ylabel("prompts")
-    ax2.set_xlabel("training step (store step + 1)")
+    ax2.set_xlabel("training step")
     ax2.set_title(f"all {data.total_prompts:,} prompts: decisions per step (stack height = prompts sampled)",
                   fontsize="small", loc="left")
     ax2.grid(True, axis="y", alpha=0.3)

@@ -36,6 +36,7 @@ import numpy as np
 from ..allocation import Allocator
 from ..errors import RunError
 from ..rollout import EngineFactory
+from ..steps import BEFORE_TRAINING, display_step
 from ..store import StepLogWriter, Store, run_has_data, step_tables
 from ..store.runlock import holds
 from .backend import Backend
@@ -128,8 +129,9 @@ class OpenRun:
         return self._tb
 
     def log_tensorboard(self, rec: StepRecord) -> None:
+        """The step's scalars at TensorBoard step :func:`~pc_pipelines.steps.display_step` (the first step is 1)."""
         tb = self.tensorboard(None)
-        s = rec.step
+        s = display_step(rec.step)
         led = rec.ledger
         for key in ("sampled_rollouts", "trained_rollouts", "rounds", "kept", "skipped_easy", "deferred_hard",
                     "buffer_size", "evicted", "returned", "informative_share", "mean_reward_std", "mean_lag"):
@@ -234,7 +236,7 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
         return opened, False
     if from_step is None:
         store.reopen_after(run.run_id, chosen[0])
-    log.info("resumed run %s from %s (step %d)", run.run_id, chosen[1], chosen[0])
+    log.info("resumed run %s from %s (after step %d)", run.run_id, chosen[1], display_step(chosen[0]))
     return opened, True
 
 
@@ -313,13 +315,14 @@ def _train_segment(opened: OpenRun, steps: int | None, until_step: int | None, f
     last_ckpt: Path | None = None
     saved_at: int | None = None
     try:
-        # Purging TensorBoard events from `first` on would also drop the later segments a mid-run replay keeps.
-        tb = opened.tensorboard(purge_step=None if later else first)
+        # Purging TensorBoard events from `first` on would also drop the later segments a mid-run replay keeps; a run
+        # started over also drops its evaluation before training (TensorBoard step 0).
+        tb = opened.tensorboard(purge_step=None if later else display_step(BEFORE_TRAINING if first == 0 else first))
         if stop is not None:
             stop.check()
         if first == 0:
-            acc = opened.evaluate(-1)
-            tb.add_scalar("eval/accuracy", float(np.mean(list(acc.values()))), -1)
+            acc = opened.evaluate(BEFORE_TRAINING)
+            tb.add_scalar("eval/accuracy", float(np.mean(list(acc.values()))), display_step(BEFORE_TRAINING))
         for _ in range(steps):
             if stop is not None:
                 stop.check()
@@ -338,7 +341,7 @@ def _train_segment(opened: OpenRun, steps: int | None, until_step: int | None, f
             if stop is not None and stop.requested and records:
                 if saved_at != rec.step:  # nothing done is lost: the stop boundary gets its checkpoint
                     last_ckpt, saved_at = opened.save_checkpoint(), rec.step
-                raise StopRequested(stop.signum, detail=f"after step {rec.step} (checkpoint {last_ckpt.name}); "
+                raise StopRequested(stop.signum, detail=f"after step {display_step(rec.step)} (checkpoint {last_ckpt.name}); "
                                                         "resume it with --resume")
         if records and saved_at != records[-1].step:
             last_ckpt = opened.save_checkpoint()
@@ -350,7 +353,7 @@ def _train_segment(opened: OpenRun, steps: int | None, until_step: int | None, f
         store.set_status(run.run_id, "running")
     except BaseException as exc:
         if isinstance(exc, StopRequested) and not exc.detail:
-            done = f"after step {records[-1].step}" if records else "before its first step"
+            done = f"after step {display_step(records[-1].step)}" if records else "before its first step"
             exc = exc.with_detail(f"{done}; resume it with --resume (from its last checkpoint)")
         status, reason = run_outcome(exc, where=f"{run.run_dir} and {store.runs_root}",
                                      then="resume it with --resume (from its last checkpoint)")

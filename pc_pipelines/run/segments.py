@@ -11,7 +11,9 @@ time windows, and two dynamic dimensions would form a full cross product of runs
     seg-0001  steps 10..19   starts from the checkpoint after step 9
     seg-0002  steps 20..24   starts from the checkpoint after step 19 (the last segment is shorter)
 
-Segment ``k`` needs the checkpoint after step ``first(k) - 1``; the run keeps every checkpoint at a multiple of
+The numbers here are the store's (from 0); the UI, the logs and the sensor's reasons count from 1
+(:mod:`pc_pipelines.steps`): seg-0000 is "segment 1 of 3, steps 1..10". Segment ``k`` needs the checkpoint after step
+``first(k) - 1``; the run keeps every checkpoint at a multiple of
 ``segment_steps`` steps (``training.keep_every``), so any segment can be re-materialized later.
 
 **Who writes a segment.** One process at a time writes a run (the run's writer lock,
@@ -39,6 +41,8 @@ import enum
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from ..steps import display_segment
 
 SEGMENT_RE = re.compile(r"^(?P<run>[A-Za-z0-9][A-Za-z0-9_.-]*)/seg-(?P<k>\d{4,})$")
 
@@ -181,18 +185,18 @@ def decide(run: RunView, max_failures: int) -> SensorDecision:
     if nxt.consecutive_failures >= max_failures:
         return SensorDecision(
             run.run_id, Action.PAUSE,
-            f"segment {nxt.segment} failed {nxt.consecutive_failures} times in a row (limit {max_failures}); last "
+            f"segment {display_segment(nxt.segment)} failed {nxt.consecutive_failures} times in a row (limit {max_failures}); last "
             f"error: {nxt.error or 'unknown'}. Fix the cause, then re-materialize {partition_key(run.run_id, nxt.segment)}.",
             segment=nxt.segment,
         )
     if nxt.status == "running":
         # The store says running but nothing is in flight: the process died without recording it.
         return SensorDecision(
-            run.run_id, Action.REQUEST, f"segment {nxt.segment} was interrupted; resuming it from its last checkpoint",
+            run.run_id, Action.REQUEST, f"segment {display_segment(nxt.segment)} was interrupted; resuming it from its last checkpoint",
             segment=nxt.segment, run_key=run_key(run.run_id, nxt.segment, nxt.attempts, run.used_run_keys),
         )
     what = {"failed": "retrying", "stopped": "resuming (from its checkpoint) the stopped"}.get(nxt.status, "next")
     return SensorDecision(
-        run.run_id, Action.REQUEST, f"{what} segment {nxt.segment} of {len(run.segments)}",
+        run.run_id, Action.REQUEST, f"{what} segment {display_segment(nxt.segment)} of {len(run.segments)}",
         segment=nxt.segment, run_key=run_key(run.run_id, nxt.segment, nxt.attempts, run.used_run_keys),
     )

@@ -70,14 +70,14 @@ def test_train_human_output_and_resume_past_the_end(base_policy, tmp_path):
     lines = r.stdout.splitlines()
     # the closing block: the first and the last evaluated step side by side (not the same step twice), their mean
     assert lines[0] == "held-out accuracy (mean@1, T=0.7):"
-    assert lines[1].split() == ["set", "step", "-1", "step", "1"]
+    assert lines[1].split() == ["set", "start", "step", "2"]  # before training, and the 2nd step
     table = {ln.split()[0]: [float(x) for x in ln.split()[1:]] for ln in lines[2:9]}
     assert list(table) == [f"arith_d{d}" for d in range(1, 7)] + ["mean"]
     assert table["mean"] == pytest.approx([sum(v[i] for k, v in table.items() if k != "mean") / 6 for i in (0, 1)],
                                           abs=1e-3)
     summary = lines[9]
-    assert summary.startswith("run r2: 2 steps; final mean reward ") and "(step 1)" in summary
-    assert f"final eval accuracy {table['mean'][1]:.3f} (step 1)" in summary and "rollouts sampled" in summary
+    assert summary.startswith("run r2: 2 steps; final mean reward ") and "(step 2)" in summary
+    assert f"final eval accuracy {table['mean'][1]:.3f} (step 2)" in summary and "rollouts sampled" in summary
     assert lines[10] == f"checkpoint:  {tmp_path / 'r2' / 'checkpoints' / 'step-00000001'}"
     # the scripts as this shell reaches them (the bare name on PATH, else their path: tests/e2e/test_cli_hints.py)
     tb, exe = installed_command("tensorboard"), installed_command("pilot-commit")
@@ -191,7 +191,8 @@ def test_a_json_reader_that_goes_away_stops_the_run_it_does_not_fail_it(base_pol
     assert proc.wait(timeout=600) == 141, err[-2000:]
     assert first["step"] == 0
     # The first write after the close fails: step 1's, unless the pipe's buffer took it before the close.
-    (last,) = [int(m) for m in re.findall(r"stopped by SIGPIPE \(at a step boundary\): after step (\d+)", err)]
+    (shown,) = [int(m) for m in re.findall(r"stopped by SIGPIPE \(at a step boundary\): after step (\d+)", err)]
+    last = shown - 1  # the message counts steps from 1 (pc_pipelines/steps.py); `last` is the store's step
     assert last in (1, 2) and "I/O error" not in err
     q = cli("sql", "--store", str(tmp_path / "pc.duckdb"), "--json",
             "SELECT status, (SELECT count(*) FROM steps WHERE run_id = 'p') AS steps FROM runs WHERE run_id = 'p'")

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter, SkipReason, build_sensor_context
 
+from assets.sensors import build_advance_runs_sensor
 from pc_pipelines.reports import study_headline
+from resources import StoreResource
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +52,7 @@ def test_demo_materializes_the_graph_and_prints_the_table(tmp_path, base_policy,
     con = duckdb.connect(str(tmp_path / "runs" / "pc.duckdb"), read_only=True)
     try:
         runs = con.execute("SELECT method, status FROM runs ORDER BY method").fetchall()
+        run_ids = con.execute("SELECT run_id FROM runs").fetchall()
         presets = con.execute("SELECT DISTINCT preset FROM runs").fetchall()
         segs = con.execute("SELECT count(*), count(*) FILTER (WHERE status = 'done') FROM segments").fetchone()
         steps = con.execute("SELECT method, count(*) FROM steps JOIN runs USING (run_id) GROUP BY ALL ORDER BY 1").fetchall()
@@ -63,6 +66,16 @@ def test_demo_materializes_the_graph_and_prints_the_table(tmp_path, base_policy,
         assert len(seg_runs) == 6 and all(r.status == DagsterRunStatus.SUCCESS for r in seg_runs)
         assert len({r.tags["pc/run"] for r in seg_runs}) == 3
         assert sorted(r.tags["dagster/partition"].split("/")[1] for r in seg_runs) == ["seg-0000"] * 3 + ["seg-0001"] * 3
+        # The UI's Runs list shows them launched by the sensor (its tag), not "Manually launched"; the report is the
+        # sensor's `report` request, so `make ui`'s sensor, starting on this instance, requests no report again.
+        assert {r.tags.get("dagster/sensor_name") for r in seg_runs} == {"advance_runs"}
+        reports = inst.get_runs(filters=RunsFilter(job_name="report"))
+        assert len(reports) == 1 and reports[0].status == DagsterRunStatus.SUCCESS
+        assert sorted(reports[0].tags["pc/report_for"].split(",")) == sorted(r[0] for r in run_ids)
+        assert reports[0].tags.get("dagster/sensor_name") == "advance_runs"
+        tick = build_advance_runs_sensor()(build_sensor_context(
+            instance=inst, resources={"store": StoreResource(path=str(tmp_path / "runs" / "pc.duckdb"))}))
+        assert isinstance(tick, SkipReason) and tick.skip_message.count("skip (run is finished)") == 3
 
     again = run_demo(tmp_path, home, policy_cache)
     assert "training + evaluation" not in again.stdout  # every segment was done: only the report is rebuilt

@@ -29,7 +29,7 @@ PKG = ROOT / "pc_pipelines"
 # only); it may import its own layer and those below. Within a layer, the cycle check keeps the order one way.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("errors and config", ("pc_pipelines$", "pc_pipelines.errors", "pc_pipelines.config", "pc_pipelines.presets",
-                           "pc_pipelines.durable")),
+                           "pc_pipelines.durable", "pc_pipelines.steps")),
     ("allocation (numpy only)", ("pc_pipelines.allocation",)),
     ("components", ("pc_pipelines.data", "pc_pipelines.rewards", "pc_pipelines.rollout", "pc_pipelines.training",
                     "pc_pipelines.store", "pc_pipelines.evaluation", "pc_pipelines.reports")),

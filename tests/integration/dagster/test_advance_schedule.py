@@ -25,6 +25,7 @@ from assets.schedules import SCHEDULE_NAME, ScheduleSettings, TimeWindow
 from assets.sensors import REPORT_TAG, RUN_KEY_TAG, RUN_TAG, SCHEDULE_NAME_TAG, SENSOR_NAME, SENSOR_NAME_TAG
 from assets.training import ADVANCED_BY_TAG
 from pc_pipelines.definitions import build_definitions
+from pc_pipelines.demo import sensor_run_tags
 from pc_pipelines.errors import ConfigError
 from pc_pipelines.store import Store
 
@@ -86,13 +87,13 @@ class Location:
     def schedule_off(self) -> None:
         self._set_schedule(InstigatorStatus.STOPPED)
 
-    def sensor(self):
+    def sensor(self, cursor: str | None = None):
         """The sensor's tick as the daemon evaluates it (its requests, or its skip reason; the daemon loads dynamic
-        partitions from the instance)."""
+        partitions from the instance); ``cursor``: the one the previous tick left, as the daemon passes it on."""
         from dagster._core.definitions.partitions.context import partition_loading_context
 
         ctx = build_sensor_context(instance=self.instance, resources={"store": resources(self.tmp)["store"]},
-                                   definitions=self.defs)
+                                   definitions=self.defs, cursor=cursor)
         with partition_loading_context(dynamic_partitions_store=self.instance):
             return self.repo.get_sensor_def(SENSOR_NAME).evaluate_tick(ctx)
 
@@ -154,7 +155,7 @@ def test_the_schedule_is_off_by_default_and_advances_runs_only_in_its_window(loc
     deferred = location.sensor()
     assert requests(deferred) == []
     assert deferred.skip_message == "; ".join(
-        f"{r}: deferred (next segment 0 of 2; the schedule {SCHEDULE_NAME} is running: it requests segments, in "
+        f"{r}: deferred (next segment 1 of 2; the schedule {SCHEDULE_NAME} is running: it requests segments, in "
         "22:00-06:00 Europe/Berlin only)" for r in ("a", "b"))
 
     closed = location.schedule(EVENING)
@@ -222,7 +223,7 @@ def test_a_schedule_running_by_default_defers_the_sensor_until_stopped(location)
     on = Location(location.instance, location.tmp, replace(SETTINGS, running_by_default=True))
     assert on.repo.get_schedule_def(SCHEDULE_NAME).default_status.value == "RUNNING"
     assert requests(on.sensor()) == []
-    assert "a: deferred (next segment 0 of 2; the schedule" in on.sensor().skip_message
+    assert "a: deferred (next segment 1 of 2; the schedule" in on.sensor().skip_message
     on.schedule_off()
     assert [k for k, _, _ in requests(on.sensor())] == ["a/0", "b/0"]
 
@@ -285,6 +286,46 @@ def test_the_report_job_is_requested_once_per_finished_run(location, base_policy
     assert location.sensor().skip_message == ("a: skip (run is finished); b: skip (run is finished); "
                                               "c: skip (run is finished)")
     assert requests(location.schedule(NIGHT)) == []
+
+
+def test_the_sensor_logs_one_line_a_tick_and_only_when_it_changed(location, capfd):
+    """Issue 41 point 8: `make ui`'s console got one line per finished run every 30 s. Now a tick logs one line
+    (the runs something happens to, then the idle runs counted by reason), and only when it differs from the last
+    tick's (the sensor's cursor): four ticks over two finished runs log two lines. The UI's skip reason still names
+    every run."""
+    st = Store(location.tmp / "pc.duckdb")
+    finish_segments(st, "a")
+    st.set_status("a", "finished")
+    finish_segments(st, "b")
+    capfd.readouterr()
+    first = location.sensor()
+    location.launch(first.run_requests[0], BY_SENSOR)
+    cursor, skips = first.cursor, []
+    for _ in range(3):
+        tick = location.sensor(cursor)
+        cursor = tick.cursor
+        skips.append(tick.skip_message)
+    lines = [ln.split(" - INFO - ", 1)[1] for ln in capfd.readouterr().err.splitlines() if " - dagster - INFO - " in ln]
+    assert lines == ["b: finish (all 2 segments are done); 1 run skipped: run is finished; report requested for a,b",
+                     "2 runs skipped: run is finished"]
+    assert skips == ["a: skip (run is finished); b: skip (run is finished)"] * 3
+
+
+def test_the_demos_runs_count_as_the_sensors(location):
+    """Issue 41 point 8: `make demo` runs the sensor's requests in process; its runs carry the tags the sensor daemon
+    sets (``dagster/sensor_name``: the UI's Runs list shows them launched by the sensor, not "Manually launched";
+    ``dagster/run_key``), and its report is the sensor's ``report`` request, so the sensor of `make ui` starting
+    on the demo's instance finds the report built and requests none."""
+    st = Store(location.tmp / "pc.duckdb")
+    finish_segments(st, "a")
+    finish_segments(st, "b")
+    request = location.sensor().run_requests[0]
+    report = location.defs.resolve_job_def("report")
+    done = report.execute_in_process(instance=location.instance, tags=sensor_run_tags(request), raise_on_error=False)
+    run = location.instance.get_run_by_id(done.run_id)
+    assert run.job_name == "report" and run.tags[REPORT_TAG] == "a,b"
+    assert (run.tags[SENSOR_NAME_TAG], run.tags[RUN_KEY_TAG]) == (SENSOR_NAME, "report-a-and-1-more")
+    assert requests(location.sensor()) == []
 
 
 # ---- bad config -------------------------------------------------------------------------------------------------

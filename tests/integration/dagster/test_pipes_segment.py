@@ -65,7 +65,7 @@ def test_train_segment_reports_through_pipes_then_runs_plainly(tmp_path, base_po
     assert reported[-1]["cumulative_rollouts"] == sum(r["sampled_rollouts"] for r in rows)
 
     # The final materialization the subprocess reported, and the asset's own view of the store, agree.
-    assert meta["steps_run"].value == "2" and meta["steps"].value == "0..1"
+    assert meta["steps_run"].value == "2" and meta["steps"].value == "1..2"
     assert meta["first_step"].value == "0" and meta["last_step"].value == "1"  # text: out of the Plots tab
     assert meta["reported/steps_run"].value == "2"
     assert meta["cumulative_rollouts"].value == sum(r["sampled_rollouts"] for r in rows)
@@ -92,7 +92,7 @@ def test_train_segment_reports_through_pipes_then_runs_plainly(tmp_path, base_po
     assert len(by_loop) == 6  # arith_d1 .. arith_d6
     out = materialize([segment_eval], partition_key="pipes-pc/seg-0000", instance=instance, resources=res)
     emeta = out.asset_materializations_for_node("segment_eval")[0].metadata
-    assert emeta["compute"].value == "SubprocessComputeResource" and emeta["step"].value == 1
+    assert emeta["compute"].value == "SubprocessComputeResource" and emeta["step"].value == 2
     assert store.query(evals) == by_loop
     assert emeta["average_accuracy"].value == pytest.approx(ev)
     assert any("pipes-pc step 1: average accuracy" in (e.message or "") for e in instance.all_logs(out.run_id))

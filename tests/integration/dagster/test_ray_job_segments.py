@@ -268,7 +268,7 @@ def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_he
     # Segment 0 as a Ray job, then its evaluation as another (eval-segment).
     out = materialize([training_segment, segment_eval], partition_key="ray/seg-0000", instance=instance, resources=ray)
     meta = out.asset_materializations_for_node("training_segment")[-1].metadata
-    assert meta["steps_run"].value == "2" and meta["resumed_from_step"].value == "-1"
+    assert meta["steps_run"].value == "2" and meta["resumed_after_step"].value == "fresh (the base policy)"
     assert [r["step"] for r in meta["pipes_steps"].value] == [0, 1]  # one Pipes message per step, from the job log
     job0 = meta["launch/Ray Job ID"].value
     assert job0.startswith("pc-train-segment-ray-")
@@ -280,7 +280,7 @@ def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_he
     assert ran != Path(shipped) and ray_head.temp_dir in str(ran) and "py_modules" in str(ran), origin
     assert ran.name == "pc_pipelines" and (ran / "cli" / "segment.py").read_bytes() == (Path(shipped) / "cli" / "segment.py").read_bytes()
     emeta = out.asset_materializations_for_node("segment_eval")[0].metadata
-    assert emeta["compute"].value == "RayJobComputeResource" and emeta["step"].value == 1
+    assert emeta["compute"].value == "RayJobComputeResource" and emeta["step"].value == 2
     assert emeta["average_accuracy"].value == pytest.approx(meta["eval_accuracy"].value, abs=5e-5)  # = the loop's own eval (rounded to 4 places in the UI)
 
     # Segment 1 as a Ray job, stopped through the job server once it has reported step 2.
@@ -301,7 +301,7 @@ def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_he
     # The retry (what the advance_runs sensor launches) resumes inside the segment, from the checkpoint after step 2.
     out = materialize([training_segment], partition_key="ray/seg-0001", instance=instance, resources=ray)
     meta = out.asset_materializations_for_node("training_segment")[-1].metadata
-    assert meta["resumed_from_step"].value == "2" and meta["steps_run"].value == "1"
+    assert meta["resumed_after_step"].value == "3" and meta["steps_run"].value == "1"
     assert [r["step"] for r in meta["pipes_steps"].value] == [3]
     assert [s["status"] for s in store.segments("ray")] == ["done", "done"]
 

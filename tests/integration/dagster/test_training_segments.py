@@ -101,13 +101,14 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
     assert requests(tick(instance, tmp_path)) == [("seg-pc/0", "seg-pc/seg-0000")]
     res = train(instance, tmp_path, "seg-pc/seg-0000")
     meta = res.asset_materializations_for_node("training_segment")[-1].metadata
-    assert meta["steps"].value == "0..1" and meta["steps_run"].value == "2" and meta["resumed_from_step"].value == "-1"
+    assert meta["steps"].value == "1..2" and meta["steps_run"].value == "2"
+    assert meta["resumed_after_step"].value == "fresh (the base policy)"
     rows = steps_rows(store, run_id)
     assert [r["step"] for r in rows] == [0, 1]
     assert meta["cumulative_rollouts"].value == sum(r["sampled_rollouts"] for r in rows)
     ev = res.asset_materializations_for_node("segment_eval")[0].metadata
     stored = store.query("SELECT benchmark, accuracy FROM eval_results WHERE run_id = ? AND step = 1", [run_id])
-    assert len(stored) == 6 and ev["step"].value == 1
+    assert len(stored) == 6 and ev["step"].value == 2  # store step 1 is the 2nd step
     assert ev["average_accuracy"].value == pytest.approx(sum(r["accuracy"] for r in stored) / 6)
     # The loop evaluated step 1 too (eval_every=2) with the same seed: the asset reproduces it exactly.
     assert meta["eval_accuracy"].value == pytest.approx(ev["average_accuracy"].value, abs=5e-5)  # 4 places in the UI
@@ -136,6 +137,7 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
     assert [o["reward_std"] for o in per_step] == [round(r["mean_reward_std"], 3) for r in after[2:]]
     assert per_step[-1]["eta_s"] == "0" and abs(int(per_step[0]["eta_s"]) - per_step[0]["seconds_per_step"]) <= 0.5
     assert per_step[0]["progress"] == "seg-pc: segment 2 of 2, step 1 of 2; run step 3 of 4" and "eval_accuracy" in per_step[1]
+    assert [o["step"] for o in per_step] == ["3", "4"]  # the words' numbers (store steps 2 and 3)
     lines = [e.message for e in instance.all_logs(res1.run_id) if (e.message or "").startswith("step 2/2 of segment 2/2")]
     assert len(lines) == 1 and f"rollouts {after[3]['sampled_rollouts']:,} (cumulative " in lines[0]
     # The segment's materialization: the run so far as a plot, its SQL (which returns the steps) and TensorBoard.
@@ -160,7 +162,7 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
     assert sorted(p.name for p in ckpts.iterdir()) == ["step-00000001", "step-00000003"]  # keep_every + newest
     p1, p3 = params(ckpts / "step-00000001"), params(ckpts / "step-00000003")
     res = train(instance, tmp_path, "seg-pc/seg-0000")
-    assert res.asset_materializations_for_node("training_segment")[-1].metadata["resumed_from_step"].value == "-1"
+    assert res.asset_materializations_for_node("training_segment")[-1].metadata["resumed_after_step"].value == "fresh (the base policy)"
     assert steps_rows(store, run_id) == before
     again = params(ckpts / "step-00000001")
     assert all(torch.equal(p1[k], again[k]) for k in p1)
@@ -215,7 +217,8 @@ def test_retried_segment_resumes_from_its_last_checkpoint_and_matches(tmp_path, 
     flag.unlink()
     res = train(instance, tmp_path, f"{flaky}/seg-0000", engine=engine)
     meta = res.asset_materializations_for_node("training_segment")[-1].metadata
-    assert meta["resumed_from_step"].value == str(max(done)) and max(done) >= 0 and meta["steps_run"].value == str(3 - max(done))
+    assert meta["resumed_after_step"].value == str(max(done) + 1) and max(done) >= 0
+    assert meta["steps_run"].value == str(3 - max(done))
     assert store.segments(flaky)[0]["consecutive_failures"] == 0
     assert steps_rows(store, flaky) == steps_rows(store, ref)
     a = params(tmp_path / "runs" / ref / "checkpoints" / "step-00000003")

@@ -184,7 +184,7 @@ def test_a_refused_materialization_leaves_the_segment_as_it_was_and_the_sensor_w
     res = train(instance, tmp_path, "busy/seg-0001", by_sensor(run_id, "busy/1/retry-1"))
     assert res.success
     meta = res.asset_materializations_for_node("training_segment")[-1].metadata
-    assert meta["resumed_from_step"].value == "0" and meta["steps_run"].value == "1"
+    assert meta["resumed_after_step"].value == "1" and meta["steps_run"].value == "1"
     segs = store.segments(run_id)
     assert [(s["status"], s["attempts"], s["consecutive_failures"]) for s in segs] == [("done", 1, 0), ("done", 1, 0)]
     assert store.get_run(run_id)["status"] == "finished"
@@ -277,7 +277,7 @@ def test_a_refused_rerun_of_a_done_segment_leaves_it_done_and_the_run_finished(t
 
     res = train(instance, tmp_path, "redo/seg-0001")
     assert res.success
-    assert res.asset_materializations_for_node("training_segment")[-1].metadata["resumed_from_step"].value == "0"
+    assert res.asset_materializations_for_node("training_segment")[-1].metadata["resumed_after_step"].value == "1"
     segs = store.segments(run_id)
     assert [(s["status"], s["attempts"]) for s in segs] == [("done", 1), ("done", 2)]
     assert store.get_run(run_id)["status"] == "finished"

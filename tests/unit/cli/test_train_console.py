@@ -64,16 +64,17 @@ def closing(curve, last_step, checkpoint=Path("/runs/r/checkpoints/step-00000004
 
 
 def test_the_closing_block_shows_the_first_and_the_last_evaluated_step(monkeypatch):
+    """Store steps -1 (before training) and 4 (the 5th step) read "start" and "step 5" (pc_pipelines/steps.py)."""
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")  # the scripts on PATH: bare names
     curve = rows(-1, [0.5, 0.25]) + rows(1, [0.0, 0.0]) + rows(4, [0.75, 0.5])
     lines = closing(curve, {"step": 4, "mean_reward": 0.4375, "trained_rollouts": 64})
     assert lines == [
         "held-out accuracy (mean@4, T=0.7):",
-        "  set           step -1     step 4",
+        "  set             start     step 5",
         "  arith_d1        0.500      0.750",
         "  arith_d2        0.250      0.500",
         "  mean            0.375      0.625",
-        "run r: 5 steps; final mean reward 0.438 (step 4); final eval accuracy 0.625 (step 4); 1,234 rollouts sampled",
+        "run r: 5 steps; final mean reward 0.438 (step 5); final eval accuracy 0.625 (step 5); 1,234 rollouts sampled",
         "checkpoint:  /runs/r/checkpoints/step-00000004",
         "tensorboard: tensorboard --logdir /runs/r/tensorboard",
         "store:       pilot-commit runs --store '/runs/my store/pc.duckdb'",  # a path to paste into a shell
@@ -82,10 +83,10 @@ def test_the_closing_block_shows_the_first_and_the_last_evaluated_step(monkeypat
 
 def test_the_closing_block_shows_a_single_evaluation_once():
     lines = closing(rows(-1, [0.5, 0.25]), {"step": 4, "mean_reward": 0.0, "trained_rollouts": 0})
-    assert lines[1].split() == ["set", "step", "-1"]
+    assert lines[1].split() == ["set", "start"]
     assert lines[2].split() == ["arith_d1", "0.500"] and lines[4].split() == ["mean", "0.375"]
-    assert lines[5] == ("run r: 5 steps; final mean reward - (step 4 trained no group); final eval accuracy 0.375 "
-                        "(step -1); 1,234 rollouts sampled")
+    assert lines[5] == ("run r: 5 steps; final mean reward - (step 5 trained no group); final eval accuracy 0.375 "
+                        "(start); 1,234 rollouts sampled")
 
 
 def test_the_closing_block_without_any_evaluation_or_step():

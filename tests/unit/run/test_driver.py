@@ -141,7 +141,7 @@ def test_a_stop_request_ends_at_a_step_boundary_with_a_checkpoint(tmp_path):
         if rec.step == 2:
             stop.request(15)
 
-    with pytest.raises(StopRequested, match="after step 2"):
+    with pytest.raises(StopRequested, match=r"after step 3 \(checkpoint step-00000002\)"):  # the 3rd step, counted from 1
         run_segment(run, store, until_step=6, backend=ToyBackend(run), on_step=on_step, stop=stop)
     assert seen == [0, 1, 2]
     assert [s for s, _ in list_checkpoints(run.checkpoint_dir)] == [1, 2]  # the boundary got its checkpoint

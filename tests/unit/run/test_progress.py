@@ -35,6 +35,7 @@ def test_counts_rates_and_time_left_of_a_middle_segment():
     meta = p.metadata()
     assert meta["progress"] == "r: segment 2 of 3, step 2 of 10; run step 12 of 30"
     assert meta["segment"] == 2 and meta["segments"] == 3  # counted from 1 in the UI, as in the words
+    assert meta["step"] == 12 == meta["run_step"]  # store step 11 is step 12 on every screen, never "step 11"
     assert (meta["mean_reward"], meta["reward_std"], meta["informative_share"], meta["eval_accuracy"]) == \
         (0.612, 0.456, 0.875, 0.712)
     assert meta["eta"] == "1 min 20 s" and meta["eta_s"] == 80

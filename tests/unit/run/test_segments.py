@@ -93,7 +93,17 @@ def test_sensor_retries_with_a_new_run_key_then_pauses_with_the_reason():
 def test_sensor_resumes_a_stopped_segment_without_counting_a_failure():
     d = decide(view("done", "stopped", attempts=1, status="stopped"), max_failures=1)
     assert (d.action, d.segment, d.run_key) == (Action.REQUEST, 1, "r/1/retry-1")
-    assert d.reason == "resuming (from its checkpoint) the stopped segment 1 of 2"
+    assert d.reason == "resuming (from its checkpoint) the stopped segment 2 of 2"
+
+
+def test_the_reasons_count_segments_from_1_as_the_ui_does():
+    """The sensor's reasons (its log line, its skip reason in the UI) name segment k+1 for seg-000k: the first
+    segment of two is "segment 1 of 2", as training's own "segment 1/2"; the partition key keeps its index."""
+    assert decide(view("planned", "planned"), 3).reason == "next segment 1 of 2"
+    assert decide(view("done", "failed", failures=1, attempts=1), 3).reason == "retrying segment 2 of 2"
+    assert decide(view("done", "running"), 3).reason.startswith("segment 2 was interrupted")
+    paused = decide(view("done", "failed", failures=3, attempts=3, error="OOM"), 3)
+    assert paused.reason.startswith("segment 2 failed 3 times in a row") and "re-materialize r/seg-0001" in paused.reason
 
 
 def test_run_keys_skip_keys_the_sensor_already_used():
