@@ -131,7 +131,8 @@ class OpenRun:
         s = rec.step
         led = rec.ledger
         for key in ("sampled_rollouts", "trained_rollouts", "rounds", "kept", "skipped_easy", "deferred_hard",
-                    "buffer_size", "evicted", "returned", "informative_share", "mean_reward_std", "mean_lag"):
+                    "buffer_size", "evicted", "returned", "screened_by_prior", "prior_rollouts_saved",
+                    "informative_share", "mean_reward_std", "mean_lag"):
             tb.add_scalar(f"ledger/{key}", led[key], s)
         tb.add_scalar("ledger/cumulative_rollouts", rec.cumulative_rollouts, s)
         tb.add_scalar("train/mean_reward", rec.mean_reward, s)
