@@ -88,14 +88,20 @@ def _rising_log(x: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def beta_binomial_pmf(alpha: np.ndarray, beta: np.ndarray, n: int) -> np.ndarray:
-    """``P(K = k)``, k = 0..n, for ``K ~ BetaBinomial(n, alpha, beta)`` per row (shape [len(alpha), n + 1])."""
+def _log_comb(n: int) -> np.ndarray:
+    """``log C(n, k)`` for k = 0..n."""
+    return np.array([math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) for j in range(n + 1)])
+
+
+def beta_binomial_pmf(alpha: np.ndarray, beta: np.ndarray, n: int, log_comb: np.ndarray | None = None) -> np.ndarray:
+    """``P(K = k)``, k = 0..n, for ``K ~ BetaBinomial(n, alpha, beta)`` per row (shape [len(alpha), n + 1]);
+    ``log_comb``: :func:`_log_comb` of ``n``, when the caller keeps it."""
     alpha = np.asarray(alpha, np.float64)
     beta = np.asarray(beta, np.float64)
     ra, rb, rab = _rising_log(alpha, n), _rising_log(beta, n), _rising_log(alpha + beta, n)
     k = np.arange(n + 1)
-    log_comb = np.array([math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) for j in range(n + 1)])
-    return np.exp(log_comb[None, :] + ra[:, k] + rb[:, n - k] - rab[:, n : n + 1])
+    lc = _log_comb(n) if log_comb is None else log_comb
+    return np.exp(lc[None, :] + ra[:, k] + rb[:, n - k] - rab[:, n : n + 1])
 
 
 @register_strategy("screen", "posterior")
@@ -138,6 +144,7 @@ class PosteriorScreen(ScreenStrategy):
             self.useful_k = np.ones(cfg.n + 1, bool)
             self.useful_k[[0, cfg.n]] = False
             self.middle = 0.5
+        self.log_comb = _log_comb(self.n_useful)
 
     # ---- the posterior -------------------------------------------------------------------------------------------
     def posterior(self, ids: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -156,16 +163,19 @@ class PosteriorScreen(ScreenStrategy):
         """Predicted chance the next group is useful (module docstring, "Usefulness")."""
         if alpha.shape[0] == 0:
             return np.zeros(0)
-        return beta_binomial_pmf(alpha, beta, self.n_useful)[:, self.useful_k].sum(axis=1)
+        return beta_binomial_pmf(alpha, beta, self.n_useful, self.log_comb)[:, self.useful_k].sum(axis=1)
 
     def screen(self, ids, step, budget):
         cfg = self.config
         k = ids.shape[0]
         explore = self.rng.random(k)  # one uniform per drawn prompt, whatever is decided: a fixed draw count
         alpha, beta, evidence = self.posterior(ids, step)
-        useful = self.useful(alpha, beta)
-        skip = ((useful < cfg.screen_threshold) & (evidence >= cfg.screen_min_evidence - EPS)
-                & (self.skips[ids] < cfg.screen_max_skips) & (explore >= cfg.screen_explore))
+        # Only a prompt every other rule lets go can be skipped: the usefulness of the rest is not needed (NaN).
+        can = ((evidence >= cfg.screen_min_evidence - EPS) & (self.skips[ids] < cfg.screen_max_skips)
+               & (explore >= cfg.screen_explore))
+        useful = np.full(k, np.nan)
+        useful[can] = self.useful(alpha[can], beta[can])
+        skip = can & (useful < cfg.screen_threshold)
         # In stream order: at most ``budget`` skips, and a prompt drawn twice in one draw (an epoch boundary inside
         # it) counts its skips one after the other.
         for j in np.flatnonzero(skip):
