@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
-
 from pc_pipelines.allocation import AllocatorConfig, Decision, Stage
 from pc_pipelines.config import SimConfig
 from pc_pipelines.simulator import Simulation
