@@ -210,7 +210,9 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
         chosen, damaged = newest_intact_checkpoint(run.checkpoint_dir, at_most=from_step)
     if chosen is None:
         backend.start()
-        opened = OpenRun(run, store, backend, Allocator(run.config.allocator, len(run.task.prompts)), Totals(), None)
+        groups = None if run.task.groups is None else np.asarray(run.task.groups, np.int64)  # pools the prior's prior
+        allocator = Allocator(run.config.allocator, len(run.task.prompts), prompt_groups=groups)
+        opened = OpenRun(run, store, backend, allocator, Totals(), None)
     else:
         path = chosen[1]
         meta = checkpoint_meta(run, path)
