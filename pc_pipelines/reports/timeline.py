@@ -22,9 +22,9 @@ epoch boundary); a cell folds them:
 * **blank** (white): the prompt was not sampled at that step.
 
 Which prompts get a row: the ones asked for (in the order given), or the ``top`` most-visited (default
-:data:`DEFAULT_TOP`), visits = the number of steps at which the prompt was sampled, ties broken by the lower prompt
-id, most visited first: a deterministic pick. The lower panel aggregates ALL the run's prompts with the same rule:
-per step, one count per decision (stacked; the stack's height is the number of prompts sampled at that step) and
+:data:`DEFAULT_TOP`), visits = the number of steps at which the prompt was sampled (or drawn and skipped by the
+history prior), ties broken by the lower prompt id, most visited first: a deterministic pick. The lower panel aggregates ALL the run's prompts with the same rule:
+per step, one count per decision (stacked; the stack's height is the number of prompts drawn at that step) and
 the number of prompts evicted and returned (lines). The figure's title says which prompts the rows are.
 
 Steps on the x axis are counted from 1, as in every report plot (:mod:`.plots`): store step ``k`` is training step
