@@ -16,7 +16,7 @@ dataset rows). Requests may carry any ``n`` and a ``wave`` number, and a method 
 round, so strategies with per-prompt rollout counts and multi-wave pilots fit without changing the interface.
 
 State (step counter, rollout-id counter, stream position, evictions and un-evictions, buffer, tie-break generator,
-method state, which holds the strategies' own, e.g. the easy pool) round-trips through :meth:`Allocator.state_dict`
+method state, which holds the strategies' own, e.g. the easy pool, and the history prior's posterior when on) round-trips through :meth:`Allocator.state_dict`
 as plain JSON between steps; a step is atomic from the checkpoint's point of view (a crash mid-step replays the step from the last checkpoint).
 """
 
@@ -31,8 +31,9 @@ from ..config.allocator import AllocatorConfig
 from ..errors import field_error
 from .buffer import SELECTION_STRATEGIES, ReplayBuffer
 from .methods import METHODS, AllocationMethod, get_method
+from .screen import ScreenStrategy
 from .step import AllocatorError, IdCounters, StepContext, StepSession
-from .strategies import STRATEGIES
+from .strategies import SCREEN_KIND, STRATEGIES
 from .stream import PromptStream
 from .types import EngineCall, StepOutcome
 
@@ -53,12 +54,15 @@ def check_config(config: AllocatorConfig) -> None:
         if getattr(config, f"{kind}_strategy") not in registered:
             raise field_error(config, f"{kind}_strategy", f"unknown {kind} strategy", f"use one of {sorted(registered)}")
     METHODS[config.method].check_config(config)
+    STRATEGIES[SCREEN_KIND][config.screen_strategy].check_config(config)
 
 
 class Allocator:
     """Owns the cross-step state and runs one registered method."""
 
-    def __init__(self, config: AllocatorConfig, num_prompts: int) -> None:
+    def __init__(self, config: AllocatorConfig, num_prompts: int, prompt_groups: np.ndarray | None = None) -> None:
+        """``prompt_groups``: a group id per prompt (an attribute the dataset declares), pooling the history prior's
+        prior (``screen_strategy``); None: one group."""
         check_config(config)
         config.check_pool(num_prompts)
         self.config = config
@@ -72,6 +76,8 @@ class Allocator:
         self.rng = np.random.default_rng([config.seed, 0xB0FF])
         self.step = 0
         self.ids = IdCounters()  # next rollout id, next buffer entry id: advanced by the step that hands them out
+        self.screen: ScreenStrategy = STRATEGIES[SCREEN_KIND][config.screen_strategy](  # type: ignore[call-arg]
+            config, num_prompts, prompt_groups, self.method.uses_pilots)
         self._session: StepSession | None = None
 
     @property
@@ -105,6 +111,7 @@ class Allocator:
             selection=self.selection,
             rng=self.rng,
             ids=self.ids,
+            screen=self.screen,
         )
         self._session = StepSession(ctx, self.method.plan_step, self._end_step)
         return self._session
@@ -151,6 +158,7 @@ class Allocator:
             "buffer": self.buffer.state_dict(),
             "rng": self.rng.bit_generator.state,
             "method": self.method.state_dict(),
+            **({"screen": screen} if (screen := self.screen.state_dict()) else {}),
         }
 
     @classmethod
@@ -168,4 +176,6 @@ class Allocator:
         alloc.buffer.load_state_dict(state["buffer"])
         alloc.rng.bit_generator.state = state["rng"]
         alloc.method.load_state_dict(state["method"])
+        if "screen" in state:
+            alloc.screen.load_state_dict(state["screen"])
         return alloc

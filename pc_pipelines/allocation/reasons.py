@@ -16,7 +16,9 @@ prompt was also evicted, ``; evicted: p_hat=1.000 reached p_solve`` follows. A p
 
 Fields a template may use, each with the one format spec it is written with (Python ``str.format`` and DuckDB
 ``printf`` agree on these): ``p_hat`` (``.3f``), ``band_lower`` / ``band_upper`` (``.4g``), ``n`` and ``lag``
-(integers) and ``outcome`` (``correct`` when ``p_hat > 0.5``, else ``wrong``).
+(integers) and ``outcome`` (``correct`` when ``p_hat > 0.5``, else ``wrong``); a ``screened_by_prior`` row's
+``prior_useful`` and ``prior_mean`` (``.2f``), ``prior_evidence`` (``.1f``), ``prior_observations`` (integer) and
+``side`` (``easy`` when its rule is ``prior_easy``, else ``hard``).
 """
 
 from __future__ import annotations
@@ -35,9 +37,15 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "n": ("", "%d"),
     "lag": ("", "%d"),
     "outcome": ("", "%s"),
+    "prior_useful": (".2f", "%.2f"),
+    "prior_mean": (".2f", "%.2f"),
+    "prior_evidence": (".1f", "%.1f"),
+    "prior_observations": ("", "%d"),
+    "side": ("", "%s"),
 }
-COLUMNS = tuple(f for f in _FIELDS if f != "outcome")
-"""The fields ``reason_sql`` takes as SQL expressions (``outcome`` is derived from ``p_hat``)."""
+COLUMNS = tuple(f for f in _FIELDS if f not in ("outcome", "side"))
+"""The fields ``reason_sql`` takes as SQL expressions (``outcome`` is derived from ``p_hat``, ``side`` from
+``rule``)."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,14 @@ class ReasonTemplate:
                 and (self.rule is None or self.rule is rule))
 
 
+_PRIOR_VIEW = ("{prior_useful:.2f} from {prior_observations} observations (discounted {prior_evidence:.1f} rollouts), "
+               "posterior mean {prior_mean:.2f}")
+
 REASONS: tuple[ReasonTemplate, ...] = (
+    ReasonTemplate("skipped by prior, {side} side: P(pilot in band) " + _PRIOR_VIEW,
+                   decision=Decision.SCREENED_BY_PRIOR, stage=Stage.PILOT),
+    ReasonTemplate("skipped by prior, {side} side: P(informative group) " + _PRIOR_VIEW,
+                   decision=Decision.SCREENED_BY_PRIOR),
     ReasonTemplate("first pilot wave all {outcome} ({n} rollouts): p_hat={p_hat:.3f} outside the band, "
                    "decided without the second wave", rule=Rule.EARLY_WAVE),
     ReasonTemplate("p_hat={p_hat:.3f} in the widened band [{band_lower:.4g}, {band_upper:.4g}] (the batch was short)",
@@ -85,11 +100,16 @@ def template_for(decision: Decision, stage: Stage, rule: Rule) -> ReasonTemplate
 
 
 def render(decision: Decision, stage: Stage, rule: Rule, *, p_hat: float, n: int, lag: int,
-           band_lower: float | None, band_upper: float | None, evicted: bool, returned: bool = False) -> str:
+           band_lower: float | None, band_upper: float | None, evicted: bool, returned: bool = False,
+           prior_useful: float = float("nan"), prior_mean: float = float("nan"), prior_evidence: float = float("nan"),
+           prior_observations: int = 0) -> str:
     """The reason in Python (``Observations.reason``). The band is None on GRPO / DAPO steps (no template of
-    theirs uses it)."""
+    theirs uses it); the ``prior_*`` values are a ``screened_by_prior`` row's (the history prior's view)."""
     values = {"p_hat": float(p_hat), "n": int(n), "lag": int(lag), "band_lower": band_lower,
-              "band_upper": band_upper, "outcome": "correct" if p_hat > 0.5 else "wrong"}
+              "band_upper": band_upper, "outcome": "correct" if p_hat > 0.5 else "wrong",
+              "prior_useful": float(prior_useful), "prior_mean": float(prior_mean),
+              "prior_evidence": float(prior_evidence), "prior_observations": int(prior_observations),
+              "side": "easy" if rule is Rule.PRIOR_EASY else "hard"}
     text = template_for(decision, stage, rule).text.format(**values)
     if returned:
         text = RETURNED + text
@@ -103,7 +123,9 @@ def observation_reason(obs: Observations, i: int, band_lower: float, band_upper:
     ledger's)."""
     return render(Decision(int(obs.decision[i])), Stage(int(obs.stage[i])), Rule(int(obs.rule[i])),
                   p_hat=float(obs.p_hat[i]), n=int(obs.n[i]), lag=int(obs.lag[i]), band_lower=band_lower,
-                  band_upper=band_upper, evicted=bool(obs.evicted[i]), returned=bool(obs.returned[i]))
+                  band_upper=band_upper, evicted=bool(obs.evicted[i]), returned=bool(obs.returned[i]),
+                  prior_useful=float(obs.prior_useful[i]), prior_mean=float(obs.prior_mean[i]),
+                  prior_evidence=float(obs.prior_evidence[i]), prior_observations=int(obs.prior_observations[i]))
 
 
 def _quote(text: str) -> str:
@@ -123,7 +145,7 @@ def _sql_text(template: str, columns: Mapping[str, str]) -> str:
                              + ", ".join(f"{{{k}:{s}}}" if s else f"{{{k}}}" for k, (s, _) in _FIELDS.items()))
         fmt.append(_FIELDS[name][1])
         args.append(f"CASE WHEN {columns['p_hat']} > 0.5 THEN 'correct' ELSE 'wrong' END" if name == "outcome"
-                    else columns[name])
+                    else columns[name])  # side: reason_sql puts its CASE in columns
     if not args:
         return _quote("".join(plain))
     return f"printf({', '.join([_quote(''.join(fmt)), *args])})"
@@ -137,6 +159,7 @@ def reason_sql(*, decision: str, stage: str, rule: str, evicted: str, columns: M
     missing = [c for c in COLUMNS if c not in columns]
     if missing:
         raise ValueError(f"reason_sql: no SQL expression for {missing}")
+    columns = {**columns, "side": f"CASE WHEN {rule} = '{Rule.PRIOR_EASY.label}' THEN 'easy' ELSE 'hard' END"}
     conds = {"decision": decision, "stage": stage, "rule": rule}
     whens = []
     for t in REASONS:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -50,6 +51,22 @@ from .types import (
     StepOutcome,
     TrainedGroup,
 )
+
+
+class Screen(Protocol):
+    """What a step needs of the history prior (``screen.py``'s strategies; declared here so the step API imports
+    no strategy)."""
+
+    active: bool
+    pilots: bool
+    middle: float
+
+    @property
+    def skip_cost(self) -> int: ...
+
+    def screen(self, ids: np.ndarray, step: int, budget: int) -> tuple[np.ndarray, dict[str, np.ndarray]]: ...
+
+    def observe(self, step: int, prompt_id: np.ndarray, n: np.ndarray, n_correct: np.ndarray) -> None: ...
 
 
 class AllocatorError(RuntimeError):
@@ -164,6 +181,7 @@ class StepContext:
         selection: SelectionStrategy,
         rng: np.random.Generator,
         ids: IdCounters,
+        screen: Screen | None = None,
     ) -> None:
         self.config = config
         """The allocator's settings (read only)."""
@@ -177,6 +195,7 @@ class StepContext:
         self._selection = selection
         self._rng = rng
         self._ids = ids
+        self._screen = screen if screen is not None and screen.active else None
         self._groups: list[TrainedGroup] = []
         # Per trained group, aligned with ``_groups``: size, reward sum, reward sum of squares (for the ledger's
         # reward std without concatenating reward arrays).
@@ -211,10 +230,64 @@ class StepContext:
 
     def draw(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The next ``k`` fresh prompts of the stream (int64 ids) and the epoch each was drawn in (for
-        :meth:`evict`). Fewer only when eviction has emptied the pool. Counted as ``prompts_consumed``."""
-        ids, epochs = self._stream.take(k)
-        self.ledger.prompts_consumed += int(ids.shape[0])
-        return ids, epochs
+        :meth:`evict`). Fewer only when eviction has emptied the pool. Counted as ``prompts_consumed``.
+
+        With the history prior on (``screen_strategy``), prompts it skips are recorded (``screened_by_prior``,
+        n = 0) and the stream is read on until ``k`` pass, reading at most ``screen_draw_cap * k`` prompts; the rest
+        of the ``k`` is then taken unscreened."""
+        if self._screen is None:
+            ids, epochs = self._stream.take(k)
+            self.ledger.prompts_consumed += int(ids.shape[0])
+            return ids, epochs
+        got_ids: list[np.ndarray] = []
+        got_epochs: list[np.ndarray] = []
+        need, budget = int(k), int(k) * self.config.screen_draw_cap - int(k)  # budget: skips this draw may make
+        while need > 0:
+            ids, epochs = self._stream.take(need)
+            self.ledger.prompts_consumed += int(ids.shape[0])
+            if ids.shape[0] == 0:
+                break
+            if budget > 0:
+                skip, info = self._screen.screen(ids, self.step, budget)
+                self._record_screened(ids[skip], {key: v[skip] for key, v in info.items()})
+                budget -= int(skip.sum())
+                ids, epochs = ids[~skip], epochs[~skip]
+            got_ids.append(ids)
+            got_epochs.append(epochs)
+            need -= int(ids.shape[0])
+        if not got_ids:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(got_ids), np.concatenate(got_epochs)
+
+    def _record_screened(self, ids: np.ndarray, info: dict[str, np.ndarray]) -> None:
+        """Rows of the prompts the history prior skipped: n = 0, the posterior's view, the side in ``decision``'s
+        reason (the posterior mean against the band's middle)."""
+        k = ids.shape[0]
+        if k == 0:
+            return
+        screen = self._screen
+        assert screen is not None
+        self._append(
+            Observations(
+                prompt_id=ids.astype(np.int64),
+                round=np.full(k, self._rounds + 1, np.int16),  # the round the draw is for
+                call=np.full(k, self._calls, np.int16),  # the call that would have sampled them
+                stage=np.full(k, Stage.PILOT if screen.pilots else Stage.FULL, np.int8),
+                n=np.zeros(k, np.int32),
+                n_correct=np.zeros(k, np.float64),
+                decision=np.full(k, Decision.SCREENED_BY_PRIOR, np.int8),
+                evicted=np.zeros(k, bool),
+                lag=np.zeros(k, np.int32),
+                wave=np.zeros(k, np.int16),
+                rule=np.where(info["mean"] > screen.middle, Rule.PRIOR_EASY, Rule.PRIOR_HARD).astype(np.int8),
+                returned=np.zeros(k, bool),
+                prior_useful=info["useful"].astype(np.float64),
+                prior_mean=info["mean"].astype(np.float64),
+                prior_evidence=info["evidence"].astype(np.float64),
+                prior_observations=info["observations"].astype(np.int32),
+            )
+        )
+        self.ledger.prior_rollouts_saved += k * screen.skip_cost
 
     def make_call(self, parts: list[tuple[np.ndarray, int | np.ndarray, Stage]], wave: int = 0) -> EngineCall:
         """Assemble one engine call from (prompt_ids, n, stage) parts and assign contiguous rollout ids.
@@ -292,7 +365,7 @@ class StepContext:
         k = prompt_id.shape[0]
         if k == 0:
             return
-        self._obs.append(
+        self._append(
             Observations(
                 prompt_id=np.asarray(prompt_id, np.int64),
                 round=np.full(k, call.round, np.int16),
@@ -306,13 +379,23 @@ class StepContext:
                 wave=np.asarray(wave).astype(np.int16),
                 rule=np.broadcast_to(np.asarray(rule, np.int8), (k,)).copy(),
                 returned=np.zeros(k, bool) if returned is None else np.asarray(returned, bool),
+                prior_useful=np.full(k, np.nan),
+                prior_mean=np.full(k, np.nan),
+                prior_evidence=np.full(k, np.nan),
+                prior_observations=np.zeros(k, np.int32),
             )
         )
+
+    def _append(self, obs: Observations) -> None:
+        """Keep ``obs`` for the step's record and count its decisions in the ledger."""
+        self._obs.append(obs)
+        decision = obs.decision
         counts = np.bincount(decision, minlength=len(Decision))
         self.ledger.kept += int(counts[Decision.KEPT])
         self.ledger.skipped_easy += int(counts[Decision.SKIPPED_EASY])
         self.ledger.deferred_hard += int(counts[Decision.DEFERRED_HARD])
         self.ledger.surplus += int(counts[Decision.SURPLUS])
+        self.ledger.screened_by_prior += int(counts[Decision.SCREENED_BY_PRIOR])
 
     # ---- training ----------------------------------------------------------------------------------------------
     def train_full(self, result: CallResult, rows: np.ndarray) -> None:
@@ -466,11 +549,14 @@ class StepContext:
         led.buffer_expired = len(expired)
         led.buffer_size = len(self._buffer)
         led.epoch = self._stream.epoch
+        observations = Observations.concat(self._obs)
+        if self._screen is not None:
+            self._screen.observe(self.step, observations.prompt_id, observations.n, observations.n_correct)
         return StepOutcome(
             step=self.step,
             groups=self._groups,
             ledger=led,
-            observations=Observations.concat(self._obs),
+            observations=observations,
             expired=[(e.prompt_id, e.born) for e in expired],
             evicted_prompts=self._evicted,
             evicted_epochs=self._stream.evicted_from[np.asarray(self._evicted, np.int64)],

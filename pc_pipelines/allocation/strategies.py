@@ -94,7 +94,10 @@ if TYPE_CHECKING:
 # Inclusive band edges under float error (the same tolerance as the static band's).
 EPS = 1e-9
 
-STRATEGIES: dict[str, dict[str, type[Strategy]]] = {kind: {} for kind in STRATEGY_KINDS}
+SCREEN_KIND = "screen"
+"""The history prior's kind (``screen.py``): asked by every method's draws, so it is not one of PC's five."""
+
+STRATEGIES: dict[str, dict[str, type[Strategy]]] = {kind: {} for kind in (*STRATEGY_KINDS, SCREEN_KIND)}
 
 
 class Strategy(ABC):

@@ -43,6 +43,7 @@ class Decision(enum.IntEnum):
     DEFERRED_HARD = 2  # p_hat < p_lower (PC) or all rollouts wrong (DAPO filter)
     TRAINED = 3  # the group is part of this step's training batch
     SURPLUS = 4  # DAPO: informative, but b_t groups were already kept this step (sampled, never trained)
+    SCREENED_BY_PRIOR = 5  # drawn, then skipped without a rollout: the history prior predicted it useless (n = 0)
 
     @property
     def label(self) -> str:
@@ -56,6 +57,8 @@ class Rule(enum.IntEnum):
     BAND = 1  # PC's keep band on the whole pilot (the static band, or the part of an adaptive band inside it)
     ADAPTIVE_BAND = 2  # kept only because the adaptive band was widened to fill the batch
     EARLY_WAVE = 3  # sequential pilots: the first wave's rewards were all equal and outside the band
+    PRIOR_EASY = 4  # the history prior (``screen_strategy``) skipped it before any rollout: posterior above the band
+    PRIOR_HARD = 5  # the same, posterior below the band (GRPO / DAPO: the side of 0.5)
 
     @property
     def label(self) -> str:
@@ -169,6 +172,11 @@ class Observations:
     wave: np.ndarray  # int16: the last pilot wave the row's rollouts came from (0 = first; sequential pilots)
     rule: np.ndarray  # int8 Rule: which rule took the decision
     returned: np.ndarray  # bool: a solved prompt drawn back from the easy pool (pilot rows only)
+    # The history prior's view of a prompt it skipped (``screened_by_prior`` rows; NaN / 0 on every other row):
+    prior_useful: np.ndarray  # float64: predicted chance the group is useful (PC: pilot in band; else informative)
+    prior_mean: np.ndarray  # float64: posterior mean pass rate
+    prior_evidence: np.ndarray  # float64: the prompt's own discounted rollouts behind the posterior
+    prior_observations: np.ndarray  # int32: observed groups of the prompt behind the posterior (undiscounted)
 
     def __len__(self) -> int:
         return int(self.prompt_id.shape[0])
@@ -198,6 +206,10 @@ class Observations:
             wave=np.zeros(0, np.int16),
             rule=np.zeros(0, np.int8),
             returned=np.zeros(0, bool),
+            prior_useful=np.zeros(0, np.float64),
+            prior_mean=np.zeros(0, np.float64),
+            prior_evidence=np.zeros(0, np.float64),
+            prior_observations=np.zeros(0, np.int32),
         )
 
 
@@ -233,6 +245,9 @@ class StepLedger:
     pilot_rollouts_saved: int = 0  # PC sequential pilots: later-wave rollouts not sampled thanks to early decisions
     survival: float | None = None  # PC survival sampling: the survival estimate after the step
     returned: int = 0  # PC easy_pool eviction: solved prompts drawn back from the easy pool for pilots this step
+    screened_by_prior: int = 0  # history prior: drawn prompts skipped without a rollout
+    prior_rollouts_saved: int = 0  # history prior: the first rollouts those prompts would have cost (PC: the first
+    # pilot wave; GRPO / DAPO: the group of n)
     mean_reward_std: float = 0.0  # mean over trained groups of the group's reward std
     informative_share: float = 0.0  # share of trained groups whose rewards are not all equal
     mean_lag: float = 0.0

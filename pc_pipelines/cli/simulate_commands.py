@@ -38,6 +38,16 @@ TABLE_FIELDS = (
     ("accuracy", "acc", 6, ".3f"),
     ("cumulative_sampled", "cum_sampled", 12, ",d"),
 )
+PRIOR_FIELD = ("screened_by_prior", "prior", 5, "d")
+"""With the history prior on: the prompts it skipped, after ``hard``."""
+
+
+def table_fields(screen_strategy: str) -> tuple[tuple[str, str, int, str], ...]:
+    """The columns of the readable table: :data:`TABLE_FIELDS`, with :data:`PRIOR_FIELD` when the prior is on."""
+    if screen_strategy == "none":
+        return TABLE_FIELDS
+    i = [k for k, *_ in TABLE_FIELDS].index("deferred_hard") + 1
+    return (*TABLE_FIELDS[:i], PRIOR_FIELD, *TABLE_FIELDS[i:])
 
 
 def _add_sim_args(p: argparse.ArgumentParser, steps: int) -> None:
@@ -93,6 +103,7 @@ def _simulate(args: argparse.Namespace, cfg: RunConfig, run_id: str, stop: StopF
     out = sys.stdout
     every = max(1, args.steps // 20)
     steps_iter = _sim_steps(cfg, args.steps, args.store, run_id, overwrite=args.overwrite, stop=stop)
+    fields = table_fields(ac.screen_strategy)
     if not args.json:
         out.write(
             f"simulate {ac.method}: b_t={ac.train_batch} b_g={ac.sampling_batch} n={ac.n}"
@@ -101,7 +112,7 @@ def _simulate(args: argparse.Namespace, cfg: RunConfig, run_id: str, stop: StopF
             + (f" store={args.store} run={run_id}" if args.store else "")
             + "\n"
         )
-        out.write(" ".join(f"{h:>{w}}" for _, h, w, _ in TABLE_FIELDS) + "\n")
+        out.write(" ".join(f"{h:>{w}}" for _, h, w, _ in fields) + "\n")
     last: SimStep | None = None
     with progress_bar(args.steps, f"simulate {ac.method}", enabled=not args.json) as bar:
         for st in steps_iter:
@@ -111,7 +122,7 @@ def _simulate(args: argparse.Namespace, cfg: RunConfig, run_id: str, stop: StopF
                 out.write(json.dumps(rec) + "\n")
             elif rec["step"] % every == 0 or rec["step"] == args.steps - 1:
                 bar.clear()
-                out.write(" ".join(f"{rec[k]:>{w}{spec}}" for k, _, w, spec in TABLE_FIELDS) + "\n")
+                out.write(" ".join(f"{rec[k]:>{w}{spec}}" for k, _, w, spec in fields) + "\n")
                 out.flush()
             bar.update(1)
     if not args.json and last is not None:

@@ -83,6 +83,32 @@ class AllocatorConfig:
     """``easy_pool`` eviction: the share of each round's pilot draw taken from the easy pool (0 < share <= 1), kept
     exact over rounds by a carried fractional credit; only prompts solved in an earlier epoch return, oldest first."""
 
+    # ---- beyond the paper: the history prior, for every method (allocation/screen.py). Default = off. ----------
+    screen_strategy: str = "none"
+    """Screening drawn prompts before any rollout: ``none`` (the paper: every drawn prompt is piloted / sampled) or
+    ``posterior`` (a per-prompt Beta posterior over the pass rate from every observation of the run, discounted
+    per step; a prompt confidently useless is skipped without a rollout, recorded as ``screened_by_prior``)."""
+    screen_discount: float = 0.9
+    """``posterior`` screen: gamma in (0, 1], the weight an observation keeps per step since it was made (1: no
+    forgetting). The policy moves, so old pass rates say less."""
+    screen_threshold: float = 0.1
+    """``posterior`` screen: skip a prompt when its predicted chance of being useful is below this, in (0, 1):
+    PC, the chance its pilot lands in the keep band; GRPO / DAPO, the chance its group is not all equal."""
+    screen_min_evidence: float = 16.0
+    """``posterior`` screen: discounted rollouts of the prompt itself needed before it can be skipped (>= 0)."""
+    screen_max_skips: int = 3
+    """``posterior`` screen: a prompt skipped this many times in a row is piloted on its next draw (>= 1), so no
+    prompt is starved and every posterior stays current."""
+    screen_explore: float = 0.05
+    """``posterior`` screen: the share of would-be skips sampled anyway, in [0, 1), drawn from the screen's own
+    seeded generator (the prompt stream stays common across methods)."""
+    screen_prior_strength: float = 2.0
+    """``posterior`` screen: kappa > 0, the pseudo-rollouts of the pooled prior Beta(kappa m, kappa (1 - m)), m the
+    discounted pass rate of the prompt's group (the dataset's declared attribute; one group by default)."""
+    screen_draw_cap: int = 4
+    """``posterior`` screen: a draw of k prompts reads at most ``screen_draw_cap * k`` prompts from the stream
+    (>= 2); once it has, the rest of the k are taken unscreened, so a step never runs short because of the prior."""
+
     # ---- derived numbers -------------------------------------------------------------------------------
     @property
     def sampling_batch(self) -> int:
@@ -113,7 +139,7 @@ class AllocatorConfig:
     # ---- validation (the registries' checks are in pc_pipelines.allocation.check_config) ------------------------
     def __post_init__(self) -> None:
         check_finite(self)
-        for name in ("method", "selection", *(f"{kind}_strategy" for kind in STRATEGY_KINDS)):
+        for name in ("method", "selection", "screen_strategy", *(f"{kind}_strategy" for kind in STRATEGY_KINDS)):
             if not isinstance(getattr(self, name), str):
                 raise field_error(self, name, "must be a name", f"give {name} the name of a registered choice")
         for name in ("train_batch", "n", "max_rounds"):
@@ -156,6 +182,27 @@ class AllocatorConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise field_error(self, name, "must be an integer >= 1", f"set {name} to a whole number >= 1")
+        if isinstance(self.screen_discount, bool) or not isinstance(self.screen_discount, (int, float)) or not (
+                0.0 < float(self.screen_discount) <= 1.0):
+            raise field_error(self, "screen_discount", "must be a number in (0, 1]: the weight an observation keeps "
+                              "per step", "set screen_discount=0.9, or 1 for no forgetting")
+        for name, fix in (("screen_threshold", "set screen_threshold=0.1"),
+                          ("screen_explore", "set screen_explore=0.05, or 0 for none")):
+            value = getattr(self, name)
+            low_ok = name == "screen_explore"
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    (0.0 <= float(value) if low_ok else 0.0 < float(value)) and float(value) < 1.0):
+                raise field_error(self, name, f"must be a number in {'[0, 1)' if low_ok else '(0, 1)'}", fix)
+        for name, low, fix in (("screen_min_evidence", 0.0, "set screen_min_evidence=16 (one pilot's rollouts)"),
+                               ("screen_prior_strength", 1e-9, "set screen_prior_strength=2")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) < low:
+                raise field_error(self, name, f"must be a number {'>= 0' if low == 0 else '> 0'}", fix)
+        for name, low, fix in (("screen_max_skips", 1, "set screen_max_skips=3"),
+                               ("screen_draw_cap", 2, "set screen_draw_cap=4 (at most 3 skips per prompt wanted)")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise field_error(self, name, f"must be an integer >= {low}", fix)
         for name in ("commit_mean", "commit_max"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

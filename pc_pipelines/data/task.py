@@ -34,10 +34,17 @@ class TaskData:
     prompts: list[str]  # templated training prompts; the allocator's prompt id is the index
     golds: list[str]
     eval_sets: list[EvalSet]
+    groups: tuple[int, ...] | None = None
+    """An attribute the dataset declares per training prompt (a group id >= 0: the digit length here; a difficulty
+    or level in DeepMath or MATH), which pools the history prior's prior (``allocator.screen_strategy``); None: one
+    group."""
 
     def __post_init__(self) -> None:
         if len(self.prompts) != len(self.golds):
             raise ValueError(f"{len(self.prompts)} prompts but {len(self.golds)} gold answers: they must align")
+        if self.groups is not None and (len(self.groups) != len(self.prompts) or min(self.groups, default=0) < 0):
+            raise ValueError(f"{len(self.groups)} prompt groups for {len(self.prompts)} prompts: give one group id "
+                             ">= 0 per prompt, or none")
         if not self.prompts:
             raise ValueError("the training set is empty. Fix: point the task at a non-empty dataset.")
 
@@ -55,4 +62,5 @@ def embedded_task(task: ArithTaskConfig, template: str) -> TaskData:
     for d in range(1, task.max_digits + 1):
         sub = held.subset((held.digits == d).nonzero()[0])
         evals.append(EvalSet(arith_eval_name(d), [template.format(question=q) for q in sub.questions()], sub.golds()))
-    return TaskData(prompts=prompts, golds=splits.train.golds(), eval_sets=evals)
+    return TaskData(prompts=prompts, golds=splits.train.golds(), eval_sets=evals,
+                    groups=tuple(int(d) for d in splits.train.digits))

@@ -4,7 +4,8 @@ decided about the prompt at that step, and below it the decisions of ALL the run
 Read from the store's ``pass_rate_history`` view (one row per observed group: a PC pilot, a PC commit, a GRPO / DAPO
 full group), so it works for every method: GRPO's groups are all ``trained``; DAPO's ``trained``, ``surplus``,
 ``skipped_easy`` or ``deferred_hard``; PC's pilots ``kept``, ``skipped_easy`` or ``deferred_hard`` (possibly
-``evicted``, possibly ``returned`` from the easy pool) and its commits ``trained``.
+``evicted``, possibly ``returned`` from the easy pool) and its commits ``trained``. With the history prior on
+(``screen_strategy``), a drawn prompt it skipped has a row with no rollout, ``screened_by_prior``.
 
 One cell is one prompt at one step. A prompt can have several rows in one step (a PC pilot kept in round 1 and
 committed in round 2, a commit of an older pilot and a new pilot of the same prompt, two draws of it across an
@@ -14,16 +15,16 @@ epoch boundary); a cell folds them:
   the prompt sampled in that step, pilot waves and commit alike (a commit of an older step's pilot counts only its
   commit rollouts: the pilot's were counted in its own step);
 * **marker** = the step's decision of highest precedence, ``trained`` > ``kept`` > ``surplus`` > ``skipped_easy`` >
-  ``deferred_hard`` (:data:`DECISIONS`): whether the prompt reached the update first, then whether it was kept for
-  it, then why not. Precedence, not time: a PC round's commits and pilots come from one engine call;
+  ``deferred_hard`` > ``screened_by_prior`` (:data:`DECISIONS`): whether the prompt reached the update first, then
+  whether it was kept for it, then why not (a cell with only a prior skip has a marker on white: no rollout). Precedence, not time: a PC round's commits and pilots come from one engine call;
 * **frames**, added to the marker: ``evicted`` (red: some row of the step marked the prompt solved) and
   ``returned`` (magenta: it came back from the easy pool that step);
 * **blank** (white): the prompt was not sampled at that step.
 
 Which prompts get a row: the ones asked for (in the order given), or the ``top`` most-visited (default
-:data:`DEFAULT_TOP`), visits = the number of steps at which the prompt was sampled, ties broken by the lower prompt
-id, most visited first: a deterministic pick. The lower panel aggregates ALL the run's prompts with the same rule:
-per step, one count per decision (stacked; the stack's height is the number of prompts sampled at that step) and
+:data:`DEFAULT_TOP`), visits = the number of steps at which the prompt was sampled (or drawn and skipped by the
+history prior), ties broken by the lower prompt id, most visited first: a deterministic pick. The lower panel aggregates ALL the run's prompts with the same rule:
+per step, one count per decision (stacked; the stack's height is the number of prompts drawn at that step) and
 the number of prompts evicted and returned (lines). The figure's title says which prompts the rows are.
 
 Steps on the x axis are counted from 1, as in every report plot (:mod:`.plots`): store step ``k`` is training step
@@ -58,7 +59,7 @@ DEFAULT_TOP = 40
 RECENT_RUNS = 6
 """How many runs :func:`recent_runs` gives by default (the Dagster asset's timelines without a run named)."""
 
-DECISIONS = ("trained", "kept", "surplus", "skipped_easy", "deferred_hard")
+DECISIONS = ("trained", "kept", "surplus", "skipped_easy", "deferred_hard", "screened_by_prior")
 """The store's decisions in the order of precedence a cell's marker takes (the first one the step has)."""
 
 DECISION_STYLE = {  # marker shape and colour, the same in the heatmap and the lower panel
@@ -67,9 +68,11 @@ DECISION_STYLE = {  # marker shape and colour, the same in the heatmap and the l
     "surplus": ("s", "#9467bd"),
     "skipped_easy": ("^", "#ff7f0e"),
     "deferred_hard": ("v", "#7f7f7f"),
+    "screened_by_prior": ("X", "#17becf"),
 }
 DECISION_LABELS = {"trained": "trained", "kept": "kept (buffered)", "surplus": "surplus",
-                   "skipped_easy": "skipped: easy", "deferred_hard": "deferred: hard"}
+                   "skipped_easy": "skipped: easy", "deferred_hard": "deferred: hard",
+                   "screened_by_prior": "skipped by prior (no rollout)"}
 EVICTED_COLOR = "#d62728"
 RETURNED_COLOR = "#e377c2"
 CMAP = "viridis"
@@ -396,7 +399,7 @@ def make_timeline_figure(data: TimelineData) -> Figure:
     ax.set_title(
         f"rows: {data.describe()} ({rule}); lower panel: all prompts\n"
         "cell: pooled n_correct / n of the prompt's rollouts in the step; marker: the step's decision "
-        "(first of trained > kept > surplus > skipped > deferred)",
+        "(first of trained > kept > surplus > skipped > deferred > prior)",
         fontsize="small", loc="left")
     return fig
 

@@ -134,7 +134,8 @@ class OpenRun:
         s = display_step(rec.step)
         led = rec.ledger
         for key in ("sampled_rollouts", "trained_rollouts", "rounds", "kept", "skipped_easy", "deferred_hard",
-                    "buffer_size", "evicted", "returned", "informative_share", "mean_reward_std", "mean_lag"):
+                    "buffer_size", "evicted", "returned", "screened_by_prior", "prior_rollouts_saved",
+                    "informative_share", "mean_reward_std", "mean_lag"):
             tb.add_scalar(f"ledger/{key}", led[key], s)
         tb.add_scalar("ledger/cumulative_rollouts", rec.cumulative_rollouts, s)
         tb.add_scalar("train/mean_reward", rec.mean_reward, s)
@@ -212,7 +213,9 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
         chosen, damaged = newest_intact_checkpoint(run.checkpoint_dir, at_most=from_step)
     if chosen is None:
         backend.start()
-        opened = OpenRun(run, store, backend, Allocator(run.config.allocator, len(run.task.prompts)), Totals(), None)
+        groups = None if run.task.groups is None else np.asarray(run.task.groups, np.int64)  # pools the prior's prior
+        allocator = Allocator(run.config.allocator, len(run.task.prompts), prompt_groups=groups)
+        opened = OpenRun(run, store, backend, allocator, Totals(), None)
     else:
         path = chosen[1]
         meta = checkpoint_meta(run, path)

@@ -50,6 +50,8 @@ class StepProgress:
     seconds_per_step: float
     eta_s: float  # time left in this segment at seconds_per_step
     eval_accuracy: float | None = None  # held-out accuracy when this step was evaluated
+    screened_by_prior: int = 0  # drawn prompts the history prior skipped without a rollout (screen_strategy)
+    prior_rollouts_saved: int = 0  # the first rollouts those prompts would have cost
 
     def line(self) -> str:
         """The console's step line."""
@@ -59,6 +61,8 @@ class StepProgress:
                 f"reward std {self.reward_std:.3f}, informative {self.informative_share:.2f}, "
                 f"rollouts {self.step_rollouts:,} (cumulative {self.cumulative_rollouts:,}), "
                 f"{self.seconds_per_step:.1f} s/step, ETA {duration(self.eta_s)}")
+        if self.screened_by_prior:
+            text += f", skipped by prior {self.screened_by_prior:,} (pilots saved {self.prior_rollouts_saved:,} rollouts)"
         if self.eval_accuracy is not None:
             text += f", held-out accuracy {self.eval_accuracy:.3f}"
         return text
@@ -82,6 +86,8 @@ class StepProgress:
         out["eta_s"] = round(self.eta_s)
         if out["eval_accuracy"] is None:
             del out["eval_accuracy"]
+        if not self.screened_by_prior:  # the history prior off (or idle this step): the paper's fields only
+            del out["screened_by_prior"], out["prior_rollouts_saved"]
         return out
 
 
@@ -113,4 +119,6 @@ class SegmentProgress:
             step_rollouts=int(led.get("sampled_rollouts", 0)), cumulative_rollouts=int(rec.cumulative_rollouts),
             seconds_per_step=per_step, eta_s=per_step * max(0, self.last_step - rec.step),
             eval_accuracy=None if rec.eval_accuracy is None else float(rec.eval_accuracy),
+            screened_by_prior=int(led.get("screened_by_prior") or 0),
+            prior_rollouts_saved=int(led.get("prior_rollouts_saved") or 0),
         )

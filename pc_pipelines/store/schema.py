@@ -45,7 +45,7 @@ COMPARED_RUN_RULE = ("the finished run with the most steps for each family, meth
                      "unfinished run only where none is finished)")
 """What the ``compared_runs`` view picks, in words (``pilot-commit report`` and the report asset print it)."""
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 STEP_TABLES: dict[str, pa.Schema] = {
     "steps": pa.schema(
@@ -94,6 +94,10 @@ STEP_TABLES: dict[str, pa.Schema] = {
             ("buffer_replaced", pa.int32()),
             # v8: PC easy_pool eviction, solved prompts drawn back from the easy pool for pilots. NULL before v8.
             ("returned", pa.int32()),
+            # v9: the history prior (screen_strategy), drawn prompts skipped without a rollout and the first rollouts
+            # they would have cost. NULL before v9.
+            ("screened_by_prior", pa.int32()),
+            ("prior_rollouts_saved", pa.int64()),
         ]
     ),
     "prompt_observations": pa.schema(
@@ -113,6 +117,12 @@ STEP_TABLES: dict[str, pa.Schema] = {
             ("wave", pa.int16()),  # v4: last pilot wave of the row's rollouts (sequential pilots), else 0
             ("rule", pa.string()),  # v4: none | band | adaptive_band | early_wave: which rule decided
             ("returned", pa.bool_()),  # v8: the prompt came back from the easy pool (read as false before v8)
+            # v9: a screened_by_prior row's posterior (NULL on every other row): predicted chance of a useful group,
+            # posterior mean pass rate, the prompt's own discounted rollouts, its observed groups
+            ("prior_useful", pa.float64()),
+            ("prior_mean", pa.float64()),
+            ("prior_evidence", pa.float64()),
+            ("prior_observations", pa.int32()),
         ]
     ),
     "buffer_state": pa.schema(
@@ -262,6 +272,14 @@ MIGRATIONS: dict[int, list[str]] = {
     # (compacted rows of older steps hold NULL, which the prompt_observations view reads as false).
     7: ["ALTER TABLE compacted_steps ADD COLUMN IF NOT EXISTS returned INTEGER",
         "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS returned BOOLEAN"],
+    # v9 (the history prior): steps count the prompts it skipped and the rollouts saved; observations hold a
+    # skipped prompt's posterior (NULL in older rows and in every row the prior did not skip).
+    8: ["ALTER TABLE compacted_steps ADD COLUMN IF NOT EXISTS screened_by_prior INTEGER",
+        "ALTER TABLE compacted_steps ADD COLUMN IF NOT EXISTS prior_rollouts_saved BIGINT",
+        "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS prior_useful DOUBLE",
+        "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS prior_mean DOUBLE",
+        "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS prior_evidence DOUBLE",
+        "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS prior_observations INTEGER"],
 }
 
 
@@ -273,6 +291,8 @@ _STEP_COLUMNS_ADDED = {
         "compacted_prompt_observations": ("wave", "rule")},
     6: {"compacted_steps": ("buffer_replaced",)},
     8: {"compacted_steps": ("returned",), "compacted_prompt_observations": ("returned",)},
+    9: {"compacted_steps": ("screened_by_prior", "prior_rollouts_saved"),
+        "compacted_prompt_observations": ("prior_useful", "prior_mean", "prior_evidence", "prior_observations")},
 }
 _LATER_STEP_COLUMNS = {(t, c) for added in _STEP_COLUMNS_ADDED.values() for t, cols in added.items() for c in cols}
 CATALOG_ADDED: dict[int, dict[str, tuple[str, ...]]] = {
@@ -291,6 +311,7 @@ CATALOG_ADDED: dict[int, dict[str, tuple[str, ...]]] = {
     6: _STEP_COLUMNS_ADDED[6],
     7: {"runs": ("seq",)},
     8: _STEP_COLUMNS_ADDED[8],
+    9: _STEP_COLUMNS_ADDED[9],
 }
 
 
@@ -374,7 +395,9 @@ def schema_problem(versions: list[str] | None, columns: dict[str, set[str]]) -> 
 _REASON = reason_sql(decision="o.decision", stage="o.stage", rule="o.rule", evicted="o.evicted",
                      returned="o.returned",
                      columns={"p_hat": "o.p_hat", "n": "o.n", "lag": "o.lag", "band_lower": "s.band_lower",
-                              "band_upper": "s.band_upper"})
+                              "band_upper": "s.band_upper", "prior_useful": "o.prior_useful",
+                              "prior_mean": "o.prior_mean", "prior_evidence": "o.prior_evidence",
+                              "prior_observations": "o.prior_observations"})
 """``decision_reasons.reason``: the SQL rendering of ``pc_pipelines/allocation/reasons.py``'s templates."""
 
 
@@ -418,7 +441,8 @@ def view_sql(files: dict[str, str] | None = None, compacted: bool = True, waterm
         # step actually used (adaptive bands move per step). Rows written before v4 have no rule: read as band.
         f"""{create} decision_reasons AS
            SELECT o.run_id, o.step, o.round, o.prompt_id, o.stage, o.n, o.p_hat, o.decision, o.evicted, o.rule,
-                  o.returned, {_REASON} AS reason
+                  o.returned, o.prior_useful, o.prior_mean, o.prior_evidence, o.prior_observations,
+                  {_REASON} AS reason
            FROM (SELECT * REPLACE (coalesce(rule, CASE WHEN stage = 'pilot' THEN 'band' ELSE 'none' END) AS rule)
                  FROM prompt_observations) o
            LEFT JOIN steps s USING (run_id, step)""",

@@ -260,6 +260,7 @@ def step_tables(run_id: str, outcome: StepOutcome, *, extra: dict[str, Any] | No
 
     obs = outcome.observations
     k = len(obs)
+    prior = obs.decision == Decision.SCREENED_BY_PRIOR
     observations = pa.table(
         {
             "run_id": pa.array([run_id] * k, pa.string()),
@@ -277,6 +278,11 @@ def step_tables(run_id: str, outcome: StepOutcome, *, extra: dict[str, Any] | No
             "wave": obs.wave,
             "rule": _RULE_LABELS[obs.rule].tolist() if k else [],
             "returned": obs.returned,
+            # NULL but on the rows the history prior skipped
+            "prior_useful": pa.array(obs.prior_useful, pa.float64(), mask=~prior),
+            "prior_mean": pa.array(obs.prior_mean, pa.float64(), mask=~prior),
+            "prior_evidence": pa.array(obs.prior_evidence, pa.float64(), mask=~prior),
+            "prior_observations": pa.array(obs.prior_observations, pa.int32(), mask=~prior),
         },
         schema=STEP_TABLES["prompt_observations"],
     )

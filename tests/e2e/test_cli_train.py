@@ -201,3 +201,32 @@ def test_a_json_reader_that_goes_away_stops_the_run_it_does_not_fail_it(base_pol
     r = cli("train", *args[1:], "--resume")
     assert r.returncode == 0, r.stderr[-2000:]
     assert [json.loads(line)["step"] for line in r.stdout.splitlines()] == list(range(last + 1, 4))
+
+
+PRIOR = ["--set", "allocator.screen_strategy=posterior", "--set", "allocator.screen_discount=1.0",
+         "--set", "allocator.screen_min_evidence=2", "--set", "allocator.screen_explore=0",
+         "--set", "allocator.screen_prior_strength=0.5", "--set", "allocator.screen_threshold=0.3"]
+
+
+def test_train_with_the_history_prior_stores_its_skips_with_reasons(base_policy, tmp_path):
+    """A tiny real PC run with the history prior: prompts it skipped are stored (n = 0, with their reason), counted
+    in the steps and the console's step line, and the checkpoint holds the posterior pooled by digit length."""
+    r = cli("train", "--method", "pc", "--steps", "6", "--out", str(tmp_path), "--run-name", "prior", "--policy",
+            str(base_policy), "--json", *SMALL, *PRIOR, "--set", "task.num_prompts=40")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert sum(row["screened_by_prior"] for row in rows) > 0
+    q = cli("sql", "--store", str(tmp_path / "pc.duckdb"), "--json",
+            "SELECT o.step, o.n, o.rule, o.reason, s.screened_by_prior, s.prior_rollouts_saved FROM decision_reasons o "
+            "JOIN steps s USING (run_id, step) WHERE run_id = 'prior' AND o.decision = 'screened_by_prior'")
+    skipped = json.loads(q.stdout)
+    assert len(skipped) == sum(row["screened_by_prior"] for row in rows)
+    for s in skipped:
+        assert s["n"] == 0 and s["rule"] in ("prior_easy", "prior_hard")
+        side = s["rule"].removeprefix("prior_")
+        assert re.fullmatch(rf"skipped by prior, {side} side: P\(pilot in band\) 0\.[0-2]\d from \d+ observations "
+                            r"\(discounted \d+\.\d rollouts\), posterior mean [01]\.\d\d", s["reason"]), s["reason"]
+        assert s["prior_rollouts_saved"] == s["screened_by_prior"] * 1  # the first pilot wave (pilot_wave=1)
+    state = json.loads(next((tmp_path / "prior" / "checkpoints").glob("step-*/allocator.json")).read_text())
+    assert state["config"]["screen_strategy"] == "posterior"
+    assert set(state["screen"]["groups"]) <= set(range(1, 7)) and len(state["screen"]["groups"]) == 40

@@ -18,6 +18,10 @@ ALL_ON = {"allocator.band_strategy": "adaptive", "allocator.sampling_strategy": 
 EASY_POOL = {"allocator.train_batch": 16, "allocator.n": 32, "allocator.n_pilot": 8, "sim.num_prompts": 200,
              "sim.difficulty_mean": -2.0, "sim.difficulty_spread": 1.0, "allocator.eviction_strategy": "easy_pool",
              "allocator.return_share": 0.25}
+# the history prior on a small pool of spread-out prompts: within 12 steps it skips prompts on both sides
+PRIOR = {"allocator.train_batch": 16, "sim.num_prompts": 200, "sim.difficulty_spread": 3.0,
+         "allocator.screen_strategy": "posterior", "allocator.screen_discount": 1.0,
+         "allocator.screen_min_evidence": 4.0, "allocator.screen_explore": 0.0, "allocator.screen_prior_strength": 0.5}
 LABEL = {e.label: e for enum in (Decision, Stage, Rule) for e in enum}
 
 
@@ -25,15 +29,16 @@ def test_every_reason_in_the_view_is_the_python_rendering(tmp_path):
     st = Store(tmp_path / "s.duckdb")
     # compact_every 5 of 12 steps: reasons are read from catalog rows and from step files alike
     for run_id, method, extra in [("pc-all", "pc", ALL_ON), ("pc-paper", "pc", {}), ("dapo", "dapo", {}),
-                                  ("grpo", "grpo", {}), ("pc-easy-pool", "pc", EASY_POOL)]:
+                                  ("grpo", "grpo", {}), ("pc-easy-pool", "pc", EASY_POOL),
+                                  ("pc-prior", "pc", PRIOR), ("grpo-prior", "grpo", {**PRIOR, "sim.num_prompts": 48})]:
         cfg = resolve("simulator", {**SMALL, **extra}, method=method, seed=5)
         assert len(list(record_simulation(cfg, st, 12, run_id=run_id, compact_every=5))) == 12
-    # lag is a trained row's only (0 elsewhere), and a prompt trains at most once a step: the join is unique even
-    # where a small pool's draw holds a prompt twice (a batch straddling an epoch boundary)
+    # lag is a trained row's only (0 elsewhere); PC trains a prompt at most once a step, GRPO twice only where a
+    # small pool's draw holds it twice (a batch straddling an epoch boundary), both times with lag 0: one lag each
     rows = st.query("""SELECT o.*, coalesce(t.lag, 0) AS lag, s.band_lower, s.band_upper
                        FROM decision_reasons o
-                       LEFT JOIN (SELECT run_id, step, prompt_id, lag FROM prompt_observations
-                                  WHERE decision = 'trained') t
+                       LEFT JOIN (SELECT run_id, step, prompt_id, max(lag) AS lag FROM prompt_observations
+                                  WHERE decision = 'trained' GROUP BY ALL) t
                          ON o.decision = 'trained' AND t.run_id = o.run_id AND t.step = o.step
                             AND t.prompt_id = o.prompt_id
                        JOIN steps s ON s.run_id = o.run_id AND s.step = o.step""")
@@ -41,10 +46,14 @@ def test_every_reason_in_the_view_is_the_python_rendering(tmp_path):
         {"n": 0}]
     assert len(rows) == st.query("SELECT count(*) AS n FROM prompt_observations")[0]["n"] > 1000
     used, evicted, returned = set(), 0, {True: 0, False: 0}
+    sides = {(r["run_id"], r["rule"]) for r in rows if r["decision"] == "screened_by_prior"}
+    assert sides == {(run, side) for run in ("pc-prior", "grpo-prior") for side in ("prior_easy", "prior_hard")}
     for r in rows:
         key = (Decision(LABEL[r["decision"]]), Stage(LABEL[r["stage"]]), Rule(LABEL[r["rule"]]))
         expected = render(*key, p_hat=r["p_hat"], n=r["n"], lag=r["lag"], band_lower=r["band_lower"],
-                          band_upper=r["band_upper"], evicted=r["evicted"], returned=r["returned"])
+                          band_upper=r["band_upper"], evicted=r["evicted"], returned=r["returned"],
+                          **({k: r[k] for k in ("prior_useful", "prior_mean", "prior_evidence", "prior_observations")}
+                             if r["decision"] == "screened_by_prior" else {}))
         assert r["reason"] == expected, (r, expected)
         assert r["reason"].startswith("returned from the easy pool; ") == r["returned"]
         used.add(template_for(*key))
@@ -61,5 +70,13 @@ def test_every_reason_in_the_view_is_the_python_rendering(tmp_path):
                                WHERE o.run_id = s.run_id AND o.returned) AS rows
                        FROM steps s GROUP BY run_id ORDER BY run_id""") == [
         {"run_id": r, "steps_count": n, "rows": n}
-        for r, n in [("dapo", 0), ("grpo", 0), ("pc-all", 0), ("pc-easy-pool", sum(returned.values())),
-                     ("pc-paper", 0)]]
+        for r, n in [("dapo", 0), ("grpo", 0), ("grpo-prior", 0), ("pc-all", 0),
+                     ("pc-easy-pool", sum(returned.values())), ("pc-paper", 0), ("pc-prior", 0)]]
+    # and each step counts the prior's skips, and only the prior's runs have any
+    assert st.query("""SELECT run_id, sum(s.screened_by_prior) AS steps_count,
+                              (SELECT count(*) FROM prompt_observations o
+                               WHERE o.run_id = s.run_id AND o.decision = 'screened_by_prior') AS rows
+                       FROM steps s GROUP BY run_id HAVING rows > 0 ORDER BY run_id""") == [
+        {"run_id": r, "steps_count": n, "rows": n}
+        for r, n in [(r, sum(1 for x in rows if x["run_id"] == r and x["decision"] == "screened_by_prior"))
+                     for r in ("grpo-prior", "pc-prior")]]

@@ -79,8 +79,8 @@ def columns(path, table: str) -> list[str]:
         con.close()
 
 
-def test_schema_version_is_eight():
-    assert SCHEMA_VERSION == 8
+def test_schema_version_is_nine():
+    assert SCHEMA_VERSION == 9
     assert sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
 
 
@@ -104,7 +104,7 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
     assert columns(path, "compacted_steps") == []
 
     st = Store(path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 8
+    assert st.schema_version() == SCHEMA_VERSION == 9
     assert {"status_reason", "compacted_through", "seq"} <= set(columns(path, "runs"))
     assert columns(path, "segments")[:5] == ["run_id", "segment", "first_step", "last_step", "status"]
     for table in STEP_TABLES:
@@ -172,11 +172,12 @@ def test_version_5_catalog_gains_buffer_replaced_keeping_its_rows(tmp_path):
     old_files = sorted((st.path.parent / "v4.duckdb.runs" / "r").glob("step-*/steps.parquet"))
     assert len(old_files) == 3
     for f in old_files:  # as a v5 writer wrote them: no buffer_replaced column (and no manifest before v5)
-        pq.write_table(pq.read_table(f).drop_columns(["buffer_replaced", "returned"]), f)  # (nor v8's returned)
+        # (nor v8's returned, nor v9's prior counts)
+        pq.write_table(pq.read_table(f).drop_columns(["buffer_replaced", "returned", *PRIOR_STEPS]), f)
         (f.parent / "MANIFEST.json").unlink()
     assert st.compact("r", through=1) == 2
     con = duckdb.connect(str(st.path))
-    as_version(con, 5)  # drops compacted_steps.buffer_replaced (and v7's and v8's columns, which v5 lacked too)
+    as_version(con, 5)  # drops compacted_steps.buffer_replaced (and v7's, v8's and v9's columns, which v5 lacked too)
     con.close()
 
     st = Store(st.path).init()
@@ -190,6 +191,10 @@ def test_version_5_catalog_gains_buffer_replaced_keeping_its_rows(tmp_path):
         {"step": 0, "buffer_replaced": None}, {"step": 1, "buffer_replaced": None},
         {"step": 2, "buffer_replaced": None}, {"step": 3, "buffer_replaced": 7}]
     assert st.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s FROM step_costs") == [{"n": 4, "s": 40}]
+
+
+PRIOR_STEPS = ["screened_by_prior", "prior_rollouts_saved"]
+PRIOR_OBS = ["prior_useful", "prior_mean", "prior_evidence", "prior_observations"]
 
 
 def observation_tables(run_id: str, step: int, returned: bool) -> dict[str, pa.Table]:
@@ -214,16 +219,14 @@ def test_version_7_catalog_gains_returned_and_older_rows_read_as_not_returned(tm
     w = st.writer("r")
     for step in range(3):
         w.write_step(step, observation_tables("r", step, returned=False))
-    for table in ("steps", "prompt_observations"):  # as a v7 writer wrote them: no returned column
-        for f in sorted((st.runs_root / "r").glob(f"step-*/{table}.parquet")):
-            pq.write_table(pq.read_table(f).drop_columns(["returned"]), f)
+    for table, cols in (("steps", PRIOR_STEPS), ("prompt_observations", PRIOR_OBS)):  # as a v7 writer wrote them:
+        for f in sorted((st.runs_root / "r").glob(f"step-*/{table}.parquet")):  # no returned, no prior columns
+            pq.write_table(pq.read_table(f).drop_columns(["returned", *cols]), f)
     for m in (st.runs_root / "r").glob("step-*/MANIFEST.json"):
         m.unlink()
     assert st.compact("r", through=1) == 2
     con = duckdb.connect(str(st.path))
-    con.execute("ALTER TABLE compacted_steps DROP COLUMN returned")
-    con.execute("ALTER TABLE compacted_prompt_observations DROP COLUMN returned")
-    con.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+    as_version(con, 7)  # drops v8's returned and v9's prior columns
     con.close()
     reader = Store(st.path)  # a v7 catalog read before any upgrade: the step files bring the column
     assert reader.query("SELECT step, returned FROM prompt_observations ORDER BY step") == [
@@ -248,6 +251,55 @@ def test_version_7_catalog_gains_returned_and_older_rows_read_as_not_returned(tm
         assert reasons[0] == "p_hat=1.000 > band upper 0.75; evicted: p_hat=1.000 reached p_solve"
         assert reasons[3] == "returned from the easy pool; " + reasons[0]
         assert st.query("SELECT count(*) AS n FROM pass_rate_history WHERE returned") == [{"n": 1}]
+
+
+def test_version_8_catalog_gains_the_prior_columns_and_older_rows_read_null(tmp_path):
+    """v9 (issue 42, the history prior): steps gain its counts and observations a skipped prompt's posterior; compacted
+    v8 rows and v8 step files (written without the columns) read NULL, and a skipped row reads its reason."""
+    st = Store(tmp_path / "v8.duckdb").init()
+    st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
+                              kind="simulate"))
+    w = st.writer("r")
+    for step in range(3):
+        w.write_step(step, observation_tables("r", step, returned=False))
+    for table, cols in (("steps", PRIOR_STEPS), ("prompt_observations", PRIOR_OBS)):  # as a v8 writer wrote them
+        for f in sorted((st.runs_root / "r").glob(f"step-*/{table}.parquet")):
+            pq.write_table(pq.read_table(f).drop_columns(cols), f)
+    for m in (st.runs_root / "r").glob("step-*/MANIFEST.json"):
+        m.unlink()
+    assert st.compact("r", through=1) == 2
+    con = duckdb.connect(str(st.path))
+    as_version(con, 8)  # drops v9's prior columns
+    con.close()
+    assert "prior_useful" not in columns(st.path, "compacted_prompt_observations")
+
+    st = Store(st.path).init()
+    assert st.schema_version() == SCHEMA_VERSION == 9
+    for table in ("steps", "prompt_observations"):
+        assert columns(st.path, f"compacted_{table}") == list(STEP_TABLES[table].names)
+    tables = observation_tables("r", 3, returned=False)
+    tables["steps"] = pa.Table.from_pylist([{"run_id": "r", "step": 3, "sampled_rollouts": 0, "band_lower": 0.125,
+                                             "band_upper": 0.75, "screened_by_prior": 1, "prior_rollouts_saved": 16}],
+                                           schema=STEP_TABLES["steps"])
+    tables["prompt_observations"] = pa.Table.from_pylist(
+        [{"run_id": "r", "step": 3, "round": 1, "call": 0, "prompt_id": 43, "stage": "pilot", "n": 0,
+          "n_correct": 0.0, "p_hat": 0.0, "decision": "screened_by_prior", "evicted": False, "lag": 0, "wave": 0,
+          "rule": "prior_easy", "returned": False, "prior_useful": 0.031, "prior_mean": 0.968, "prior_evidence": 6.25,
+          "prior_observations": 11}], schema=STEP_TABLES["prompt_observations"])
+    st.writer("r").write_step(3, tables)
+    for compacted_through in (1, 3):
+        if compacted_through == 3:
+            assert st.compact("r") == 2
+        assert st.query("SELECT step, screened_by_prior AS s, prior_rollouts_saved AS r FROM steps ORDER BY step") == [
+            {"step": 0, "s": None, "r": None}, {"step": 1, "s": None, "r": None}, {"step": 2, "s": None, "r": None},
+            {"step": 3, "s": 1, "r": 16}]
+        assert st.query("SELECT step, prior_useful, prior_observations FROM prompt_observations ORDER BY step") == [
+            {"step": s, "prior_useful": None, "prior_observations": None} for s in range(3)] + [
+            {"step": 3, "prior_useful": 0.031, "prior_observations": 11}]
+        reasons = {r["step"]: r["reason"] for r in st.query("SELECT step, reason FROM decision_reasons")}
+        assert reasons[0] == "p_hat=1.000 > band upper 0.75; evicted: p_hat=1.000 reached p_solve"
+        assert reasons[3] == ("skipped by prior, easy side: P(pilot in band) 0.03 from 11 observations "
+                              "(discounted 6.2 rollouts), posterior mean 0.97")
 
 
 def test_newer_catalog_is_refused_and_left_unchanged(tmp_path):

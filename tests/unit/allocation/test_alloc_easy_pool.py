@@ -238,7 +238,7 @@ def test_the_strategies_are_registered():
 # ---- through the allocator -----------------------------------------------------------------------------------------
 OBS = ("prompt_id", "round", "call", "stage", "n", "n_correct", "decision", "evicted", "lag", "wave", "rule")
 # Digests of 30 steps of the paper's PC (strict eviction) as the allocator computed them BEFORE easy_pool existed:
-# engine calls, ledgers, observations, evictions and the final state (less the new ledger column and the config).
+# engine calls, ledgers, observations, evictions and the final state (less the newer ledger columns and the config).
 STRICT_BEFORE = {"binding": "bcc7417615fc8a1a", "unbound_seq": "07f600e8e29a868c"}
 STRICT_CASES = {
     "binding": dict(method="pc", train_batch=6, n=8, n_pilot=4, oversample=3.0, max_rounds=6, seed=4),
@@ -260,6 +260,7 @@ def test_strict_eviction_is_bit_for_bit_what_it_was(case):
         out = drive_step(alloc, eng)
         led = out.ledger.to_dict()
         assert led.pop("returned") == 0 and not out.observations.returned.any()
+        assert led.pop("screened_by_prior") == 0 and led.pop("prior_rollouts_saved") == 0  # the prior is off
         obs = {k: getattr(out.observations, k).tolist() for k in OBS}
         h.update(json.dumps([led, obs, out.evicted_prompts, out.evicted_epochs.tolist()], sort_keys=True).encode())
         evicted += len(out.evicted_prompts)

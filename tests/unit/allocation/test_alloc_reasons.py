@@ -10,7 +10,8 @@ import pytest
 from pc_pipelines.allocation import Decision, Rule, Stage, reasons
 from pc_pipelines.allocation.reasons import REASONS, ReasonTemplate, reason_sql, render, template_for
 
-COLS = {"p_hat": "o.p_hat", "n": "o.n", "lag": "o.lag", "band_lower": "s.lo", "band_upper": "s.hi"}
+COLS = {"p_hat": "o.p_hat", "n": "o.n", "lag": "o.lag", "band_lower": "s.lo", "band_upper": "s.hi",
+        "prior_useful": "o.pu", "prior_mean": "o.pm", "prior_evidence": "o.pe", "prior_observations": "o.po"}
 
 
 @pytest.mark.parametrize("decision,stage,rule", list(itertools.product(Decision, Stage, Rule)))
@@ -44,8 +45,10 @@ def test_render(decision, stage, rule, expected):
 
 def test_sql_has_one_branch_per_template_in_order_and_quotes_its_literals(monkeypatch):
     sql = reason_sql(decision="o.decision", stage="o.stage", rule="o.rule", evicted="o.evicted", columns=COLS)
-    # + the early wave's outcome word, the eviction suffix, the returned prefix and the not-solved-again suffix
-    assert sql.count(" WHEN ") == len(REASONS) + 4
+    # + the early wave's outcome word, the prior's two side words, the eviction suffix, the returned prefix and the
+    # not-solved-again suffix
+    assert sql.count(" WHEN ") == len(REASONS) + 6
+    assert "CASE WHEN o.rule = 'prior_easy' THEN 'easy' ELSE 'hard' END" in sql
     assert sql.index("'early_wave'") < sql.index("'adaptive_band'") < sql.index("o.decision = 'kept' THEN")
     assert "printf('p_hat=%.3f in band [%.4g, %.4g]', o.p_hat, s.lo, s.hi)" in sql
     monkeypatch.setattr(reasons, "REASONS", (ReasonTemplate("it's 100% {n}"),))

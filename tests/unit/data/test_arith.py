@@ -5,7 +5,7 @@ import pytest
 
 from pc_pipelines.config import ArithTaskConfig
 from pc_pipelines.data.arith import build_splits
-from pc_pipelines.data.task import embedded_task
+from pc_pipelines.data.task import TaskData, embedded_task
 from pc_pipelines.errors import ConfigError
 from pc_pipelines.rewards import MathGrader
 
@@ -72,6 +72,18 @@ def test_embedded_task_eval_sets_per_length():
     assert [e.name for e in task.eval_sets] == [f"arith_d{d}" for d in range(1, 7)]
     assert all(len(e.prompts) == 7 == len(e.golds) for e in task.eval_sets)
     assert task.prompts[0].endswith("within \\boxed{}.") and "+" in task.prompts[0]
+
+
+def test_embedded_task_declares_each_prompts_digit_length_as_its_group():
+    """The history prior pools its prior by this attribute (TaskData.groups)."""
+    cfg = ArithTaskConfig(num_prompts=64, min_digits=2, max_digits=5)
+    task = embedded_task(cfg, TEMPLATE)
+    train = build_splits(cfg).train
+    assert task.groups == tuple(int(d) for d in train.digits) and set(task.groups) == {2, 3, 4, 5}
+    for q, d in zip(train.questions(), task.groups):  # the longer operand has d significant digits
+        assert max(len(x.lstrip("0")) for x in q.split("+")) == d, q
+    with pytest.raises(ValueError, match="3 prompt groups for 64 prompts: give one group id >= 0 per prompt"):
+        TaskData(prompts=task.prompts, golds=task.golds, eval_sets=[], groups=(1, 2, 3))
 
 
 @pytest.mark.parametrize(

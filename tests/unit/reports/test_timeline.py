@@ -31,18 +31,20 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PC = {"sim.num_prompts": 200, "allocator.train_batch": 16, "allocator.n": 16, "allocator.n_pilot": 4,
       "allocator.eviction_strategy": "easy_pool", "allocator.return_share": 0.25}
 FULL = {"sim.num_prompts": 300, "allocator.train_batch": 16, "allocator.n": 8, "allocator.n_pilot": None}
+PRIOR = {**PC, "allocator.eviction_strategy": "strict", "allocator.screen_strategy": "posterior",
+         "allocator.screen_discount": 1.0, "allocator.screen_min_evidence": 4.0, "allocator.screen_explore": 0.0}
 RANK = "CASE decision " + " ".join(f"WHEN '{d}' THEN {i}" for i, d in enumerate(
-    ("trained", "kept", "surplus", "skipped_easy", "deferred_hard"))) + " END"
+    ("trained", "kept", "surplus", "skipped_easy", "deferred_hard", "screened_by_prior"))) + " END"
 
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory) -> dict:
     store = Store(tmp_path_factory.mktemp("timeline") / "runs.duckdb")
     runs = {}
-    for method, over, steps in (("grpo", FULL, 12), ("dapo", FULL, 12), ("pc", PC, 40)):
-        cfg = resolve("simulator", over, method=method, seed=0)
-        runs[method] = f"tl-{method}"
-        list(record_simulation(cfg, store, steps, run_id=runs[method]))
+    for name, over, steps in (("grpo", FULL, 12), ("dapo", FULL, 12), ("pc", PC, 40), ("prior", PRIOR, 30)):
+        cfg = resolve("simulator", over, method="pc" if name == "prior" else name, seed=0)
+        runs[name] = f"tl-{name}"
+        list(record_simulation(cfg, store, steps, run_id=runs[name]))
     empty = resolve("simulator", FULL, method="pc", seed=1)
     store.register_run(RunRecord.for_config(empty, "tl-empty", kind="simulate"))  # registered, no step written
     runs["empty"] = "tl-empty"
@@ -219,6 +221,31 @@ def test_marker_counts_on_the_figure_match_the_data(sim):
     assert "lower panel: all prompts" in heat.get_title(loc="left")
 
 
+def test_a_prior_skip_is_a_marker_on_a_blank_cell_and_counted_below(sim):
+    """The history prior's skips (no rollout) get their own marker on a blank cell, and their count per step."""
+    store = sim["store"]
+    data = load_timeline(store, "tl-prior", top=200)
+    cells = sql_cells(store, "tl-prior")
+    prior = DECISIONS.index("screened_by_prior")
+    rr, cc = np.nonzero(data.marker == prior)
+    assert rr.shape[0] > 20
+    for r, c in zip(rr.tolist(), cc.tolist()):
+        cell = cells[(data.prompt_ids[r], int(data.steps[c]))]
+        assert cell["decision"] == "screened_by_prior"
+        if cell["p"] is None:  # only prior rows that step: no rollout, a blank cell
+            assert np.isnan(data.p_hat[r, c])
+    per_step = {r["step"]: r["k"] for r in store.query(
+        f"""SELECT step, count(*) AS k FROM (SELECT step, prompt_id, arg_min(decision, {RANK}) AS d
+                                             FROM pass_rate_history WHERE run_id = 'tl-prior' GROUP BY ALL)
+            WHERE d = 'screened_by_prior' GROUP BY step""")}
+    assert data.counts["screened_by_prior"].tolist() == [per_step.get(int(s), 0) for s in data.steps]
+    fig = make_timeline_figure(data)
+    drawn = {c.get_gid(): c for c in fig.axes[0].collections}
+    assert len(drawn["decision:screened_by_prior"].get_offsets()) == rr.shape[0]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "skipped by prior (no rollout)" in labels
+
+
 def test_write_timeline_writes_a_png_and_says_what_it_shows(sim, tmp_path):
     out = tmp_path / "deep" / "tl.png"
     res = write_timeline(sim["store"], "tl-pc", out, top=12)
@@ -234,8 +261,8 @@ def test_write_timeline_writes_a_png_and_says_what_it_shows(sim, tmp_path):
 
 
 def test_recent_runs_are_the_newest_with_observations(sim):
-    assert recent_runs(sim["store"]) == ["tl-pc", "tl-dapo", "tl-grpo"]  # tl-empty (newest) has none
-    assert recent_runs(sim["store"], 2) == ["tl-pc", "tl-dapo"]
+    assert recent_runs(sim["store"]) == ["tl-prior", "tl-pc", "tl-dapo", "tl-grpo"]  # tl-empty (newest) has none
+    assert recent_runs(sim["store"], 2) == ["tl-prior", "tl-pc"]
 
 
 def test_an_unknown_run_names_the_fix_and_known_runs(sim):

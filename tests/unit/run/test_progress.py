@@ -44,6 +44,20 @@ def test_counts_rates_and_time_left_of_a_middle_segment():
                         "0.88, rollouts 100 (cumulative 1,200), 10.0 s/step, ETA 1 min 20 s, held-out accuracy 0.712")
 
 
+def test_the_history_priors_skips_are_in_the_line_and_the_observation_only_when_it_skipped():
+    clock = Clock()
+    prog = SegmentProgress("r", 0, 1, 0, 9, 10, clock=clock)
+    clock.t += 2.0
+    rec = record(0, 100)
+    rec.ledger.update(screened_by_prior=1234, prior_rollouts_saved=5678)
+    p = prog.observe(rec)
+    assert p.line().endswith(", ETA 18 s, skipped by prior 1,234 (pilots saved 5,678 rollouts)")
+    meta = p.metadata()
+    assert (meta["screened_by_prior"], meta["prior_rollouts_saved"]) == (1234, 5678)
+    quiet = prog.observe(record(1, 200))
+    assert "prior" not in quiet.line() and "screened_by_prior" not in quiet.metadata()
+
+
 def test_last_step_has_no_time_left_and_no_eval_field_when_not_evaluated():
     clock = Clock()
     prog = SegmentProgress("r", 0, 1, 0, 0, 1, clock=clock)
