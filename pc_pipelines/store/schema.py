@@ -344,10 +344,10 @@ def matching_version(columns: dict[str, set[str]]) -> int | None:
 def _mismatch(version: int, columns: dict[str, set[str]]) -> list[str]:
     """What ``columns`` (table -> its columns) lacks of ``version``, and what it has of a later version."""
     want = catalog_columns(version)
-    missing = [t if t not in columns else f"{t}.{c}" for t in want
+    missing = [t if t not in columns else f"{t}.{c}" for t in sorted(want)
                for c in ([None] if t not in columns else sorted(want[t] - columns[t]))]
     later = []
-    for table, cols in columns.items():
+    for table, cols in sorted(columns.items()):
         if table not in want:
             if _added_in(table, None) > version:
                 later.append(f"{table} (version {_added_in(table, None)})")

@@ -25,6 +25,8 @@ import duckdb
 import pytest
 from fault_cli import cli, messages, no_traceback, run_row, steps_of
 
+from pc_pipelines.store.schema import SCHEMA_VERSION
+
 pytestmark = [pytest.mark.integration]
 
 SIM = ["--method", "pc", "--prompts", "3000", "--train-batch", "16", "--n", "8"]
@@ -210,16 +212,16 @@ def test_a_full_disk_inside_the_policys_safetensors_write_ends_in_one_line(tmp_p
 SET_VERSION = "UPDATE meta SET value = '{}' WHERE key = 'schema_version'"
 SCHEMA_CASES = {
     # case: (the SQL that alters the catalog, what the refusal quotes, the version its tables still match)
-    "version 1 on a current catalog": ([SET_VERSION.format(1)], "does not match its version 1", 8),
-    "version 'abc'": ([SET_VERSION.format("abc")], "its schema version 'abc' is not a whole number", 8),
-    "version '8.0'": ([SET_VERSION.format("8.0")], "its schema version '8.0' is not a whole number", 8),
-    "meta row deleted": (["DELETE FROM meta"], "its meta table has no schema_version row", 8),
-    "runs.seq dropped": (["ALTER TABLE runs DROP COLUMN seq"], "does not match its version 8: it lacks runs.seq", None),
+    "version 1 on a current catalog": ([SET_VERSION.format(1)], "does not match its version 1", SCHEMA_VERSION),
+    "version 'abc'": ([SET_VERSION.format("abc")], "its schema version 'abc' is not a whole number", SCHEMA_VERSION),
+    "version '8.0'": ([SET_VERSION.format("8.0")], "its schema version '8.0' is not a whole number", SCHEMA_VERSION),
+    "meta row deleted": (["DELETE FROM meta"], "its meta table has no schema_version row", SCHEMA_VERSION),
+    "runs.seq dropped": (["ALTER TABLE runs DROP COLUMN seq"], f"does not match its version {SCHEMA_VERSION}: it lacks runs.seq", None),
     "compacted_steps.returned dropped": (["ALTER TABLE compacted_steps DROP COLUMN returned"],
-                                         "does not match its version 8: it lacks compacted_steps.returned", None),
+                                         f"does not match its version {SCHEMA_VERSION}: it lacks compacted_steps.returned", None),
     "version 6 while runs.seq exists": ([SET_VERSION.format(6)],
-                                        "does not match its version 6: it has compacted_prompt_observations.returned "
-                                        "(version 8), compacted_steps.returned (version 8), runs.seq (version 7)", 8),
+                                        "does not match its version 6: it has compacted_prompt_observations.prior_evidence "
+                                        "(version 9), compacted_prompt_observations.prior_mean (version 9)", SCHEMA_VERSION),
 }
 
 

@@ -55,7 +55,9 @@ TABLES_SRC = textwrap.dedent(
         return {{
             "steps": pa.Table.from_pylist([{{"run_id": run_id, "step": step, "sampled_rollouts": marker}}],
                                           schema=STEP_TABLES["steps"]),
-            "prompt_observations": obs.select(STEP_TABLES["prompt_observations"].names),
+            "prompt_observations": pa.table({{f.name: obs.column(f.name) if f.name in obs.column_names
+                                               else pa.nulls(ROWS, f.type)  # the columns this test leaves NULL
+                                               for f in STEP_TABLES["prompt_observations"]}}),
             "buffer_state": pa.Table.from_pylist([{{"run_id": run_id, "step": step, "entry_id": marker}}],
                                                  schema=STEP_TABLES["buffer_state"]),
             "evictions": pa.Table.from_pylist([{{"run_id": run_id, "step": step, "effective_epoch": marker}}],

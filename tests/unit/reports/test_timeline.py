@@ -31,7 +31,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PC = {"sim.num_prompts": 200, "allocator.train_batch": 16, "allocator.n": 16, "allocator.n_pilot": 4,
       "allocator.eviction_strategy": "easy_pool", "allocator.return_share": 0.25}
 FULL = {"sim.num_prompts": 300, "allocator.train_batch": 16, "allocator.n": 8, "allocator.n_pilot": None}
-PRIOR = {**PC, "allocator.eviction_strategy": "strict", "allocator.screen_strategy": "posterior",
+PRIOR = {**{k: v for k, v in PC.items() if k != "allocator.return_share"}, "allocator.eviction_strategy": "strict", "allocator.screen_strategy": "posterior",
          "allocator.screen_discount": 1.0, "allocator.screen_min_evidence": 4.0, "allocator.screen_explore": 0.0}
 RANK = "CASE decision " + " ".join(f"WHEN '{d}' THEN {i}" for i, d in enumerate(
     ("trained", "kept", "surplus", "skipped_easy", "deferred_hard", "screened_by_prior"))) + " END"

@@ -50,19 +50,20 @@ def test_each_version_matches_its_own_columns_only():
 def test_what_is_wrong_is_named():
     cols = fresh_columns()
     assert schema_problem(["abc"], cols) == (
-        f"its schema version 'abc' is not a whole number (pc-pipelines writes 1 to {SCHEMA_VERSION})", 8)
+        f"its schema version 'abc' is not a whole number (pc-pipelines writes 1 to {SCHEMA_VERSION})", SCHEMA_VERSION)
     assert schema_problem(["8.0"], cols)[0].startswith("its schema version '8.0' is not a whole number")
     assert schema_problem(["x" * 500], cols)[0].startswith("its schema version 'xxxx")
     assert len(schema_problem(["x" * 500], cols)[0]) < 200  # the value is cut
-    assert schema_problem([], cols) == ("its meta table has no schema_version row", 8)
+    assert schema_problem([], cols) == ("its meta table has no schema_version row", SCHEMA_VERSION)
     assert schema_problem(None, {k: v for k, v in cols.items() if k != "meta"})[0].startswith(
         "it has the store's tables (checkpoints, compacted_buffer_state, compacted_evictions) but no meta table")
     assert "no upgrade path from schema version 0" in schema_problem(["0"], {"meta": {"key", "value"}})[0]
     assert schema_problem([str(SCHEMA_VERSION + 1)], {"meta": {"key", "value"}}) is None  # newer: refused elsewhere
-    no_seq = {**cols, "runs": cols["runs"] - {"seq"}}
+    v8 = catalog_columns(8)
+    no_seq = {**v8, "runs": v8["runs"] - {"seq"}}
     assert schema_problem(["8"], no_seq) == ("its schema does not match its version 8: it lacks runs.seq", None)
-    assert schema_problem(["6"], cols) == (
+    assert schema_problem(["6"], v8) == (
         "its schema does not match its version 6: it has compacted_prompt_observations.returned (version 8), "
         "compacted_steps.returned (version 8), runs.seq (version 7)", 8)
-    extra = {**cols, "notes": {"x"}, "runs": cols["runs"] | {"my_tag"}}  # tables and columns of no version: allowed
+    extra = {**v8, "notes": {"x"}, "runs": v8["runs"] | {"my_tag"}}  # tables and columns of no version: allowed
     assert schema_problem(["8"], extra) is None
