@@ -120,12 +120,12 @@ def tensorboard_dirs(store: Store, run_ids: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def tensorboard_overlay_command(dirs: dict[str, str]) -> str | None:
+def tensorboard_overlay_command(dirs: dict[str, str], exe: str = "tensorboard") -> str | None:
     """One ``tensorboard --logdir_spec name:dir,...`` command, shell-quoted, that overlays the runs by step
-    (``None`` without a run that has TensorBoard logs)."""
+    (``None`` without a run that has TensorBoard logs); ``exe``: how to type TensorBoard (``installed_command``)."""
     if not dirs:
         return None
-    return shell_command("tensorboard", "--logdir_spec", ",".join(f"{rid}:{d}" for rid, d in dirs.items()))
+    return shell_command(exe, "--logdir_spec", ",".join(f"{rid}:{d}" for rid, d in dirs.items()))
 
 
 def plot_comparison(lines: Sequence[RunLine], path: str | Path, title: str) -> Path:
