@@ -50,11 +50,11 @@ def test_each_version_matches_its_own_columns_only():
 def test_what_is_wrong_is_named():
     cols = fresh_columns()
     assert schema_problem(["abc"], cols) == (
-        f"its schema version 'abc' is not a whole number (pc-pipelines writes 1 to {SCHEMA_VERSION})", 8)
+        f"its schema version 'abc' is not a whole number (pc-pipelines writes 1 to {SCHEMA_VERSION})", SCHEMA_VERSION)
     assert schema_problem(["8.0"], cols)[0].startswith("its schema version '8.0' is not a whole number")
     assert schema_problem(["x" * 500], cols)[0].startswith("its schema version 'xxxx")
     assert len(schema_problem(["x" * 500], cols)[0]) < 200  # the value is cut
-    assert schema_problem([], cols) == ("its meta table has no schema_version row", 8)
+    assert schema_problem([], cols) == ("its meta table has no schema_version row", SCHEMA_VERSION)
     assert schema_problem(None, {k: v for k, v in cols.items() if k != "meta"})[0].startswith(
         "it has the store's tables (checkpoints, compacted_buffer_state, compacted_evictions) but no meta table")
     assert "no upgrade path from schema version 0" in schema_problem(["0"], {"meta": {"key", "value"}})[0]
