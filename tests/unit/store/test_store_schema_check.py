@@ -59,10 +59,11 @@ def test_what_is_wrong_is_named():
         "it has the store's tables (checkpoints, compacted_buffer_state, compacted_evictions) but no meta table")
     assert "no upgrade path from schema version 0" in schema_problem(["0"], {"meta": {"key", "value"}})[0]
     assert schema_problem([str(SCHEMA_VERSION + 1)], {"meta": {"key", "value"}}) is None  # newer: refused elsewhere
-    no_seq = {**cols, "runs": cols["runs"] - {"seq"}}
+    v8 = dict(sorted(catalog_columns(8).items()))  # a version-8 catalog (tables in name order, as read): what it lacks and what of later versions it has
+    no_seq = {**v8, "runs": v8["runs"] - {"seq"}}
     assert schema_problem(["8"], no_seq) == ("its schema does not match its version 8: it lacks runs.seq", None)
-    assert schema_problem(["6"], cols) == (
+    assert schema_problem(["6"], v8) == (
         "its schema does not match its version 6: it has compacted_prompt_observations.returned (version 8), "
         "compacted_steps.returned (version 8), runs.seq (version 7)", 8)
-    extra = {**cols, "notes": {"x"}, "runs": cols["runs"] | {"my_tag"}}  # tables and columns of no version: allowed
+    extra = {**v8, "notes": {"x"}, "runs": v8["runs"] | {"my_tag"}}  # tables and columns of no version: allowed
     assert schema_problem(["8"], extra) is None
