@@ -56,6 +56,7 @@ def test_a_signal_stops_the_demo_at_a_step_boundary(tmp_path, base_policy, polic
     assert procs.wait_gone(started) == set()  # nothing it started is left running
     assert f"stopped by {signum.name}; nothing else was started" in out
     assert "failed (the sensor retries it" not in out
+    assert "Loading weights" not in out and "Writing model shards" not in out  # transformers' bars stay off
 
     st = Store(root / "pc.duckdb")  # the steps of a stopped run are still in their step files: the store's views
     segs = [tuple(r.values()) for r in st.query(
