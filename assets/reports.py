@@ -29,7 +29,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from pc_pipelines.errors import shell_command
+from pc_pipelines.errors import installed_command, shell_command
 from pc_pipelines.reports import ReportError, build_report, method_label
 from pc_pipelines.reports.compare import (
     CompareError,
@@ -244,9 +244,11 @@ def run_comparison(context: AssetExecutionContext, config: ComparisonConfig, sto
         png = plot_comparison(lines, out_dir / f"compare_{re.sub(r'[^A-Za-z0-9._-]', '_', name)}.png",
                               f"{name}: {len(lines)} runs by step and by cumulative rollouts")
         query = compare_query(family, run_ids)
-        sql[name] = shell_command("pilot-commit", "sql", "--store", st.path, query)
+        # pasted into any terminal: the scripts by their absolute path unless PATH finds them
+        sql[name] = shell_command(installed_command("pilot-commit", from_cwd=False), "sql", "--store", st.path, query)
         labels[name] = [ln.label for ln in lines]
-        tb = tensorboard_overlay_command(tensorboard_dirs(st, [ln.run_id for ln in lines]))
+        tb = tensorboard_overlay_command(tensorboard_dirs(st, [ln.run_id for ln in lines]),
+                                         installed_command("tensorboard", from_cwd=False))
         commands[name] = tb or "no run here has TensorBoard logs (simulated runs write none)"
         context.log.info("run_comparison: %s: %s -> %s", name, ", ".join(labels[name]), png)
         sections.append(f"### {name}: {', '.join(f'`{lb}`' for lb in labels[name])}\n\n{_embedded(png)}")

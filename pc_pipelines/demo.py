@@ -28,6 +28,7 @@ from assets.jobs import launch_problems, report_job, start_run, train_segment_jo
 from assets.sensors import REPORT_TAG, RUN_KEY_TAG, SENSOR_NAME, SENSOR_NAME_TAG, build_advance_runs_sensor
 from resources import DataResource, LocalCheckpointResource, StoreResource, local_resources
 
+from .cli.train import transformers_bars_off
 from .config import PC_ONLY_FIELDS, parse_overrides, resolve
 from .definitions import build_definitions
 from .errors import ConfigError, installed_command, shell_command
@@ -89,7 +90,9 @@ def demo(argv: list[str] | None = None) -> int:
     say = lambda msg: print(f"[demo {time.monotonic() - t0:6.0f}s] {msg}", flush=True)  # noqa: E731
     # SIGTERM (timeout, CI, a process manager) or Ctrl-C: the step in progress finishes, the segment checkpoints and
     # is recorded stopped, nothing else starts, and the demo exits 143 / 130. A second signal abandons the step.
-    with stop_on_signals() as stop:
+    # transformers' own "Loading weights" / "Writing model shards" bars off: the console is the demo's lines and the
+    # segments' step lines
+    with stop_on_signals() as stop, transformers_bars_off():
         try:
             return _demo(args, res, instance, say, stop)
         except (StopRequested, KeyboardInterrupt, DagsterExecutionInterruptedError) as exc:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..durable import OutputRefused
-from ..errors import shell_command
+from ..errors import installed_command, shell_command
 from ..reports.timeline import DEFAULT_TOP
 from ..store import Store
 from ..store.names import shown_path
@@ -130,7 +130,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     shown = [{**r, "steps": steps_done_of_planned(r)} for r in runs]
     _print_rows(cols, [tuple(r[c] for c in cols) for r in shown], "table")
     if any(r["planned_steps"] is not None for r in runs):
-        sys.stdout.write("steps: done/planned where the run has a segment plan (Dagster runs)\n")
+        sys.stdout.write("steps: done/planned (a Dagster run's segment plan, or train's --steps)\n")
     for r in runs:  # below the table: one line per run that did not end well or waits, with its reason and fix
         if r["status"] in ("stopped", "failed", "paused", "waiting") and r["status_reason"]:
             sys.stdout.write(f"{r['run_id']} {r['status']}: {r['status_reason']}\n")
@@ -139,7 +139,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def steps_done_of_planned(run: dict) -> str:
-    """``17/200`` for a run with a segment plan of 200 steps, else the steps done."""
+    """``17/200`` for a run planned to 200 steps (its segment plan, or ``train --steps 200``), else the steps done."""
     planned = run.get("planned_steps")
     return f"{run['steps']}/{planned}" if planned is not None else str(run["steps"])
 
@@ -301,8 +301,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out.write(f"wrote {Path(path).resolve()}: {len(lines)} runs by step and by cumulative rollouts\n")
     for ln in lines:
         out.write(f"  {ln.label}: {max(ln.step)} steps, {max(ln.cumulative_rollouts):,} rollouts\n")
-    out.write(f"the plot's rows: {shell_command('pilot-commit', 'sql', '--store', args.store, compare_query(args.family, args.runs))}\n")
-    tb = tensorboard_overlay_command(tensorboard_dirs(store, [ln.run_id for ln in lines]))
+    exe = installed_command("pilot-commit")  # commands a person pastes: as this shell reaches the scripts
+    out.write(f"the plot's rows: {shell_command(exe, 'sql', '--store', args.store, compare_query(args.family, args.runs))}\n")
+    tb = tensorboard_overlay_command(tensorboard_dirs(store, [ln.run_id for ln in lines]),
+                                     installed_command("tensorboard"))
     out.write(f"in TensorBoard: {tb}\n" if tb else "in TensorBoard: none of these runs has TensorBoard logs "
               "(simulated runs write none)\n")
     return 0

@@ -30,6 +30,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import ConfigError, installed_command, shell_command
@@ -222,6 +223,8 @@ def _train(args: argparse.Namespace, stop) -> int:
         with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command="pilot-commit train"):
             latest = latest_checkpoint(run.checkpoint_dir) if args.resume else None  # the bar's estimate only
             done = min(args.steps, display_step(latest[0])) if latest else 0  # steps the checkpoint has
+            # `runs` shows the steps done of these (a resume past --steps trains nothing and keeps its own count)
+            run = replace(run, planned_steps=max(args.steps, display_step(latest[0]) if latest else 0))
             bar = progress_bar(args.steps, f"{cfg.method} {run.run_id}", show, leave=True, initial=done)
 
             def on_step(rec) -> None:

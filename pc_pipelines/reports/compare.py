@@ -120,12 +120,12 @@ def tensorboard_dirs(store: Store, run_ids: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def tensorboard_overlay_command(dirs: dict[str, str]) -> str | None:
+def tensorboard_overlay_command(dirs: dict[str, str], exe: str = "tensorboard") -> str | None:
     """One ``tensorboard --logdir_spec name:dir,...`` command, shell-quoted, that overlays the runs by step
-    (``None`` without a run that has TensorBoard logs)."""
+    (``None`` without a run that has TensorBoard logs); ``exe``: how to type TensorBoard (``installed_command``)."""
     if not dirs:
         return None
-    return shell_command("tensorboard", "--logdir_spec", ",".join(f"{rid}:{d}" for rid, d in dirs.items()))
+    return shell_command(exe, "--logdir_spec", ",".join(f"{rid}:{d}" for rid, d in dirs.items()))
 
 
 def plot_comparison(lines: Sequence[RunLine], path: str | Path, title: str) -> Path:
@@ -139,6 +139,7 @@ def comparison_figure(lines: Sequence[RunLine], title: str):
     """The four panels (accuracy and mean reward, by step and by cumulative rollouts), one labelled line per run."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator, StrMethodFormatter
 
     fig = Figure(figsize=(12.0, 8.0), dpi=90, layout="constrained")
     FigureCanvasAgg(fig)
@@ -160,7 +161,9 @@ def comparison_figure(lines: Sequence[RunLine], title: str):
         ax.set_xlabel(TITLES[x], fontsize=9)
         ax.grid(True, alpha=0.3)
         if x == "cumulative_rollouts":
-            ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
+            ax.xaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))  # 64,000: no 1e4 offset
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 2.5
     axes[0].legend(fontsize=8, loc="best")
     fig.suptitle(title, fontsize=12)
     return fig

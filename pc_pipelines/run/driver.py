@@ -230,7 +230,7 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
         restore_rng(rng)  # last: loading a policy may draw from the global RNGs
     # Loaded: from here on the run changes.
     _set_aside(run, damaged, chosen[1].name if chosen else "the base policy")
-    store.register_run(run.record())
+    store.register_run(run.record(), planned_steps=run.planned_steps)
     store.vacuum(run.run_id)
     if chosen is None:
         if from_step is None:

@@ -32,6 +32,7 @@ class TrainingRun:
     policy_path: Path
     task: TaskData
     lineage: dict[str, Any] = field(default_factory=dict)
+    planned_steps: int | None = None  # the run's total as its command asked (train --steps); None: not recorded
 
     @property
     def checkpoint_dir(self) -> Path:

@@ -493,13 +493,21 @@ class Store:
         except RunIdError as exc:
             raise StoreError(str(exc)) from None
 
-    def register_run(self, run: RunRecord) -> Path:
-        """Insert the run, or mark an existing run with the same id as running again (resume / replay)."""
+    def register_run(self, run: RunRecord, planned_steps: int | None = None) -> Path:
+        """Insert the run, or mark an existing run with the same id as running again (resume / replay).
+
+        ``planned_steps``: the run's total as its command asked for it (``train --steps N``; a resume may change
+        it), kept in ``lineage_json`` as ``planned_steps`` (``list_runs`` shows it where the run has no segment
+        plan); None leaves what the run has."""
         run_dir = self.run_dir(self.validate_run_id(run.run_id))
         run_dir.mkdir(parents=True, exist_ok=True)
         now = _now()
+        lineage = run.lineage
+        if planned_steps is not None:
+            lineage = {**(lineage or {}), "planned_steps": int(planned_steps)}
         with self.connect(read_only=False) as con:
-            existing = con.execute("SELECT config_hash FROM runs WHERE run_id = ?", [run.run_id]).fetchone()
+            existing = con.execute("SELECT config_hash, lineage_json FROM runs WHERE run_id = ?",
+                                   [run.run_id]).fetchone()
             if existing and existing[0] != run.config_hash:
                 raise StoreError(
                     f"run {run.run_id!r} already exists with a different config (hash {existing[0]} != "
@@ -510,6 +518,10 @@ class Store:
                     "UPDATE runs SET status = 'running', status_reason = NULL, updated_at = ? WHERE run_id = ?",
                     [now, run.run_id],
                 )
+                if planned_steps is not None:  # the rest of the lineage stays the first registration's
+                    kept = json.loads(existing[1]) if existing[1] else {}
+                    con.execute("UPDATE runs SET lineage_json = ? WHERE run_id = ?",
+                                [json.dumps({**kept, "planned_steps": int(planned_steps)}), run.run_id])
             else:
                 con.execute(
                     "INSERT INTO runs (run_id, family, method, preset, seed, config_json, config_hash, lineage_json, "
@@ -524,7 +536,7 @@ class Store:
                         run.seed,
                         json.dumps(run.config, sort_keys=True),
                         run.config_hash,
-                        json.dumps(run.lineage) if run.lineage is not None else None,
+                        json.dumps(lineage) if lineage is not None else None,
                         run.kind,
                         str(run_dir),
                         now,
@@ -792,7 +804,7 @@ class Store:
 
     def list_runs(self) -> list[dict[str, Any]]:
         """Each run with its steps and cumulative rollouts. ``planned_steps``: the total its Dagster segment plan
-        asks for (None for a run without one). ``missing_steps``: steps it should have and the store cannot serve
+        asks for, else the total its command asked for (``train --steps N``: lineage ``planned_steps``), else None. ``missing_steps``: steps it should have and the store cannot serve
         (damaged or gone; its cumulative figures are then lower bounds), ``damaged_steps`` those of them whose
         directory is there but fails its manifest, ``problems`` both in words (``pilot-commit check`` says how to
         repair them)."""
@@ -803,7 +815,8 @@ class Store:
                        else "(SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS planned WHERE false)")
             cur = con.execute(
                 f"""SELECT r.run_id, r.family, r.method, r.preset, r.seed, r.kind, r.status,
-                          coalesce(s.steps, 0) AS steps, p.planned AS planned_steps,
+                          coalesce(s.steps, 0) AS steps, coalesce(p.planned, TRY_CAST(json_extract_string(
+                              r.lineage_json, '$.planned_steps') AS BIGINT)) AS planned_steps,
                           coalesce(s.sampled, 0) AS cumulative_sampled,
                           coalesce(s.trained, 0) AS cumulative_trained, r.config_hash, r.status_reason,
                           coalesce(d.missing, 0) AS missing_steps, coalesce(d.damaged, 0) AS damaged_steps,

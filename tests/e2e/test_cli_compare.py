@@ -5,12 +5,15 @@ drawn, the SQL behind the plot, which returns the rows drawn, and the TensorBoar
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from pc_pipelines.errors import installed_command
 
 pytestmark = pytest.mark.e2e
 
@@ -51,7 +54,7 @@ def test_compare_a_family_writes_the_png_and_prints_its_sql(store, tmp_path):
                          f"  pc-run (PC): 8 steps, {totals['pc-run']:,} rollouts"]
     # The printed command is pasteable and returns the rows drawn: steps 1..8 of each run, after step 0's evaluation.
     printed = shlex.split(lines[3].removeprefix("the plot's rows: "))
-    assert printed[:4] == ["pilot-commit", "sql", "--store", store]
+    assert printed[:4] == [installed_command("pilot-commit"), "sql", "--store", store]
     rows = sql(store, printed[4])
     assert [(r["run_id"], r["step"]) for r in rows] == [(rid, s) for rid in ("grpo-run", "pc-run") for s in range(9)]
     assert [r["cumulative_rollouts"] for r in rows if r["step"] == 8] == [totals["grpo-run"], totals["pc-run"]]
@@ -76,3 +79,17 @@ def test_compare_refuses_unknown_runs_in_one_line_and_writes_nothing(store, tmp_
     res = run("compare", "--store", store, "--family", "f9", "--out", str(out), check=False)
     assert res.returncode == 2 and "Traceback" not in res.stderr and not out.exists()
     assert res.stderr.startswith("pilot-commit compare: family 'f9' in the store ") and "Fix:" in res.stderr
+
+
+def test_the_printed_commands_run_as_printed_without_the_venv_on_path(store, tmp_path):
+    """Issue 41 point 8: a shell whose PATH lacks the virtual environment (the README's `.venv/bin/pilot-commit`)
+    gets the scripts by their path, and the printed query runs as printed there."""
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    res = subprocess.run([EXE, "compare", "--store", store, "--family", "f1", "--out", str(tmp_path / "f1.png")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=True)
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("the plot's rows: "))
+    assert shlex.split(line.removeprefix("the plot's rows: "))[0] == EXE  # not a bare `pilot-commit`, which this shell would not find
+    again = subprocess.run(["bash", "-c", line.removeprefix("the plot's rows: ") + " --json"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert {r["run_id"] for r in json.loads(again.stdout)} == {"grpo-run", "pc-run"}

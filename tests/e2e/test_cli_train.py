@@ -198,9 +198,30 @@ def test_a_json_reader_that_goes_away_stops_the_run_it_does_not_fail_it(base_pol
             "SELECT status, (SELECT count(*) FROM steps WHERE run_id = 'p') AS steps FROM runs WHERE run_id = 'p'")
     assert json.loads(q.stdout) == [{"status": "stopped", "steps": last + 1}]
     assert (tmp_path / "p" / "checkpoints" / f"step-{last:08d}").is_dir()
+    # `runs` shows the steps done of the --steps asked for (issue 41 point 8), in the table and in --json
+    assert runs_steps(tmp_path) == ({"p": f"{last + 1}/4"}, {"p": (last + 1, 4)})
     r = cli("train", *args[1:], "--resume")
     assert r.returncode == 0, r.stderr[-2000:]
     assert [json.loads(line)["step"] for line in r.stdout.splitlines()] == list(range(last + 1, 4))
+    assert runs_steps(tmp_path) == ({"p": "4/4"}, {"p": (4, 4)})
+    # a resume to a larger total plans that; one asking for fewer steps than done trains nothing and keeps its count
+    more = cli("train", *[a if a != "4" else "5" for a in args[1:]], "--resume")
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert runs_steps(tmp_path) == ({"p": "5/5"}, {"p": (5, 5)})
+    fewer = cli("train", *[a if a != "4" else "2" for a in args[1:]], "--resume")
+    assert fewer.returncode == 0 and "nothing to do" in fewer.stderr
+    assert runs_steps(tmp_path) == ({"p": "5/5"}, {"p": (5, 5)})
+
+
+def runs_steps(out: Path) -> tuple[dict[str, str], dict[str, tuple[int, int]]]:
+    """``pilot-commit runs``: each run's steps column of the table, and (steps, planned_steps) of its --json."""
+    table = cli("runs", "--store", str(out / "pc.duckdb"))
+    assert table.returncode == 0, table.stderr[-2000:]
+    header, _, *rows = table.stdout.splitlines()  # the header, its rule, one row per run, then "(1 row)" and notes
+    col = header.split().index("steps")
+    shown = {rows[0].split()[0]: rows[0].split()[col]}
+    data = json.loads(cli("runs", "--store", str(out / "pc.duckdb"), "--json").stdout)
+    return shown, {r["run_id"]: (r["steps"], r["planned_steps"]) for r in data}
 
 
 PRIOR = ["--set", "allocator.screen_strategy=posterior", "--set", "allocator.screen_discount=1.0",

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from pc_pipelines.config import parse_overrides, resolve
+
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +47,20 @@ NOT_RUN = {
                       "seeds), repro; resumable"): "the study: hours",
     ("docs/USAGE.md", ".venv/bin/pilot-commit train --method pc --steps 50        # embedded preset: all four "
                       "strategies on"): "50 training steps per run (minutes on a CPU)",
+    ("docs/USAGE.md", ".venv/bin/pilot-commit train --method pc --steps 50 --set allocator.screen_strategy=posterior"):
+        "50 training steps (minutes on a CPU) and a simulator study of 120 steps x 2 seeds",
 }
+
+
+def demo_parser_default(option: str) -> str:
+    """The default of one of ``python -m pc_pipelines.demo``'s options, as its source sets it."""
+    text = (ROOT / "pc_pipelines" / "demo.py").read_text()
+    return re.search(rf'p\.add_argument\("--{option}", default="([^"]+)"', text).group(1)
+
+
+# the family of the demo's runs (its default preset's), which Journey 3's `compare --family` names
+FAMILY = resolve(demo_parser_default("preset"), parse_overrides([]), method="pc", seed=0).family
+
 
 BLOCK_RE = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
 
@@ -80,12 +95,13 @@ def test_every_block_is_run_or_listed_with_its_reason():
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory) -> Path:
     """A directory laid out like the repository after ``make demo``: ``.venv`` (this interpreter's) and
-    ``runs/pc.duckdb`` holding a GRPO, a DAPO and a PC run with steps, observations and evals."""
+    ``runs/pc.duckdb`` holding a GRPO, a DAPO and a PC run of the demo's family (which Journey 3's ``compare
+    --family`` names) with steps, observations and evals."""
     root = tmp_path_factory.mktemp("after-demo")
     (root / ".venv").symlink_to(BIN.parent, target_is_directory=True)
     assert (root / ".venv" / "bin" / "pilot-commit").exists()
     for m in ("grpo", "dapo", "pc"):
-        out = subprocess.run([EXE, "simulate", "--method", m, "--store", "runs/pc.duckdb", "--steps", "12",
+        out = subprocess.run([EXE, "simulate", "--method", m, "--family", FAMILY, "--store", "runs/pc.duckdb", "--steps", "12",
                               "--prompts", "2000", "--train-batch", "32", "--n", "16"],
                              cwd=root, capture_output=True, text=True, timeout=600, check=False)
         assert out.returncode == 0, out.stderr[-3000:]
@@ -116,8 +132,11 @@ def test_readme_journey_3_as_pasted(demo_dir):
     assert f"wrote {demo_dir.resolve() / 'timeline.png'}" in out.stdout
     assert (demo_dir / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"no run '{pc_run}" not in out.stderr
+    # the demo family's three runs overlaid by step and by rollouts
+    assert f"wrote {demo_dir.resolve() / 'compare.png'}: 3 runs by step and by cumulative rollouts" in out.stdout
+    assert (demo_dir / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the report prints Table 2 with the runs it compares
-    assert "family sim: cumulative sampled rollouts to reach the target accuracy" in out.stdout
+    assert f"family {FAMILY}: cumulative sampled rollouts to reach the target accuracy" in out.stdout
     assert re.search(r"^seed\s+target\s+grpo\s+dapo\s+pc\s+grpo/pc\s+dapo/pc$", out.stdout, flags=re.M)
     assert f"PC {pc_run} (12 steps)" in out.stdout
 

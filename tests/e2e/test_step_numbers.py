@@ -69,7 +69,7 @@ def test_every_surface_counts_the_first_step_as_1(base_policy, tmp_path):
                          mean_reward=0.5, reward_std=0.1, cumulative_rollouts=total, timings={})
         seen.append(progress.observe(rec))
     assert [p.metadata()["step"] for p in seen] == [1, 2, 3]
-    assert seen[0].metadata()["progress"] == "segment 1 of 1, step 1 of 3; run step 1 of 3"
+    assert seen[0].metadata()["progress"] == "r: segment 1 of 1, step 1 of 3; run step 1 of 3"  # names its run
     assert seen[-1].line().startswith("step 3/3 of segment 1/1 (run step 3/3)")
 
     # --resume to 5 steps: the bar starts where the run is (3/5), TensorBoard goes on at 4 and 5, nothing twice

@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pc_pipelines.errors import installed_command
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -435,7 +437,8 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
     comparison = latest_materialization(server, ["run_comparison"])
     assert any("ui-live (PC)" in labels for labels in comparison["runs"].values()), comparison["runs"]
     tb = [shlex.split(block) for block in comparison["tensorboard_command"].split("```")[1::2]]
-    assert any(argv[:2] == ["tensorboard", "--logdir_spec"] and argv[2].startswith("ui-live:") and
+    tensorboard = installed_command("tensorboard", from_cwd=False)  # as the server's PATH reaches it
+    assert any(argv[:2] == [tensorboard, "--logdir_spec"] and argv[2].startswith("ui-live:") and
                Path(argv[2].split(":", 1)[1]).is_dir() for argv in tb), tb
     timeline = latest_materialization(server, ["pass_rate_timeline"])
     assert "ui-live" in timeline["run_ids"]

@@ -272,8 +272,8 @@ def test_the_report_job_is_requested_once_per_finished_run(location, base_policy
     assert requests(location.sensor()) == [("report-a-and-1-more", None, "report")]  # not launched yet: asked again
     report = location.launch(tick.run_requests[0], BY_SENSOR)
     assert report.job_name == "report"
-    assert location.repo.get_job("report").asset_layer.selected_asset_keys == {AssetKey("rollouts_report"),
-                                                                              AssetKey("pass_rate_timeline")}
+    assert location.repo.get_job("report").asset_layer.selected_asset_keys == {
+        AssetKey("rollouts_report"), AssetKey("pass_rate_timeline"), AssetKey("run_comparison")}
     assert location.sensor().skip_message == "a: skip (run is finished); b: skip (run is finished)"
     start(location.instance, location.tmp, base_policy, "c")
     finish_segments(st, "c")  # a run finishing later gets a report of its own

@@ -51,7 +51,7 @@ def write_steps(store: Store, run_id: str, steps: range) -> None:
 
 @pytest.fixture
 def store(tmp_path) -> Store:
-    """Run ``r`` of 3 segments of 2 steps; its first segment trained (steps 0-1) and recorded done by a writer that
+    """Run ``r`` of 3 segments of 2 steps; its first segment trained (store steps 0-1: steps 1..2 on screens) and recorded done by a writer that
     has ended."""
     st = Store(tmp_path / "pc.duckdb").init()
     st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="embedded", seed=0, config={},
@@ -68,7 +68,7 @@ def test_a_run_between_segments_reads_waiting_with_done_of_planned(store):
     table = cli("runs", "--store", str(store.path))
     row = next(ln for ln in table.splitlines() if ln.startswith("r "))
     assert row.split()[4] == "2/6" and row.split()[-1] == "waiting"
-    assert ("r waiting: waiting for its next segment, segment 2 of 3 (steps 2-3); not requested yet (the "
+    assert ("r waiting: waiting for its next segment, segment 2 of 3 (steps 3..4); not requested yet (the "
             "advance_runs sensor or the advance_runs_in_window schedule requests it)") in table
     assert "stopped" not in table and "no process holds its writer lock" not in table
     runs = json.loads(cli("runs", "--store", str(store.path), "--json"))
@@ -84,11 +84,11 @@ def test_the_waiting_run_says_who_requested_its_segment_or_why_it_is_deferred(st
     instance = DagsterInstance.ephemeral()
     tick = advance(store, instance, LOG, 3, sensor_tag(), defer=DEFER)
     assert tick.requests == []
-    assert status_line(store, "r") == ("r waiting: waiting for its next segment, segment 2 of 3 (steps 2-3): "
+    assert status_line(store, "r") == ("r waiting: waiting for its next segment, segment 2 of 3 (steps 3..4): "
                                        f"r/seg-0001 deferred: {DEFER}")
     tick = advance(store, instance, LOG, 3, sensor_tag())
     assert [r.partition_key for r in tick.requests] == ["r/seg-0001"]
-    assert status_line(store, "r").endswith("segment 2 of 3 (steps 2-3): r/seg-0001 requested by sensor:advance_runs")
+    assert status_line(store, "r").endswith("segment 2 of 3 (steps 3..4): r/seg-0001 requested by sensor:advance_runs")
     updated = store.get_run("r")["updated_at"]
     advance(store, instance, LOG, 3, sensor_tag())  # the same note again: nothing written
     assert store.get_run("r")["updated_at"] == updated
@@ -96,7 +96,7 @@ def test_the_waiting_run_says_who_requested_its_segment_or_why_it_is_deferred(st
 
 def test_a_failed_segment_waits_for_its_retry_and_a_paused_run_says_why(store):
     store.segment_failed("r", 1, "RuntimeError: out of memory")
-    assert status_line(store, "r").startswith("r waiting: waiting to retry segment 2 of 3 (steps 2-3), which failed 1 "
+    assert status_line(store, "r").startswith("r waiting: waiting to retry segment 2 of 3 (steps 3..4), which failed 1 "
                                               "time(s) in a row (last: RuntimeError: out of memory)")
     store.set_status("r", "paused", "segment 1 failed 3 times in a row (limit 3)")
     assert status_line(store, "r") == "r paused: segment 1 failed 3 times in a row (limit 3)"

@@ -14,7 +14,9 @@ import pytest
 
 from pc_pipelines.config import resolve
 from pc_pipelines.reports.compare import (
+    PANELS,
     CompareError,
+    RunLine,
     compare_query,
     comparison_figure,
     load_comparison,
@@ -141,6 +143,27 @@ def test_the_figure_draws_one_labelled_line_per_run_by_step_and_by_rollouts(stor
     assert list(axes[2].get_lines()[0].get_xdata())[0] == 1
     png = plot_comparison(lines, tmp_path / "out" / "c.png", "t")
     assert png.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_steps_are_whole_numbers_and_rollouts_plain_counts():
+    """Issue 41 point 8, as for the run plot: no 2.5 on a step axis, no 1e4 offset on a rollouts axis (the demo's
+    three 20-step runs: evaluations every 5 steps, up to 64,512 rollouts)."""
+    steps = tuple(range(21))
+    lines = [RunLine(run_id=f"r-{m}", method=m, family="f", step=steps,
+                     cumulative_rollouts=tuple(per * s for s in steps), mean_reward=(math.nan,) + (0.5,) * 20,
+                     accuracy=tuple(0.6 if s % 5 == 0 else math.nan for s in steps))
+             for m, per in (("grpo", 1024), ("dapo", 3072), ("pc", 852))]
+    fig = comparison_figure(lines, "t")
+    fig.canvas.draw()
+    for ax, (_, x) in zip(fig.axes, PANELS, strict=True):
+        lo, hi = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+        labels = [t.get_text().replace("\u2212", "-") for t in ax.get_xticklabels() if t.get_text()]
+        assert ax.xaxis.get_offset_text().get_text() == "", x
+        if x == "step":
+            assert ticks and all(float(t).is_integer() for t in ticks), ticks
+        else:
+            assert labels and all("e" not in lb and lb.replace(",", "").lstrip("-").isdigit() for lb in labels), labels
 
 
 def test_the_tensorboard_overlay_names_each_run_and_pastes_as_one_argument(store):
