@@ -29,6 +29,7 @@ import pytest
 
 from pc_pipelines.store import Store
 from pc_pipelines.store.names import RUN_ID_PATTERN
+from pc_pipelines.store.schema import CATALOG_ADDED
 from pc_pipelines.store.steplog import MANIFEST
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -327,9 +328,10 @@ def test_sql_cannot_write_the_catalog_or_a_step_file_or_anything_else(store, tmp
 def test_a_typo_never_opens_the_catalog_for_writing_even_on_an_older_store(store):
     con = duckdb.connect(str(store))
     con.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
-    for table, column in [("runs", "seq"), ("compacted_steps", "buffer_replaced"), ("compacted_steps", "returned"),
-                          ("compacted_prompt_observations", "returned")]:  # what versions 6 to 8 added
-        con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    for version, added in CATALOG_ADDED.items():  # what the versions after 4 added
+        for table, columns in added.items() if version > 4 else ():
+            for column in columns:
+                con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     con.execute("DROP VIEW rollout_breakdown")
     con.close()
     before = snapshot(store)
