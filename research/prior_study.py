@@ -1,0 +1,179 @@
+"""Issue 42 on the real benchmark: the history prior's mechanism per run, the forgetting the data asks for, and the
+tuning of the prior's settings and GRPO's group size on the tuning seeds 100 and 101 (a rule fixed in code first).
+
+    .venv/bin/python research/prior_study.py measure --store S RUN_ID...     # the mechanism table of stored runs
+    .venv/bin/python research/prior_study.py forgetting --store S RUN_ID     # predictive fit of the discount gamma
+    .venv/bin/python research/prior_study.py tune --store S                  # the tuning runs (resumable), the choice
+
+**Mechanism** (:func:`mechanism`, one run, from the store alone): sampled rollouts a step; first-wave pilot rollouts
+a step on prompts the first wave screened out (rule ``early_wave``); the share of piloted prompts whose pilot landed
+in the keep band (kept / (kept + skipped_easy + deferred_hard), the steps table); informative trained groups a step
+(``informative_share * trained_prompts``); prompts skipped by the prior a step; and the longest unpiloted streak: over
+every ``screened_by_prior`` row, the steps since that prompt's last sampled rollout (a prompt screened in step 40
+whose last rollout was in step 31 has gone 9 steps unpiloted; a prompt never sampled counts from step 0).
+
+**Forgetting** (:func:`forgetting_fit`): for a discount gamma, each prompt's first observed group of a step ``T`` (its
+first pilot wave) is predicted by the prior's posterior read in step ``T`` (every earlier observation of the prompt
+weighted gamma ** (T - s), the pooled prior kappa m as in ``allocation/screen.py``); the score is the mean
+beta-binomial log-likelihood of the observed count. The gamma with the highest score is the forgetting the run's
+own pass-rate history supports (a pass rate that moves fast wants a small gamma, a slow one a gamma near 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pc_pipelines.allocation.screen import beta_binomial_pmf
+from pc_pipelines.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """Issue 42's mechanism goals, measured on one stored run (module docstring)."""
+
+    run_id: str
+    steps: int
+    sampled_per_step: float
+    early_screen_per_step: float
+    """First-wave pilot rollouts a step on prompts that wave screened out (rule ``early_wave``)."""
+    piloted_in_band: float
+    """Kept / piloted (PC); NaN for GRPO / DAPO."""
+    informative_per_step: float
+    trained_per_step: float
+    prior_skips_per_step: float
+    longest_unpiloted: int
+    """Most steps a prompt the prior skipped had gone without a sampled rollout (0: the prior skipped nothing)."""
+
+
+def mechanism(store: Store, run_id: str) -> Mechanism:
+    st = store.query(
+        """SELECT count(*) AS steps, sum(sampled_rollouts) AS sampled, sum(kept) AS kept,
+                  sum(skipped_easy) AS easy, sum(deferred_hard) AS hard, sum(trained_prompts) AS trained,
+                  sum(coalesce(informative_share, 0) * trained_prompts) AS informative,
+                  sum(coalesce(screened_by_prior, 0)) AS screened
+           FROM steps WHERE run_id = ?""", [run_id])[0]
+    steps = int(st["steps"] or 0)
+    if not steps:
+        raise ValueError(f"run {run_id!r} has no steps in {store.path}. Fix: run it first (prior_study.py tune).")
+    early = store.query("SELECT coalesce(sum(n), 0) AS n FROM prompt_observations WHERE run_id = ? "
+                        "AND rule = 'early_wave'", [run_id])[0]["n"]
+    streak = store.query(
+        """WITH sampled AS (SELECT DISTINCT prompt_id, step FROM prompt_observations WHERE run_id = ? AND n > 0),
+                skipped AS (SELECT DISTINCT prompt_id, step FROM prompt_observations
+                            WHERE run_id = ? AND decision = 'screened_by_prior')
+           SELECT coalesce(max(k.step - coalesce((SELECT max(s.step) FROM sampled s
+                                                    WHERE s.prompt_id = k.prompt_id AND s.step < k.step), 0)), 0)
+                  AS longest
+           FROM skipped k""", [run_id, run_id])[0]["longest"]
+    piloted = (st["kept"] or 0) + (st["easy"] or 0) + (st["hard"] or 0)
+    return Mechanism(
+        run_id=run_id, steps=steps, sampled_per_step=float(st["sampled"]) / steps,
+        early_screen_per_step=float(early) / steps,
+        piloted_in_band=float(st["kept"]) / piloted if piloted else math.nan,
+        informative_per_step=float(st["informative"]) / steps, trained_per_step=float(st["trained"]) / steps,
+        prior_skips_per_step=float(st["screened"]) / steps, longest_unpiloted=int(streak or 0))
+
+
+def mechanism_markdown(rows: Sequence[Mechanism]) -> str:
+    lines = ["| run | steps | sampled / step | early-screen rollouts / step | piloted in band | informative / trained "
+             "groups a step | prior skips / step | longest unpiloted (steps) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for m in rows:
+        band = "-" if math.isnan(m.piloted_in_band) else f"{m.piloted_in_band:.3f} (1 in {1 / m.piloted_in_band:.1f})"
+        lines.append(f"| {m.run_id} | {m.steps} | {m.sampled_per_step:.0f} | {m.early_screen_per_step:.0f} | {band} "
+                     f"| {m.informative_per_step:.2f} / {m.trained_per_step:.2f} | {m.prior_skips_per_step:.1f} "
+                     f"| {m.longest_unpiloted} |")
+    return "\n".join(lines) + "\n"
+
+
+# ---- forgetting ------------------------------------------------------------------------------------------------
+def observations(store: Store, run_id: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(prompt_id, step, n, n_correct, first-of-its-step flag) of every sampled group, in step order."""
+    rows = store.query(
+        """SELECT prompt_id, step, n, n_correct,
+                  row_number() OVER (PARTITION BY prompt_id, step ORDER BY round, wave, stage) = 1 AS first
+           FROM pass_rate_history WHERE run_id = ? AND n > 0 ORDER BY step, prompt_id, round, wave""", [run_id])
+    if not rows:
+        raise ValueError(f"run {run_id!r} has no sampled groups in {store.path}")
+    cols = [np.array([r[k] for r in rows]) for k in ("prompt_id", "step", "n", "n_correct", "first")]
+    return cols[0].astype(np.int64), cols[1].astype(np.int64), cols[2].astype(np.int64), cols[3].astype(np.float64), \
+        cols[4].astype(bool)
+
+
+def forgetting_fit(store: Store, run_id: str, gammas: Sequence[float], kappa: float = 2.0,
+                   min_step: int = 10) -> dict[float, float]:
+    """gamma -> mean log-likelihood of each prompt's first group of a step (steps >= ``min_step``, so every gamma is
+    scored on the same rows with some history) under the posterior read in that step (module docstring)."""
+    pid, step, n, k, first = observations(store, run_id)
+    m = int(pid.max()) + 1
+    steps = np.unique(step)
+    out = {}
+    for gamma in gammas:
+        a, b, t_last = np.zeros(m), np.zeros(m), np.zeros(m, np.int64)
+        ga = gb = 0.0
+        gt = 0
+        total, count = 0.0, 0
+        for t in steps:
+            rows = np.flatnonzero(step == t)
+            q = rows[first[rows]]
+            if t >= min_step and q.shape[0]:
+                ids = pid[q]
+                w = gamma ** (t - t_last[ids]).astype(np.float64)
+                gw = gamma ** float(t - gt)
+                mean_g = (ga * gw + 1.0) / ((ga + gb) * gw + 2.0)
+                alpha, beta = a[ids] * w + kappa * mean_g, b[ids] * w + kappa * (1.0 - mean_g)
+                for size in np.unique(n[q]):
+                    sel = n[q] == size
+                    pmf = beta_binomial_pmf(alpha[sel], beta[sel], int(size))
+                    total += float(np.log(pmf[np.arange(sel.sum()), k[q][sel].astype(np.int64)] + 1e-300).sum())
+                    count += int(sel.sum())
+            ids, inv = np.unique(pid[rows], return_inverse=True)
+            succ = np.bincount(inv, weights=k[rows], minlength=ids.shape[0])
+            fail = np.bincount(inv, weights=(n[rows] - k[rows]).astype(np.float64), minlength=ids.shape[0])
+            w = gamma ** (t - t_last[ids]).astype(np.float64)
+            a[ids] = a[ids] * w + succ
+            b[ids] = b[ids] * w + fail
+            t_last[ids] = t
+            gw = gamma ** float(t - gt)
+            ga, gb, gt = ga * gw + succ.sum(), gb * gw + fail.sum(), int(t)
+        out[float(gamma)] = total / max(count, 1)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="part", required=True)
+    me = sub.add_parser("measure")
+    me.add_argument("--store", required=True)
+    me.add_argument("runs", nargs="+")
+    fo = sub.add_parser("forgetting")
+    fo.add_argument("--store", required=True)
+    fo.add_argument("run")
+    fo.add_argument("--gammas", type=float, nargs="+", default=[0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 1.0])
+    args = ap.parse_args(argv)
+    store = Store(Path(args.store))
+    if args.part == "measure":
+        print(mechanism_markdown([mechanism(store, r) for r in args.runs]), end="")
+        for r in args.runs:
+            print(asdict(mechanism(store, r)))
+    elif args.part == "forgetting":
+        fit = forgetting_fit(store, args.run, args.gammas)
+        best = max(fit, key=lambda g: fit[g])
+        for g, v in fit.items():
+            print(f"gamma {g:g}: mean log-likelihood {v:.5f}{'  <- best' if g == best else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
