@@ -24,8 +24,9 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pc_pipelines.allocation.screen import beta_binomial_pmf
+from pc_pipelines.reports import RunCurves
 from pc_pipelines.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -227,6 +229,111 @@ def forgetting_fit(store: Store, run_id: str, gammas: Sequence[float], kappa: fl
     return out
 
 
+# ---- the screening-free ceiling (issue 42 point 4; study only, never a method) ---------------------------------
+def ceiling(curve: RunCurves) -> RunCurves:
+    """``curve`` as if its screening were free: every rollout that did not reach a trained batch (first pilot waves
+    and pilots of prompts screened out, pilots kept and never trained, DAPO's surplus) was read from extra rollouts
+    that are not counted. Screening that costs nothing decides exactly as the run did, so the run's learning is the
+    ceiling's; only its cost changes: each eval's rollouts become the cumulative TRAINED rollouts through that eval's
+    step (0 before training). Worked example: evals after steps -1, 9, 19 with cumulative trained 0, 2,560, 5,120
+    (sampled 0, 7,790, 15,580) give the ceiling (0, 2,560, 5,120) at the same accuracies."""
+    by_step = dict(zip(curve.step, curve.cumulative_trained))
+    rollouts = []
+    for s in curve.eval_step:
+        if s < 0:
+            rollouts.append(0)
+        elif s not in by_step:
+            raise ValueError(f"run {curve.run_id}: eval at step {s} has no steps row. Fix: finish the run first.")
+        else:
+            rollouts.append(int(by_step[s]))
+    return replace(curve, run_id=f"{curve.run_id}@ceiling", eval_rollouts=tuple(rollouts),
+                   cumulative_sampled=curve.cumulative_trained)
+
+
+def steps_to(curve: RunCurves, target: float) -> int | None:
+    """Training steps (store step + 1) at the curve's first eval at or above ``target`` (None: never)."""
+    return next((s + 1 for s, a in zip(curve.eval_step, curve.eval_accuracy) if a >= target - 1e-12), None)
+
+
+# ---- the tuning rule ----------------------------------------------------------------------------------------------
+def _curves(store: Store, run_ids: Sequence[str]) -> dict[str, RunCurves]:
+    from research import study
+    ids = {r: RUN_ALIASES.get(r, r) for r in run_ids}
+    got = study.curves_by_run(store, list(ids.values()))
+    return {r: got[i] for r, i in ids.items() if i in got and got[i].steps >= STEPS}
+
+
+def choose_prior(store: Store, seeds: Sequence[int] = TUNE_SEEDS) -> tuple[str | None, list[str]]:
+    """(the candidate :data:`PRIOR_RULE` picks, or None while a run is missing; the table's lines)."""
+    from research.bench_study import SMOOTH, choose_size, size_rows
+    want = {(c, s): pc_job(c, s).run_id for c in PRIOR_CANDIDATES for s in seeds}
+    curves = _curves(store, list(want.values()))
+    missing = [r for r in want.values() if r not in curves]
+    mech = {r: mechanism(store, RUN_ALIASES.get(r, r)) for r in want.values() if r in curves}
+    floor = 8  # PRIOR_SHARED's screen_max_unseen
+    eligible = {c for c in PRIOR_CANDIDATES
+                if all(want[(c, s)] in mech and mech[want[(c, s)]].informative_per_step >= INFORMATIVE
+                       and mech[want[(c, s)]].longest_unpiloted <= floor for s in seeds)}
+    rows = size_rows({(c, s): curves[want[(c, s)]] for c in eligible for s in seeds if want[(c, s)] in curves}, SMOOTH)
+    lines = ["| candidate | seed | sampled / step | piloted in band | informative / step | longest unpiloted | "
+             "smoothed peak | target | rollouts to target |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    by = {(r.n, r.seed): r for r in rows}
+    for c in PRIOR_CANDIDATES:
+        for s in seeds:
+            m = mech.get(want[(c, s)])
+            r = by.get((c, s))
+            if m is None:
+                lines.append(f"| {c} | {s} | (not run) | | | | | | |")
+                continue
+            lines.append(f"| {c}{'' if c in eligible else ' (out)'} | {s} | {m.sampled_per_step:.0f} | "
+                         f"{m.piloted_in_band:.3f} | {m.informative_per_step:.2f} | {m.longest_unpiloted} | "
+                         f"{'-' if r is None or r.peak is None else f'{r.peak:.3f}'} | "
+                         f"{'-' if r is None or r.target is None else f'{r.target:.3f}'} | "
+                         f"{'-' if r is None or r.rollouts is None else f'{r.rollouts:,}'} |")
+    if missing:
+        return None, lines + ["", f"Missing runs: {', '.join(missing)}."]
+    return choose_size(rows), lines
+
+
+def choose_grpo(store: Store, seeds: Sequence[int] = TUNE_SEEDS) -> tuple[int | None, list[str]]:
+    """(GRPO's best n over :data:`GRPO_SIZES` by bench_study's rule with the recorded table, or None while n = 8 is
+    missing or moved a seed's target; the table's lines)."""
+    from research import study
+    from research.bench_study import SMOOTH
+    lines = ["| n | seed | smoothed peak | target | rollouts to target | from |", "|---:|---:|---:|---:|---:|---|"]
+    cost: dict[int, list[float]] = {n: [] for n in GRPO_SIZES}
+    peak: dict[int, list[float]] = {n: [] for n in GRPO_SIZES}
+    ok = True
+    for s in seeds:
+        target = GRPO_RECORDED_TARGET[s]
+        for n in GRPO_SIZES:
+            rid = grpo_job(n, s).run_id
+            c = _curves(store, [rid]).get(rid)
+            if c is not None:
+                sm = study.smoothed(c, SMOOTH)
+                p, r, src = sm.peak_accuracy, study.first_at_or_above(sm, target), f"run {RUN_ALIASES.get(rid, rid)}"
+                if n == 8 and (p is None or p < target - 1e-12):
+                    ok = False  # n = 8 lowers the common target: the recorded costs no longer apply
+            elif (n, s) in GRPO_RECORDED:
+                (p, r), src = GRPO_RECORDED[(n, s)], "recorded (docs/BENCHMARKS.md)"
+            else:
+                ok, p, r, src = False, None, None, "(not run)"
+            if p is not None:
+                peak[n].append(p)
+            cost[n].append(math.inf if r is None else float(r))
+            lines.append(f"| {n} | {s} | {'-' if p is None else f'{p:.3f}'} | {target:.3f} | "
+                         f"{'-' if r is None else f'{r:,}'} | {src} |")
+    if not ok:
+        return None, lines + ["", "No choice: n = 8 is missing, or its peak is below a seed's recorded target (then "
+                                  "n = 16, 32, 64 must run again on this machine)."]
+    import statistics
+
+    def key(n: int) -> tuple[float, float]:
+        return statistics.median(cost[n]), -(statistics.median(peak[n]) if peak[n] else 0.0)
+
+    return min(GRPO_SIZES, key=key), lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="part", required=True)
@@ -237,8 +344,25 @@ def main(argv: list[str] | None = None) -> int:
     fo.add_argument("--store", required=True)
     fo.add_argument("run")
     fo.add_argument("--gammas", type=float, nargs="+", default=[0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 1.0])
+    tu = sub.add_parser("tune", help="the tuning runs on seeds 100, 101 (resumable), then the rule's choices")
+    tu.add_argument("--store", default=STORE)
+    tu.add_argument("--no-run", action="store_true", help="only read the store and apply the rule")
+    tu.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
     store = Store(Path(args.store))
+    if args.part == "tune":
+        from research import study
+        if not args.no_run:
+            t0 = time.monotonic()
+            study.run_jobs(tune_jobs(), store, Path(args.store).parent / "runs", workers=args.workers)
+            print(f"tuning runs: {(time.monotonic() - t0) / 60:.1f} min wall")
+        prior, lines = choose_prior(store)
+        print("\n".join(lines))
+        print(f"rule: {PRIOR_RULE}\nchoice: {prior}")
+        n, lines = choose_grpo(store)
+        print("\n".join(lines))
+        print(f"GRPO's best n: {n}")
+        return 0
     if args.part == "measure":
         print(mechanism_markdown([mechanism(store, r) for r in args.runs]), end="")
         for r in args.runs:
