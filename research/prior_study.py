@@ -229,6 +229,53 @@ def forgetting_fit(store: Store, run_id: str, gammas: Sequence[float], kappa: fl
     return out
 
 
+# ---- the study on fresh seeds (issue 42 point 5): ready to run once both choices are frozen -----------------------
+STUDY_SEEDS = (14, 15, 16, 17, 18)  # fresh: 0-13 were reported by earlier studies, 100 and 101 tune
+STUDY_FAMILY = "prior-study"
+THIN_FAMILY = "prior-thin"
+# The thin-history regime: a pool large enough that our PC (about 260 fresh prompts drawn a step at its best budget,
+# 120 steps: ~31,000 draws) draws a prompt at most about twice: 16,000 prompts of the same lengths. Everything else is
+# the bench preset's.
+THIN_POOL = 16_000
+THIN = (f"task.num_prompts={THIN_POOL}",)
+# GRPO with the predictor: the chosen candidate's settings but the first-wave rule (PC's pilots only).
+STUDY_VARIANTS = ("grpo-best", "grpo-best-prior", "grpo-64", "dapo", "pc-best", "pc-best-prior")
+"""The runs per seed; the seventh row of the table, the ceiling, is :func:`ceiling` of ``pc-best`` (no run)."""
+
+
+def prior_overrides(method: str) -> tuple[str, ...]:
+    if PRIOR_BEST is None:
+        raise ValueError("the predictor's settings are not frozen (PRIOR_BEST is None). Fix: run `prior_study.py "
+                         "tune` on seeds 100, 101 and freeze its choice first.")
+    over = PRIOR_CANDIDATES[PRIOR_BEST]
+    return over if method == "pc" else tuple(o for o in over if not o.startswith("allocator.screen_early_wave"))
+
+
+def study_jobs(seeds: Sequence[int] = STUDY_SEEDS, thin: bool = False, steps: int = STEPS) -> list:
+    """The point-5 runs: per seed, :data:`STUDY_VARIANTS` (``thin``: the thin-history regime's, PC with and without
+    the predictor only, which is what that regime asks). Refuses before both choices are frozen and on the tuning
+    seeds."""
+    from research import study
+    if GRPO_BEST_N is None:
+        raise ValueError("GRPO's group size is not frozen (GRPO_BEST_N is None). Fix: run `prior_study.py tune` on "
+                         "seeds 100, 101 and freeze its choice first.")
+    if set(seeds) & set(TUNE_SEEDS):
+        raise ValueError(f"seeds {list(seeds)}: the tuning seeds {list(TUNE_SEEDS)} never report. Fix: use fresh seeds.")
+    fam = THIN_FAMILY if thin else STUDY_FAMILY
+    extra = THIN if thin else ()
+    spec = {
+        "grpo-best": ("grpo", (f"allocator.n={GRPO_BEST_N}",)),
+        "grpo-best-prior": ("grpo", (f"allocator.n={GRPO_BEST_N}", *prior_overrides("grpo"))),
+        "grpo-64": ("grpo", ()),
+        "dapo": ("dapo", ()),
+        "pc-best": ("pc", PC_BEST),
+        "pc-best-prior": ("pc", (*PC_BEST, *prior_overrides("pc"))),
+    }
+    variants = ("pc-best", "pc-best-prior") if thin else STUDY_VARIANTS
+    return [study.StudyJob(f"{fam}-{v}-s{s}", spec[v][0], s, steps, PRESET, fam, (*spec[v][1], *extra))
+            for s in seeds for v in variants]
+
+
 # ---- the screening-free ceiling (issue 42 point 4; study only, never a method) ---------------------------------
 def ceiling(curve: RunCurves) -> RunCurves:
     """``curve`` as if its screening were free: every rollout that did not reach a trained batch (first pilot waves
@@ -348,8 +395,26 @@ def main(argv: list[str] | None = None) -> int:
     tu.add_argument("--store", default=STORE)
     tu.add_argument("--no-run", action="store_true", help="only read the store and apply the rule")
     tu.add_argument("--workers", type=int, default=2)
+    sd = sub.add_parser("study", help="point 5: the fresh seeds' runs (resumable; refuses until both choices are "
+                                      "frozen), each part's wall time")
+    sd.add_argument("--store", default=STORE)
+    sd.add_argument("--thin", action="store_true", help="the thin-history regime's runs")
+    sd.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
     store = Store(Path(args.store))
+    if args.part == "study":
+        from research import study
+        from research.bench_study import part_wall
+        try:
+            jobs = study_jobs(thin=args.thin)
+        except ValueError as err:
+            print(f"prior_study: {err}", file=sys.stderr)
+            return 2
+        study.run_jobs(jobs, store, Path(args.store).parent / "runs", workers=args.workers)
+        wall = part_wall(store, jobs)
+        print(f"part {'thin' if args.thin else 'main'}: {len(jobs)} runs, "
+              f"{'-' if wall is None else f'{wall / 60:.1f} min'} running")
+        return 0
     if args.part == "tune":
         from research import study
         if not args.no_run:

@@ -102,3 +102,30 @@ def test_tuning_runs_only_the_tuning_seeds_with_our_pc_best_budget_under_every_c
                     pass
         cfg = AllocatorConfig(method="pc", pilot_strategy="sequential", **kw)
         assert (cfg.screen_strategy == "none") == (name == "none")
+
+
+def test_the_study_driver_refuses_until_both_choices_are_frozen_and_never_runs_a_tuning_seed(monkeypatch):
+    m = load()
+    monkeypatch.setattr(m, "GRPO_BEST_N", None)
+    with pytest.raises(ValueError, match=r"GRPO_BEST_N is None\). Fix: run `prior_study.py tune`"):
+        m.study_jobs()
+    monkeypatch.setattr(m, "GRPO_BEST_N", 16)
+    monkeypatch.setattr(m, "PRIOR_BEST", None)
+    with pytest.raises(ValueError, match=r"PRIOR_BEST is None\). Fix: run `prior_study.py tune`"):
+        m.study_jobs()
+    monkeypatch.setattr(m, "PRIOR_BEST", "A")
+    with pytest.raises(ValueError, match=r"the tuning seeds \[100, 101\] never report"):
+        m.study_jobs((14, 101))
+    jobs = m.study_jobs()
+    assert len(jobs) == 5 * 6 and {j.seed for j in jobs} == {14, 15, 16, 17, 18}
+    by = {j.run_id: j for j in jobs}
+    assert by["prior-study-grpo-best-s14"].overrides == ("allocator.n=16",)
+    assert by["prior-study-grpo-64-s14"].overrides == () and by["prior-study-dapo-s14"].method == "dapo"
+    pc_prior = by["prior-study-pc-best-prior-s14"].overrides
+    assert pc_prior == (*m.PC_BEST, *m.PRIOR_CANDIDATES["A"]) and "allocator.screen_early_wave=true" in pc_prior
+    grpo_prior = by["prior-study-grpo-best-prior-s14"].overrides
+    assert grpo_prior[0] == "allocator.n=16" and "allocator.screen_strategy=posterior" in grpo_prior
+    assert not any(o.startswith("allocator.screen_early_wave") for o in grpo_prior)  # PC's pilots only
+    thin = m.study_jobs(thin=True)
+    assert [j.run_id for j in thin[:2]] == ["prior-thin-pc-best-s14", "prior-thin-pc-best-prior-s14"]
+    assert all(j.overrides[-1] == f"task.num_prompts={m.THIN_POOL}" and j.family == "prior-thin" for j in thin)
