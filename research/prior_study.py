@@ -391,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     fo.add_argument("--store", required=True)
     fo.add_argument("run")
     fo.add_argument("--gammas", type=float, nargs="+", default=[0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 1.0])
+    fo.add_argument("--kappa", type=float, default=2.0, help="the pooled prior's strength (screen_prior_strength)")
     tu = sub.add_parser("tune", help="the tuning runs on seeds 100, 101 (resumable), then the rule's choices")
     tu.add_argument("--store", default=STORE)
     tu.add_argument("--no-run", action="store_true", help="only read the store and apply the rule")
@@ -433,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in args.runs:
             print(asdict(mechanism(store, r)))
     elif args.part == "forgetting":
-        fit = forgetting_fit(store, args.run, args.gammas)
+        fit = forgetting_fit(store, args.run, args.gammas, kappa=args.kappa)
         best = max(fit, key=lambda g: fit[g])
         for g, v in fit.items():
             print(f"gamma {g:g}: mean log-likelihood {v:.5f}{'  <- best' if g == best else ''}")
