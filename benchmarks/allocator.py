@@ -6,8 +6,7 @@
    the time spent inside the engine callback (a Bernoulli reward draw), so the number is the allocator alone.
    Target: under 2 ms per step. With the history prior on (``screen_strategy: posterior``) the prior's own time
    (its screens of the drawn prompts, its first-wave calls and its update from the step's observations) is measured
-   beside it: target
-   under 2 ms per step added.
+   beside it: target under 2 ms per step added.
 2. A 1000-step simulated run over 85K prompts per method (allocator + simulator, everything included).
    Target: under 30 s.
 """
