@@ -381,6 +381,59 @@ def choose_grpo(store: Store, seeds: Sequence[int] = TUNE_SEEDS) -> tuple[int | 
     return min(GRPO_SIZES, key=key), lines
 
 
+# ---- replay: a candidate's screen on a stored run without the prior ---------------------------------------------
+def replay(store: Store, run_id: str, overrides: Sequence[str], num_prompts: int = 500) -> dict[str, float]:
+    """What a candidate's screen would have skipped in a stored run without the prior: each step's first pilot waves
+    are asked in stream order (the real :class:`PosteriorScreen`, the run's allocator settings with ``overrides``),
+    a skipped prompt's rows of that step are dropped (the prior never sees them), the rest are observed. Counts per
+    step: first waves skipped, their rollouts, kept pilots lost. The run's own dynamics (survival sampling drawing on,
+    the first-wave rule, training) are not replayed: this bounds the skip side only."""
+    import json
+
+    from pc_pipelines.allocation import AllocatorConfig
+    from pc_pipelines.allocation.screen import PosteriorScreen
+    cfg_json = json.loads(store.query("SELECT config_json FROM runs WHERE run_id = ?", [run_id])[0]["config_json"])
+    alloc = dict(cfg_json["allocator"])
+    for kv in overrides:
+        key, value = kv.split("=", 1)
+        key = key.split(".", 1)[1]
+        alloc[key] = {"true": True, "false": False}.get(value, value)
+        for cast in (int, float):
+            try:
+                alloc[key] = cast(value)
+                break
+            except ValueError:
+                pass
+    cfg = AllocatorConfig.from_dict(alloc)
+    screen = PosteriorScreen(cfg, num_prompts)
+    rows = store.query("""SELECT step, prompt_id, round, wave, n, n_correct, decision, rule FROM pass_rate_history
+                          WHERE run_id = ? AND n > 0 ORDER BY step, round, wave, prompt_id""", [run_id])
+    by_step: dict[int, list[dict]] = {}
+    for r in rows:
+        by_step.setdefault(int(r["step"]), []).append(r)
+    skipped = rollouts = lost = firsts = kept = 0
+    for step in sorted(by_step):
+        rs = by_step[step]
+        first = [r for r in rs if r["decision"] in ("kept", "skipped_easy", "deferred_hard") or r["rule"] == "early_wave"]
+        first = [r for r in first if int(r["wave"]) == 0]
+        ids = np.array([int(r["prompt_id"]) for r in first], np.int64)
+        skip, _ = screen.screen(ids, step, ids.shape[0])
+        gone = set(ids[skip].tolist())
+        kept_ids = {int(r["prompt_id"]) for r in rs if r["decision"] == "kept"}
+        firsts += ids.shape[0]
+        kept += len(kept_ids)
+        skipped += len(gone)
+        rollouts += sum(int(r["n"]) for r in first if int(r["prompt_id"]) in gone)
+        lost += len(gone & kept_ids)
+        keep = [r for r in rs if int(r["prompt_id"]) not in gone]
+        screen.observe(step, np.array([int(r["prompt_id"]) for r in keep], np.int64),
+                       np.array([int(r["n"]) for r in keep]), np.array([float(r["n_correct"]) for r in keep]))
+    steps = max(len(by_step), 1)
+    return {"first_waves_per_step": firsts / steps, "skipped_per_step": skipped / steps,
+            "rollouts_saved_per_step": rollouts / steps, "kept_per_step": kept / steps,
+            "kept_lost_per_step": lost / steps}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="part", required=True)
@@ -396,6 +449,10 @@ def main(argv: list[str] | None = None) -> int:
     tu.add_argument("--store", default=STORE)
     tu.add_argument("--no-run", action="store_true", help="only read the store and apply the rule")
     tu.add_argument("--workers", type=int, default=2)
+    rp = sub.add_parser("replay", help="a candidate's skips replayed on a stored run without the prior")
+    rp.add_argument("--store", default=STORE)
+    rp.add_argument("run")
+    rp.add_argument("--candidate", nargs="+", default=["A", "B"])
     sd = sub.add_parser("study", help="point 5: the fresh seeds' runs (resumable; refuses until both choices are "
                                       "frozen), each part's wall time")
     sd.add_argument("--store", default=STORE)
@@ -403,6 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     sd.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
     store = Store(Path(args.store))
+    if args.part == "replay":
+        for c in args.candidate:
+            print(c, {k: round(v, 1) for k, v in replay(store, args.run, PRIOR_CANDIDATES[c]).items()})
+        return 0
     if args.part == "study":
         from research import study
         from research.bench_study import part_wall
