@@ -440,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     me = sub.add_parser("measure")
     me.add_argument("--store", required=True)
     me.add_argument("runs", nargs="+")
+    me.add_argument("--grpo", help="a GRPO run of the same seed: steps and rollouts of each run to the common target "
+                                   "(min of the two smoothed peaks), and its screening-free ceiling's")
     fo = sub.add_parser("forgetting")
     fo.add_argument("--store", required=True)
     fo.add_argument("run")
@@ -494,6 +496,19 @@ def main(argv: list[str] | None = None) -> int:
         print(mechanism_markdown([mechanism(store, r) for r in args.runs]), end="")
         for r in args.runs:
             print(asdict(mechanism(store, r)))
+        if args.grpo:
+            from research import study
+            from research.bench_study import SMOOTH
+            curves = study.curves_by_run(store, [*args.runs, args.grpo])
+            g = study.smoothed(curves[args.grpo], SMOOTH)
+            for r in args.runs:
+                c = study.smoothed(curves[r], SMOOTH)
+                target = min(g.peak_accuracy, c.peak_accuracy)
+                ceil = ceiling(c)
+                print(f"{r} vs {args.grpo}: target {target:.3f} (smoothed peaks {c.peak_accuracy:.3f} / "
+                      f"{g.peak_accuracy:.3f}); steps to it {steps_to(c, target)} vs {steps_to(g, target)}; "
+                      f"sampled rollouts {study.first_at_or_above(c, target)} vs {study.first_at_or_above(g, target)}"
+                      f"; ceiling {study.first_at_or_above(ceil, target)}")
     elif args.part == "forgetting":
         fit = forgetting_fit(store, args.run, args.gammas, kappa=args.kappa)
         best = max(fit, key=lambda g: fit[g])
