@@ -129,3 +129,33 @@ def test_the_study_driver_refuses_until_both_choices_are_frozen_and_never_runs_a
     thin = m.study_jobs(thin=True)
     assert [j.run_id for j in thin[:2]] == ["prior-thin-pc-best-s14", "prior-thin-pc-best-prior-s14"]
     assert all(j.overrides[-1] == f"task.num_prompts={m.THIN_POOL}" and j.family == "prior-thin" for j in thin)
+
+
+def test_grpo_choice_reuses_the_recorded_sizes_only_while_n8_leaves_the_target_where_it_was(monkeypatch):
+    m = load()
+
+    def with_n8(accs_by_seed):
+        def fake(store, run_ids):
+            out = {}
+            for rid in run_ids:
+                for seed, accs in accs_by_seed.items():
+                    if rid == f"prior-tune-grpo-n8-s{seed}":
+                        c = _curve(accs, sampled_per_step=128, steps=120)
+                        out[rid] = c
+            return out
+        monkeypatch.setattr(m, "_curves", fake)
+
+    # n = 8 reaches both recorded targets (smoothed) after 6 evals: 50 steps x 128 = 6,400 rollouts < n = 16's
+    rise = [0.68, 0.70, 0.72, 0.73, 0.74, 0.74, 0.74]
+    with_n8({100: rise, 101: rise})
+    best, lines = m.choose_grpo(None)
+    assert best == 8
+    assert "| 16 | 100 | 0.730 | 0.722 | 28,160 | recorded (docs/BENCHMARKS.md) |" in lines
+    # smoothed (trailing 3): .68 .69 .70 .7167 .73 -> first >= .722 after step 39 (40 x 128 = 5,120)
+    assert "| 8 | 100 | 0.740 | 0.722 | 5,120 | run prior-tune-grpo-n8-s100 |" in lines
+    # n = 8 peaks below seed 101's recorded target: the target would move, so no choice from the recorded table
+    with_n8({100: rise, 101: [0.68, 0.69, 0.70, 0.70, 0.70, 0.70, 0.70]})
+    best, lines = m.choose_grpo(None)
+    assert best is None and lines[-1].startswith("No choice: n = 8 is missing, or its peak is below")
+    with_n8({100: rise})  # seed 101 not run
+    assert m.choose_grpo(None)[0] is None
