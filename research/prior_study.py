@@ -91,9 +91,18 @@ GRPO_RECORDED = {(16, 100): (0.730, 28_160), (16, 101): (0.716, 25_600), (32, 10
 GRPO_BEST_N: int | None = None  # frozen after the tuning runs
 
 
+# The screen's code version in the run ids of the candidates with the prior: r1 (the first tuning run,
+# prior-tune-pc-A-s100, stopped after step 55) let every draw of a step read a whole pass of the pool; once PC's
+# eviction had shrunk the live pool to ~230 prompts (step 40), a step read it up to 7 times, re-piloted the prompts
+# already in its batch (their kept pilots can never be popped again), ran up to max_rounds 10 and sampled ~1,700
+# rollouts a step. r2: a step's draws read one pass over the live pool in all.
+SCREEN_VERSION = "r2"
+
+
 def pc_job(candidate: str, seed: int, steps: int = STEPS):
     from research import study
-    return study.StudyJob(f"{FAMILY}-pc-{candidate}-s{seed}", "pc", seed, steps, PRESET, FAMILY,
+    tag = "" if candidate == "none" else f"-{SCREEN_VERSION}"
+    return study.StudyJob(f"{FAMILY}-pc-{candidate}{tag}-s{seed}", "pc", seed, steps, PRESET, FAMILY,
                           (*PC_BEST, *PRIOR_CANDIDATES[candidate]))
 
 

@@ -233,8 +233,9 @@ class StepContext:
         :meth:`evict`). Fewer only when eviction has emptied the pool. Counted as ``prompts_consumed``.
 
         With the history prior on (``screen_strategy``), prompts it skips are recorded (``screened_by_prior``,
-        n = 0) and the stream is read on until ``k`` pass, reading at most ``screen_draw_cap * k`` prompts (0: at most
-        one pass over the pool's skips); the rest of the ``k`` is then taken unscreened (``prior_draw_capped``)."""
+        n = 0) and the stream is read on until ``k`` pass, reading at most ``screen_draw_cap * k`` prompts (0: the step's
+        draws read at most one pass over the live pool in all); the rest of the ``k`` is then taken unscreened
+        (``prior_draw_capped``)."""
         if self._screen is None:
             ids, epochs = self._stream.take(k)
             self.ledger.prompts_consumed += int(ids.shape[0])
@@ -242,8 +243,14 @@ class StepContext:
         got_ids: list[np.ndarray] = []
         got_epochs: list[np.ndarray] = []
         cap = self.config.screen_draw_cap
-        # budget: skips this draw may make (cap 0: up to one pass over the pool)
-        need, budget = int(k), (int(k) * cap - int(k)) if cap else self._stream.num_prompts
+        # budget: skips this draw may make. Cap 0: the step's draws read at most one pass over the live pool in all
+        # (a prompt read twice in a step would be piloted again in a later round: a kept pilot of a prompt already
+        # in the batch can never be popped, so a pool mostly screened out would starve the step round after round)
+        need = int(k)
+        if cap:
+            budget = need * cap - need
+        else:
+            budget = max(0, self._stream.live_count() - self.ledger.prompts_consumed - need)
         while need > 0:
             ids, epochs = self._stream.take(need)
             self.ledger.prompts_consumed += int(ids.shape[0])

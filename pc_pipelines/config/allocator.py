@@ -116,7 +116,7 @@ class AllocatorConfig:
     equal rewards)."""
     screen_draw_cap: int = 4
     """``posterior`` screen: a draw of k prompts reads at most ``screen_draw_cap * k`` prompts from the stream
-    (>= 2; 0: as many as it needs, up to one pass over the pool: at most ``num_prompts`` skips a draw); once it has,
+    (>= 2; 0: as many as it needs, the step's draws reading at most one pass over the live pool in all); once it has,
     the rest of the k are taken unscreened (counted per step, ``prior_draw_capped``), so a step never runs short
     because of the prior."""
 

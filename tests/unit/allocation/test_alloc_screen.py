@@ -196,16 +196,18 @@ def test_the_time_floor_pilots_a_prompt_at_most_max_unseen_steps_after_its_last_
                                                                         for o in capped[10:])
 
 
-def test_draw_cap_zero_reads_the_pool_as_needed_and_counts_a_capped_draw():
+def test_draw_cap_zero_reads_one_pass_over_the_pool_a_step_and_counts_capped_draws():
     rates = np.array([1.0, 0.0] * 30)  # every prompt useless: the prior would skip all of them
     cfg = posterior_cfg(evict=False, screen_draw_cap=0, screen_max_skips=0, screen_max_unseen=1000, max_rounds=2)
     alloc = Allocator(cfg, 60)
     outs = run_steps(alloc, FakeEngine(bernoulli_rule(rates, seed=6)), 12)
     b_g = cfg.sampling_batch
-    late = outs[6:]  # every prompt has its evidence: each draw skips one pool's worth, then pilots unscreened
-    for out in late:  # nothing is kept, so each step runs its 2 rounds
-        assert out.ledger.rounds == 2 and out.ledger.screened_by_prior == 60 * 2
-        assert out.ledger.prior_draw_capped == b_g * 2  # each draw's b_g, sampled unscreened once the pool was read
+    late = outs[6:]  # every prompt has its evidence: the step reads one pass over the pool of 60 in all
+    for out in late:  # nothing is kept, so each step runs its 2 rounds: the first draw skips 60 - b_g, then pilots
+        # its b_g unscreened; the second draw, the pass read, pilots its b_g unscreened
+        assert out.ledger.rounds == 2 and out.ledger.screened_by_prior == 60 - b_g
+        assert out.ledger.prompts_consumed == 60 + b_g
+        assert out.ledger.prior_draw_capped == b_g * 2
         assert out.ledger.pilot_rollouts == b_g * 2 * 8
     # a cap of 2 reads b_g more at most and counts the rest as capped
     two = run_steps(Allocator(posterior_cfg(evict=False, screen_draw_cap=2, screen_max_skips=0,
