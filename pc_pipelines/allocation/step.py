@@ -247,10 +247,7 @@ class StepContext:
         # (a prompt read twice in a step would be piloted again in a later round: a kept pilot of a prompt already
         # in the batch can never be popped, so a pool mostly screened out would starve the step round after round)
         need = int(k)
-        if cap:
-            budget = need * cap - need
-        else:
-            budget = max(0, self._stream.live_count() - self.ledger.prompts_consumed - need)
+        budget = need * cap - need if cap else max(0, self._stream.live_count() - self.ledger.prompts_consumed - need)
         while need > 0:
             ids, epochs = self._stream.take(need)
             self.ledger.prompts_consumed += int(ids.shape[0])
