@@ -212,13 +212,13 @@ class AllocatorConfig:
         for name, low, fix in (("screen_max_skips", 0, "set screen_max_skips=3, or 0 with screen_max_unseen > 0"),
                                ("screen_max_unseen", 0, "set screen_max_unseen=10 (steps), or 0 for no time floor"),
                                ("screen_draw_cap", 0, "set screen_draw_cap=4 (at most 3 skips per prompt wanted), "
-                                                      "or 0 for up to one pass over the pool")):
+                                                      "or 0 to read as needed (one pass over the live pool a step)")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise field_error(self, name, f"must be an integer >= {low}", fix)
         if self.screen_draw_cap == 1:
             raise field_error(self, "screen_draw_cap", "must be 0 or >= 2: a cap of 1 lets the prior skip nothing",
-                              "set screen_draw_cap=4, or 0 for up to one pass over the pool")
+                              "set screen_draw_cap=4, or 0 to read as needed (one pass over the live pool a step)")
         if not isinstance(self.screen_early_wave, bool):
             raise field_error(self, "screen_early_wave", "must be true or false",
                               "set screen_early_wave=true or screen_early_wave=false")
