@@ -55,8 +55,13 @@ PC_BEST = ("allocator.n_pilot=8", "allocator.pilot_wave=2", "allocator.commit_me
 # (kappa 0.3: half the pool is all right or all wrong, a Beta of strength 2 around the pool's mean called 10 equal
 # first waves in a row uncertain) and 4 discounted rollouts of evidence (two first waves; 16 was never reached at
 # gamma 0.9 with 2-rollout waves). A and B differ in the forgetting and the threshold the decision replay found
-# equivalent (gamma 0.95 / threshold 0.10 and gamma 0.9 / 0.15 skip about half the first waves).
-PRIOR_SHARED = ("allocator.screen_strategy=posterior", "allocator.screen_max_skips=0", "allocator.screen_max_unseen=8",
+# equivalent (gamma 0.95 / threshold 0.10 and gamma 0.9 / 0.15 skip about half the first waves). Eviction is off:
+# the prior screens solved prompts out and pilots them again at its floor, while PC's strict eviction removes a prompt
+# for good once a full pilot is all right; our PC's best budget never evicts without the prior (its all-right first
+# waves of 2 decide early and are not evicted: 0 evictions in 120 steps on seed 100), but with first waves read by the
+# prior the middling-looking 2-of-2 prompts go on to full pilots, 8 of 8 evicts them, and the live pool fell to 145
+# prompts, mostly hopeless, by step 62 (run prior-tune-pc-A-r2-s100): survival 0.03, 10 rounds, 1,270 rollouts a step.
+PRIOR_SHARED = ("allocator.evict=false", "allocator.screen_strategy=posterior", "allocator.screen_max_skips=0", "allocator.screen_max_unseen=8",
                 "allocator.screen_draw_cap=0", "allocator.screen_explore=0", "allocator.screen_early_wave=true",
                 "allocator.screen_prior_strength=0.3", "allocator.screen_min_evidence=4")
 PRIOR_CANDIDATES: dict[str, tuple[str, ...]] = {
@@ -95,8 +100,9 @@ GRPO_BEST_N: int | None = None  # frozen after the tuning runs
 # prior-tune-pc-A-s100, stopped after step 55) let every draw of a step read a whole pass of the pool; once PC's
 # eviction had shrunk the live pool to ~230 prompts (step 40), a step read it up to 7 times, re-piloted the prompts
 # already in its batch (their kept pilots can never be popped again), ran up to max_rounds 10 and sampled ~1,700
-# rollouts a step. r2: a step's draws read one pass over the live pool in all.
-SCREEN_VERSION = "r2"
+# rollouts a step. r2: a step's draws read one pass over the live pool in all (run prior-tune-pc-A-r2-s100, stopped
+# after step 62: the eviction above). r3: the candidates with the prior run with eviction off.
+SCREEN_VERSION = "r3"
 
 
 def pc_job(candidate: str, seed: int, steps: int = STEPS):
@@ -257,7 +263,8 @@ def prior_overrides(method: str) -> tuple[str, ...]:
         raise ValueError("the predictor's settings are not frozen (PRIOR_BEST is None). Fix: run `prior_study.py "
                          "tune` on seeds 100, 101 and freeze its choice first.")
     over = PRIOR_CANDIDATES[PRIOR_BEST]
-    return over if method == "pc" else tuple(o for o in over if not o.startswith("allocator.screen_early_wave"))
+    pc_only = ("allocator.screen_early_wave", "allocator.evict")
+    return over if method == "pc" else tuple(o for o in over if not o.startswith(pc_only))
 
 
 def study_jobs(seeds: Sequence[int] = STUDY_SEEDS, thin: bool = False, steps: int = STEPS) -> list:

@@ -125,7 +125,7 @@ def test_the_study_driver_refuses_until_both_choices_are_frozen_and_never_runs_a
     assert pc_prior == (*m.PC_BEST, *m.PRIOR_CANDIDATES["A"]) and "allocator.screen_early_wave=true" in pc_prior
     grpo_prior = by["prior-study-grpo-best-prior-s14"].overrides
     assert grpo_prior[0] == "allocator.n=16" and "allocator.screen_strategy=posterior" in grpo_prior
-    assert not any(o.startswith("allocator.screen_early_wave") for o in grpo_prior)  # PC's pilots only
+    assert not any(o.startswith(("allocator.screen_early_wave", "allocator.evict")) for o in grpo_prior)  # PC only
     thin = m.study_jobs(thin=True)
     assert [j.run_id for j in thin[:2]] == ["prior-thin-pc-best-s14", "prior-thin-pc-best-prior-s14"]
     assert all(j.overrides[-1] == f"task.num_prompts={m.THIN_POOL}" and j.family == "prior-thin" for j in thin)
