@@ -68,6 +68,11 @@ PRIOR_CANDIDATES: dict[str, tuple[str, ...]] = {
     "none": (),
     "A": (*PRIOR_SHARED, "allocator.screen_discount=0.95", "allocator.screen_threshold=0.1"),
     "B": (*PRIOR_SHARED, "allocator.screen_discount=0.9", "allocator.screen_threshold=0.15"),
+    # Added after A's first 45 steps on seed 100 (prior-tune-pc-A-r3-s100: 530 rollouts a step, 153 of them later
+    # waves of 2-of-2 prompts sent on at P(in band) >= 0.1 that then landed above the band): A with a first wave sent
+    # on only at P(in band) >= 0.4 (6 more rollouts for a 0.4 chance, about what a kept pilot costs from fresh draws).
+    "C": (*PRIOR_SHARED, "allocator.screen_discount=0.95", "allocator.screen_threshold=0.1",
+          "allocator.screen_early_threshold=0.4"),
 }
 # Eligibility, then cost: a candidate whose trained groups are not informative (mean over its runs < INFORMATIVE of
 # b_t 16 a step) or that left a prompt unpiloted longer than its floor is out; among the rest, per tuning seed the

@@ -273,7 +273,9 @@ class StepContext:
         Counted as ``prior_continued``."""
         if self._screen is None or not self.config.screen_early_wave or ids.shape[0] == 0:
             return None
-        go = self._screen.continue_useful(ids, self.step, k1, wave) >= self.config.screen_threshold
+        cfg = self.config
+        level = cfg.screen_threshold if cfg.screen_early_threshold is None else cfg.screen_early_threshold
+        go = self._screen.continue_useful(ids, self.step, k1, wave) >= level
         self.ledger.prior_continued += int(go.sum())
         return go
 

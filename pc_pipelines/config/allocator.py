@@ -114,6 +114,10 @@ class AllocatorConfig:
     early only when the posterior updated with the wave gives the full pilot a chance below ``screen_threshold`` of
     landing in band; otherwise the later wave is sampled (a prompt the history calls middling is not dropped on two
     equal rewards)."""
+    screen_early_threshold: float | None = None
+    """``posterior`` screen with ``screen_early_wave``: the chance of landing in band a flat first wave needs to go
+    on to its later wave, in (0, 1) (None: ``screen_threshold``). Going on costs the later wave's rollouts, so it may
+    ask more than a draw's skip does."""
     screen_draw_cap: int = 4
     """``posterior`` screen: a draw of k prompts reads at most ``screen_draw_cap * k`` prompts from the stream
     (>= 2; 0: as many as it needs, the step's draws reading at most one pass over the live pool in all); once it has,
@@ -219,6 +223,10 @@ class AllocatorConfig:
         if self.screen_draw_cap == 1:
             raise field_error(self, "screen_draw_cap", "must be 0 or >= 2: a cap of 1 lets the prior skip nothing",
                               "set screen_draw_cap=4, or 0 to read as needed (one pass over the live pool a step)")
+        v = self.screen_early_threshold
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < float(v) < 1.0):
+            raise field_error(self, "screen_early_threshold", "must be a number in (0, 1) or None",
+                              "set screen_early_threshold=0.4, or leave it unset for screen_threshold")
         if not isinstance(self.screen_early_wave, bool):
             raise field_error(self, "screen_early_wave", "must be true or false",
                               "set screen_early_wave=true or screen_early_wave=false")

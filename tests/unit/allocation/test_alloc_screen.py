@@ -254,6 +254,18 @@ def test_early_wave_sends_flat_first_waves_of_middling_prompts_on_and_raises_the
     assert res[True][0] > res[False][0] + 0.05
 
 
+def test_early_threshold_sends_fewer_flat_first_waves_on_than_the_skip_threshold():
+    rates = np.array([0.0, 1.0, 0.9, 0.5] * 15)
+    cont = {}
+    for level in (None, 0.5, 0.95):
+        cfg = posterior_cfg(evict=False, pilot_strategy="sequential", pilot_wave=2, screen_early_wave=True,
+                            screen_max_skips=0, screen_max_unseen=5, screen_draw_cap=0, screen_threshold=0.1,
+                            screen_early_threshold=level)
+        outs = run_steps(Allocator(cfg, 60), FakeEngine(bernoulli_rule(rates, seed=12)), 20)
+        cont[level] = sum(o.ledger.prior_continued for o in outs)
+    assert cont[None] > cont[0.5] > cont[0.95] >= 0 and cont[None] > 20
+
+
 def test_explore_pilots_a_share_of_would_be_skips():
     rates = three_kinds()
     counts = []
@@ -326,6 +338,7 @@ def test_grpo_and_dapo_sample_fewer_useless_groups_with_the_prior(method):
     ("screen_max_skips", -1, "set screen_max_skips=3, or 0 with screen_max_unseen > 0"),
     ("screen_max_unseen", -2, "set screen_max_unseen=10 (steps), or 0 for no time floor"),
     ("screen_draw_cap", 1, "set screen_draw_cap=4"),
+    ("screen_early_threshold", 1.0, "set screen_early_threshold=0.4, or leave it unset for screen_threshold"),
 ])
 def test_bad_settings_are_refused_with_the_field_and_a_fix(field, value, fix):
     with pytest.raises(ConfigError) as err:
