@@ -17,6 +17,16 @@ first pilot wave) is predicted by the prior's posterior read in step ``T`` (ever
 weighted gamma ** (T - s), the pooled prior kappa m as in ``allocation/screen.py``); the score is the mean
 beta-binomial log-likelihood of the observed count. The gamma with the highest score is the forgetting the run's
 own pass-rate history supports (a pass rate that moves fast wants a small gamma, a slow one a gamma near 1).
+
+**Measured on seed 100** (tuning seed; store ``/work/bench42/b42.duckdb``; 120 steps, our PC's best budget
+p2+6/c8; GRPO-16's target 0.730 smoothed): without the prior 782 sampled rollouts a step, 527 of them first waves
+screened out, 1 in 17.5 piloted prompts in band, 90 steps and 64,570 rollouts to the target (GRPO-16: 120 steps,
+30,720); the merged prior's defaults skipped 2.4 prompts a step (778 a step, 110 steps, 83,962). The predictive fit
+over the run's own history: gamma 0.9 best at kappa 2 (mean log-likelihood -0.419; 1.0: -0.618), 0.8 at kappa 0.3
+(-0.328; 1.0: -0.618): per-prompt pass rates move within ~5-10 steps. Candidate A (r3): 573 a step (123 first waves
+screened out, 193 in full pilots sent on and screened out), 1 in 6.3 in band, 16 of 16 informative, longest unpiloted
+8 steps (its floor), 70 steps and 37,840 rollouts to the target (ceiling 17,920). C (r3): 536 a step, 1 in 7.8,
+16 of 16, 8 steps, 70 steps and 36,104 rollouts (ceiling 17,920).
 """
 
 from __future__ import annotations
