@@ -363,7 +363,8 @@ def choose_prior(store: Store, seeds: Sequence[int] = TUNE_SEEDS) -> tuple[str |
             if m is None:
                 lines.append(f"| {c} | {s} | (not run) | | | | | | |")
                 continue
-            lines.append(f"| {c}{'' if c in eligible else ' (out)'} | {s} | {m.sampled_per_step:.0f} | "
+            out = c not in eligible and all(want[(c, t)] in mech for t in seeds)
+            lines.append(f"| {c}{' (out)' if out else ''} | {s} | {m.sampled_per_step:.0f} | "
                          f"{m.piloted_in_band:.3f} | {m.informative_per_step:.2f} | {m.longest_unpiloted} | "
                          f"{'-' if r is None or r.peak is None else f'{r.peak:.3f}'} | "
                          f"{'-' if r is None or r.target is None else f'{r.target:.3f}'} | "
