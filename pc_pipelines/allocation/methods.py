@@ -272,6 +272,10 @@ class PilotCommit(AllocationMethod):
             kept = self.screen(ctx, [(first, rows)], epochs, need, returned)
         else:
             early = self.pilot.decided_early(first.mean[rows], first.min[rows], first.max[rows])
+            flat = np.flatnonzero(early)
+            go = ctx.prior_continues(first.call.prompt_ids[rows[flat]], first.mean[rows[flat]] * waves[0], waves[0])
+            if go is not None:
+                early[flat[go]] = False
             e_rows = rows[early]
             if e_rows.shape[0]:
                 mean = first.mean[e_rows]

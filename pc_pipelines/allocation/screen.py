@@ -23,10 +23,19 @@ band; GRPO / DAPO ask ``P(informative) = 1 - P(K = 0) - P(K = n)``. Worked examp
 uniform on ``0..n``, so a 16-rollout pilot lands in [0.125, 0.75] with chance 11/17 = 0.647 (k = 2..12).
 
 **Skip rule.** A drawn prompt is skipped when its usefulness is below ``screen_threshold``, its own discounted
-evidence ``a + b`` is at least ``screen_min_evidence``, it has been skipped fewer than ``screen_max_skips`` times
-in a row (the exploration cap: the next draw pilots it), and the screen's own seeded uniform is at least
-``screen_explore`` (a share of would-be skips sampled anyway). A skipped prompt is not evicted: the stream brings it
-back in its next epoch. Its side is ``easy`` when the posterior mean is above the band's middle (GRPO / DAPO: 0.5),
+evidence ``a + b`` is at least ``screen_min_evidence``, the exploration floors let it go, and the screen's own seeded
+uniform is at least ``screen_explore`` (a share of would-be skips sampled anyway). The floors: it has been skipped
+fewer than ``screen_max_skips`` times in a row (0: no cap; the next draw pilots it), and its last observed group is
+at most ``screen_max_unseen`` steps old (0: no time floor). A prompt drawn every step and skipped by a cap of 3 is
+piloted every 4th step however stable its pass rate; the time floor pilots it every ``screen_max_unseen + 1``
+steps at most whatever the draw rate, so a prompt never goes longer than that unpiloted. A skipped prompt is not evicted: the stream brings it
+back in its next epoch.
+
+**First waves** (``screen_early_wave``, PC's sequential pilots): a first wave whose rewards are all equal decides
+its prompt early only when the posterior updated with the wave gives the full pilot a chance below
+``screen_threshold`` of landing in band (:meth:`PosteriorScreen.continue_useful`); a prompt the history calls
+middling goes on to its later wave (``prior_continued``), since two rollouts of a prompt at p = 0.7 are all right
+half the time. Its side is ``easy`` when the posterior mean is above the band's middle (GRPO / DAPO: 0.5),
 else ``hard``; both are one decision, ``screened_by_prior``, with the side in its rule (``prior_easy`` / ``prior_hard``).
 """
 
@@ -66,6 +75,10 @@ class ScreenStrategy(Strategy):
     def observe(self, step: int, prompt_id: np.ndarray, n: np.ndarray, n_correct: np.ndarray) -> None:
         """Fold the observed groups of step ``step`` (rows with ``n > 0``) into the posterior."""
         return None
+
+    def continue_useful(self, ids: np.ndarray, step: int, k1: np.ndarray, wave: int) -> np.ndarray:
+        """PC's sequential pilots: the chance the full pilot lands in band given its first wave (``none``: 0)."""
+        return np.zeros(ids.shape[0])
 
     @property
     def skip_cost(self) -> int:
@@ -165,14 +178,31 @@ class PosteriorScreen(ScreenStrategy):
             return np.zeros(0)
         return beta_binomial_pmf(alpha, beta, self.n_useful, self.log_comb)[:, self.useful_k].sum(axis=1)
 
+    def continue_useful(self, ids: np.ndarray, step: int, k1: np.ndarray, wave: int) -> np.ndarray:
+        """PC's sequential pilots: the chance the full pilot of ``ids`` lands in band given its first wave
+        (``k1`` correct of ``wave``), under the posterior read in ``step`` updated with that wave: the later
+        ``n_pilot - wave`` rollouts are beta-binomial under Beta(alpha + k1, beta + wave - k1)."""
+        alpha, beta, _ = self.posterior(ids, step)
+        k1 = np.rint(np.asarray(k1, np.float64)).astype(np.int64)
+        rest = self.n_useful - int(wave)
+        out = np.zeros(ids.shape[0])
+        for k in np.unique(k1).tolist():
+            sel = k1 == k
+            pmf = beta_binomial_pmf(alpha[sel] + k, beta[sel] + (wave - k), rest)
+            out[sel] = pmf[:, self.useful_k[k:k + rest + 1]].sum(axis=1)
+        return out
+
     def screen(self, ids, step, budget):
         cfg = self.config
         k = ids.shape[0]
         explore = self.rng.random(k)  # one uniform per drawn prompt, whatever is decided: a fixed draw count
         alpha, beta, evidence = self.posterior(ids, step)
         # Only a prompt every other rule lets go can be skipped: the usefulness of the rest is not needed (NaN).
-        can = ((evidence >= cfg.screen_min_evidence - EPS) & (self.skips[ids] < cfg.screen_max_skips)
-               & (explore >= cfg.screen_explore))
+        can = (evidence >= cfg.screen_min_evidence - EPS) & (explore >= cfg.screen_explore)
+        if cfg.screen_max_skips:
+            can &= self.skips[ids] < cfg.screen_max_skips
+        if cfg.screen_max_unseen:  # the time floor: sampled within the last screen_max_unseen steps
+            can &= (step - self.t_last[ids]) <= cfg.screen_max_unseen
         useful = np.full(k, np.nan)
         useful[can] = self.useful(alpha[can], beta[can])
         skip = can & (useful < cfg.screen_threshold)
@@ -180,7 +210,7 @@ class PosteriorScreen(ScreenStrategy):
         # it) counts its skips one after the other.
         for j in np.flatnonzero(skip):
             p = ids[j]
-            if budget <= 0 or self.skips[p] >= cfg.screen_max_skips:
+            if budget <= 0 or (cfg.screen_max_skips and self.skips[p] >= cfg.screen_max_skips):
                 skip[j] = False
             else:
                 self.skips[p] += 1

@@ -233,15 +233,21 @@ class StepContext:
         :meth:`evict`). Fewer only when eviction has emptied the pool. Counted as ``prompts_consumed``.
 
         With the history prior on (``screen_strategy``), prompts it skips are recorded (``screened_by_prior``,
-        n = 0) and the stream is read on until ``k`` pass, reading at most ``screen_draw_cap * k`` prompts; the rest
-        of the ``k`` is then taken unscreened."""
+        n = 0) and the stream is read on until ``k`` pass, reading at most ``screen_draw_cap * k`` prompts (0: the step's
+        draws read at most one pass over the live pool in all); the rest of the ``k`` is then taken unscreened
+        (``prior_draw_capped``)."""
         if self._screen is None:
             ids, epochs = self._stream.take(k)
             self.ledger.prompts_consumed += int(ids.shape[0])
             return ids, epochs
         got_ids: list[np.ndarray] = []
         got_epochs: list[np.ndarray] = []
-        need, budget = int(k), int(k) * self.config.screen_draw_cap - int(k)  # budget: skips this draw may make
+        cap = self.config.screen_draw_cap
+        # budget: skips this draw may make. Cap 0: the step's draws read at most one pass over the live pool in all
+        # (a prompt read twice in a step would be piloted again in a later round: a kept pilot of a prompt already
+        # in the batch can never be popped, so a pool mostly screened out would starve the step round after round)
+        need = int(k)
+        budget = need * cap - need if cap else max(0, self._stream.live_count() - self.ledger.prompts_consumed - need)
         while need > 0:
             ids, epochs = self._stream.take(need)
             self.ledger.prompts_consumed += int(ids.shape[0])
@@ -252,12 +258,26 @@ class StepContext:
                 self._record_screened(ids[skip], {key: v[skip] for key, v in info.items()})
                 budget -= int(skip.sum())
                 ids, epochs = ids[~skip], epochs[~skip]
+            else:  # the draw cap is reached: these are sampled unscreened
+                self.ledger.prior_draw_capped += int(ids.shape[0])
             got_ids.append(ids)
             got_epochs.append(epochs)
             need -= int(ids.shape[0])
         if not got_ids:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         return np.concatenate(got_ids), np.concatenate(got_epochs)
+
+    def prior_continues(self, ids: np.ndarray, k1: np.ndarray, wave: int) -> np.ndarray | None:
+        """Of PC's first-wave pilots ``ids`` whose rewards are all equal (``k1`` correct of ``wave``): the mask the
+        history prior sends on to the later wave (``screen_early_wave``; None when the prior or the rule is off).
+        Counted as ``prior_continued``."""
+        if self._screen is None or not self.config.screen_early_wave or ids.shape[0] == 0:
+            return None
+        cfg = self.config
+        level = cfg.screen_threshold if cfg.screen_early_threshold is None else cfg.screen_early_threshold
+        go = self._screen.continue_useful(ids, self.step, k1, wave) >= level
+        self.ledger.prior_continued += int(go.sum())
+        return go
 
     def _record_screened(self, ids: np.ndarray, info: dict[str, np.ndarray]) -> None:
         """Rows of the prompts the history prior skipped: n = 0, the posterior's view, the side in ``decision``'s

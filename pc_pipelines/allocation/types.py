@@ -248,6 +248,8 @@ class StepLedger:
     screened_by_prior: int = 0  # history prior: drawn prompts skipped without a rollout
     prior_rollouts_saved: int = 0  # history prior: the first rollouts those prompts would have cost (PC: the first
     # pilot wave; GRPO / DAPO: the group of n)
+    prior_continued: int = 0  # history prior: flat first waves sent on to the later wave (screen_early_wave)
+    prior_draw_capped: int = 0  # history prior: prompts sampled unscreened because a draw reached screen_draw_cap
     mean_reward_std: float = 0.0  # mean over trained groups of the group's reward std
     informative_share: float = 0.0  # share of trained groups whose rewards are not all equal
     mean_lag: float = 0.0

@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from ..errors import ConfigError, check_finite, field_error
+from ..errors import ConfigError, brief, check_finite, field_error
 
 STRATEGY_KINDS = ("band", "sampling", "pilot", "commit", "eviction")
 """PC's five decisions; each has a ``<kind>_strategy`` field naming a registered strategy."""
@@ -97,17 +97,32 @@ class AllocatorConfig:
     screen_min_evidence: float = 16.0
     """``posterior`` screen: discounted rollouts of the prompt itself needed before it can be skipped (>= 0)."""
     screen_max_skips: int = 3
-    """``posterior`` screen: a prompt skipped this many times in a row is piloted on its next draw (>= 1), so no
-    prompt is starved and every posterior stays current."""
+    """``posterior`` screen: a prompt skipped this many times in a row is piloted on its next draw (>= 0; 0: no
+    cap on consecutive skips, the floor is then ``screen_max_unseen``), so no prompt is starved."""
+    screen_max_unseen: int = 0
+    """``posterior`` screen: the exploration floor in steps (>= 0; 0: off): a prompt whose last sampled rollout is
+    more than this many steps back is piloted on its next draw, however often it is drawn, so every posterior is
+    refreshed at least this often. At least one of ``screen_max_skips`` and ``screen_max_unseen`` is on."""
     screen_explore: float = 0.05
     """``posterior`` screen: the share of would-be skips sampled anyway, in [0, 1), drawn from the screen's own
     seeded generator (the prompt stream stays common across methods)."""
     screen_prior_strength: float = 2.0
     """``posterior`` screen: kappa > 0, the pseudo-rollouts of the pooled prior Beta(kappa m, kappa (1 - m)), m the
     discounted pass rate of the prompt's group (the dataset's declared attribute; one group by default)."""
+    screen_early_wave: bool = False
+    """``posterior`` screen, PC with sequential pilots: a first wave whose rewards are all equal decides its prompt
+    early only when the posterior updated with the wave gives the full pilot a chance below ``screen_threshold`` of
+    landing in band; otherwise the later wave is sampled (a prompt the history calls middling is not dropped on two
+    equal rewards)."""
+    screen_early_threshold: float | None = None
+    """``posterior`` screen with ``screen_early_wave``: the chance of landing in band a flat first wave needs to go
+    on to its later wave, in (0, 1) (None: ``screen_threshold``). Going on costs the later wave's rollouts, so it may
+    ask more than a draw's skip does."""
     screen_draw_cap: int = 4
     """``posterior`` screen: a draw of k prompts reads at most ``screen_draw_cap * k`` prompts from the stream
-    (>= 2); once it has, the rest of the k are taken unscreened, so a step never runs short because of the prior."""
+    (>= 2; 0: as many as it needs, the step's draws reading at most one pass over the live pool in all); once it has,
+    the rest of the k are taken unscreened (counted per step, ``prior_draw_capped``), so a step never runs short
+    because of the prior."""
 
     # ---- derived numbers -------------------------------------------------------------------------------
     @property
@@ -198,11 +213,34 @@ class AllocatorConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) < low:
                 raise field_error(self, name, f"must be a number {'>= 0' if low == 0 else '> 0'}", fix)
-        for name, low, fix in (("screen_max_skips", 1, "set screen_max_skips=3"),
-                               ("screen_draw_cap", 2, "set screen_draw_cap=4 (at most 3 skips per prompt wanted)")):
+        for name, low, fix in (("screen_max_skips", 0, "set screen_max_skips=3, or 0 with screen_max_unseen > 0"),
+                               ("screen_max_unseen", 0, "set screen_max_unseen=10 (steps), or 0 for no time floor"),
+                               ("screen_draw_cap", 0, "set screen_draw_cap=4 (at most 3 skips per prompt wanted), "
+                                                      "or 0 to read as needed (one pass over the live pool a step)")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise field_error(self, name, f"must be an integer >= {low}", fix)
+        if self.screen_draw_cap == 1:
+            raise field_error(self, "screen_draw_cap", "must be 0 or >= 2: a cap of 1 lets the prior skip nothing",
+                              "set screen_draw_cap=4, or 0 to read as needed (one pass over the live pool a step)")
+        v = self.screen_early_threshold
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < float(v) < 1.0):
+            raise field_error(self, "screen_early_threshold", "must be a number in (0, 1) or None",
+                              "set screen_early_threshold=0.4, or leave it unset for screen_threshold")
+        if not isinstance(self.screen_early_wave, bool):
+            raise field_error(self, "screen_early_wave", "must be true or false",
+                              "set screen_early_wave=true or screen_early_wave=false")
+        if self.screen_early_wave and (self.screen_strategy == "none" or self.method != "pc"
+                                       or self.pilot_strategy != "sequential"):
+            raise field_error(self, "screen_early_wave", "needs PC with sequential pilots and a screen: it decides "
+                              f"first pilot waves (method {brief(self.method)}, pilot_strategy "
+                              f"{brief(self.pilot_strategy)}, screen_strategy {brief(self.screen_strategy)})",
+                              "set screen_early_wave=false, or method=pc pilot_strategy=sequential "
+                              "screen_strategy=posterior")
+        if self.screen_strategy != "none" and self.screen_max_skips == 0 and self.screen_max_unseen == 0:
+            raise field_error(self, "screen_max_skips", "is 0 with screen_max_unseen 0: the prior would have no "
+                              "exploration floor and could starve a prompt for the whole run",
+                              "set screen_max_unseen=10 (steps) or screen_max_skips=3")
         for name in ("commit_mean", "commit_max"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

@@ -114,7 +114,8 @@ ADDED_FIELDS = {
         "band_strategy", "sampling_strategy", "survival_margin", "pilot_strategy", "pilot_wave",
         "commit_strategy", "commit_mean", "commit_min", "commit_max", "eviction_strategy", "return_share",
         "screen_strategy", "screen_discount", "screen_threshold", "screen_min_evidence", "screen_max_skips",
-        "screen_explore", "screen_prior_strength", "screen_draw_cap",
+        "screen_explore", "screen_prior_strength", "screen_draw_cap", "screen_max_unseen", "screen_early_wave",
+        "screen_early_threshold",
     ),
 }
 

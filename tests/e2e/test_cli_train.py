@@ -251,3 +251,26 @@ def test_train_with_the_history_prior_stores_its_skips_with_reasons(base_policy,
     state = json.loads(next((tmp_path / "prior" / "checkpoints").glob("step-*/allocator.json")).read_text())
     assert state["config"]["screen_strategy"] == "posterior"
     assert set(state["screen"]["groups"]) <= set(range(1, 7)) and len(state["screen"]["groups"]) == 40
+
+
+def test_train_with_the_time_floor_and_first_waves_read_by_the_prior(base_policy, tmp_path):
+    """A tiny real PC run with sequential pilots under the rules measured on the benchmark: no consecutive-skip
+    cap, the time floor, a draw that reads the pool as needed, flat first waves decided by the posterior. Skips
+    happen, no prompt goes unpiloted past the floor, and some flat first waves are sent on to their later wave."""
+    floor = 3
+    r = cli("train", "--method", "pc", "--steps", "8", "--out", str(tmp_path), "--run-name", "floor", "--policy",
+            str(base_policy), "--json", *SMALL, *PRIOR, "--set", "task.num_prompts=40",
+            "--set", "allocator.pilot_strategy=sequential", "--set", "allocator.n_pilot=4",
+            "--set", "allocator.pilot_wave=2", "--set", "allocator.screen_max_skips=0",
+            "--set", f"allocator.screen_max_unseen={floor}", "--set", "allocator.screen_draw_cap=0",
+            "--set", "allocator.screen_early_wave=true")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert sum(row["screened_by_prior"] for row in rows) > 0
+    assert sum(row["prior_continued"] for row in rows) > 0
+    q = cli("sql", "--store", str(tmp_path / "pc.duckdb"), "--json",
+            "WITH s AS (SELECT DISTINCT prompt_id, step FROM prompt_observations WHERE run_id = 'floor' AND n > 0) "
+            "SELECT o.step - coalesce((SELECT max(s.step) FROM s WHERE s.prompt_id = o.prompt_id AND s.step < o.step), "
+            "0) AS unseen FROM prompt_observations o WHERE run_id = 'floor' AND decision = 'screened_by_prior'")
+    unseen = [row["unseen"] for row in json.loads(q.stdout)]
+    assert unseen and max(unseen) <= floor

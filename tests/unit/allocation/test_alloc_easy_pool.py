@@ -261,6 +261,7 @@ def test_strict_eviction_is_bit_for_bit_what_it_was(case):
         led = out.ledger.to_dict()
         assert led.pop("returned") == 0 and not out.observations.returned.any()
         assert led.pop("screened_by_prior") == 0 and led.pop("prior_rollouts_saved") == 0  # the prior is off
+        assert led.pop("prior_continued") == 0 and led.pop("prior_draw_capped") == 0
         obs = {k: getattr(out.observations, k).tolist() for k in OBS}
         h.update(json.dumps([led, obs, out.evicted_prompts, out.evicted_epochs.tolist()], sort_keys=True).encode())
         evicted += len(out.evicted_prompts)

@@ -162,6 +162,110 @@ def test_a_draw_reads_at_most_draw_cap_times_what_it_wants_and_still_fills():
     assert capped >= 6
 
 
+def _unpiloted_at_skips(outs) -> list[int]:
+    """For every prior skip: the steps since the prompt's last sampled rollout (0 before any)."""
+    last: dict[int, int] = {}
+    gaps = []
+    for out in outs:
+        o = out.observations
+        for p in o.prompt_id[o.decision == Decision.SCREENED_BY_PRIOR].tolist():
+            gaps.append(out.step - last.get(p, 0))
+        for p in o.prompt_id[o.n > 0].tolist():
+            last[p] = out.step
+    return gaps
+
+
+def test_the_time_floor_pilots_a_prompt_at_most_max_unseen_steps_after_its_last_rollout():
+    # every prompt drawn every step (b_g 12 of 60 with 4 skips a prompt allowed a draw): with no skip cap, the time
+    # floor alone decides when a useless prompt is piloted again: never more than 8 steps after its last rollout
+    rates = three_kinds()
+    cfg = posterior_cfg(evict=False, screen_max_skips=0, screen_max_unseen=8, screen_draw_cap=0)
+    alloc = Allocator(cfg, 60)
+    eng = FakeEngine(bernoulli_rule(rates, seed=5))
+    outs, in_a_row = [], 0
+    for _ in range(40):
+        outs += run_steps(alloc, eng, 1)
+        in_a_row = max(in_a_row, int(alloc.screen.skips.max()))
+    gaps = _unpiloted_at_skips(outs)
+    assert max(gaps) == 8 and gaps.count(8) > 10
+    assert in_a_row > 3  # more skips in a row than a cap of 3 would allow
+    # the same run under the consecutive-skip cap pilots a useless prompt far more often
+    capped = run_steps(Allocator(posterior_cfg(evict=False, screen_max_skips=1, screen_draw_cap=0), 60),
+                       FakeEngine(bernoulli_rule(rates, seed=5)), 40)
+    assert sum(o.ledger.screened_by_prior for o in outs[10:]) > 1.3 * sum(o.ledger.screened_by_prior
+                                                                        for o in capped[10:])
+
+
+def test_draw_cap_zero_reads_one_pass_over_the_pool_a_step_and_counts_capped_draws():
+    rates = np.array([1.0, 0.0] * 30)  # every prompt useless: the prior would skip all of them
+    cfg = posterior_cfg(evict=False, screen_draw_cap=0, screen_max_skips=0, screen_max_unseen=1000, max_rounds=2)
+    alloc = Allocator(cfg, 60)
+    outs = run_steps(alloc, FakeEngine(bernoulli_rule(rates, seed=6)), 12)
+    b_g = cfg.sampling_batch
+    late = outs[6:]  # every prompt has its evidence: the step reads one pass over the pool of 60 in all
+    for out in late:  # nothing is kept, so each step runs its 2 rounds: the first draw skips 60 - b_g, then pilots
+        # its b_g unscreened; the second draw, the pass read, pilots its b_g unscreened
+        assert out.ledger.rounds == 2 and out.ledger.screened_by_prior == 60 - b_g
+        assert out.ledger.prompts_consumed == 60 + b_g
+        assert out.ledger.prior_draw_capped == b_g * 2
+        assert out.ledger.pilot_rollouts == b_g * 2 * 8
+    # a cap of 2 reads b_g more at most and counts the rest as capped
+    two = run_steps(Allocator(posterior_cfg(evict=False, screen_draw_cap=2, screen_max_skips=0,
+                                            screen_max_unseen=1000, max_rounds=2), 60),
+                    FakeEngine(bernoulli_rule(rates, seed=6)), 12)
+    assert all(o.ledger.screened_by_prior == 2 * b_g and o.ledger.prior_draw_capped == 2 * b_g for o in two[6:])
+    assert all(o.ledger.prior_draw_capped == 0 for o in run_steps(
+        Allocator(posterior_cfg(evict=False), 60), FakeEngine(bernoulli_rule(three_kinds(), seed=6)), 3)[:1])
+
+
+def test_continue_useful_by_hand():
+    # Beta(1, 1) prior mass only (kappa tiny, no history): after a first wave of 2 right of 2, the posterior is
+    # Beta(~3, ~1); the 6 later rollouts K2 are beta-binomial(6, 3, 1) and the full pilot of 8 lands in [1/8, 6/8]
+    # for 2 + K2 <= 6, i.e. K2 <= 4: P = 1 - P(K2 = 5) - P(K2 = 6)
+    s = PosteriorScreen(posterior_cfg(screen_prior_strength=2.0, pilot_strategy="sequential", pilot_wave=2), 4)
+    got = s.continue_useful(np.array([0, 1]), 0, np.array([2.0, 0.0]), 2)
+    pmf = [math.comb(6, k) * math.gamma(3 + k) * math.gamma(1 + 6 - k) / math.gamma(4 + 6) / (
+        math.gamma(3) * math.gamma(1) / math.gamma(4)) for k in range(7)]
+    assert got[0] == pytest.approx(1 - pmf[5] - pmf[6], abs=1e-12)
+    # 0 of 2: in band needs K2 >= 1 (and <= 6): 1 - P(K2 = 0) under beta-binomial(6, 1, 3)
+    pmf0 = [math.comb(6, k) * math.gamma(1 + k) * math.gamma(3 + 6 - k) / math.gamma(4 + 6) / (
+        math.gamma(1) * math.gamma(3) / math.gamma(4)) for k in range(7)]
+    assert got[1] == pytest.approx(1 - pmf0[0], abs=1e-12)
+
+
+def test_early_wave_sends_flat_first_waves_of_middling_prompts_on_and_raises_the_share_in_band():
+    rates = np.array([0.0, 1.0, 0.7, 0.3] * 15)
+    res = {}
+    for early in (False, True):
+        cfg = posterior_cfg(evict=False, pilot_strategy="sequential", pilot_wave=2, screen_early_wave=early,
+                            screen_max_skips=0, screen_max_unseen=5, screen_draw_cap=0, screen_threshold=0.15)
+        outs = run_steps(Allocator(cfg, 60), FakeEngine(bernoulli_rule(rates, seed=11)), 30)[10:]
+        kept = sum(o.ledger.kept for o in outs)
+        piloted = sum(o.ledger.kept + o.ledger.skipped_easy + o.ledger.deferred_hard for o in outs)
+        cont = sum(o.ledger.prior_continued for o in outs)
+        flat_mid = 0
+        for o in outs:  # early decisions on the middling prompts
+            x = o.observations
+            e = (x.rule == Rule.EARLY_WAVE)
+            flat_mid += int((e & np.isin(rates[x.prompt_id], [0.3, 0.7])).sum())
+        res[early] = (kept / piloted, cont, flat_mid)
+    assert res[False][1] == 0 and res[True][1] > 50
+    assert res[True][2] < 0.5 * res[False][2]  # the prior keeps middling prompts past two equal rewards
+    assert res[True][0] > res[False][0] + 0.05
+
+
+def test_early_threshold_sends_fewer_flat_first_waves_on_than_the_skip_threshold():
+    rates = np.array([0.0, 1.0, 0.9, 0.5] * 15)
+    cont = {}
+    for level in (None, 0.5, 0.95):
+        cfg = posterior_cfg(evict=False, pilot_strategy="sequential", pilot_wave=2, screen_early_wave=True,
+                            screen_max_skips=0, screen_max_unseen=5, screen_draw_cap=0, screen_threshold=0.1,
+                            screen_early_threshold=level)
+        outs = run_steps(Allocator(cfg, 60), FakeEngine(bernoulli_rule(rates, seed=12)), 20)
+        cont[level] = sum(o.ledger.prior_continued for o in outs)
+    assert cont[None] > cont[0.5] > cont[0.95] >= 0 and cont[None] > 20
+
+
 def test_explore_pilots_a_share_of_would_be_skips():
     rates = three_kinds()
     counts = []
@@ -231,14 +335,36 @@ def test_grpo_and_dapo_sample_fewer_useless_groups_with_the_prior(method):
     ("screen_explore", -0.1, "set screen_explore=0.05, or 0 for none"),
     ("screen_min_evidence", -1.0, "set screen_min_evidence=16"),
     ("screen_prior_strength", 0.0, "set screen_prior_strength=2"),
-    ("screen_max_skips", 0, "set screen_max_skips=3"),
+    ("screen_max_skips", -1, "set screen_max_skips=3, or 0 with screen_max_unseen > 0"),
+    ("screen_max_unseen", -2, "set screen_max_unseen=10 (steps), or 0 for no time floor"),
     ("screen_draw_cap", 1, "set screen_draw_cap=4"),
+    ("screen_early_threshold", 1.0, "set screen_early_threshold=0.4, or leave it unset for screen_threshold"),
 ])
 def test_bad_settings_are_refused_with_the_field_and_a_fix(field, value, fix):
     with pytest.raises(ConfigError) as err:
         AllocatorConfig(**{field: value})
     msg = str(err.value)
     assert msg.startswith(f"AllocatorConfig.{field}={value!r}: must be") and f"Fix: {fix}" in msg and "\n" not in msg
+
+
+def test_no_exploration_floor_is_refused():
+    with pytest.raises(ConfigError) as err:
+        AllocatorConfig(screen_strategy="posterior", screen_max_skips=0, screen_max_unseen=0)
+    assert str(err.value) == ("AllocatorConfig.screen_max_skips=0: is 0 with screen_max_unseen 0: the prior would have "
+                              "no exploration floor and could starve a prompt for the whole run. Fix: set "
+                              "screen_max_unseen=10 (steps) or screen_max_skips=3.")
+    AllocatorConfig(screen_strategy="posterior", screen_max_skips=0, screen_max_unseen=5)  # one floor is enough
+
+
+def test_early_wave_without_sequential_pc_pilots_is_refused():
+    with pytest.raises(ConfigError) as err:
+        AllocatorConfig(method="grpo", screen_strategy="posterior", screen_early_wave=True)
+    assert str(err.value) == (
+        "AllocatorConfig.screen_early_wave=True: needs PC with sequential pilots and a screen: it decides first pilot "
+        "waves (method 'grpo', pilot_strategy 'single', screen_strategy 'posterior'). Fix: set screen_early_wave=false,"
+        " or method=pc pilot_strategy=sequential screen_strategy=posterior.")
+    with pytest.raises(ConfigError, match="screen_early_wave='yes': must be true or false"):
+        AllocatorConfig(screen_early_wave="yes")
 
 
 def test_unknown_screen_and_the_oracle_are_refused():

@@ -1,0 +1,161 @@
+"""research/prior_study.py: the screening-free ceiling, the forgetting fit, the tuning seeds only, the candidates."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load():
+    sys.path.insert(0, str(ROOT))
+    return importlib.import_module("research.prior_study")
+
+
+def _curve(accs, sampled_per_step=700, trained_per_step=256, steps=30, every=10):
+    from pc_pipelines.reports import RunCurves
+
+    eval_steps = tuple(range(-1, every * (len(accs) - 1), every))
+    step = tuple(range(steps))
+    sampled = tuple((s + 1) * sampled_per_step for s in step)
+    trained = tuple((s + 1) * trained_per_step for s in step)
+    return RunCurves(run_id="r", family="f", method="pc", seed=100, eval_step=eval_steps,
+                     eval_rollouts=tuple(0 if s < 0 or s >= steps else sampled[s] for s in eval_steps), eval_accuracy=tuple(accs),
+                     step=step, cumulative_sampled=sampled, cumulative_trained=trained, reward_std=(),
+                     informative_share=())
+
+
+def test_the_ceiling_counts_only_trained_rollouts_at_the_same_accuracies():
+    m = load()
+    c = _curve([0.60, 0.65, 0.70])
+    ceil = m.ceiling(c)
+    assert c.eval_rollouts == (0, 7_000, 14_000)
+    assert ceil.eval_rollouts == (0, 2_560, 5_120) and ceil.eval_accuracy == c.eval_accuracy
+    assert ceil.run_id == "r@ceiling"
+    from research import study
+    assert study.first_at_or_above(ceil, 0.7) == 5_120 and study.first_at_or_above(c, 0.7) == 14_000
+    assert m.steps_to(c, 0.65) == 10 and m.steps_to(c, 0.71) is None
+    short = _curve([0.6, 0.65, 0.7], steps=12)  # the eval after step 19 has no steps row
+    with pytest.raises(ValueError, match="eval at step 19 has no steps row. Fix: finish the run first"):
+        m.ceiling(short)
+
+
+def test_the_forgetting_fit_prefers_forgetting_when_pass_rates_move_and_none_when_they_stay(monkeypatch):
+    m = load()
+    rng = np.random.default_rng(0)
+    steps = np.repeat(np.arange(60), 20)
+    pid = np.tile(np.arange(20), 60)
+
+    def data(moving: bool):
+        p = np.where(pid < 10, 0.2, 0.8).astype(float)
+        if moving:  # every 10 steps the two halves swap their pass rates
+            p = np.where((steps // 10) % 2 == 1, 1.0 - p, p)
+        k = rng.binomial(8, p).astype(float)
+        return pid.astype(np.int64), steps.astype(np.int64), np.full(pid.shape[0], 8), k, np.ones(pid.shape[0], bool)
+
+    class S:
+        path = "test"
+
+    fits = {}
+    for moving in (False, True):
+        d = data(moving)
+        monkeypatch.setattr(m, "observations", lambda store, run_id, d=d: d)
+        fits[moving] = m.forgetting_fit(S(), "r", [0.5, 0.9, 1.0])
+    assert max(fits[False], key=fits[False].get) == 1.0
+    assert max(fits[True], key=fits[True].get) == 0.5
+    assert all(math.isfinite(v) and v < 0 for f in fits.values() for v in f.values())
+
+
+def test_tuning_runs_only_the_tuning_seeds_with_our_pc_best_budget_under_every_candidate():
+    m = load()
+    jobs = m.tune_jobs()
+    assert {j.seed for j in jobs} == {100, 101}
+    with pytest.raises(ValueError, match=r"seeds \[100, 11\]: only the tuning seeds \[100, 101\] may tune"):
+        m.tune_jobs((100, 11))
+    from research import bench_study, noise_regime
+    assert m.PC_BEST == bench_study.REGIMES["bench-tuned"].pc_best.overrides == noise_regime.PC_BUDGETS["p2+6/c8"]
+    pcs = [j for j in jobs if j.method == "pc"]
+    assert all(j.overrides[:3] == m.PC_BEST for j in pcs)
+    # part 1's runs stand in for the same configs, not run twice
+    assert "prior-tune-pc-none-s100" not in {j.run_id for j in jobs}
+    assert {j.run_id for j in jobs if j.method == "grpo"} == {"prior-tune-grpo-n8-s100", "prior-tune-grpo-n8-s101",
+                                                              "prior-tune-grpo-n16-s101"}
+    # every candidate's overrides make a valid allocator config
+    from pc_pipelines.allocation import AllocatorConfig
+    for name, over in m.PRIOR_CANDIDATES.items():
+        kw = {}
+        for kv in (*m.PC_BEST, *over):
+            key, value = kv.split("=", 1)
+            key = key.split(".", 1)[1]
+            kw[key] = {"true": True, "false": False}.get(value, value)
+            for cast in (int, float):
+                try:
+                    kw[key] = cast(value)
+                    break
+                except ValueError:
+                    pass
+        cfg = AllocatorConfig(method="pc", pilot_strategy="sequential", **kw)
+        assert (cfg.screen_strategy == "none") == (name == "none")
+
+
+def test_the_study_driver_refuses_until_both_choices_are_frozen_and_never_runs_a_tuning_seed(monkeypatch):
+    m = load()
+    monkeypatch.setattr(m, "GRPO_BEST_N", None)
+    with pytest.raises(ValueError, match=r"GRPO_BEST_N is None\). Fix: run `prior_study.py tune`"):
+        m.study_jobs()
+    monkeypatch.setattr(m, "GRPO_BEST_N", 16)
+    monkeypatch.setattr(m, "PRIOR_BEST", None)
+    with pytest.raises(ValueError, match=r"PRIOR_BEST is None\). Fix: run `prior_study.py tune`"):
+        m.study_jobs()
+    monkeypatch.setattr(m, "PRIOR_BEST", "A")
+    with pytest.raises(ValueError, match=r"the tuning seeds \[100, 101\] never report"):
+        m.study_jobs((14, 101))
+    jobs = m.study_jobs()
+    assert len(jobs) == 5 * 6 and {j.seed for j in jobs} == {14, 15, 16, 17, 18}
+    by = {j.run_id: j for j in jobs}
+    assert by["prior-study-grpo-best-s14"].overrides == ("allocator.n=16",)
+    assert by["prior-study-grpo-64-s14"].overrides == () and by["prior-study-dapo-s14"].method == "dapo"
+    pc_prior = by["prior-study-pc-best-prior-s14"].overrides
+    assert pc_prior == (*m.PC_BEST, *m.PRIOR_CANDIDATES["A"]) and "allocator.screen_early_wave=true" in pc_prior
+    grpo_prior = by["prior-study-grpo-best-prior-s14"].overrides
+    assert grpo_prior[0] == "allocator.n=16" and "allocator.screen_strategy=posterior" in grpo_prior
+    assert not any(o.startswith(("allocator.screen_early_wave", "allocator.evict")) for o in grpo_prior)  # PC only
+    thin = m.study_jobs(thin=True)
+    assert [j.run_id for j in thin[:2]] == ["prior-thin-pc-best-s14", "prior-thin-pc-best-prior-s14"]
+    assert all(j.overrides[-1] == f"task.num_prompts={m.THIN_POOL}" and j.family == "prior-thin" for j in thin)
+
+
+def test_grpo_choice_reuses_the_recorded_sizes_only_while_n8_leaves_the_target_where_it_was(monkeypatch):
+    m = load()
+
+    def with_n8(accs_by_seed):
+        def fake(store, run_ids):
+            out = {}
+            for rid in run_ids:
+                for seed, accs in accs_by_seed.items():
+                    if rid == f"prior-tune-grpo-n8-s{seed}":
+                        c = _curve(accs, sampled_per_step=128, steps=120)
+                        out[rid] = c
+            return out
+        monkeypatch.setattr(m, "_curves", fake)
+
+    # n = 8 reaches both recorded targets (smoothed) after 6 evals: 50 steps x 128 = 6,400 rollouts < n = 16's
+    rise = [0.68, 0.70, 0.72, 0.73, 0.74, 0.74, 0.74]
+    with_n8({100: rise, 101: rise})
+    best, lines = m.choose_grpo(None)
+    assert best == 8
+    assert "| 16 | 100 | 0.730 | 0.722 | 28,160 | recorded (docs/BENCHMARKS.md) |" in lines
+    # smoothed (trailing 3): .68 .69 .70 .7167 .73 -> first >= .722 after step 39 (40 x 128 = 5,120)
+    assert "| 8 | 100 | 0.740 | 0.722 | 5,120 | run prior-tune-grpo-n8-s100 |" in lines
+    # n = 8 peaks below seed 101's recorded target: the target would move, so no choice from the recorded table
+    with_n8({100: rise, 101: [0.68, 0.69, 0.70, 0.70, 0.70, 0.70, 0.70]})
+    best, lines = m.choose_grpo(None)
+    assert best is None and lines[-1].startswith("No choice: n = 8 is missing, or its peak is below")
+    with_n8({100: rise})  # seed 101 not run
+    assert m.choose_grpo(None)[0] is None
