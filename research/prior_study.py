@@ -127,9 +127,24 @@ def pc_job(candidate: str, seed: int, steps: int = STEPS):
                           (*PC_BEST, *PRIOR_CANDIDATES[candidate]))
 
 
-def grpo_job(n: int, seed: int, steps: int = STEPS):
+# The horizon (added after n = 8's first runs, before any choice): a size is compared at a sampled-rollout budget, not
+# a step count. n = 8 at 120 steps samples half of n = 16's budget, and its smoothed peak was its last eval on both
+# tuning seeds (0.698 / 0.685 at step 120, still rising): the horizon's peak, not the size's, and the rule's common
+# target (the lowest peak) then rewards the size that was stopped soonest. Sizes below 16 run to n = 16's budget
+# (120 * 16 / n steps: n = 8 runs 240); 16, 32 and 64 keep 120 steps (n = 32 and 64 already sample more).
+def grpo_steps(n: int) -> int:
+    """Training steps of GRPO at group size ``n`` (the horizon above): 120 * 16 / n below 16, else 120."""
+    return STEPS * 16 // n if n < 16 else STEPS
+
+
+def grpo_job(n: int, seed: int, steps: int | None = None, family: str = FAMILY, prefix: str | None = None,
+             overrides: tuple[str, ...] = ()):
+    """GRPO at group size ``n`` for :func:`grpo_steps` steps (a run id says ``-h<steps>`` when that is not 120)."""
     from research import study
-    return study.StudyJob(f"{FAMILY}-grpo-n{n}-s{seed}", "grpo", seed, steps, PRESET, FAMILY, (f"allocator.n={n}",))
+    steps = grpo_steps(n) if steps is None else steps
+    horizon = "" if steps == STEPS else f"-h{steps}"
+    rid = f"{prefix or f'{family}-grpo-n{n}'}{horizon}-s{seed}"
+    return study.StudyJob(rid, "grpo", seed, steps, PRESET, family, (f"allocator.n={n}", *overrides))
 
 
 # Runs of the same config and code path made under another id (part 1's measurements): the rule reads them.
@@ -334,11 +349,12 @@ def steps_to(curve: RunCurves, target: float) -> int | None:
 
 
 # ---- the tuning rule ----------------------------------------------------------------------------------------------
-def _curves(store: Store, run_ids: Sequence[str]) -> dict[str, RunCurves]:
+def _curves(store: Store, run_ids: Sequence[str], steps: int = STEPS) -> dict[str, RunCurves]:
+    """The finished runs among ``run_ids`` (at least ``steps`` steps), read through :data:`RUN_ALIASES`."""
     from research import study
     ids = {r: RUN_ALIASES.get(r, r) for r in run_ids}
     got = study.curves_by_run(store, list(ids.values()))
-    return {r: got[i] for r, i in ids.items() if i in got and got[i].steps >= STEPS}
+    return {r: got[i] for r, i in ids.items() if i in got and got[i].steps >= steps}
 
 
 def choose_prior(store: Store, seeds: Sequence[int] = TUNE_SEEDS) -> tuple[str | None, list[str]]:
@@ -387,7 +403,7 @@ def choose_grpo(store: Store, seeds: Sequence[int] = TUNE_SEEDS) -> tuple[int | 
         target = GRPO_RECORDED_TARGET[s]
         for n in GRPO_SIZES:
             rid = grpo_job(n, s).run_id
-            c = _curves(store, [rid]).get(rid)
+            c = _curves(store, [rid], grpo_steps(n)).get(rid)
             if c is not None:
                 sm = study.smoothed(c, SMOOTH)
                 p, r, src = sm.peak_accuracy, study.first_at_or_above(sm, target), f"run {RUN_ALIASES.get(rid, rid)}"
