@@ -93,8 +93,13 @@ INFORMATIVE = 15.0
 PRIOR_RULE = (f"eligible: >= {INFORMATIVE:g} of 16 trained groups informative a step and no prompt unpiloted past the "
               "floor; then the lowest median (seeds 100, 101) sampled rollouts to the common target (min over "
               "candidates of the smoothed peak), ties to the higher median peak")
-# Frozen after the tuning runs (None until then): the candidate the rule chose.
-PRIOR_BEST: str | None = None
+# Frozen after the tuning runs: the candidate the rule chose (`prior_study.py tune --no-run`, r3 runs, 120 steps):
+#   candidate  sampled/step (100, 101)  in band  informative  longest unpiloted  rollouts to target 0.737 / 0.743
+#   none       782 / 799                0.056    15.9         0                  84,368 / 75,584
+#   A          573 / 565                0.160    16.0         8                  37,840 / 61,366   (median 49,603)
+#   B          554 / 556                0.138    16.0         8                  60,676 / 66,674   (median 63,675)
+#   C          536 / 539                0.127    16.0         8                  53,074 / 64,700   (median 58,887)
+PRIOR_BEST: str | None = "A"
 
 # GRPO's group size over n = 8, 16, 32, 64 by bench_study's rule (size_rows / choose_size: the common target is the
 # lowest smoothed peak of the sizes, the lowest median rollouts to it wins, ties to the higher peak). n = 16, 32, 64
@@ -104,7 +109,9 @@ PRIOR_BEST: str | None = None
 # (smoothed peak, rollouts to that seed's common target). n = 8 is new. The reuse holds while n = 8's smoothed peak
 # on a seed is at least that seed's recorded target (the target does not move); otherwise n = 16, 32, 64 must be run
 # again (`tune` says so) before a choice.
-GRPO_SIZES = (8, 16, 32, 64)
+# n = 8 (at its 240-step horizon) won on both tuning seeds at the grid's lower edge, as 16 did last time: the grid
+# extends down to n = 4 (480 steps, the same rollout budget) so that the choice is not the edge's. Added before its runs.
+GRPO_SIZES = (4, 8, 16, 32, 64)
 GRPO_RECORDED_TARGET = {100: 0.722, 101: 0.716}
 GRPO_RECORDED = {(16, 100): (0.730, 28_160), (16, 101): (0.716, 25_600), (32, 100): (0.722, 56_320),
                  (32, 101): (0.723, 51_200), (64, 100): (0.735, 112_640), (64, 101): (0.730, 92_160)}
@@ -157,7 +164,7 @@ def tune_jobs(seeds: Sequence[int] = TUNE_SEEDS) -> list:
     if any(s not in TUNE_SEEDS for s in seeds):
         raise ValueError(f"seeds {list(seeds)}: only the tuning seeds {list(TUNE_SEEDS)} may tune. Fix: drop the others.")
     jobs = ([pc_job(c, s) for s in seeds for c in PRIOR_CANDIDATES]
-            + [grpo_job(8, s) for s in seeds] + [grpo_job(16, s) for s in seeds])
+            + [grpo_job(n, s) for s in seeds for n in GRPO_SIZES if n < 16] + [grpo_job(16, s) for s in seeds])
     return [j for j in jobs if j.run_id not in RUN_ALIASES]
 
 
@@ -297,29 +304,42 @@ def prior_overrides(method: str) -> tuple[str, ...]:
     return over if method == "pc" else tuple(o for o in over if not o.startswith(pc_only))
 
 
-def study_jobs(seeds: Sequence[int] = STUDY_SEEDS, thin: bool = False, steps: int = STEPS) -> list:
-    """The point-5 runs: per seed, :data:`STUDY_VARIANTS` (``thin``: the thin-history regime's, PC with and without
-    the predictor only, which is what that regime asks). Refuses before both choices are frozen and on the tuning
-    seeds."""
+NEEDS_GRPO_N = ("grpo-best", "grpo-best-prior")
+"""The variants that wait for GRPO's frozen size; the others may run before it is chosen."""
+
+
+def study_jobs(seeds: Sequence[int] = STUDY_SEEDS, thin: bool = False, steps: int = STEPS,
+               variants: Sequence[str] | None = None) -> list:
+    """The point-5 runs: per seed, ``variants`` (default :data:`STUDY_VARIANTS`; ``thin``: the thin-history regime's,
+    PC with and without the predictor only, which is what that regime asks). GRPO at its best size runs
+    :func:`grpo_steps` of it (``steps`` * 16 / n below 16). Refuses a variant whose choice is not frozen yet, and the
+    tuning seeds."""
     from research import study
-    if GRPO_BEST_N is None:
+    variants = tuple(variants or (("pc-best", "pc-best-prior") if thin else STUDY_VARIANTS))
+    unknown = [v for v in variants if v not in STUDY_VARIANTS]
+    if unknown:
+        raise ValueError(f"variants {unknown}: not study variants. Fix: choose from {list(STUDY_VARIANTS)}.")
+    if GRPO_BEST_N is None and set(variants) & set(NEEDS_GRPO_N):
         raise ValueError("GRPO's group size is not frozen (GRPO_BEST_N is None). Fix: run `prior_study.py tune` on "
-                         "seeds 100, 101 and freeze its choice first.")
+                         "seeds 100, 101 and freeze its choice first (or run only --variants "
+                         f"{' '.join(v for v in STUDY_VARIANTS if v not in NEEDS_GRPO_N)}).")
     if set(seeds) & set(TUNE_SEEDS):
         raise ValueError(f"seeds {list(seeds)}: the tuning seeds {list(TUNE_SEEDS)} never report. Fix: use fresh seeds.")
     fam = THIN_FAMILY if thin else STUDY_FAMILY
     extra = THIN if thin else ()
-    spec = {
-        "grpo-best": ("grpo", (f"allocator.n={GRPO_BEST_N}",)),
-        "grpo-best-prior": ("grpo", (f"allocator.n={GRPO_BEST_N}", *prior_overrides("grpo"))),
-        "grpo-64": ("grpo", ()),
-        "dapo": ("dapo", ()),
-        "pc-best": ("pc", PC_BEST),
-        "pc-best-prior": ("pc", (*PC_BEST, *prior_overrides("pc"))),
-    }
-    variants = ("pc-best", "pc-best-prior") if thin else STUDY_VARIANTS
-    return [study.StudyJob(f"{fam}-{v}-s{s}", spec[v][0], s, steps, PRESET, fam, (*spec[v][1], *extra))
-            for s in seeds for v in variants]
+    jobs = []
+    for s in seeds:
+        for v in variants:
+            if v in NEEDS_GRPO_N:
+                n = int(GRPO_BEST_N)
+                over = prior_overrides("grpo") if v == "grpo-best-prior" else ()
+                jobs.append(grpo_job(n, s, steps=steps * 16 // n if n < 16 else steps, family=fam,
+                                     prefix=f"{fam}-{v}", overrides=(*over, *extra)))
+                continue
+            method, over = {"grpo-64": ("grpo", ()), "dapo": ("dapo", ()), "pc-best": ("pc", PC_BEST),
+                            "pc-best-prior": ("pc", (*PC_BEST, *prior_overrides("pc")))}[v]
+            jobs.append(study.StudyJob(f"{fam}-{v}-s{s}", method, s, steps, PRESET, fam, (*over, *extra)))
+    return jobs
 
 
 # ---- the screening-free ceiling (issue 42 point 4; study only, never a method) ---------------------------------
@@ -407,8 +427,8 @@ def choose_grpo(store: Store, seeds: Sequence[int] = TUNE_SEEDS) -> tuple[int | 
             if c is not None:
                 sm = study.smoothed(c, SMOOTH)
                 p, r, src = sm.peak_accuracy, study.first_at_or_above(sm, target), f"run {RUN_ALIASES.get(rid, rid)}"
-                if n == 8 and (p is None or p < target - 1e-12):
-                    ok = False  # n = 8 lowers the common target: the recorded costs no longer apply
+                if n < 16 and (p is None or p < target - 1e-12):
+                    ok = False  # a new size lowers the common target: the recorded costs no longer apply
             elif (n, s) in GRPO_RECORDED:
                 (p, r), src = GRPO_RECORDED[(n, s)], "recorded (docs/BENCHMARKS.md)"
             else:
@@ -419,8 +439,8 @@ def choose_grpo(store: Store, seeds: Sequence[int] = TUNE_SEEDS) -> tuple[int | 
             lines.append(f"| {n} | {s} | {'-' if p is None else f'{p:.3f}'} | {target:.3f} | "
                          f"{'-' if r is None else f'{r:,}'} | {src} |")
     if not ok:
-        return None, lines + ["", "No choice: n = 8 is missing, or its peak is below a seed's recorded target (then "
-                                  "n = 16, 32, 64 must run again on this machine)."]
+        return None, lines + ["", "No choice: a size below 16 is missing, or its peak is below a seed's recorded target "
+                                  "(then n = 16, 32, 64 must run again on this machine)."]
     import statistics
 
     def key(n: int) -> tuple[float, float]:
@@ -508,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     sd.add_argument("--store", default=STORE)
     sd.add_argument("--thin", action="store_true", help="the thin-history regime's runs")
     sd.add_argument("--workers", type=int, default=2)
+    sd.add_argument("--variants", nargs="+", choices=STUDY_VARIANTS, help="only these variants (default: all of "
+                                                                           "the regime's)")
     args = ap.parse_args(argv)
     store = Store(Path(args.store))
     if args.part == "replay":
@@ -518,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         from research import study
         from research.bench_study import part_wall
         try:
-            jobs = study_jobs(thin=args.thin)
+            jobs = study_jobs(thin=args.thin, variants=args.variants)
         except ValueError as err:
             print(f"prior_study: {err}", file=sys.stderr)
             return 2

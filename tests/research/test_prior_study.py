@@ -84,7 +84,8 @@ def test_tuning_runs_only_the_tuning_seeds_with_our_pc_best_budget_under_every_c
     assert all(j.overrides[:3] == m.PC_BEST for j in pcs)
     # part 1's runs stand in for the same configs, not run twice
     assert "prior-tune-pc-none-s100" not in {j.run_id for j in jobs}
-    assert {j.run_id for j in jobs if j.method == "grpo"} == {"prior-tune-grpo-n8-s100", "prior-tune-grpo-n8-s101",
+    assert {j.run_id for j in jobs if j.method == "grpo"} == {"prior-tune-grpo-n8-h240-s100", "prior-tune-grpo-n8-h240-s101",
+                                                              "prior-tune-grpo-n4-h480-s100", "prior-tune-grpo-n4-h480-s101",
                                                               "prior-tune-grpo-n16-s101"}
     # every candidate's overrides make a valid allocator config
     from pc_pipelines.allocation import AllocatorConfig
@@ -126,36 +127,63 @@ def test_the_study_driver_refuses_until_both_choices_are_frozen_and_never_runs_a
     grpo_prior = by["prior-study-grpo-best-prior-s14"].overrides
     assert grpo_prior[0] == "allocator.n=16" and "allocator.screen_strategy=posterior" in grpo_prior
     assert not any(o.startswith(("allocator.screen_early_wave", "allocator.evict")) for o in grpo_prior)  # PC only
+    # GRPO's best size below 16 runs n = 16's rollout budget, under its own run id
+    monkeypatch.setattr(m, "GRPO_BEST_N", 8)
+    by8 = {j.run_id: j for j in m.study_jobs((14,))}
+    assert by8["prior-study-grpo-best-h240-s14"].steps == 240 and by8["prior-study-pc-best-s14"].steps == 120
+    assert by8["prior-study-grpo-best-prior-h240-s14"].overrides[0] == "allocator.n=8"
+    # before GRPO's size is frozen, the variants that do not need it may run
+    monkeypatch.setattr(m, "GRPO_BEST_N", None)
+    early = m.study_jobs((14,), variants=("pc-best", "pc-best-prior", "dapo", "grpo-64"))
+    assert [j.run_id for j in early] == ["prior-study-pc-best-s14", "prior-study-pc-best-prior-s14",
+                                         "prior-study-dapo-s14", "prior-study-grpo-64-s14"]
+    with pytest.raises(ValueError, match=r"or run only --variants grpo-64 dapo pc-best pc-best-prior"):
+        m.study_jobs((14,), variants=("grpo-best",))
+    with pytest.raises(ValueError, match=r"variants \['pc'\]: not study variants"):
+        m.study_jobs((14,), variants=("pc",))
+    monkeypatch.setattr(m, "GRPO_BEST_N", 16)
     thin = m.study_jobs(thin=True)
     assert [j.run_id for j in thin[:2]] == ["prior-thin-pc-best-s14", "prior-thin-pc-best-prior-s14"]
     assert all(j.overrides[-1] == f"task.num_prompts={m.THIN_POOL}" and j.family == "prior-thin" for j in thin)
 
 
+def test_grpo_sizes_below_16_run_to_n16s_rollout_budget():
+    m = load()
+    assert [m.grpo_steps(n) for n in m.GRPO_SIZES] == [480, 240, 120, 120, 120]
+    assert [(j.run_id, j.steps) for j in (m.grpo_job(8, 100), m.grpo_job(16, 101))] == [
+        ("prior-tune-grpo-n8-h240-s100", 240), ("prior-tune-grpo-n16-s101", 120)]
+    assert m.PRIOR_BEST in m.PRIOR_CANDIDATES
+
+
 def test_grpo_choice_reuses_the_recorded_sizes_only_while_n8_leaves_the_target_where_it_was(monkeypatch):
     m = load()
 
-    def with_n8(accs_by_seed):
-        def fake(store, run_ids):
+    def with_small(accs_by_seed, n4=(0.58, 0.60, 0.62, 0.64, 0.66, 0.68, 0.70, 0.72, 0.73, 0.74)):
+        """n = 8 with ``accs_by_seed`` and n = 4 (slower: never cheapest) on the same seeds."""
+        def fake(store, run_ids, steps=120):
             out = {}
             for rid in run_ids:
                 for seed, accs in accs_by_seed.items():
-                    if rid == f"prior-tune-grpo-n8-s{seed}":
-                        c = _curve(accs, sampled_per_step=128, steps=120)
-                        out[rid] = c
+                    for n, a in ((8, accs), (4, n4)):
+                        if rid == f"prior-tune-grpo-n{n}-h{120 * 16 // n}-s{seed}":
+                            assert steps == 120 * 16 // n  # read only once it has run n = 16's rollout budget
+                            out[rid] = _curve(a, sampled_per_step=16 * n, steps=steps)
             return out
         monkeypatch.setattr(m, "_curves", fake)
 
     # n = 8 reaches both recorded targets (smoothed) after 6 evals: 50 steps x 128 = 6,400 rollouts < n = 16's
     rise = [0.68, 0.70, 0.72, 0.73, 0.74, 0.74, 0.74]
-    with_n8({100: rise, 101: rise})
+    with_small({100: rise, 101: rise})
     best, lines = m.choose_grpo(None)
     assert best == 8
     assert "| 16 | 100 | 0.730 | 0.722 | 28,160 | recorded (docs/BENCHMARKS.md) |" in lines
     # smoothed (trailing 3): .68 .69 .70 .7167 .73 -> first >= .722 after step 39 (40 x 128 = 5,120)
-    assert "| 8 | 100 | 0.740 | 0.722 | 5,120 | run prior-tune-grpo-n8-s100 |" in lines
+    assert "| 8 | 100 | 0.740 | 0.722 | 5,120 | run prior-tune-grpo-n8-h240-s100 |" in lines
+    # n = 4 (64 a step), smoothed: ... .7167 (after step 79), .73 (after step 89: 90 x 64 = 5,760 > n = 8's 5,120)
+    assert "| 4 | 100 | 0.730 | 0.722 | 5,760 | run prior-tune-grpo-n4-h480-s100 |" in lines
     # n = 8 peaks below seed 101's recorded target: the target would move, so no choice from the recorded table
-    with_n8({100: rise, 101: [0.68, 0.69, 0.70, 0.70, 0.70, 0.70, 0.70]})
+    with_small({100: rise, 101: [0.68, 0.69, 0.70, 0.70, 0.70, 0.70, 0.70]})
     best, lines = m.choose_grpo(None)
-    assert best is None and lines[-1].startswith("No choice: n = 8 is missing, or its peak is below")
-    with_n8({100: rise})  # seed 101 not run
+    assert best is None and lines[-1].startswith("No choice: a size below 16 is missing, or its peak is below")
+    with_small({100: rise})  # seed 101 not run
     assert m.choose_grpo(None)[0] is None
