@@ -25,7 +25,12 @@ def machine() -> str:
         mem = f", {kb / 1024**2:.0f} GiB RAM"
     except (OSError, ValueError, IndexError):
         pass
-    return f"{cpu}, {os.cpu_count()} cores{mem}, Python {platform.python_version()}, {platform.system()}"
+    load = ""
+    try:  # timings taken on a busy machine say so: the 1-minute load average when the benchmark started
+        load = f", load average {os.getloadavg()[0]:.1f} at the start"
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores{mem}, Python {platform.python_version()}, {platform.system()}{load}"
 
 
 def write_section(path: Path, name: str, body: str) -> None:

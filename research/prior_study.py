@@ -449,6 +449,78 @@ def choose_grpo(store: Store, seeds: Sequence[int] = TUNE_SEEDS) -> tuple[int | 
     return min(GRPO_SIZES, key=key), lines
 
 
+# ---- the tuning section of docs/BENCHMARKS.md ----------------------------------------------------------------------
+TUNING_MARKER = "prior-tuning"
+
+
+def versus_rows(store: Store, n: int, seeds: Sequence[int] = TUNE_SEEDS) -> list[str]:
+    """Per tuning seed, GRPO at size ``n`` against our PC's best budget without and with the chosen candidate and
+    the ceiling: the common target (min of the two smoothed peaks) and the sampled rollouts to it."""
+    from research import study
+    from research.bench_study import SMOOTH
+    lines = [f"| seed | run | smoothed peak | target | rollouts to target | GRPO-{n} / run |", "|---:|---|---:|---:|---:|---:|"]
+    for s in seeds:
+        g_id = grpo_job(n, s).run_id
+        runs = [("PC, no prior", pc_job("none", s).run_id), (f"PC, prior {PRIOR_BEST}", pc_job(str(PRIOR_BEST), s).run_id)]
+        curves = _curves(store, [g_id], grpo_steps(n)) | _curves(store, [r for _, r in runs])
+        if g_id not in curves:
+            lines.append(f"| {s} | GRPO-{n} (not run) | | | | |")
+            continue
+        g = study.smoothed(curves[g_id], SMOOTH)
+        for label, rid in runs:
+            if rid not in curves:
+                continue
+            c = study.smoothed(curves[rid], SMOOTH)
+            target = min(g.peak_accuracy, c.peak_accuracy)
+            gr = study.first_at_or_above(g, target)
+            for lab, cur in ((label, c), (f"{label}, ceiling", ceiling(c))):
+                r = study.first_at_or_above(cur, target)
+                ratio = "-" if not r or gr is None else f"{gr / r:.2f}x"
+                lines.append(f"| {s} | {lab} | {c.peak_accuracy:.3f} | {target:.3f} | "
+                             f"{'-' if r is None else f'{r:,}'} | {ratio} |")
+        lines.append(f"| {s} | GRPO-{n} | {g.peak_accuracy:.3f} | | | |")
+    return lines
+
+
+def write_tuning(store: Store, path: Path, prior: str | None, prior_lines: list[str], n: int | None,
+                 grpo_lines: list[str]) -> None:
+    """Write the tuning tables (both rules' inputs and choices, and where the tuning seeds stand) into ``path``."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _report import machine, write_section
+
+    from research.bench_study import part_wall
+    jobs = [*tune_jobs(), *[grpo_job(m, s) for s in TUNE_SEEDS for m in GRPO_SIZES if m < 16]]
+    wall = part_wall(store, list({j.run_id: j for j in jobs}.values()))
+    body = [
+        "## The history prior and GRPO's size, tuned on seeds 100 and 101 (`research/prior_study.py tune`, issue 42)",
+        "",
+        "Command: `.venv/bin/python research/prior_study.py tune --store /work/bench42/b42.duckdb --write "
+        "docs/BENCHMARKS.md` (resumable; `--no-run` only reads the store)",
+        f"Machine: {machine()}",
+        f"Measured: {time.strftime('%Y-%m-%d')}; the tuning runs' wall time: "
+        f"{'-' if wall is None else f'{wall / 3600:.1f} h'} (union of their running spans, 1-2 at a time).",
+        "",
+        f"`bench` preset, float64, {STEPS} steps (GRPO below n = 16: n = 16's rollout budget), our PC at its best budget "
+        f"(p2+6/c8) under each candidate of the history prior. The rule, fixed in code before the runs: {PRIOR_RULE}.",
+        "",
+        *prior_lines,
+        "",
+        f"Choice: **{prior}** (frozen as `PRIOR_BEST`).",
+        "",
+        "GRPO's group size by the same rule (the common target of the sizes; n = 16, 32, 64 recorded from the tuned "
+        "study while no new size lowers it):",
+        "",
+        *grpo_lines,
+        "",
+        f"Choice: **n = {n}** (frozen as `GRPO_BEST_N`).",
+    ]
+    if n is not None and prior is not None:
+        body += ["", f"Where the tuning seeds stand against GRPO-{n} (the study's metric: sampled rollouts to the common "
+                 "target; the ceiling counts only trained rollouts, i.e. screening for free):", "",
+                 *versus_rows(store, n)]
+    write_section(path, TUNING_MARKER, "\n".join(body))
+
+
 # ---- replay: a candidate's screen on a stored run without the prior ---------------------------------------------
 def replay(store: Store, run_id: str, overrides: Sequence[str], num_prompts: int = 500) -> dict[str, float]:
     """What a candidate's screen would have skipped in a stored run without the prior: each step's first pilot waves
@@ -519,6 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     tu.add_argument("--store", default=STORE)
     tu.add_argument("--no-run", action="store_true", help="only read the store and apply the rule")
     tu.add_argument("--workers", type=int, default=2)
+    tu.add_argument("--write", type=Path, help="also write the tables into this BENCHMARKS.md's section")
     rp = sub.add_parser("replay", help="a candidate's skips replayed on a stored run without the prior")
     rp.add_argument("--store", default=STORE)
     rp.add_argument("run")
@@ -558,9 +631,12 @@ def main(argv: list[str] | None = None) -> int:
         prior, lines = choose_prior(store)
         print("\n".join(lines))
         print(f"rule: {PRIOR_RULE}\nchoice: {prior}")
-        n, lines = choose_grpo(store)
-        print("\n".join(lines))
+        n, glines = choose_grpo(store)
+        print("\n".join(glines))
         print(f"GRPO's best n: {n}")
+        if args.write:
+            write_tuning(store, Path(args.write), prior, lines, n, glines)
+            print(f"wrote section {TUNING_MARKER!r} of {args.write}")
         return 0
     if args.part == "measure":
         print(mechanism_markdown([mechanism(store, r) for r in args.runs]), end="")

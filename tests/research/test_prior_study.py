@@ -187,3 +187,28 @@ def test_grpo_choice_reuses_the_recorded_sizes_only_while_n8_leaves_the_target_w
     assert best is None and lines[-1].startswith("No choice: a size below 16 is missing, or its peak is below")
     with_small({100: rise})  # seed 101 not run
     assert m.choose_grpo(None)[0] is None
+
+
+def test_versus_rows_give_grpo_over_each_pc_run_and_its_ceiling_at_their_common_target(monkeypatch):
+    m = load()
+    monkeypatch.setattr(m, "PRIOR_BEST", "A")
+    grpo = _curve([0.60, 0.66, 0.70, 0.72, 0.72, 0.72], sampled_per_step=128, steps=240)
+    pc = _curve([0.60, 0.70, 0.74, 0.76, 0.76, 0.76], sampled_per_step=500, trained_per_step=256, steps=120)
+
+    def fake(store, run_ids, steps=120):
+        out = {}
+        for rid in run_ids:
+            if rid == "prior-tune-grpo-n8-h240-s100":
+                assert steps == 240
+                out[rid] = grpo
+            elif rid == "prior-tune-pc-A-r3-s100":
+                out[rid] = pc
+        return out
+    monkeypatch.setattr(m, "_curves", fake)
+    lines = m.versus_rows(None, 8, seeds=(100,))
+    # smoothed (trailing 3) GRPO: .60 .63 .6533 .6933 .7133 .72 -> peak .72 after step 49 (50 x 128 = 6,400);
+    # PC: .60 .65 .68 .7333 .7533 .76 -> first >= .72 after step 29: 30 x 500 = 15,000 sampled, 7,680 trained
+    assert "| 100 | PC, prior A | 0.760 | 0.720 | 15,000 | 0.43x |" in lines
+    assert "| 100 | PC, prior A, ceiling | 0.760 | 0.720 | 7,680 | 0.83x |" in lines
+    assert not any("PC, no prior" in row for row in lines)  # not run: no row
+    assert lines[-1] == "| 100 | GRPO-8 | 0.720 | | | |"
