@@ -86,6 +86,7 @@ def test_tuning_runs_only_the_tuning_seeds_with_our_pc_best_budget_under_every_c
     assert "prior-tune-pc-none-s100" not in {j.run_id for j in jobs}
     assert {j.run_id for j in jobs if j.method == "grpo"} == {"prior-tune-grpo-n8-h240-s100", "prior-tune-grpo-n8-h240-s101",
                                                               "prior-tune-grpo-n4-h480-s100", "prior-tune-grpo-n4-h480-s101",
+                                                              "prior-tune-grpo-n2-h960-s100", "prior-tune-grpo-n2-h960-s101",
                                                               "prior-tune-grpo-n16-s101"}
     # every candidate's overrides make a valid allocator config
     from pc_pipelines.allocation import AllocatorConfig
@@ -149,7 +150,7 @@ def test_the_study_driver_refuses_until_both_choices_are_frozen_and_never_runs_a
 
 def test_grpo_sizes_below_16_run_to_n16s_rollout_budget():
     m = load()
-    assert [m.grpo_steps(n) for n in m.GRPO_SIZES] == [480, 240, 120, 120, 120]
+    assert [m.grpo_steps(n) for n in m.GRPO_SIZES] == [960, 480, 240, 120, 120, 120]
     assert [(j.run_id, j.steps) for j in (m.grpo_job(8, 100), m.grpo_job(16, 101))] == [
         ("prior-tune-grpo-n8-h240-s100", 240), ("prior-tune-grpo-n16-s101", 120)]
     assert m.PRIOR_BEST in m.PRIOR_CANDIDATES
@@ -158,13 +159,14 @@ def test_grpo_sizes_below_16_run_to_n16s_rollout_budget():
 def test_grpo_choice_reuses_the_recorded_sizes_only_while_n8_leaves_the_target_where_it_was(monkeypatch):
     m = load()
 
-    def with_small(accs_by_seed, n4=(0.58, 0.60, 0.62, 0.64, 0.66, 0.68, 0.70, 0.72, 0.73, 0.74)):
-        """n = 8 with ``accs_by_seed`` and n = 4 (slower: never cheapest) on the same seeds."""
+    def with_small(accs_by_seed, n4=(0.58, 0.60, 0.62, 0.64, 0.66, 0.68, 0.70, 0.72, 0.73, 0.74),
+                   n2=tuple(0.50 + 0.0125 * i for i in range(20))):
+        """n = 8 with ``accs_by_seed``, n = 4 and n = 2 (slower: never cheapest) on the same seeds."""
         def fake(store, run_ids, steps=120):
             out = {}
             for rid in run_ids:
                 for seed, accs in accs_by_seed.items():
-                    for n, a in ((8, accs), (4, n4)):
+                    for n, a in ((8, accs), (4, n4), (2, n2)):
                         if rid == f"prior-tune-grpo-n{n}-h{120 * 16 // n}-s{seed}":
                             assert steps == 120 * 16 // n  # read only once it has run n = 16's rollout budget
                             out[rid] = _curve(a, sampled_per_step=16 * n, steps=steps)
@@ -181,6 +183,8 @@ def test_grpo_choice_reuses_the_recorded_sizes_only_while_n8_leaves_the_target_w
     assert "| 8 | 100 | 0.740 | 0.722 | 5,120 | run prior-tune-grpo-n8-h240-s100 |" in lines
     # n = 4 (64 a step), smoothed: ... .7167 (after step 79), .73 (after step 89: 90 x 64 = 5,760 > n = 8's 5,120)
     assert "| 4 | 100 | 0.730 | 0.722 | 5,760 | run prior-tune-grpo-n4-h480-s100 |" in lines
+    # n = 2 (32 a step): smoothed .4875 + .0125 i from the third eval: first >= .722 at i = 19 (190 x 32 = 6,080)
+    assert "| 2 | 100 | 0.725 | 0.722 | 6,080 | run prior-tune-grpo-n2-h960-s100 |" in lines
     # n = 8 peaks below seed 101's recorded target: the target would move, so no choice from the recorded table
     with_small({100: rise, 101: [0.68, 0.69, 0.70, 0.70, 0.70, 0.70, 0.70]})
     best, lines = m.choose_grpo(None)
