@@ -525,6 +525,23 @@ def write_tuning(store: Store, path: Path, prior: str | None, prior_lines: list[
     write_section(path, TUNING_MARKER, "\n".join(body))
 
 
+def allocator_fields(overrides: Sequence[str]) -> dict[str, object]:
+    """``allocator.key=value`` overrides as allocator fields, values read as the CLI's ``--set`` would (true/false,
+    int, float, else the text)."""
+    out: dict[str, object] = {}
+    for kv in overrides:
+        key, value = kv.split("=", 1)
+        key = key.split(".", 1)[1]
+        out[key] = {"true": True, "false": False}.get(value, value)
+        for cast in (int, float):
+            try:
+                out[key] = cast(value)
+                break
+            except ValueError:
+                pass
+    return out
+
+
 # ---- replay: a candidate's screen on a stored run without the prior ---------------------------------------------
 def replay(store: Store, run_id: str, overrides: Sequence[str], num_prompts: int = 500) -> dict[str, float]:
     """What a candidate's screen would have skipped in a stored run without the prior: each step's first pilot waves
@@ -537,18 +554,7 @@ def replay(store: Store, run_id: str, overrides: Sequence[str], num_prompts: int
     from pc_pipelines.allocation import AllocatorConfig
     from pc_pipelines.allocation.screen import PosteriorScreen
     cfg_json = json.loads(store.query("SELECT config_json FROM runs WHERE run_id = ?", [run_id])[0]["config_json"])
-    alloc = dict(cfg_json["allocator"])
-    for kv in overrides:
-        key, value = kv.split("=", 1)
-        key = key.split(".", 1)[1]
-        alloc[key] = {"true": True, "false": False}.get(value, value)
-        for cast in (int, float):
-            try:
-                alloc[key] = cast(value)
-                break
-            except ValueError:
-                pass
-    cfg = AllocatorConfig.from_dict(alloc)
+    cfg = AllocatorConfig.from_dict({**cfg_json["allocator"], **allocator_fields(overrides)})
     screen = PosteriorScreen(cfg, num_prompts)
     rows = store.query("""SELECT step, prompt_id, round, wave, n, n_correct, decision, rule FROM pass_rate_history
                           WHERE run_id = ? AND n > 0 ORDER BY step, round, wave, prompt_id""", [run_id])

@@ -91,17 +91,8 @@ def test_tuning_runs_only_the_tuning_seeds_with_our_pc_best_budget_under_every_c
     # every candidate's overrides make a valid allocator config
     from pc_pipelines.allocation import AllocatorConfig
     for name, over in m.PRIOR_CANDIDATES.items():
-        kw = {}
-        for kv in (*m.PC_BEST, *over):
-            key, value = kv.split("=", 1)
-            key = key.split(".", 1)[1]
-            kw[key] = {"true": True, "false": False}.get(value, value)
-            for cast in (int, float):
-                try:
-                    kw[key] = cast(value)
-                    break
-                except ValueError:
-                    pass
+        kw = m.allocator_fields((*m.PC_BEST, *over))
+        assert kw["n_pilot"] == 8 and isinstance(kw["pilot_wave"], int)
         cfg = AllocatorConfig(method="pc", pilot_strategy="sequential", **kw)
         assert (cfg.screen_strategy == "none") == (name == "none")
 
