@@ -1,15 +1,10 @@
 """The allocator: drives one method step by step and keeps the books.
 
-The world talks to it through a narrow interface::
-
-    allocator = Allocator(config, num_prompts=M)
-    session = allocator.begin_step()
-    while (call := session.next_call()) is not None:   # an EngineCall: requests (prompt_id, n, stage, wave)
-        rewards = engine(call)                          # one reward array per request, in request order
-        session.observe(rewards)
-    outcome = session.finish()                          # trained groups, ledger, observations
-
-or, equivalently, ``allocator.run_step(engine)``. The session and what a method does in a step (its
+The world talks to it through a narrow interface: ``allocator.begin_step()`` opens a step's session; the session's
+``next_call()`` hands out each :class:`~.types.EngineCall` (requests: prompt_id, n, stage, wave) and ``observe()``
+takes its rewards (one array per request, in request order); ``finish()`` returns the step's outcome (trained
+groups, ledger, observations), and ``abort_step()`` forgets a step that failed. The one loop that drives it is the
+run layer's (``pc_pipelines.run.step_loop``). The session and what a method does in a step (its
 :class:`~.step.StepContext`) are the step API, in :mod:`.step`; this module owns the state across steps and hands
 a step only the parts of it the step changes. Prompts are integer ids ``0 .. M-1`` (the loop maps them to
 dataset rows). Requests may carry any ``n`` and a ``wave`` number, and a method may issue any number of calls per
@@ -22,7 +17,6 @@ as plain JSON between steps; a step is atomic from the checkpoint's point of vie
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,7 +29,6 @@ from .screen import ScreenStrategy
 from .step import AllocatorError, IdCounters, StepContext, StepSession
 from .strategies import SCREEN_KIND, STRATEGIES
 from .stream import PromptStream
-from .types import EngineCall, StepOutcome
 
 STATE_VERSION = 1
 
@@ -119,16 +112,6 @@ class Allocator:
     def _end_step(self) -> None:
         self._session = None
         self.step += 1
-
-    def run_step(self, engine: Callable[[EngineCall], Sequence[np.ndarray] | np.ndarray]) -> StepOutcome:
-        session = self.begin_step()
-        try:
-            while (call := session.next_call()) is not None:
-                session.observe(engine(call))
-        except BaseException:
-            self.abort_step()
-            raise
-        return session.finish()
 
     def abort_step(self) -> None:
         """Forget the open step after a failure. The state is mid-step: restore a checkpoint to go on."""

@@ -2,7 +2,7 @@
 
 One segment: take the run's writer lock; restore the run (the newest intact checkpoint, the one a replay names,
 or the base policy; a damaged checkpoint is skipped with a warning and moved aside); then per step let the
-backend run the allocator's step, write the step's rows to the store (one atomic step directory), log TensorBoard,
+driver run the allocator's step through the backend (:mod:`.step_loop`), write the step's rows to the store (one atomic step directory), log TensorBoard,
 evaluate every ``eval_every`` steps (rows in ``eval_results``; with ``evaluate_last`` also the segment's last step,
 as ``pilot-commit train`` does for the run's final step) and checkpoint every ``checkpoint_every`` steps and at the
 end. Everything is loaded before the run is touched, so a refusal (every checkpoint damaged, another
@@ -54,6 +54,7 @@ from .checkpoints import (
 )
 from .lifecycle import record_end, writing_run
 from .records import SegmentResult, StepRecord, Totals
+from .step_loop import allocator_step
 from .stopping import SpaceReserve, StopFlag, StopRequested, run_outcome
 from .training_run import TrainingRun
 
@@ -75,22 +76,29 @@ class OpenRun:
         self._tb = None
 
     def step(self) -> StepRecord:
-        """One training step on the backend; its rows go to the store."""
-        res = self.backend.step(self.allocator)
-        outcome = res.outcome
+        """One training step: the allocator's step through the backend's engine calls (:mod:`.step_loop`), the
+        backend's update on its outcome, the payloads the allocator still references kept; its rows go to the
+        store."""
+        timings = {"generate": 0.0, "reward": 0.0, "update": 0.0, "bookkeeping": 0.0}
+        outcome = allocator_step(self.allocator, lambda call: self.backend.generate(call, timings), timings)
+        t = time.perf_counter()
+        res = self.backend.update(outcome)
+        timings["update"] += time.perf_counter() - t
+        t = time.perf_counter()
+        self.backend.keep_live(self.allocator.live_rollout_ids())
+        timings["bookkeeping"] += time.perf_counter() - t
         self.totals.add(outcome)
         t = time.perf_counter()
         extra = {
             "loss": res.loss,
             "mean_reward": res.mean_reward,
-            "time_generate_s": res.timings.get("generate", 0.0),
-            "time_reward_s": res.timings.get("reward", 0.0),
-            "time_update_s": res.timings.get("update", 0.0),
-            "time_bookkeeping_s": res.timings.get("bookkeeping", 0.0),
+            "time_generate_s": timings["generate"],
+            "time_reward_s": timings["reward"],
+            "time_update_s": timings["update"],
+            "time_bookkeeping_s": timings["bookkeeping"],
         }
         self.writer.write_step(outcome.step, step_tables(self.run.run_id, outcome, extra=extra))
-        timings = dict(res.timings)
-        timings["store"] = timings.get("store", 0.0) + time.perf_counter() - t
+        timings["store"] = time.perf_counter() - t
         return StepRecord(
             step=outcome.step,
             ledger=outcome.ledger.to_dict(),
