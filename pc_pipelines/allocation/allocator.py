@@ -53,10 +53,13 @@ def check_config(config: AllocatorConfig) -> None:
 class Allocator:
     """Owns the cross-step state and runs one registered method."""
 
-    def __init__(self, config: AllocatorConfig, num_prompts: int, prompt_groups: np.ndarray | None = None) -> None:
+    def __init__(self, config: AllocatorConfig, num_prompts: int, prompt_groups: np.ndarray | None = None, *,
+                 checked: bool = False) -> None:
         """``prompt_groups``: a group id per prompt (an attribute the dataset declares), pooling the history prior's
-        prior (``screen_strategy``); None: one group."""
-        check_config(config)
+        prior (``screen_strategy``); None: one group. ``checked``: ``config`` already passed :func:`check_config`
+        where its run started (a training run: ``run.start.start_training_run``), so it is not checked again."""
+        if not checked:
+            check_config(config)
         config.check_pool(num_prompts)
         self.config = config
         self.num_prompts = int(num_prompts)
@@ -145,13 +148,19 @@ class Allocator:
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> Allocator:
+    def from_state_dict(cls, state: dict[str, Any], checked: AllocatorConfig | None = None) -> Allocator:
+        """The allocator ``state`` holds. ``checked``: the run's config, already checked where the run started;
+        the state's config must equal it (and is not checked again)."""
         if state.get("version") != STATE_VERSION:
             raise AllocatorError(
                 f"allocator state version {state.get('version')!r} is not {STATE_VERSION}. Fix: resume with the "
                 "pc-pipelines version that wrote the checkpoint, or start the run afresh."
             )
-        alloc = cls(AllocatorConfig.from_dict(state["config"]), int(state["num_prompts"]))
+        config = AllocatorConfig.from_dict(state["config"])
+        if checked is not None and config != checked:
+            raise AllocatorError(f"the allocator state's config is not the run's ({_first_difference(config, checked)}). "
+                                 "Fix: resume with the config the run started with, or start the run afresh.")
+        alloc = cls(config, int(state["num_prompts"]), checked=checked is not None)
         alloc.step = int(state["step"])
         alloc.next_rollout_id = int(state["next_rollout_id"])
         alloc.next_entry_id = int(state["next_entry_id"])
@@ -162,3 +171,10 @@ class Allocator:
         if "screen" in state:
             alloc.screen.load_state_dict(state["screen"])
         return alloc
+
+
+def _first_difference(a: AllocatorConfig, b: AllocatorConfig) -> str:
+    """The first field whose value differs between ``a`` and ``b``, as ``field: a != b``."""
+    da, db = a.to_dict(), b.to_dict()
+    key = next((k for k in da if da[k] != db.get(k)), "config")
+    return f"{key}: {da[key]!r} != {db.get(key)!r}"[:120]

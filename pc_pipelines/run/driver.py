@@ -52,7 +52,7 @@ from .checkpoints import (
     rng_state,
     save_checkpoint,
 )
-from .lifecycle import record_end, writing_run
+from .lifecycle import record_end, record_finished, writing_run
 from .records import SegmentResult, StepRecord, Totals
 from .step_loop import allocator_step
 from .stopping import SpaceReserve, StopFlag, StopRequested, run_outcome
@@ -184,9 +184,9 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
     training segment replayed in the middle of a run rewrites only its own steps (see :func:`run_segment`). A
     damaged checkpoint is skipped for the newest intact one before it (or, for ``from_step``, the base policy),
     with a warning naming it. Everything is loaded before the run's status or rows change, so a refusal changes
-    nothing. Returns the opened run and whether a checkpoint was restored.
+    nothing. The caller has initialised ``store`` (:func:`run_segment`, under the run's lock). Returns the opened run
+    and whether a checkpoint was restored.
     """
-    store.init(vacuum=False)  # vacuuming other runs could race their replays (Store.replace_steps)
     chosen: tuple[int, Path] | None = None
     damaged: list[tuple[Path, str]] = []
     if from_step is None:
@@ -222,7 +222,7 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
     if chosen is None:
         backend.start()
         groups = None if run.task.groups is None else np.asarray(run.task.groups, np.int64)  # pools the prior's prior
-        allocator = Allocator(run.config.allocator, len(run.task.prompts), prompt_groups=groups)
+        allocator = Allocator(run.config.allocator, len(run.task.prompts), prompt_groups=groups, checked=True)
         opened = OpenRun(run, store, backend, allocator, Totals(), None)
     else:
         path = chosen[1]
@@ -232,13 +232,16 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
         problem = totals_problem(meta.get("totals"), chosen[0], rows)
         if problem is not None:
             raise refused(path, "meta.json", problem)
-        allocator, rng = load_run_state(path)  # the run's own state first, then the backend's (larger) files
+        allocator, rng = load_run_state(path, run.config.allocator)  # the run's own state first, then the backend's (larger) files
         backend.restore(path)
         opened = OpenRun(run, store, backend, allocator, Totals(**meta["totals"]), path)
         restore_rng(rng)  # last: loading a policy may draw from the global RNGs
     # Loaded: from here on the run changes.
     _set_aside(run, damaged, chosen[1].name if chosen else "the base policy")
-    store.register_run(run.record(), planned_steps=run.planned_steps)
+    planned = run.planned_steps  # a resumed run past its planned total keeps its own count (`runs`: steps done of these)
+    if planned is not None and chosen is not None:
+        planned = max(planned, display_step(chosen[0]))
+    store.register_run(run.record(), planned_steps=planned)
     store.vacuum(run.run_id)
     if chosen is None:
         if from_step is None:
@@ -265,6 +268,7 @@ def run_segment(
     stop: StopFlag | None = None,
     backend: Backend | None = None,
     evaluate_last: bool = False,
+    finish_at: int | None = None,
 ) -> SegmentResult:
     """Advance ``run`` by ``steps`` training steps, or through step ``until_step`` (see the module docstring);
     checkpoint at the end.
@@ -284,7 +288,10 @@ def run_segment(
     ``evaluate_last`` also evaluates the segment's last step (``until_step``, or the last of ``steps``) when the
     ``training.eval_every`` schedule does not; its rows go to ``eval_results`` like the scheduled ones. Off by
     default (the Dagster segments and the studies keep their schedule); ``pilot-commit train`` turns it on, so a run
-    always ends with its final accuracy. A segment that stops early or trains no step evaluates nothing extra."""
+    always ends with its final accuracy. A segment that stops early or trains no step evaluates nothing extra.
+
+    ``finish_at``: the run's total steps (``train --steps``); a segment that ends with the run at that many steps or
+    more records it ``finished`` (:func:`~.lifecycle.record_finished`), still under the lock."""
     if (steps is None) == (until_step is None):
         raise RunError("run_segment needs exactly one of steps (a count) or until_step (the last step to train).")
     if steps is not None and steps < 0:
@@ -295,16 +302,18 @@ def run_segment(
         backend = LocalBackend(run, device=device, engine_factory=engine_factory)
 
     def check() -> bool:  # under the lock, before the run is deleted
-        if overwrite:
-            if from_step is not None:
-                raise RunError("overwrite starts a run over: it cannot be combined with from_step.")
-            store.init(vacuum=False)
+        if overwrite and from_step is not None:
+            raise RunError("overwrite starts a run over: it cannot be combined with from_step.")
+        store.init(vacuum=False)  # once a segment; vacuuming other runs could race their replays (Store.replace_steps)
         return True
 
     with writing_run(store, run.run_id, store.run_dir(run.run_id), run.run_dir, command=_command(),
                      overwrite=overwrite, check=check) as reserve:
         opened, _ = open_run(run, store, backend, resume=resume and not overwrite, from_step=from_step)
-        return _train_segment(opened, steps, until_step, from_step, on_step, stop, reserve, evaluate_last)
+        result = _train_segment(opened, steps, until_step, from_step, on_step, stop, reserve, evaluate_last)
+        if finish_at is not None:
+            record_finished(store, run.run_id, complete=result.last_step + 1 >= finish_at)
+        return result
 
 
 def _command() -> str:
