@@ -167,7 +167,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..errors import RunError
     from ..run.stopping import StopRequested, failed_write, run_outcome, stop_on_signals
 
-    run_name = args.run_name or "the run"
+    def run_named() -> str:  # read when the run ends: the run id is known once the run has started
+        return f"run {args.run_name}" if args.run_name else "the run"
+
     with stop_on_signals() as stop:
         try:
             return _train(args, stop)
@@ -175,13 +177,13 @@ def cmd_train(args: argparse.Namespace) -> int:
             sys.stderr.write(f"pilot-commit: {exc}\n")
             return 2
         except StopRequested as exc:
-            sys.stderr.write(f"pilot-commit train: run {run_name} {exc.reason}\n")
+            sys.stderr.write(f"pilot-commit train: {run_named()} {exc.reason}\n")
             return exc.exit_code
         except Exception as exc:  # an I/O error, or a full disk a library wrapped (safetensors' SafetensorError)
             if isinstance(exc, (BrokenPipeError, FileNotFoundError)) or not failed_write(exc):
                 raise
             _, reason = run_outcome(exc, where=args.out, then="run the same command with --resume")
-            sys.stderr.write(f"pilot-commit train: run {run_name} failed: {reason}\n")
+            sys.stderr.write(f"pilot-commit train: {run_named()} failed: {reason}\n")
             return 1
 
 
