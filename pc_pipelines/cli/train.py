@@ -36,6 +36,7 @@ from pathlib import Path
 from ..errors import ConfigError, installed_command, shell_command
 from ..steps import display_step, step_label
 from .args import add_config_args, check_steps, int_arg, progress_bar, run_config, run_name_arg
+from .exits import exit_status
 
 log = logging.getLogger("pc_pipelines.cli")
 
@@ -175,16 +176,16 @@ def cmd_train(args: argparse.Namespace) -> int:
             return _train(args, stop)
         except RunError as exc:
             sys.stderr.write(f"pilot-commit: {exc}\n")
-            return 2
+            return exit_status(exc)
         except StopRequested as exc:
             sys.stderr.write(f"pilot-commit train: {run_named()} {exc.reason}\n")
-            return exc.exit_code
+            return exit_status(exc)
         except Exception as exc:  # an I/O error, or a full disk a library wrapped (safetensors' SafetensorError)
             if isinstance(exc, (BrokenPipeError, FileNotFoundError)) or not failed_write(exc):
                 raise
             _, reason = run_outcome(exc, where=args.out, then="run the same command with --resume")
             sys.stderr.write(f"pilot-commit train: {run_named()} failed: {reason}\n")
-            return 1
+            return exit_status(exc)
 
 
 def _train(args: argparse.Namespace, stop) -> int:
