@@ -45,6 +45,7 @@ from ..run import SegmentResult, StepRecord, TrainingRun, evaluate_checkpoint, l
 from ..run.stopping import StopRequested, stop_on_signals
 from ..store import Store, StoreError, hold_run
 from ..store.names import RunIdError, shown_path, validate_run_id
+from .exits import exit_status
 
 
 def engine_factory(name: str, device: str) -> EngineFactory:
@@ -168,10 +169,10 @@ def _main(name: str, work: Callable[[Any], None]) -> int:
             work(None)
     except (RunError, StoreError) as exc:
         sys.stderr.write(f"pilot-commit {name}: {exc}\n")
-        return 2
+        return exit_status(exc)
     except StopRequested as exc:
         sys.stderr.write(f"pilot-commit {name}: {exc.reason}\n")
-        return exc.exit_code
+        return exit_status(exc)
     return 0
 
 

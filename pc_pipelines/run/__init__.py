@@ -4,7 +4,7 @@
   :func:`prepare_run` or read back from the store by :func:`load_training_run`;
 * :mod:`.records`: :class:`StepRecord` and :class:`SegmentResult` and their JSON for Dagster Pipes;
 * :mod:`.checkpoints`: the checkpoint layout, listing, verification, retention and the run's own saved state;
-* :mod:`.driver`: :func:`run_segment`, ONE driver for every backend (:mod:`.backend`: the protocol), with the
+* :mod:`.driver`: :func:`run_segment`, ONE driver for every backend (:mod:`.backend`: the protocol; :mod:`.step_loop`: the one step loop), with the
   local backend (:mod:`.local`) by default; :mod:`.checkpoint_eval`: the evaluation of a saved checkpoint;
 * :mod:`.segments`: how a run is cut into Dagster partitions and what the sensor trains next (pure, no Dagster);
 * :mod:`.start`: the one way a training run starts (the CLI's ``train`` and the ``start_run`` job);
