@@ -223,6 +223,7 @@ def training_segment(
     key, attempt = context.partition_key, context.run.run_id
     run_id, k, run, _ = segment_row(st, key)
     spec = run_spec(run, checkpoints)
+    target = run_for(compute, spec, data)  # in process: the task, loaded before anything is recorded
     lock_dirs = (st.run_dir(run_id), spec.run_dir)
     command = f"dagster training_segment {key} (Dagster run {attempt})"
     lock = ExitStack()
@@ -254,7 +255,7 @@ def training_segment(
 
         def train():
             with process_stop() as stop:
-                return compute.run_segment(run_for(compute, spec, data), st, from_step=start, until_step=last,
+                return compute.run_segment(target, st, from_step=start, until_step=last,
                                            on_step=_on_step(context, progress), engine_factory=engine.build,
                                            context=context, stop=stop, segment=k, attempt=attempt)
 
@@ -265,7 +266,10 @@ def training_segment(
                 except RunBusyError:
                     raise
                 except BaseException as exc:
-                    _launch_ended(st, key, attempt, exc, lock_dirs, command)
+                    try:
+                        _launch_ended(st, key, attempt, exc, lock_dirs, command)
+                    except Exception as rec_exc:  # the launch's error matters more (a full disk may refuse this)
+                        context.log.error("%s: could not record the failed launch: %s", key, rec_exc)
                     raise
             else:
                 result = record_segment_attempt(st, run_id, k, attempt, train, lambda r: (

@@ -9,6 +9,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,37 @@ def test_train_segment_with_segment_records_its_start_and_end_and_a_refusal_reco
     assert [(s["status"], s["attempts"], s["orchestrator_run_id"]) for s in store.segments(run_id)] == [
         ("done", 1, "by-hand-1"), ("done", 1, "by-hand-3")]
     assert store.get_run(run_id)["status"] == "finished"  # every segment done: the process that trained settles it
+
+
+def test_a_launched_segment_that_fails_records_its_own_error_and_one_that_never_starts_is_recorded_by_the_asset(
+        tmp_path, base_policy):
+    from dagster import materialize
+    from dagster_runs import local_resources
+
+    from assets.training import training_segment
+    from resources import SubprocessComputeResource
+
+    policy = tmp_path / "policy"
+    shutil.copytree(base_policy, policy)
+    instance = DagsterInstance.ephemeral()
+    run_id = register_run(instance, tmp_path, policy, "broken", TINY, total_steps=2)
+    shutil.rmtree(policy)  # the base policy is gone: the launched process fails where it trains
+    store = Store(tmp_path / "pc.duckdb")
+
+    res = materialize([training_segment], partition_key="broken/seg-0000", instance=instance, raise_on_error=False,
+                      resources=local_resources(tmp_path, compute=SubprocessComputeResource()))
+    assert not res.success
+    seg = store.segments(run_id)[0]
+    assert (seg["status"], seg["attempts"], seg["consecutive_failures"], seg["orchestrator_run_id"]) == (
+        "failed", 1, 1, res.run_id)
+    assert str(policy) in seg["error"] and "Pipes" not in seg["error"]  # the launched process's own error
+
+    # A process that never starts (no such interpreter) cannot record its attempt: the asset does.
+    nowhere = SubprocessComputeResource(python=str(tmp_path / "no-python"))
+    res = materialize([training_segment], partition_key="broken/seg-0000", instance=instance, raise_on_error=False,
+                      resources=local_resources(tmp_path, compute=nowhere))
+    assert not res.success
+    seg = store.segments(run_id)[0]
+    assert (seg["status"], seg["attempts"], seg["consecutive_failures"], seg["orchestrator_run_id"]) == (
+        "failed", 2, 2, res.run_id)
+    assert seg["error"].startswith("the launched process failed: ") and "no-python" in seg["error"]
