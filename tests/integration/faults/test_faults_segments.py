@@ -212,7 +212,7 @@ def test_a_launched_segment_refused_by_the_lock_leaves_the_segment_as_it_was(tmp
     """Pipes (``SubprocessComputeResource``). A writer already holding the run: the asset refuses before it
     launches anything. A writer taking the run between the asset's look at the segment and the launch: the
     launched ``train-segment`` is refused (exit 2, its Pipes message ``{"refused": ...}``), recording nothing: the
-    segment's row is exactly as it was (``planned``, 0 attempts, no Dagster run) and fails naming the
+    segment's row is exactly as it was (``planned``, 0 attempts, no Dagster run); the asset fails naming the
     writer. No step is written; the sensor waits while the writer lives."""
     instance = DagsterInstance.ephemeral()
     run_id = start(instance, tmp_path, base_policy, "pipes")
