@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -26,10 +27,8 @@ def machine() -> str:
     except (OSError, ValueError, IndexError):
         pass
     load = ""
-    try:  # timings taken on a busy machine say so: the 1-minute load average when the benchmark started
+    with contextlib.suppress(OSError):  # timings on a busy machine say so: the 1-minute load average at the start
         load = f", load average {os.getloadavg()[0]:.1f} at the start"
-    except OSError:
-        pass
     return f"{cpu}, {os.cpu_count()} cores{mem}, Python {platform.python_version()}, {platform.system()}{load}"
 
 
