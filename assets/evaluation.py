@@ -11,7 +11,7 @@ from pc_pipelines.run.stopping import process_stop
 from pc_pipelines.steps import display_step
 from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
 
-from .training import SEGMENTS, segment_row, training_run, training_segment
+from .training import SEGMENTS, run_for, run_spec, segment_row, training_segment
 
 EVAL_DATA = [AssetKey(d.asset_key) for d in datasets()]
 """The assets that prepare what a run trains on and is evaluated with (every dataset of the registry)."""
@@ -38,7 +38,7 @@ def segment_eval(
     st = store.get()
     run_id, k, run, seg = segment_row(st, context.partition_key)
     last = int(seg["last_step"])
-    tr = training_run(run, checkpoints, data)
+    tr = run_spec(run, checkpoints)
     path = checkpoint_at(tr.checkpoint_dir, last)
     if path is None:
         raise Failure(
@@ -54,7 +54,7 @@ def segment_eval(
         )
     try:
         with process_stop():  # a stop asked for meanwhile is honoured once the evaluation is recorded
-            res = compute.evaluate(tr, st, last, engine_factory=engine.build, context=context)
+            res = compute.evaluate(run_for(compute, tr, data), st, last, engine_factory=engine.build, context=context)
     except RunError as exc:
         raise Failure(str(exc)) from exc
     st.add_eval_results(res.rows(run_id, last))

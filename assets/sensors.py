@@ -70,7 +70,7 @@ from .training import ADVANCED_BY_TAG, training_segment
 SENSOR_NAME = "advance_runs"
 RUN_TAG = "pc/run"  # one training segment in flight per run: the run queue limits this tag per unique value
 REPORT_TAG = "pc/report_for"  # the finished training run a report run was requested for
-# Dagster's own tags on runs (dagster._core.storage.tags, private there): the partition of a partitioned run, the
+# Dagster's own tags on runs (constants private to Dagster): the partition of a partitioned run, the
 # bounds of a partition-range run, the sensor that requested a run and its run key.
 PARTITION_TAG = "dagster/partition"
 RANGE_TAGS = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")

@@ -9,7 +9,6 @@ added by hand in the UI carry no config, so the assets refuse any key the store 
 
 import base64
 from contextlib import ExitStack
-from dataclasses import replace
 
 from dagster import (
     AssetExecutionContext,
@@ -27,8 +26,8 @@ from dagster import (
 
 from pc_pipelines.data.registry import TRAINING, datasets
 from pc_pipelines.errors import RunError, installed_command, shell_command
-from pc_pipelines.run import StepRecord, TrainingRun, list_checkpoints, load_training_run
-from pc_pipelines.run.lifecycle import record_finished
+from pc_pipelines.run import RunSpec, StepRecord, TrainingRun, list_checkpoints, load_run_spec, with_task
+from pc_pipelines.run.lifecycle import record_segment_attempt, segments_finished
 from pc_pipelines.run.progress import SegmentProgress
 from pc_pipelines.run.segments import SegmentError, parse_partition_key, partition_key, resume_step
 from pc_pipelines.run.stopping import StopRequested, process_stop
@@ -36,7 +35,6 @@ from pc_pipelines.steps import display_segment, display_step, step_range
 from pc_pipelines.store import RunBusyError, Store, StoreError, hold_run
 from pc_pipelines.store.runlock import describe
 from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
-from resources.compute import PipesComputeResource
 
 from .embedded import base_policy
 
@@ -93,13 +91,23 @@ def segment_row(st: Store, key: str) -> tuple[str, int, dict, dict]:
     return run_id, k, run, rows[k]
 
 
-def training_run(run: dict, checkpoints: CheckpointResource, data: DataResource) -> TrainingRun:
-    """The stored run as a :class:`TrainingRun`, its run directory where the checkpoint resource keeps it."""
+def run_spec(run: dict, checkpoints: CheckpointResource) -> RunSpec:
+    """The stored run's :class:`RunSpec` (no torch, no dataset), its directory under the checkpoint resource's root."""
     try:
-        tr = load_training_run(run, checkpoints.runs_root(), data.out_dir)
+        return load_run_spec(run, checkpoints.runs_root())
     except RunError as exc:
         raise Failure(str(exc)) from exc
-    return replace(tr, run_dir=checkpoints.run_dir(tr.run_id))
+
+
+def run_for(compute: ComputeResource, spec: RunSpec, data: DataResource) -> RunSpec | TrainingRun:
+    """What ``compute`` trains or evaluates: the spec alone when it launches a process of its own (which builds the
+    task there), else the spec with its task, built here."""
+    if compute.launches_process:
+        return spec
+    try:
+        return with_task(spec, data.out_dir)
+    except RunError as exc:
+        raise Failure(str(exc)) from exc
 
 
 def _on_step(context: AssetExecutionContext, progress: SegmentProgress):
@@ -131,7 +139,7 @@ def advanced_by(tags: dict[str, str]) -> str:
     return "by hand (UI, CLI or API)"
 
 
-def _progress_metadata(st: Store, tr: TrainingRun, first: int, last: int, k: int) -> dict[str, MetadataValue]:
+def _progress_metadata(st: Store, tr: RunSpec, first: int, last: int, k: int) -> dict[str, MetadataValue]:
     """The run so far as a small inline plot (this segment shaded), the SQL behind it and the TensorBoard command."""
     from pc_pipelines.reports.run_plot import load_run_progress, plot_run_progress, run_progress_query
 
@@ -168,12 +176,21 @@ def _refused(key: str, exc: RunBusyError, seg: dict) -> Failure:
     )
 
 
-def _settle(st: Store, run_id: str, context: AssetExecutionContext) -> None:
-    """A run whose segments are all done is finished, whatever the attempt that just ended did to its status (a
-    failed re-materialization of a done segment sets it ``failed``)."""
-    was = (st.get_run(run_id) or {}).get("status")
-    if record_finished(st, run_id, complete=all(r["status"] == "done" for r in st.segments(run_id))) and was != "finished":
-        context.log.info("run %s: every segment is done; finished", run_id)
+def _launch_ended(st: Store, key: str, attempt: str, exc: BaseException, lock_dirs: tuple, command: str) -> None:
+    """After a launched process failed: it records its own end; one that never recorded this attempt (it did not
+    start: a bad volume, a missing image) or that was killed before its end (still ``running``) is recorded
+    failed here, so the attempt counts towards the sensor's pause limit."""
+    run_id, k, _, row = segment_row(st, key)
+    reason = f"the launched process failed: {type(exc).__name__}: {exc}"[:2000]
+    if row["orchestrator_run_id"] == attempt:
+        st.segment_failed(run_id, k, reason, orchestrator_run_id=attempt, only_running=True)
+        return
+    try:
+        with hold_run(run_id, *lock_dirs, command=command):
+            st.segment_started(run_id, k, attempt)
+            st.segment_failed(run_id, k, reason, orchestrator_run_id=attempt)
+    except RunBusyError:  # another process writes the run now: it is not this attempt's to record
+        pass
 
 
 # ---- training_segment ------------------------------------------------------------------------------------------
@@ -195,8 +212,9 @@ def training_segment(
 
     The run's writer lock is taken before anything is recorded: refused (another process writes the run), the
     segment's row is left as it was and the step fails naming the holder. In process, the lock is held throughout;
-    a launched process (Pipes) takes it itself, so the asset holds it only while it records the attempt, and a
-    launched process refused in between puts the row back (:meth:`~pc_pipelines.store.Store.segment_refused`).
+    a launched process (``compute.launches_process``: Pipes) takes it itself and records the segment's start and end
+    (``train-segment --segment``), so the asset holds it only while it reads where the segment stands; a launched
+    process refused in between says so in a Pipes message and records nothing.
 
     In the UI: a segment's progress while it trains is on ``segment_progress`` -> Partitions -> ``<run>/seg-NNNN``
     (one materialization per step); this asset's overview shows the latest segment done in any run, its first
@@ -204,17 +222,19 @@ def training_segment(
     st = store.get()
     key, attempt = context.partition_key, context.run.run_id
     run_id, k, run, _ = segment_row(st, key)
-    tr = training_run(run, checkpoints, data)
+    spec = run_spec(run, checkpoints)
+    target = run_for(compute, spec, data)  # in process: the task, loaded before anything is recorded
+    lock_dirs = (st.run_dir(run_id), spec.run_dir)
+    command = f"dagster training_segment {key} (Dagster run {attempt})"
     lock = ExitStack()
     try:
-        lock.enter_context(hold_run(run_id, st.run_dir(run_id), tr.run_dir,
-                                    command=f"dagster training_segment {key} (Dagster run {attempt})"))
+        lock.enter_context(hold_run(run_id, *lock_dirs, command=command))
     except RunBusyError as exc:
         raise _refused(key, exc, segment_row(st, key)[3]) from None
     with lock:
         seg = segment_row(st, key)[3]  # as it is now that this process writes the run
         first, last = int(seg["first_step"]), int(seg["last_step"])
-        have = [s for s, _ in list_checkpoints(tr.checkpoint_dir)]
+        have = [s for s, _ in list_checkpoints(spec.checkpoint_dir)]
         try:
             start = resume_step(first, last, have, done=seg["status"] == "done")
         except SegmentError as exc:
@@ -229,34 +249,41 @@ def training_segment(
         context.log.info("%s: %s", key, state)
         context.log_event(AssetObservation(asset_key=context.asset_key, partition=key, metadata={"state": state}))
         progress = SegmentProgress(run_id, k, len(plan), first, last, run_steps)
-        before = st.segment_started(run_id, k, attempt)
-        if isinstance(compute, PipesComputeResource):
-            lock.close()  # the launched process takes the run's lock itself
-        try:
+        was_finished = (st.get_run(run_id) or {}).get("status") == "finished"
+        if compute.launches_process:
+            lock.close()  # the launched process takes the run's lock itself and records the attempt
+
+        def train():
             with process_stop() as stop:
-                result = compute.run_segment(tr, st, from_step=start, until_step=last,
-                                             on_step=_on_step(context, progress), engine_factory=engine.build,
-                                             context=context, stop=stop)
+                return compute.run_segment(target, st, from_step=start, until_step=last,
+                                           on_step=_on_step(context, progress), engine_factory=engine.build,
+                                           context=context, stop=stop, segment=k, attempt=attempt)
+
+        try:
+            if compute.launches_process:
+                try:
+                    result = train()
+                except RunBusyError:
+                    raise
+                except BaseException as exc:
+                    try:
+                        _launch_ended(st, key, attempt, exc, lock_dirs, command)
+                    except Exception as rec_exc:  # the launch's error matters more (a full disk may refuse this)
+                        context.log.error("%s: could not record the failed launch: %s", key, rec_exc)
+                    raise
+            else:
+                result = record_segment_attempt(st, run_id, k, attempt, train, lambda r: (
+                    r.cumulative_rollouts, r.last_eval_accuracy, r.mean_reward_std))
         except RunBusyError as exc:  # a launched process found another writer: this attempt never happened
-            st.segment_refused(run_id, k, attempt, before)
-            raise _refused(key, exc, before) from None
+            raise _refused(key, exc, segment_row(st, key)[3]) from None
         except StopRequested as exc:  # at a step boundary, with its checkpoint: stopped, not failed
-            why = exc.reason.split("; resume it with --resume")[0]  # the CLI's hint; a segment resumes by itself
-            st.segment_stopped(run_id, k, why[:2000], orchestrator_run_id=attempt)
+            why = exc.reason.split("; resume it with --resume")[0]
             raise Failure(f"{key}: {why}; the segment is recorded stopped and resumes from that checkpoint when it is "
                           "next materialized", allow_retries=False) from None
-        except BaseException as exc:
-            reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
-            st.segment_failed(run_id, k, reason[:2000], orchestrator_run_id=attempt)
-            try:
-                _settle(st, run_id, context)
-            except Exception as settle_exc:  # the original error matters more (a full disk may refuse this too)
-                context.log.error("run %s: could not settle its status: %s", run_id, settle_exc)
-            if isinstance(exc, (RunError, StoreError)):  # refused (no intact checkpoint, ...): say why
-                raise Failure(f"{key}: {exc}") from exc
-            raise
-        st.segment_done(run_id, k, result.cumulative_rollouts, result.last_eval_accuracy, result.mean_reward_std)
-        _settle(st, run_id, context)
+        except (RunError, StoreError) as exc:  # refused (no intact checkpoint, ...): say why
+            raise Failure(f"{key}: {exc}") from exc
+        if segments_finished(st, run_id) and not was_finished:
+            context.log.info("run %s: every segment is done; finished", run_id)
     steps = st.query(
         "SELECT step, sampled_rollouts, mean_reward_std, informative_share FROM steps WHERE run_id = ? "
         "AND step BETWEEN ? AND ? ORDER BY step", [run_id, first, last])
@@ -266,7 +293,7 @@ def training_segment(
                                            f"{step_range(first, last)} of {run_steps}); a run's live progress: segment_progress -> "
                                            "Partitions"),
         "run_id": run_id,
-        "method": tr.config.method,
+        "method": spec.config.method,
         "segment": f"{display_segment(k)} of {len(plan)}",
         "steps": step_range(first, last),  # counted from 1, as on every screen (pc_pipelines/steps.py)
         "steps_run": result.steps_run,
@@ -281,7 +308,7 @@ def training_segment(
             round(sum(r["informative_share"] for r in steps) / len(steps), 4) if steps else 0.0),
         "checkpoint": MetadataValue.path(str(result.checkpoint)),
         "tensorboard": MetadataValue.path(str(result.tensorboard_dir)),
-        **_progress_metadata(st, tr, first, last, k),
+        **_progress_metadata(st, spec, first, last, k),
     }
     # A segment launched outside this process (Pipes) adds what it reported: per-step rows, its own summary.
     metadata.update({k if k not in metadata else f"reported/{k}": v for k, v in result.reported.items()})

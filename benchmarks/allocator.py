@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/allocator.py --write docs/BENCHMARKS.md
 
-1. Bookkeeping per step at paper scale (b_t 128, b_g 384, n 128; PC as 32+96): wall time of ``run_step`` minus
+1. Bookkeeping per step at paper scale (b_t 128, b_g 384, n 128; PC as 32+96): wall time of ``allocator_step`` minus
    the time spent inside the engine callback (a Bernoulli reward draw), so the number is the allocator alone.
    Target: under 2 ms per step. With the history prior on (``screen_strategy: posterior``) the prior's own time
    (its screens of the drawn prompts, its first-wave calls and its update from the step's observations) is measured
@@ -25,6 +25,7 @@ from _report import machine, write_section
 
 from pc_pipelines.allocation import METHODS, Allocator, AllocatorConfig
 from pc_pipelines.config import SimConfig
+from pc_pipelines.run.step_loop import allocator_step
 from pc_pipelines.simulator import Simulation
 
 
@@ -63,7 +64,7 @@ def bookkeeping(method: str, steps: int, warmup: int = 20, screen: str = "none",
     for i in range(warmup + steps):
         engine_time = prior_time = 0.0
         t0 = time.perf_counter()
-        out = alloc.run_step(engine)
+        out = allocator_step(alloc, engine)
         if i >= warmup:
             per_step.append(time.perf_counter() - t0 - engine_time)
             prior.append(prior_time)

@@ -22,19 +22,23 @@ benchmarks is GPU work, not the Dagster run pod's), returning an :class:`~pc_pip
 step rows themselves reach the store as Parquet step logs written by the process that trained (on a shared volume
 for pods), never through Pipes.
 
-A launched ``train-segment`` refused by the run's writer lock (another process writes the run) exits having done
-nothing; its Pipes session closes with the ``RunBusyError``, and ``run_segment`` raises :class:`LaunchRefused` (a
-``RunBusyError``) with the launched process's message, so the asset leaves the segment's state as it was.
+A launched ``train-segment`` records its segment's start and end itself, under the run's writer lock. Refused by
+that lock (another process writes the run), it records nothing, sends the Pipes custom message
+``{"refused": {...}}`` (:data:`~pc_pipelines.run.REFUSED`) and exits 2; ``run_segment`` then raises
+:class:`LaunchRefused` (a ``RunBusyError``) with the launched process's message. The messages arrive through the
+client's own message reader class with :class:`StepTap` mixed in (:func:`tapped_reader`), passed to the client as
+its ``message_reader``.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from dagster import ConfigurableResource, Failure, MetadataValue, PipesMessageReader
 from pydantic import Field, model_validator
@@ -42,7 +46,16 @@ from pydantic import Field, model_validator
 from pc_pipelines.evaluation import EvalResult
 from pc_pipelines.rollout import DEFAULT_ENGINE, ENGINES, EngineFactory
 from pc_pipelines.rollout.registry import GPU_IMAGE_ENGINE, launch_device_problem
-from pc_pipelines.run import STEP_KEYS, SegmentResult, StepRecord, TrainingRun, evaluate_checkpoint, run_segment
+from pc_pipelines.run import (
+    REFUSED,
+    STEP_KEYS,
+    RunSpec,
+    SegmentResult,
+    StepRecord,
+    TrainingRun,
+    evaluate_checkpoint,
+    run_segment,
+)
 from pc_pipelines.run.stopping import StopFlag
 from pc_pipelines.store import RunBusyError, Store
 from pc_pipelines.store.runlock import LOCK_NAME, read_holder
@@ -60,66 +73,77 @@ class LaunchRefused(RunBusyError):
         self.args = (message,)
 
 
-def _last_event_id(context) -> int:
-    """The storage id of the newest event of the context's Dagster run (0: none)."""
-    records = context.instance.get_records_for_run(context.run.run_id, ascending=False, limit=1).records
-    return records[0].storage_id if records else 0
+class StepTap(PipesMessageReader):
+    """A Pipes message reader that also hands each message its launched process reports to ``on_message`` as it
+    arrives, while the process still runs (the asset's live progress, a refusal's reason). Mixed in before a
+    client's own reader class (:func:`tapped_reader`): every message still goes to Dagster's handler first,
+    unchanged; ``on_message`` errors are logged, never raised into the reader's thread."""
 
-
-def _refused_by_lock(context, after: int) -> str | None:
-    """The message of a ``RunBusyError`` the launched process ended with, from the Pipes ``closed`` message the
-    client logged as an engine event after event ``after`` (None: it ended otherwise, or sent no such message)."""
-    from dagster import DagsterEventType
-
-    records = context.instance.get_records_for_run(context.run.run_id, of_type=DagsterEventType.ENGINE_EVENT).records
-    for rec in records:
-        event = rec.event_log_entry.dagster_event
-        error = getattr(getattr(event, "engine_event_data", None), "error", None)
-        if rec.storage_id > after and error is not None and error.cls_name == RunBusyError.__name__:
-            message = error.message.strip()  # "pc_pipelines.store.runlock.RunBusyError: run ..."
-            head, _, rest = message.partition(": ")
-            return rest if head.endswith(RunBusyError.__name__) and rest else message
-    return None
-
-
-def tap_steps(client, on_step: Callable[[StepRecord], None] | None, log) -> bool:
-    """Make ``client`` (a Pipes client this resource just built) hand each step its launched segment reports to
-    ``on_step`` as the message arrives, while the process still runs: the asset's live progress. Every message still
-    goes to Dagster's handler first, unchanged; ``on_step`` errors are logged, never raised into the reader's thread.
-
-    The client's message reader (``message_reader`` or ``_message_reader``, whatever its class) gets, on this
-    instance only, a ``read_messages`` that sees the handler's ``handle_message`` through. False when the client
-    keeps no reader there (its steps then arrive when the process ends)."""
-    if on_step is None:
-        return False
-    reader = next((r for r in (getattr(client, a, None) for a in ("message_reader", "_message_reader"))
-                   if isinstance(r, PipesMessageReader)), None)
-    if reader is None:
-        return False
-    read_messages = reader.read_messages
-
-    def step_of(message) -> None:
-        payload = (message.get("params") or {}).get("payload") if message.get("method") == "report_custom_message" else None
-        if isinstance(payload, dict) and "step" in payload:
-            try:
-                on_step(StepRecord.from_json(payload))
-            except Exception as exc:  # progress is a view: a bad row must not stop the training it reports on
-                log.warning(f"step progress of a launched segment not shown: {type(exc).__name__}: {exc}")
+    on_message: Callable[[dict], None] | None = None
+    log: Any = None
 
     @contextmanager
-    def tapped(handler):
-        handle = handler.handle_message
-
-        def handle_message(message) -> None:
-            handle(message)
-            step_of(message)
-
-        handler.handle_message = handle_message
-        with read_messages(handler) as params:
+    def read_messages(self, handler) -> Iterator[Any]:
+        with super().read_messages(_TappedHandler(handler, self._tapped) if self.on_message else handler) as params:
             yield params
 
-    reader.read_messages = tapped
-    return True
+    def _tapped(self, message: dict) -> None:
+        try:
+            self.on_message(message)
+        except Exception as exc:  # progress is a view: a bad row must not stop the training it reports on
+            if self.log is not None:
+                self.log.warning(f"a message of the launched process not shown: {type(exc).__name__}: {exc}")
+
+
+class _TappedHandler:
+    """Dagster's message handler as a reader sees it, with each message also given to ``tap`` after the handler
+    (what Dagster's own composite reader does for its children: a proxy that delegates the rest)."""
+
+    def __init__(self, handler, tap: Callable[[dict], None]) -> None:
+        self.handler, self.tap = handler, tap
+
+    def handle_message(self, message) -> None:
+        self.handler.handle_message(message)
+        self.tap(message)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.handler, name)
+
+
+@functools.cache
+def _tapping(reader_class: type) -> type:
+    return type(f"StepTap{reader_class.__name__}", (StepTap, reader_class), {})
+
+
+def tapped_reader(reader_class: type, on_message: Callable[[dict], None] | None, log, **kwargs) -> PipesMessageReader:
+    """A ``reader_class(**kwargs)`` (the client's own default reader) that also hands each message to
+    ``on_message`` (:class:`StepTap`); passed to the client as its ``message_reader``."""
+    reader = _tapping(reader_class)(**kwargs)
+    reader.on_message, reader.log = on_message, log
+    return reader
+
+
+class LaunchMessages:
+    """What a launched ``train-segment`` sends, as each Pipes message arrives (a :func:`tapped_reader`'s
+    ``on_message``): each step goes to ``on_step`` (``shown`` keeps its number), a refusal by the run's writer lock
+    (:data:`~pc_pipelines.run.REFUSED`) is kept in ``refusal``; anything else is Dagster's alone."""
+
+    def __init__(self, on_step: Callable[[StepRecord], None] | None) -> None:
+        self.on_step = on_step
+        self.shown: set[int] = set()
+        self.refusal: dict[str, Any] | None = None
+
+    def __call__(self, message: dict) -> None:
+        payload = (message.get("params") or {}).get("payload") if message.get("method") == "report_custom_message" else None
+        if not isinstance(payload, dict):
+            return
+        if isinstance(payload.get(REFUSED), dict):
+            self.refusal = payload[REFUSED]
+        elif "step" in payload:
+            rec = StepRecord.from_json(payload)
+            self.shown.add(rec.step)
+            if self.on_step:
+                self.on_step(rec)
 
 
 def _reported(meta: dict[str, Any], key: str) -> Any:
@@ -128,10 +152,16 @@ def _reported(meta: dict[str, Any], key: str) -> Any:
 
 
 class ComputeResource(ConfigurableResource):
+    launches_process: ClassVar[bool] = False
+    """True: the segment runs in a process of its own, which takes the run's writer lock and records the segment's
+    start and end itself (the caller releases the lock first and records nothing); the caller passes a light
+    :class:`~pc_pipelines.run.RunSpec`. False: in this process, under the caller's lock, with a
+    :class:`~pc_pipelines.run.TrainingRun` (its task built)."""
+
     @abstractmethod
     def run_segment(
         self,
-        run: TrainingRun,
+        run: RunSpec | TrainingRun,
         store: Store,
         steps: int | None = None,
         on_step: Callable[[StepRecord], None] | None = None,
@@ -140,14 +170,18 @@ class ComputeResource(ConfigurableResource):
         until_step: int | None = None,
         context: Any = None,
         stop: StopFlag | None = None,
+        segment: int | None = None,
+        attempt: str | None = None,
     ) -> SegmentResult:
         """Advance ``run`` by ``steps`` steps or through ``until_step``, from the checkpoint after ``from_step``
         (None: the latest); see :func:`pc_pipelines.run.run_segment`. ``context`` is the asset's execution
         context (Pipes clients launch and report through it; the local compute ignores it). ``stop``: a stop flag
-        the local compute looks at between steps (a launched process handles its own signals)."""
+        the local compute looks at between steps (a launched process handles its own signals). ``segment`` and
+        ``attempt``: the store's segment and the Dagster run training it, which a launched process records itself
+        (its start and end, under the run's lock; the in-process caller records them around this call)."""
 
     @abstractmethod
-    def evaluate(self, run: TrainingRun, store: Store, step: int, engine_factory: EngineFactory | None = None,
+    def evaluate(self, run: RunSpec | TrainingRun, store: Store, step: int, engine_factory: EngineFactory | None = None,
                  context: Any = None) -> EvalResult:
         """Mean@k of ``run``'s checkpoint after ``step``
         (:func:`~pc_pipelines.run.evaluate_checkpoint`); the caller writes the rows to the store."""
@@ -169,6 +203,8 @@ class LocalComputeResource(ComputeResource):
         until_step: int | None = None,
         context: Any = None,
         stop: StopFlag | None = None,
+        segment: int | None = None,
+        attempt: str | None = None,
     ) -> SegmentResult:
         return run_segment(run, store, steps, resume=True, on_step=on_step, device=self.device,
                            engine_factory=engine_factory, from_step=from_step, until_step=until_step, stop=stop)
@@ -186,6 +222,8 @@ class PipesComputeResource(ComputeResource):
     used. Paths default to the orchestrator's own (right for a subprocess); a pod sees the shared volume under its
     own mount, set with ``store_path`` / ``runs_root`` / ``data_dir``."""
 
+    launches_process: ClassVar[bool] = True
+
     engine: EngineName = Field(
         default=DEFAULT_ENGINE, description="Rollout engine of the launched process, one registered in "
                                             "pc_pipelines/rollout/registry.py: "
@@ -200,27 +238,34 @@ class PipesComputeResource(ComputeResource):
     )
     data_dir: str = Field(default="runs/data", description="Prepared datasets as the launched process sees them.")
 
-    def _args(self, command: str, run: TrainingRun, store: Store, *specific: str) -> list[str]:
+    def _args(self, command: str, run: RunSpec, store: Store, *specific: str) -> list[str]:
         """``command``'s arguments for ``run`` as the launched process sees its paths, with ``specific`` ones."""
         return [command, "--store", self.store_path or str(Path(store.path).resolve()),
                 "--run-id", run.run_id, "--runs-root", self.runs_root or str(run.run_dir.parent),
                 *specific, "--data-dir", self.data_dir, "--engine", self.engine, "--device", self.device]
 
-    def segment_args(self, run: TrainingRun, store: Store, from_step: int | None, until_step: int) -> list[str]:
-        """The ``train-segment`` arguments (after the program name) for one segment of ``run``."""
+    def segment_args(self, run: RunSpec, store: Store, from_step: int | None, until_step: int,
+                     segment: int | None = None, attempt: str | None = None) -> list[str]:
+        """The ``train-segment`` arguments (after the program name) for one segment of ``run``; with ``segment``
+        (and ``attempt``, the Dagster run) the process records the segment's start and end in the store."""
         args = self._args("train-segment", run, store, "--until-step", str(until_step))
         if from_step is not None:
             args += ["--from-step", str(from_step)]
+        if segment is not None:
+            args += ["--segment", str(segment)]
+        if attempt is not None:
+            args += ["--attempt", attempt]
         return args
 
-    def eval_args(self, run: TrainingRun, store: Store, step: int) -> list[str]:
+    def eval_args(self, run: RunSpec, store: Store, step: int) -> list[str]:
         """The ``eval-segment`` arguments for the checkpoint of ``run`` after ``step``."""
         return self._args("eval-segment", run, store, "--step", str(step))
 
     @abstractmethod
-    def launch(self, context, args: list[str], on_step: Callable[[StepRecord], None] | None = None):
+    def launch(self, context, args: list[str], on_message: Callable[[dict], None] | None = None):
         """Run the entrypoint with ``args`` through a Pipes client; return its ``PipesClientCompletedInvocation``.
-        ``on_step``: called with each step the process reports, as it arrives (:func:`tap_steps`)."""
+        ``on_message``: called with each Pipes message the process sends, as it arrives (the client's message
+        reader is a :func:`tapped_reader`)."""
 
     def launch_eval(self, context, args: list[str]):
         """Run ``eval-segment`` (default: where the segments run, ``launch``)."""
@@ -228,7 +273,7 @@ class PipesComputeResource(ComputeResource):
 
     def run_segment(
         self,
-        run: TrainingRun,
+        run: RunSpec,
         store: Store,
         steps: int | None = None,
         on_step: Callable[[StepRecord], None] | None = None,
@@ -237,30 +282,25 @@ class PipesComputeResource(ComputeResource):
         until_step: int | None = None,
         context: Any = None,
         stop: StopFlag | None = None,
+        segment: int | None = None,
+        attempt: str | None = None,
     ) -> SegmentResult:
         if context is None or until_step is None:
             raise Failure(f"{type(self).__name__} runs segments of the training_segment asset (it needs the asset's "
                           "context and until_step). Fix: use LocalComputeResource for step counts outside Dagster.")
-        after = _last_event_id(context)
-        shown: set[int] = set()
-
-        def live(rec: StepRecord) -> None:
-            shown.add(rec.step)
-            if on_step:
-                on_step(rec)
-
+        messages = LaunchMessages(on_step)
+        args = self.segment_args(run, store, from_step, until_step, segment, attempt)
         try:
-            completed = self.launch(context, self.segment_args(run, store, from_step, until_step), on_step=live)
+            completed = self.launch(context, args, on_message=messages)
         except Exception as exc:
-            message = _refused_by_lock(context, after)
-            if message is not None:  # the launched process found another writer of the run and did nothing
+            if messages.refusal is not None:  # the launched process found another writer of the run and did nothing
                 lock = store.run_dir(run.run_id) / LOCK_NAME
-                raise LaunchRefused(run.run_id, lock, read_holder(lock), message) from exc
+                raise LaunchRefused(run.run_id, lock, read_holder(lock), str(messages.refusal.get("message"))) from exc
             raise
         rows = [m for m in completed.get_custom_messages() if isinstance(m, dict) and "step" in m]
         records = [StepRecord.from_json(m) for m in rows]
         for rec in records:  # steps a client without a live tap hands over only now
-            if on_step and rec.step not in shown:
+            if on_step and rec.step not in messages.shown:
                 on_step(rec)
         meta = completed.get_materialize_result().metadata or {}
         if _reported(meta, "steps_run") is None:
@@ -272,7 +312,7 @@ class PipesComputeResource(ComputeResource):
         summary = {k: _reported(meta, k) for k in meta}
         return SegmentResult.from_summary(run.run_id, summary, records, run.tensorboard_dir, reported)
 
-    def evaluate(self, run: TrainingRun, store: Store, step: int, engine_factory: EngineFactory | None = None,
+    def evaluate(self, run: RunSpec, store: Store, step: int, engine_factory: EngineFactory | None = None,
                  context: Any = None) -> EvalResult:
         if context is None:
             raise Failure(f"{type(self).__name__} evaluates for the segment_eval asset (it needs the asset's context). "
@@ -293,13 +333,12 @@ class SubprocessComputeResource(PipesComputeResource):
     )
     cwd: str | None = Field(default=None, description="Working directory of the subprocess (None: the current one).")
 
-    def launch(self, context, args: list[str], on_step: Callable[[StepRecord], None] | None = None):
-        from dagster import PipesSubprocessClient
+    def launch(self, context, args: list[str], on_message: Callable[[dict], None] | None = None):
+        from dagster import PipesSubprocessClient, PipesTempFileMessageReader
 
         command = [self.python or sys.executable, "-m", "pc_pipelines.cli", *args]
-        client = PipesSubprocessClient(cwd=self.cwd)
-        tap_steps(client, on_step, context.log)
-        return client.run(context=context, command=command)
+        reader = tapped_reader(PipesTempFileMessageReader, on_message, context.log)
+        return PipesSubprocessClient(cwd=self.cwd, message_reader=reader).run(context=context, command=command)
 
 
 class KubeComputeBase(PipesComputeResource):
@@ -342,12 +381,13 @@ class KubeComputeBase(PipesComputeResource):
         return self
 
     def run_pod(self, context, args: list[str], pod_spec: dict[str, Any], component: str,
-                on_step: Callable[[StepRecord], None] | None = None):
+                on_message: Callable[[dict], None] | None = None):
         """``pilot-commit <args>`` in one pod of ``pod_spec`` through ``PipesK8sClient``."""
         from dagster_k8s import PipesK8sClient
+        from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
 
-        client = PipesK8sClient(load_incluster_config=self.kubeconfig_file is None, kubeconfig_file=self.kubeconfig_file)
-        tap_steps(client, on_step, context.log)
+        client = PipesK8sClient(load_incluster_config=self.kubeconfig_file is None, kubeconfig_file=self.kubeconfig_file,
+                                message_reader=tapped_reader(PipesK8sPodLogsMessageReader, on_message, context.log))
         return client.run(context=context, image=self.image, command=["pilot-commit", *args], namespace=self.namespace,
                           base_pod_meta={"labels": {"app.kubernetes.io/name": "pc-pipelines",
                                                     "app.kubernetes.io/component": component}},
@@ -372,8 +412,8 @@ class K8sComputeResource(KubeComputeBase):
 
         return segment_pod_spec(self)
 
-    def launch(self, context, args: list[str], on_step: Callable[[StepRecord], None] | None = None):
-        return self.run_pod(context, args, self.pod_spec(), "training-segment", on_step)
+    def launch(self, context, args: list[str], on_message: Callable[[dict], None] | None = None):
+        return self.run_pod(context, args, self.pod_spec(), "training-segment", on_message)
 
     def launch_eval(self, context, args: list[str]):
         return self.run_pod(context, args, self.pod_spec(), "segment-eval")  # the same GPU pod shape
@@ -400,8 +440,9 @@ class KubeRayComputeResource(KubeComputeBase):
     eval_cpu: str = Field(default="8", description="CPU of the evaluation pod.")
     eval_memory: str = Field(default="64Gi", description="Memory of the evaluation pod.")
 
-    def segment_args(self, run: TrainingRun, store: Store, from_step: int | None, until_step: int) -> list[str]:
-        args = super().segment_args(run, store, from_step, until_step)
+    def segment_args(self, run: RunSpec, store: Store, from_step: int | None, until_step: int,
+                     segment: int | None = None, attempt: str | None = None) -> list[str]:
+        args = super().segment_args(run, store, from_step, until_step, segment, attempt)
         args += ["--backend", "verl", "--nnodes", str(self.workers), "--gpus-per-node", str(self.gpus_per_worker)]
         for o in self.recipe_overrides:
             args += ["--recipe-set", o]
@@ -421,7 +462,7 @@ class KubeRayComputeResource(KubeComputeBase):
 
         return segment_rayjob(self, entrypoint)
 
-    def launch(self, context, args: list[str], on_step: Callable[[StepRecord], None] | None = None):
+    def launch(self, context, args: list[str], on_message: Callable[[dict], None] | None = None):
         import shlex
 
         try:
@@ -429,6 +470,8 @@ class KubeRayComputeResource(KubeComputeBase):
             from dagster_ray.kuberay.client import RayJobClient
         except ImportError as exc:
             raise Failure("KubeRayComputeResource needs dagster-ray (a default dependency). Fix: pip install -e .") from exc
-        client = PipesKubeRayJobClient(client=RayJobClient(kube_config=self.kubeconfig_file))
-        tap_steps(client, on_step, context.log)
+        from dagster_ray.core.pipes import PipesRayJobMessageReader
+
+        reader = tapped_reader(PipesRayJobMessageReader, on_message, context.log)
+        client = PipesKubeRayJobClient(client=RayJobClient(kube_config=self.kubeconfig_file), message_reader=reader)
         return client.run(context=context, ray_job=self.rayjob(shlex.join(["pilot-commit", *args])))

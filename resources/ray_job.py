@@ -51,6 +51,7 @@ import re
 import secrets
 import shlex
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ from pydantic import Field, model_validator
 from pc_pipelines.errors import shell_command
 from pc_pipelines.rollout.registry import launch_device_problem
 
-from .compute import PipesComputeResource, tap_steps
+from .compute import PipesComputeResource, tapped_reader
 
 _log = logging.getLogger(__name__)
 
@@ -167,13 +168,17 @@ class RayJobComputeResource(PipesComputeResource):
         token = os.environ.get(self.auth_token_env) if self.auth_token_env else None
         return {"Authorization": f"Bearer {token}"} if token else None
 
-    def client(self):
+    def client(self, on_message: Callable[[dict], None] | None = None, log=None):
         """A fresh ``PipesRayJobClient`` (its message reader follows one job; both its submission client and its
-        log reader send :meth:`headers`)."""
-        from dagster_ray.core.pipes import PipesRayJobClient
+        log reader send :meth:`headers`); its reader hands each message to ``on_message`` as it arrives
+        (:func:`~resources.compute.tapped_reader`)."""
+        from dagster_ray.core.pipes import PipesRayJobClient, PipesRayJobMessageReader
 
-        return PipesRayJobClient(address=self.address, headers=self.headers(), poll_interval=self.poll_interval_s,
-                                 forward_termination=True)
+        headers = self.headers()
+        reader = tapped_reader(PipesRayJobMessageReader, on_message, log, job_submission_client_kwargs={
+            "headers": headers, "verify": True, "cookies": None, "metadata": None})
+        return PipesRayJobClient(address=self.address, headers=headers, poll_interval=self.poll_interval_s,
+                                 forward_termination=True, message_reader=reader)
 
     def _stop_job(self, submission_id: str, timed_out: threading.Event) -> None:
         from ray.job_submission import JobSubmissionClient
@@ -185,10 +190,9 @@ class RayJobComputeResource(PipesComputeResource):
             timed_out.clear()
             _log.warning("could not stop Ray job %s after job_timeout_s=%s: %s", submission_id, self.job_timeout_s, exc)
 
-    def launch(self, context, args: list[str], on_step=None):
+    def launch(self, context, args: list[str], on_message: Callable[[dict], None] | None = None):
         params = self.submit_job_params(args)
-        client = self.client()
-        tap_steps(client, on_step, context.log)
+        client = self.client(on_message, context.log)
         timed_out = threading.Event()
         timer = None
         if self.job_timeout_s:

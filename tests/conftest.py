@@ -8,6 +8,7 @@ that shrink the SFT) go to a temporary cache, never the user's ``~/.cache``.
 ``PC_PIPELINES_TEST_CACHE=DIR`` reuses that cache across sessions while developing (CI leaves it unset)."""
 
 import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -40,32 +41,23 @@ def base_policy(policy_cache) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def no_leaked_dagster_instance(monkeypatch):
-    """No test sees a "current" Dagster definitions-state storage whose instance is gone. Dagster keeps the storage
-    of the instance last entered in a context variable, and in a busy CI test worker building a ``Definitions``
-    failed now and then with "Attempted to resolve undefined DagsterInstance weakref" (13 tests in one clean-clone
-    run; after the variable was cleared before each test, one set-up in another run, so the stale value can also
-    arrive during a test; its source was not found). So the variable is cleared before each test, and a storage
-    whose instance was collected reads as none, which is what Dagster sees once that instance has been exited. A
-    live storage is returned as it is."""
-    import sys
-
-    if "dagster" in sys.modules:
-        from dagster._core.storage.defs_state import base
-
-        base._current_storage.set(None)
-        current = base.DefsStateStorage.get.__func__
-
-        def live_only(cls):
-            storage = current(cls)
-            ref = getattr(storage, "_instance_weakref", None)
-            if storage is not None and ref is not None and ref() is None:
-                base._current_storage.set(None)
-                return None
-            return storage
-
-        monkeypatch.setattr(base.DefsStateStorage, "get", classmethod(live_only))
+def no_leaked_dagster_instance():
+    """No test leaves a Dagster instance entered behind it. Entering an instance makes its definitions-state storage
+    Dagster's "current" one (a context variable) until the instance is exited; one never exited stays current after
+    it is collected, and the next ``Definitions`` built in that worker fails with "Attempted to resolve undefined
+    DagsterInstance weakref". Dagster enters one where a test may not see it: a schedule context built on a
+    persistent instance opens its own copy from the instance's ref when its resources are built, exited only when
+    the context is closed (``with build_schedule_context(...) as ctx``). So each test is checked as it ends, and the
+    one that leaks fails, naming the fix."""
     yield
+    if "dagster" in sys.modules:
+        from dagster import UPathDefsStateStorage
+
+        leaked = UPathDefsStateStorage.get()
+        assert leaked is None, (
+            f"this test left a Dagster instance entered (its {type(leaked).__name__} is still the current "
+            "definitions-state storage). Fix: close what entered it: `with DagsterInstance...`, `with "
+            "build_schedule_context(...) as ctx`, `with build_op_context(...) as ctx`.")
 
 
 _SESSION = []  # the finished session, for pytest_unconfigure
@@ -84,8 +76,6 @@ def pytest_unconfigure(config):
     file descriptor" and a segmentation fault, so make failed with every test passed. Every test has already checked
     that its Ray processes are gone (``procs``); what is skipped here is only the exit of this process, and its
     status stays pytest's own. xdist workers exit through xdist (never here)."""
-    import sys
-
     if "ray" in sys.modules and _SESSION and not hasattr(config, "workerinput"):
         sys.stdout.flush()
         sys.stderr.flush()

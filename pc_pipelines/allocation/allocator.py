@@ -1,15 +1,10 @@
 """The allocator: drives one method step by step and keeps the books.
 
-The world talks to it through a narrow interface::
-
-    allocator = Allocator(config, num_prompts=M)
-    session = allocator.begin_step()
-    while (call := session.next_call()) is not None:   # an EngineCall: requests (prompt_id, n, stage, wave)
-        rewards = engine(call)                          # one reward array per request, in request order
-        session.observe(rewards)
-    outcome = session.finish()                          # trained groups, ledger, observations
-
-or, equivalently, ``allocator.run_step(engine)``. The session and what a method does in a step (its
+The world talks to it through a narrow interface: ``allocator.begin_step()`` opens a step's session; the session's
+``next_call()`` hands out each :class:`~.types.EngineCall` (requests: prompt_id, n, stage, wave) and ``observe()``
+takes its rewards (one array per request, in request order); ``finish()`` returns the step's outcome (trained
+groups, ledger, observations), and ``abort_step()`` forgets a step that failed. The one loop that drives it is the
+run layer's (``pc_pipelines.run.step_loop``). The session and what a method does in a step (its
 :class:`~.step.StepContext`) are the step API, in :mod:`.step`; this module owns the state across steps and hands
 a step only the parts of it the step changes. Prompts are integer ids ``0 .. M-1`` (the loop maps them to
 dataset rows). Requests may carry any ``n`` and a ``wave`` number, and a method may issue any number of calls per
@@ -22,7 +17,6 @@ as plain JSON between steps; a step is atomic from the checkpoint's point of vie
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,7 +29,6 @@ from .screen import ScreenStrategy
 from .step import AllocatorError, IdCounters, StepContext, StepSession
 from .strategies import SCREEN_KIND, STRATEGIES
 from .stream import PromptStream
-from .types import EngineCall, StepOutcome
 
 STATE_VERSION = 1
 
@@ -60,10 +53,13 @@ def check_config(config: AllocatorConfig) -> None:
 class Allocator:
     """Owns the cross-step state and runs one registered method."""
 
-    def __init__(self, config: AllocatorConfig, num_prompts: int, prompt_groups: np.ndarray | None = None) -> None:
+    def __init__(self, config: AllocatorConfig, num_prompts: int, prompt_groups: np.ndarray | None = None, *,
+                 checked: bool = False) -> None:
         """``prompt_groups``: a group id per prompt (an attribute the dataset declares), pooling the history prior's
-        prior (``screen_strategy``); None: one group."""
-        check_config(config)
+        prior (``screen_strategy``); None: one group. ``checked``: ``config`` already passed :func:`check_config`
+        where its run started (a training run: ``run.start.start_training_run``), so it is not checked again."""
+        if not checked:
+            check_config(config)
         config.check_pool(num_prompts)
         self.config = config
         self.num_prompts = int(num_prompts)
@@ -120,16 +116,6 @@ class Allocator:
         self._session = None
         self.step += 1
 
-    def run_step(self, engine: Callable[[EngineCall], Sequence[np.ndarray] | np.ndarray]) -> StepOutcome:
-        session = self.begin_step()
-        try:
-            while (call := session.next_call()) is not None:
-                session.observe(engine(call))
-        except BaseException:
-            self.abort_step()
-            raise
-        return session.finish()
-
     def abort_step(self) -> None:
         """Forget the open step after a failure. The state is mid-step: restore a checkpoint to go on."""
         self._session = None
@@ -162,13 +148,19 @@ class Allocator:
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> Allocator:
+    def from_state_dict(cls, state: dict[str, Any], checked: AllocatorConfig | None = None) -> Allocator:
+        """The allocator ``state`` holds. ``checked``: the run's config, already checked where the run started;
+        the state's config must equal it (and is not checked again)."""
         if state.get("version") != STATE_VERSION:
             raise AllocatorError(
                 f"allocator state version {state.get('version')!r} is not {STATE_VERSION}. Fix: resume with the "
                 "pc-pipelines version that wrote the checkpoint, or start the run afresh."
             )
-        alloc = cls(AllocatorConfig.from_dict(state["config"]), int(state["num_prompts"]))
+        config = AllocatorConfig.from_dict(state["config"])
+        if checked is not None and config != checked:
+            raise AllocatorError(f"the allocator state's config is not the run's ({_first_difference(config, checked)}). "
+                                 "Fix: resume with the config the run started with, or start the run afresh.")
+        alloc = cls(config, int(state["num_prompts"]), checked=checked is not None)
         alloc.step = int(state["step"])
         alloc.next_rollout_id = int(state["next_rollout_id"])
         alloc.next_entry_id = int(state["next_entry_id"])
@@ -179,3 +171,10 @@ class Allocator:
         if "screen" in state:
             alloc.screen.load_state_dict(state["screen"])
         return alloc
+
+
+def _first_difference(a: AllocatorConfig, b: AllocatorConfig) -> str:
+    """The first field whose value differs between ``a`` and ``b``, as ``field: a != b``."""
+    da, db = a.to_dict(), b.to_dict()
+    key = next((k for k in da if da[k] != db.get(k)), "config")
+    return f"{key}: {da[key]!r} != {db.get(key)!r}"[:120]

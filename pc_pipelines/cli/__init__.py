@@ -32,6 +32,7 @@ from ..store import RunBusyError, StoreError
 from ..store.names import RunIdError
 from . import preset_commands, segment, simulate_commands, store_commands, train
 from .args import CliParser
+from .exits import exit_status
 
 __all__ = ["build_parser", "main"]
 
@@ -60,21 +61,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except ConfigError as exc:
         sys.stderr.write(f"pilot-commit: configuration error: {exc}\n")
-        return 2
+        return exit_status(exc)
     except RunBusyError as exc:  # another process writes the run: the message names it and the fix
         sys.stderr.write(f"pilot-commit: {exc}\n")
-        return 2
+        return exit_status(exc)
     except (StoreError, RunIdError) as exc:
         sys.stderr.write(f"pilot-commit: store error: {exc}\n")
-        return 2
+        return exit_status(exc)
     except StopRequested as exc:  # a stop before any run was opened (still deciding what to do)
         sys.stderr.write(f"pilot-commit: {exc.reason}\n")
-        return exc.exit_code
-    except KeyboardInterrupt:
+        return exit_status(exc)
+    except KeyboardInterrupt as exc:
         sys.stderr.write("pilot-commit: interrupted (Ctrl-C)\n")
-        return 130
-    except BrokenPipeError:  # `pilot-commit simulate --json | head`
-        return 0
+        return exit_status(exc)
+    except BrokenPipeError as exc:  # `pilot-commit simulate --json | head`
+        return exit_status(exc)
     except FileNotFoundError as exc:  # e.g. --policy pointing at no model directory; the message says the fix
         sys.stderr.write(f"pilot-commit: {exc}\n")
-        return 2
+        return exit_status(exc)

@@ -228,14 +228,16 @@ def _flag_over(overrides: dict, key: str, value, flag: str) -> None:
     overrides[key] = value
 
 
-def run_config(args: argparse.Namespace, method: str | None = None, pc_only_to_pc: bool = False) -> RunConfig:
+def run_config(args: argparse.Namespace, method: str | None = None, pc_only_to_pc: bool = False,
+               check: bool = True) -> RunConfig:
     """Resolve preset + --set + flags into a validated RunConfig; inconsistent n flags fail naming the flags.
 
     Every --set key is honoured or refused: ``--set seed=5`` and ``--set allocator.method=grpo`` are the same as
     ``--seed 5`` and ``--method grpo``; a --set key that a flag also sets to another value is refused.
     ``pc_only_to_pc`` (a comparison running every method): the PC-only settings (the split ``--n-pilot`` /
     ``--n-commit`` / ``allocator.n_pilot``, ``allocator.eviction_strategy``, ``allocator.return_share``) apply to the
-    PC run only, the others train the same ``n`` per prompt."""
+    PC run only, the others train the same ``n`` per prompt. ``check`` False: the registries are not asked here;
+    where the run starts checks it (``train``: :func:`~pc_pipelines.run.start.start_training_run`)."""
     method = method or getattr(args, "method", None)
     overrides = parse_overrides(args.set)
     for dest, key in FLAG_KEYS:
@@ -264,7 +266,8 @@ def run_config(args: argparse.Namespace, method: str | None = None, pc_only_to_p
         for name in PC_ONLY_FIELDS:
             overrides.pop(f"allocator.{name}", None)
     cfg = resolve(args.preset, overrides, method=method, seed=args.seed, family=args.family)
-    check_config(cfg.allocator)  # the method and strategy names against their registries, before any work
+    if check:
+        check_config(cfg.allocator)  # the method and strategy names against their registries, before any work
     return cfg
 
 

@@ -8,10 +8,17 @@ machine) instead of calling :func:`~.run.run_segment` in the orchestrator's proc
 :func:`~.run.run_segment` the local compute uses:
 
 1. the run is read back from the store (its resolved config and lineage, registered by the ``start_run`` job), the
-   task rebuilt (embedded, or the prepared dataset under ``--data-dir``), the run directory is
-   ``<runs-root>/<run-id>`` (checkpoints, TensorBoard), exactly as the asset does in process;
-2. ``run_segment`` trains steps ``--from-step + 1 .. --until-step`` and writes the step logs to the store;
-3. each step is reported, and at the end the segment's materialization.
+   run directory is ``<runs-root>/<run-id>`` (checkpoints, TensorBoard), and the run's writer lock is taken;
+2. with ``--segment`` (the asset passes it, and ``--attempt``, its Dagster run) the segment's row records this
+   attempt's start, and at the end done, stopped or failed (:func:`~.run.lifecycle.record_segment_attempt`, the
+   same the asset uses in process): the process that trains a segment owns its row;
+3. the task is rebuilt (embedded, or the prepared dataset under ``--data-dir``) and ``run_segment`` trains steps
+   ``--from-step + 1 .. --until-step``, writing the step logs to the store;
+4. each step is reported, and at the end the segment's materialization.
+
+**Refused.** When another process holds the run's writer lock, the command records nothing, sends the Pipes custom
+message ``{"refused": {"message": ..., "holder": ...}}`` (:data:`~.run.REFUSED`; launched by Pipes) and exits 2 with
+the message (naming the holder and the fix) on stderr.
 
 **Reporting.** Launched by a Pipes client (``DAGSTER_PIPES_CONTEXT`` is set by it), each step goes to Dagster as
 a Pipes custom message (the step's JSON, as ``pilot-commit train --json`` prints it; the asset logs it and shows it
@@ -32,6 +39,7 @@ directories and prepared data must sit at the same paths in the Dagster run pod 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -41,10 +49,21 @@ from typing import Any
 from ..data.registry import TRAINING, datasets
 from ..errors import RunError, brief
 from ..rollout import DEFAULT_ENGINE, ENGINES, EngineFactory, engine_names, get_engine
-from ..run import SegmentResult, StepRecord, TrainingRun, evaluate_checkpoint, load_training_run, run_segment
+from ..run import (
+    REFUSED,
+    RunSpec,
+    SegmentResult,
+    StepRecord,
+    evaluate_checkpoint,
+    load_run_spec,
+    run_segment,
+    with_task,
+)
+from ..run.lifecycle import record_segment_attempt
 from ..run.stopping import StopRequested, stop_on_signals
-from ..store import Store, StoreError, hold_run
+from ..store import RunBusyError, Store, StoreError, hold_run
 from ..store.names import RunIdError, shown_path, validate_run_id
+from .exits import exit_status
 
 
 def engine_factory(name: str, device: str) -> EngineFactory:
@@ -72,6 +91,9 @@ class PlainReporter:
         self.out.write(json.dumps({"segment": True, **result.summary()}) + "\n")
         self.out.flush()
 
+    def refused(self, exc: RunBusyError) -> None:
+        """By hand the refusal is the exit code and the message on stderr alone."""
+
 
 class PipesReporter:
     """Launched by a Pipes client: per-step custom messages and log lines, the materialization at the end."""
@@ -89,9 +111,14 @@ class PipesReporter:
                  for k, v in meta.items()}
         self.pipes.report_asset_materialization(metadata=typed)
 
+    def refused(self, exc: RunBusyError) -> None:
+        """Another process holds the run: the orchestrator learns it from this message (:data:`~.run.REFUSED`)."""
+        self.pipes.report_custom_message({REFUSED: {"message": str(exc), "holder": exc.holder}})
 
-def _load(args: argparse.Namespace) -> tuple[Any, TrainingRun]:
-    """The store and the registered run the arguments name (``RunError`` with the fix when either is missing)."""
+
+def _load(args: argparse.Namespace) -> tuple[Store, RunSpec]:
+    """The store and the spec of the registered run the arguments name (``RunError`` with the fix when either is
+    missing)."""
     store = Store(args.store)
     if not store.path.exists():
         raise RunError(f"no store at {shown_path(store.path)}. Fix: pass the store the run was registered in (--store).")
@@ -100,23 +127,38 @@ def _load(args: argparse.Namespace) -> tuple[Any, TrainingRun]:
     if row is None:
         raise RunError(f"run {brief(args.run_id)} is not in the store {shown_path(store.path)}. Fix: register it with the start_run "
                        "job (or pass the right --store).")
-    return store, load_training_run(row, args.runs_root, args.data_dir)
+    return store, load_run_spec(row, args.runs_root)
 
 
 def _run(args: argparse.Namespace, reporter: Callable[[], Any], stop=None) -> SegmentResult:
-    store, run = _load(args)
+    store, spec = _load(args)
     rep = reporter()
     engines = engine_factory(args.engine, args.device)
-    backend = None  # the local backend
-    if args.backend == "verl":  # experimental: the verl recipe on a Ray cluster (GPU nodes)
-        from ..run.verl import VerlBackend
 
-        backend = VerlBackend(run, engine_factory=engines, device=args.device, nnodes=args.nnodes,
-                              gpus_per_node=args.gpus_per_node, overrides=args.recipe_set)
+    def train() -> SegmentResult:
+        run = with_task(spec, args.data_dir)
+        backend = None  # the local backend
+        if args.backend == "verl":  # experimental: the verl recipe on a Ray cluster (GPU nodes)
+            from ..run.verl import VerlBackend
+
+            backend = VerlBackend(run, engine_factory=engines, device=args.device, nnodes=args.nnodes,
+                                  gpus_per_node=args.gpus_per_node, overrides=args.recipe_set)
+        return run_segment(run, store, from_step=args.from_step, until_step=args.until_step, on_step=rep.step,
+                           device=args.device, engine_factory=engines, stop=stop, backend=backend)
+
     # One writer per run (run_segment takes the same lock again; it counts per process).
-    with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command="pilot-commit train-segment"):
-        result = run_segment(run, store, from_step=args.from_step, until_step=args.until_step, on_step=rep.step,
-                             device=args.device, engine_factory=engines, stop=stop, backend=backend)
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(hold_run(spec.run_id, store.run_dir(spec.run_id), spec.run_dir,
+                                        command="pilot-commit train-segment"))
+        except RunBusyError as exc:
+            rep.refused(exc)
+            raise
+        if args.segment is None:
+            result = train()
+        else:
+            result = record_segment_attempt(store, spec.run_id, args.segment, args.attempt, train, lambda r: (
+                r.cumulative_rollouts, r.last_eval_accuracy, r.mean_reward_std))
     rep.finish(result)
     return result
 
@@ -168,10 +210,10 @@ def _main(name: str, work: Callable[[Any], None]) -> int:
             work(None)
     except (RunError, StoreError) as exc:
         sys.stderr.write(f"pilot-commit {name}: {exc}\n")
-        return 2
+        return exit_status(exc)
     except StopRequested as exc:
         sys.stderr.write(f"pilot-commit {name}: {exc.reason}\n")
-        return exc.exit_code
+        return exit_status(exc)
     return 0
 
 
@@ -188,7 +230,8 @@ def eval_report(result, step: int) -> dict[str, Any]:
 
 def cmd_eval_segment(args: argparse.Namespace) -> int:
     def work(pipes) -> None:
-        _, run = _load(args)
+        _, spec = _load(args)
+        run = with_task(spec, args.data_dir)
         result = evaluate_checkpoint(run, args.step, engine_factory(args.engine, args.device), args.device)
         report = eval_report(result, args.step)
         if pipes is None:
@@ -231,6 +274,11 @@ def add_parsers(sub) -> None:
     p.add_argument("--until-step", type=int, required=True, help="the segment's last step (inclusive)")
     p.add_argument("--from-step", type=int, default=None,
                    help="start from the checkpoint after this step (-1: the base policy; default: the latest)")
+    p.add_argument("--segment", type=int, default=None,
+                   help="the run's segment this trains (its row in the store's segment plan): its start and end are "
+                        "recorded there (the training_segment asset passes it)")
+    p.add_argument("--attempt", default=None,
+                   help="with --segment: the Dagster run making this attempt, recorded on the segment's row")
     p.add_argument("--backend", choices=("local", "verl"), default="local",
                    help="local: the backend of `pilot-commit train` (default); verl: the verl recipe on a Ray "
                         "cluster (GPU nodes, experimental; resumable, evaluates with --engine on exported weights)")

@@ -20,6 +20,7 @@ from ..simulator import SimStep, Simulation, record_simulation
 from ..store import Store
 from ..store.rollouts_to_target import first_reaching, target_accuracy
 from .args import add_config_args, check_steps, int_arg, progress_bar, run_config, run_id_of, run_name_arg
+from .exits import WRITE_FAILED, exit_status
 
 # (ledger key, column header, width, format spec) of the readable `simulate` table.
 TABLE_FIELDS = (
@@ -89,13 +90,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             where = (f"; run {run_id} is `stopped` in {args.store} with the steps written so far (a simulation does "
                      "not resume: record it again with --overwrite)") if args.store else ""
             sys.stderr.write(f"pilot-commit simulate: {exc.reason}{where}\n")
-            return exc.exit_code
+            return exit_status(exc)
         except Exception as exc:  # an I/O error, or a full disk a library wrapped
             if isinstance(exc, BrokenPipeError) or not failed_write(exc):
                 raise
             _, reason = run_outcome(exc, where=args.store, then="record it again with --overwrite")
             sys.stderr.write(f"pilot-commit simulate: run {run_id} failed: {reason}\n")
-            return 1
+            return WRITE_FAILED
 
 
 def _simulate(args: argparse.Namespace, cfg: RunConfig, run_id: str, stop: StopFlag) -> int:

@@ -35,7 +35,8 @@ from pathlib import Path
 
 from ..errors import ConfigError, installed_command, shell_command
 from ..steps import display_step, step_label
-from .args import add_config_args, check_steps, int_arg, progress_bar, run_config, run_id_of, run_name_arg
+from .args import add_config_args, check_steps, int_arg, progress_bar, run_config, run_name_arg
+from .exits import exit_status
 
 log = logging.getLogger("pc_pipelines.cli")
 
@@ -167,39 +168,39 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..errors import RunError
     from ..run.stopping import StopRequested, failed_write, run_outcome, stop_on_signals
 
-    run_name = args.run_name or "the run"
+    def run_named() -> str:  # read when the run ends: the run id is known once the run has started
+        return f"run {args.run_name}" if args.run_name else "the run"
+
     with stop_on_signals() as stop:
         try:
             return _train(args, stop)
         except RunError as exc:
             sys.stderr.write(f"pilot-commit: {exc}\n")
-            return 2
+            return exit_status(exc)
         except StopRequested as exc:
-            sys.stderr.write(f"pilot-commit train: run {run_name} {exc.reason}\n")
-            return exc.exit_code
+            sys.stderr.write(f"pilot-commit train: {run_named()} {exc.reason}\n")
+            return exit_status(exc)
         except Exception as exc:  # an I/O error, or a full disk a library wrapped (safetensors' SafetensorError)
             if isinstance(exc, (BrokenPipeError, FileNotFoundError)) or not failed_write(exc):
                 raise
             _, reason = run_outcome(exc, where=args.out, then="run the same command with --resume")
-            sys.stderr.write(f"pilot-commit train: run {run_name} failed: {reason}\n")
-            return 1
+            sys.stderr.write(f"pilot-commit train: {run_named()} failed: {reason}\n")
+            return exit_status(exc)
 
 
 def _train(args: argparse.Namespace, stop) -> int:
     from ..run import latest_checkpoint, run_segment
-    from ..run.lifecycle import record_finished
-    from ..run.start import check_trainable, start_training_run
-    from ..store import Store, hold_run
+    from ..run.start import start_training_run
+    from ..store import RunBusyError, Store
 
     check_steps(args.steps, 200)
     if args.resume and args.overwrite:
         raise ConfigError("--resume and --overwrite contradict each other. Fix: --resume continues the run, "
                           "--overwrite deletes it and starts over; pass one.")
-    cfg = run_config(args)  # --method, else --set allocator.method, else the preset's
-    check_trainable(cfg)  # a simulator-only method: refused before the store is looked at
+    cfg = run_config(args, check=False)  # --method, else --set allocator.method, else the preset's; checked where
+    # the run starts (start_training_run: the registries, a simulator-only method, the run id), before any work
     out = Path(args.out)
     store = Store(args.store or out / "pc.duckdb")
-    run_id_of(cfg, args.run_name)  # a family the default run id cannot carry: refused before anything is written
     store.check_path(read_only=False)  # /dev/null, a directory, a name too long: refused before the run is prepared
     show = not args.quiet and not args.json
     stdout_gone = threading.Event()
@@ -212,50 +213,51 @@ def _train(args: argparse.Namespace, stop) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would hit the closed pipe again
         os.close(devnull)
         flag.request(signal.SIGPIPE)
-    with transformers_bars_off():  # our bars only: transformers' loading / saving bars would break into them
+    with contextlib.ExitStack() as quiet:
         progress = _SFTProgress(cfg.policy.sft_steps if cfg.policy else 0, show)
-        try:
+        try:  # once the run is checked, our bars only: transformers' loading / saving bars would break into them
             run = start_training_run(cfg, out, args.run_name, policy_path=args.policy, cache_dir=args.cache_dir,
-                                     progress=progress)
+                                     progress=progress,
+                                     before_prepare=lambda: quiet.enter_context(transformers_bars_off()))
         finally:
             progress.close()
         args.run_name = run.run_id
-        with hold_run(run.run_id, store.run_dir(run.run_id), run.run_dir, command="pilot-commit train"):
-            latest = latest_checkpoint(run.checkpoint_dir) if args.resume else None  # the bar's estimate only
-            done = min(args.steps, display_step(latest[0])) if latest else 0  # steps the checkpoint has
-            # `runs` shows the steps done of these (a resume past --steps trains nothing and keeps its own count)
-            run = replace(run, planned_steps=max(args.steps, display_step(latest[0]) if latest else 0))
-            bar = progress_bar(args.steps, f"{cfg.method} {run.run_id}", show, leave=True, initial=done)
+        latest = latest_checkpoint(run.checkpoint_dir) if args.resume else None  # the bar's estimate only
+        done = min(args.steps, display_step(latest[0])) if latest else 0  # steps the checkpoint has
+        run = replace(run, planned_steps=args.steps)  # `runs` shows the steps done of these
+        bar = progress_bar(args.steps, f"{cfg.method} {run.run_id}", show, leave=True, initial=done)
 
-            def on_step(rec) -> None:
-                if args.json and not stdout_gone.is_set():
-                    try:
-                        print(json.dumps(rec.to_json()), flush=True)
-                    except BrokenPipeError:  # whoever read --json is gone (a study runner stopped, `| head`)
-                        stdout_closed(stop)
-                trained = rec.ledger.get("trained_rollouts", 1)  # no group trained: no reward to show
-                # the numbers of the Dagster UI's per-step progress (pc_pipelines/run/progress.py); tqdm adds
-                # step k/N, seconds a step and the time left
-                post = {"reward": f"{rec.mean_reward:.3f}" if trained else "-",
-                        "reward std": f"{rec.reward_std:.3f}",
-                        "informative": f"{rec.ledger.get('informative_share', 0.0):.2f}",
-                        "rollouts": f"{rec.ledger.get('sampled_rollouts', 0):,}",
-                        "cumulative": f"{rec.cumulative_rollouts:,}"}
-                if rec.eval_accuracy is not None:
-                    post["eval"] = f"{rec.eval_accuracy:.3f}"
-                bar.set_postfix(post, refresh=False)
-                bar.update(1)  # one refresh, with this step's numbers
+        def on_step(rec) -> None:
+            if args.json and not stdout_gone.is_set():
+                try:
+                    print(json.dumps(rec.to_json()), flush=True)
+                except BrokenPipeError:  # whoever read --json is gone (a study runner stopped, `| head`)
+                    stdout_closed(stop)
+            trained = rec.ledger.get("trained_rollouts", 1)  # no group trained: no reward to show
+            # the numbers of the Dagster UI's per-step progress (pc_pipelines/run/progress.py); tqdm adds
+            # step k/N, seconds a step and the time left
+            post = {"reward": f"{rec.mean_reward:.3f}" if trained else "-",
+                    "reward std": f"{rec.reward_std:.3f}",
+                    "informative": f"{rec.ledger.get('informative_share', 0.0):.2f}",
+                    "rollouts": f"{rec.ledger.get('sampled_rollouts', 0):,}",
+                    "cumulative": f"{rec.cumulative_rollouts:,}"}
+            if rec.eval_accuracy is not None:
+                post["eval"] = f"{rec.eval_accuracy:.3f}"
+            bar.set_postfix(post, refresh=False)
+            bar.update(1)  # one refresh, with this step's numbers
 
-            try:
-                res = run_segment(run, store, until_step=args.steps - 1, resume=args.resume,
-                                  overwrite=args.overwrite, on_step=on_step, stop=stop,
-                                  evaluate_last=not args.no_final_eval)
-            finally:
-                bar.close()
-            if args.resume and res.steps_run == 0:
-                sys.stderr.write(f"run {run.run_id} already has {res.last_step + 1} steps (>= --steps {args.steps}); "
-                                 "nothing to do.\n")
-            record_finished(store, run.run_id, complete=res.last_step + 1 >= args.steps)
+        try:
+            res = run_segment(run, store, until_step=args.steps - 1, resume=args.resume,
+                              overwrite=args.overwrite, on_step=on_step, stop=stop,
+                              evaluate_last=not args.no_final_eval, finish_at=args.steps)
+        except RunBusyError:
+            bar.leave = False  # another process writes the run: refused before it started, no bar left on screen
+            raise
+        finally:
+            bar.close()
+        if args.resume and res.steps_run == 0:
+            sys.stderr.write(f"run {run.run_id} already has {res.last_step + 1} steps (>= --steps {args.steps}); "
+                             "nothing to do.\n")
     if args.json:
         return 0
     curve = store.query("SELECT step, benchmark, accuracy FROM eval_results WHERE run_id = ? ORDER BY step, benchmark",

@@ -1,10 +1,11 @@
 """The run layer: one training run's spec, records, checkpoints and its segment driver over a backend.
 
-* :mod:`.training_run`: :class:`TrainingRun` (id, resolved config, directory, base policy, task), built by
-  :func:`prepare_run` or read back from the store by :func:`load_training_run`;
+* :mod:`.training_run`: :class:`RunSpec` (id, resolved config, directory, base policy, lineage; read back from the
+  store by :func:`load_run_spec` without torch or data) and :class:`TrainingRun` (the spec with its task, built by
+  :func:`prepare_run` or :func:`with_task`; :func:`load_training_run`: both);
 * :mod:`.records`: :class:`StepRecord` and :class:`SegmentResult` and their JSON for Dagster Pipes;
 * :mod:`.checkpoints`: the checkpoint layout, listing, verification, retention and the run's own saved state;
-* :mod:`.driver`: :func:`run_segment`, ONE driver for every backend (:mod:`.backend`: the protocol), with the
+* :mod:`.driver`: :func:`run_segment`, ONE driver for every backend (:mod:`.backend`: the protocol; :mod:`.step_loop`: the one step loop), with the
   local backend (:mod:`.local`) by default; :mod:`.checkpoint_eval`: the evaluation of a saved checkpoint;
 * :mod:`.segments`: how a run is cut into Dagster partitions and what the sensor trains next (pure, no Dagster);
 * :mod:`.start`: the one way a training run starts (the CLI's ``train`` and the ``start_run`` job);
@@ -24,11 +25,22 @@ from .checkpoints import (
     verify_checkpoint,
 )
 from .driver import open_run, run_segment
-from .records import STEP_KEYS, SegmentResult, StepRecord, Totals
-from .training_run import TrainingRun, load_training_run, prepare_run, task_for
+from .records import REFUSED, STEP_KEYS, SegmentResult, StepRecord, Totals
+from .training_run import (
+    RunSpec,
+    TrainingRun,
+    load_run_spec,
+    load_training_run,
+    prepare_run,
+    run_dir_of,
+    task_for,
+    with_task,
+)
 
 __all__ = [
+    "REFUSED",
     "STEP_KEYS",
+    "RunSpec",
     "SegmentResult",
     "StepRecord",
     "Totals",
@@ -37,12 +49,15 @@ __all__ = [
     "evaluate_checkpoint",
     "latest_checkpoint",
     "list_checkpoints",
+    "load_run_spec",
     "load_training_run",
     "newest_intact_checkpoint",
     "open_run",
     "prepare_run",
+    "run_dir_of",
     "run_segment",
     "stale_checkpoints",
     "task_for",
     "verify_checkpoint",
+    "with_task",
 ]

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from .. import durable
-from ..allocation import Allocator
+from ..allocation import Allocator, AllocatorConfig
 from ..errors import RunError
 from ..store import Store
 from .checkpoint_data import rng_states
@@ -269,10 +269,11 @@ def unreadable(path: Path, exc: BaseException) -> RunError:
                     f"(e.g. to damaged-{path.name}) to resume from the one before it.")
 
 
-def load_run_state(path: Path) -> tuple[Allocator, dict[str, Any]]:
-    """The allocator and the global RNG states saved in the checkpoint at ``path`` (nothing is applied yet)."""
+def load_run_state(path: Path, checked: AllocatorConfig | None = None) -> tuple[Allocator, dict[str, Any]]:
+    """The allocator and the global RNG states saved in the checkpoint at ``path`` (nothing is applied yet).
+    ``checked``: the run's allocator config, checked where the run started; the saved one must equal it."""
     try:
-        allocator = Allocator.from_state_dict(json.loads((path / "allocator.json").read_text()))
+        allocator = Allocator.from_state_dict(json.loads((path / "allocator.json").read_text()), checked)
     except Exception as exc:
         raise unreadable(path, exc) from None
     return allocator, load_rng(path)

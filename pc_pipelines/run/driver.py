@@ -2,7 +2,7 @@
 
 One segment: take the run's writer lock; restore the run (the newest intact checkpoint, the one a replay names,
 or the base policy; a damaged checkpoint is skipped with a warning and moved aside); then per step let the
-backend run the allocator's step, write the step's rows to the store (one atomic step directory), log TensorBoard,
+driver run the allocator's step through the backend (:mod:`.step_loop`), write the step's rows to the store (one atomic step directory), log TensorBoard,
 evaluate every ``eval_every`` steps (rows in ``eval_results``; with ``evaluate_last`` also the segment's last step,
 as ``pilot-commit train`` does for the run's final step) and checkpoint every ``checkpoint_every`` steps and at the
 end. Everything is loaded before the run is touched, so a refusal (every checkpoint damaged, another
@@ -52,8 +52,9 @@ from .checkpoints import (
     rng_state,
     save_checkpoint,
 )
-from .lifecycle import record_end, writing_run
+from .lifecycle import record_end, record_finished, writing_run
 from .records import SegmentResult, StepRecord, Totals
+from .step_loop import allocator_step
 from .stopping import SpaceReserve, StopFlag, StopRequested, run_outcome
 from .training_run import TrainingRun
 
@@ -75,22 +76,29 @@ class OpenRun:
         self._tb = None
 
     def step(self) -> StepRecord:
-        """One training step on the backend; its rows go to the store."""
-        res = self.backend.step(self.allocator)
-        outcome = res.outcome
+        """One training step: the allocator's step through the backend's engine calls (:mod:`.step_loop`), the
+        backend's update on its outcome, the payloads the allocator still references kept; its rows go to the
+        store."""
+        timings = {"generate": 0.0, "reward": 0.0, "update": 0.0, "bookkeeping": 0.0}
+        outcome = allocator_step(self.allocator, lambda call: self.backend.generate(call, timings), timings)
+        t = time.perf_counter()
+        res = self.backend.update(outcome)
+        timings["update"] += time.perf_counter() - t
+        t = time.perf_counter()
+        self.backend.keep_live(self.allocator.live_rollout_ids())
+        timings["bookkeeping"] += time.perf_counter() - t
         self.totals.add(outcome)
         t = time.perf_counter()
         extra = {
             "loss": res.loss,
             "mean_reward": res.mean_reward,
-            "time_generate_s": res.timings.get("generate", 0.0),
-            "time_reward_s": res.timings.get("reward", 0.0),
-            "time_update_s": res.timings.get("update", 0.0),
-            "time_bookkeeping_s": res.timings.get("bookkeeping", 0.0),
+            "time_generate_s": timings["generate"],
+            "time_reward_s": timings["reward"],
+            "time_update_s": timings["update"],
+            "time_bookkeeping_s": timings["bookkeeping"],
         }
         self.writer.write_step(outcome.step, step_tables(self.run.run_id, outcome, extra=extra))
-        timings = dict(res.timings)
-        timings["store"] = timings.get("store", 0.0) + time.perf_counter() - t
+        timings["store"] = time.perf_counter() - t
         return StepRecord(
             step=outcome.step,
             ledger=outcome.ledger.to_dict(),
@@ -176,9 +184,9 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
     training segment replayed in the middle of a run rewrites only its own steps (see :func:`run_segment`). A
     damaged checkpoint is skipped for the newest intact one before it (or, for ``from_step``, the base policy),
     with a warning naming it. Everything is loaded before the run's status or rows change, so a refusal changes
-    nothing. Returns the opened run and whether a checkpoint was restored.
+    nothing. The caller has initialised ``store`` (:func:`run_segment`, under the run's lock). Returns the opened run
+    and whether a checkpoint was restored.
     """
-    store.init(vacuum=False)  # vacuuming other runs could race their replays (Store.replace_steps)
     chosen: tuple[int, Path] | None = None
     damaged: list[tuple[Path, str]] = []
     if from_step is None:
@@ -214,7 +222,7 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
     if chosen is None:
         backend.start()
         groups = None if run.task.groups is None else np.asarray(run.task.groups, np.int64)  # pools the prior's prior
-        allocator = Allocator(run.config.allocator, len(run.task.prompts), prompt_groups=groups)
+        allocator = Allocator(run.config.allocator, len(run.task.prompts), prompt_groups=groups, checked=True)
         opened = OpenRun(run, store, backend, allocator, Totals(), None)
     else:
         path = chosen[1]
@@ -224,13 +232,16 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
         problem = totals_problem(meta.get("totals"), chosen[0], rows)
         if problem is not None:
             raise refused(path, "meta.json", problem)
-        allocator, rng = load_run_state(path)  # the run's own state first, then the backend's (larger) files
+        allocator, rng = load_run_state(path, run.config.allocator)  # the run's own state first, then the backend's (larger) files
         backend.restore(path)
         opened = OpenRun(run, store, backend, allocator, Totals(**meta["totals"]), path)
         restore_rng(rng)  # last: loading a policy may draw from the global RNGs
     # Loaded: from here on the run changes.
     _set_aside(run, damaged, chosen[1].name if chosen else "the base policy")
-    store.register_run(run.record(), planned_steps=run.planned_steps)
+    planned = run.planned_steps  # a resumed run past its planned total keeps its own count (`runs`: steps done of these)
+    if planned is not None and chosen is not None:
+        planned = max(planned, display_step(chosen[0]))
+    store.register_run(run.record(), planned_steps=planned)
     store.vacuum(run.run_id)
     if chosen is None:
         if from_step is None:
@@ -257,6 +268,7 @@ def run_segment(
     stop: StopFlag | None = None,
     backend: Backend | None = None,
     evaluate_last: bool = False,
+    finish_at: int | None = None,
 ) -> SegmentResult:
     """Advance ``run`` by ``steps`` training steps, or through step ``until_step`` (see the module docstring);
     checkpoint at the end.
@@ -276,7 +288,10 @@ def run_segment(
     ``evaluate_last`` also evaluates the segment's last step (``until_step``, or the last of ``steps``) when the
     ``training.eval_every`` schedule does not; its rows go to ``eval_results`` like the scheduled ones. Off by
     default (the Dagster segments and the studies keep their schedule); ``pilot-commit train`` turns it on, so a run
-    always ends with its final accuracy. A segment that stops early or trains no step evaluates nothing extra."""
+    always ends with its final accuracy. A segment that stops early or trains no step evaluates nothing extra.
+
+    ``finish_at``: the run's total steps (``train --steps``); a segment that ends with the run at that many steps or
+    more records it ``finished`` (:func:`~.lifecycle.record_finished`), still under the lock."""
     if (steps is None) == (until_step is None):
         raise RunError("run_segment needs exactly one of steps (a count) or until_step (the last step to train).")
     if steps is not None and steps < 0:
@@ -287,16 +302,18 @@ def run_segment(
         backend = LocalBackend(run, device=device, engine_factory=engine_factory)
 
     def check() -> bool:  # under the lock, before the run is deleted
-        if overwrite:
-            if from_step is not None:
-                raise RunError("overwrite starts a run over: it cannot be combined with from_step.")
-            store.init(vacuum=False)
+        if overwrite and from_step is not None:
+            raise RunError("overwrite starts a run over: it cannot be combined with from_step.")
+        store.init(vacuum=False)  # once a segment; vacuuming other runs could race their replays (Store.replace_steps)
         return True
 
     with writing_run(store, run.run_id, store.run_dir(run.run_id), run.run_dir, command=_command(),
                      overwrite=overwrite, check=check) as reserve:
         opened, _ = open_run(run, store, backend, resume=resume and not overwrite, from_step=from_step)
-        return _train_segment(opened, steps, until_step, from_step, on_step, stop, reserve, evaluate_last)
+        result = _train_segment(opened, steps, until_step, from_step, on_step, stop, reserve, evaluate_last)
+        if finish_at is not None:
+            record_finished(store, run.run_id, complete=result.last_step + 1 >= finish_at)
+        return result
 
 
 def _command() -> str:

@@ -11,6 +11,10 @@
   disk), the reserve is released, then the writer's pending eval rows and the run's status and reason are recorded,
   each on its own. A record that fails is logged, never raised: the original error is what the caller re-raises.
 
+* :func:`record_segment_attempt` records one attempt at a Dagster segment around its training, by whoever trains
+  it (the ``training_segment`` asset in process, or a launched ``pilot-commit train-segment``), under the run's
+  lock: its start, then done, stopped or failed, and the run ``finished`` once every segment is done.
+
 The status and reason come from :func:`~.stopping.run_outcome`, which the caller calls with its own ``where`` and
 ``then`` (what to do once the disk is fixed: resume a training run, record a simulation again).
 """
@@ -21,10 +25,12 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..store import StepLogWriter, Store, hold_run, refuse_symlinked, remove_run
-from .stopping import SpaceReserve
+from .stopping import SpaceReserve, StopRequested
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -77,3 +83,40 @@ def record_finished(store: Store, run_id: str, complete: bool) -> bool:
     if (store.get_run(run_id) or {}).get("status") != "finished":
         store.set_status(run_id, "finished")
     return True
+
+
+def segments_finished(store: Store, run_id: str) -> bool:
+    """A segmented run whose segments are all done is ``finished`` (:func:`record_finished`); whether it is."""
+    return record_finished(store, run_id, complete=all(r["status"] == "done" for r in store.segments(run_id)))
+
+
+def record_segment_attempt(store: Store, run_id: str, segment: int, attempt: str | None, train: Callable[[], T],
+                           totals: Callable[[T], tuple[int, float | None, float | None]]) -> T:
+    """``train()`` as one attempt at ``segment`` of ``run_id`` (``attempt``: the Dagster run making it); the caller
+    holds the run's writer lock. Recorded: the start (:meth:`~pc_pipelines.store.Store.segment_started`; a done
+    segment stays done), then ``done`` with ``totals(result)`` (cumulative rollouts, eval accuracy, mean reward
+    std), ``stopped`` on a stop request at a step boundary (resumed from its checkpoint), or ``failed`` with the
+    error; the run is settled after (:func:`segments_finished`). The exception is re-raised; a failing record of
+    a failure is logged, never raised over it."""
+    store.segment_started(run_id, segment, attempt)
+    try:
+        result = train()
+    except StopRequested as exc:
+        why = exc.reason.split("; resume it with --resume")[0]  # the CLI's hint; a segment resumes by itself
+        _logged(lambda: store.segment_stopped(run_id, segment, why[:2000], orchestrator_run_id=attempt), run_id)
+        raise
+    except BaseException as exc:
+        reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+        _logged(lambda: store.segment_failed(run_id, segment, reason[:2000], orchestrator_run_id=attempt), run_id)
+        _logged(lambda: segments_finished(store, run_id), run_id)
+        raise
+    store.segment_done(run_id, segment, *totals(result))
+    segments_finished(store, run_id)
+    return result
+
+
+def _logged(record: Callable[[], Any], run_id: str) -> None:
+    try:
+        record()
+    except Exception as exc:  # the original error matters more (a full disk may refuse this too)
+        log.error("run %s: could not record the end of a segment attempt: %s", run_id, exc)

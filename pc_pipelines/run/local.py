@@ -1,14 +1,15 @@
 """The local backend: one process trains the policy with a rollout engine (transformers on CPU/GPU, or vLLM) and the
 embedded policy update (:class:`~pc_pipelines.training.PolicyTrainer`), for GRPO, DAPO and PC alike.
 
-A step (:meth:`LocalBackend.step`): for every engine call the allocator asks for, generate all its requests in ONE
-engine call (seed derived from (run seed, step, call index)), grade every rollout (math-verify; a truncated
-response scores ``overlong_reward``), keep the payloads (token ids) in the :class:`PayloadSidecar` by rollout id
-and hand the rewards back; the trained groups (buffered pilots from earlier steps included) form one
-:class:`~pc_pipelines.training.RolloutBatch`, one GRPO group each, for one update; the sidecar then drops every
-payload the allocator no longer references. Its checkpoint files: ``policy/`` (an HF directory, safetensors),
-``trainer.pt`` (the optimizer: tensors and plain data, read back with ``weights_only=True``) and ``sidecar.parquet``
-(the buffer's pilots).
+A step (the driver's loop, :mod:`.step_loop`): for every engine call the allocator asks for,
+:meth:`LocalBackend.generate` generates all its requests in ONE engine call (seed derived from (run seed, step, call
+index)), grades every rollout (math-verify; a truncated response scores ``overlong_reward``), keeps the payloads
+(token ids) in the :class:`PayloadSidecar` by rollout id and hands the rewards back; :meth:`LocalBackend.update`
+turns the trained groups (buffered pilots from earlier steps included) into one
+:class:`~pc_pipelines.training.RolloutBatch`, one GRPO group each, for one update; :meth:`LocalBackend.keep_live`
+then drops every payload the allocator no longer references. Its checkpoint files: ``policy/`` (an HF directory,
+safetensors), ``trainer.pt`` (the optimizer: tensors and plain data, read back with ``weights_only=True``) and
+``sidecar.parquet`` (the buffer's pilots).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from ..allocation import Allocator, EngineCall, StepOutcome
+from ..allocation import EngineCall, StepOutcome
 from ..errors import RunError
 from ..evaluation import EvalResult, eval_seed, evaluate_sets
 from ..rewards import MathGrader
@@ -38,7 +39,7 @@ from ..rollout import (
     sampling_plan,
 )
 from ..training import PolicyTrainer, RolloutBatch
-from .backend import StepResult
+from .backend import Update
 from .checkpoint_data import refuse_damaged_weights, refused
 from .checkpoints import load_plain, save_torch, unreadable
 from .training_run import SAMPLING_PLAN, TrainingRun
@@ -187,7 +188,7 @@ class LocalBackend:
         return ["policy/config.json", "trainer.pt", "sidecar.parquet", *weights]
 
     # -- one step ----------------------------------------------------------------------------------------------------
-    def _execute(self, call: EngineCall, timings: dict[str, float]) -> list[np.ndarray]:
+    def generate(self, call: EngineCall, timings: dict[str, float]) -> list[np.ndarray]:
         cfg = self.run.config.training
         task = self.run.task
         reqs = [RolloutRequest(task.prompts[p], int(n)) for p, n in zip(call.prompt_ids.tolist(), call.n.tolist())]
@@ -232,42 +233,14 @@ class LocalBackend:
             return RolloutBatch([], [], np.zeros(0), np.zeros(0, np.int64))
         return RolloutBatch(prompts, responses, np.concatenate(rewards), np.concatenate(groups))
 
-    def step(self, allocator: Allocator) -> StepResult:
-        timings = {"generate": 0.0, "reward": 0.0, "update": 0.0, "bookkeeping": 0.0}
-        t = time.perf_counter()
-        session = allocator.begin_step()
-        timings["bookkeeping"] += time.perf_counter() - t
-        try:
-            while True:
-                t = time.perf_counter()
-                call = session.next_call()
-                timings["bookkeeping"] += time.perf_counter() - t
-                if call is None:
-                    break
-                rewards = self._execute(call, timings)
-                t = time.perf_counter()
-                session.observe(rewards)
-                timings["bookkeeping"] += time.perf_counter() - t
-            t = time.perf_counter()
-            outcome = session.finish()
-            timings["bookkeeping"] += time.perf_counter() - t
-        except BaseException:
-            allocator.abort_step()
-            raise
+    def update(self, outcome: StepOutcome) -> Update:
         batch = self._batch(outcome)
-        t = time.perf_counter()
         stats = self.trainer.train_step(batch, outcome.step)
-        timings["update"] += time.perf_counter() - t
-        t = time.perf_counter()
-        self.sidecar.keep_only(allocator.live_rollout_ids())
-        timings["bookkeeping"] += time.perf_counter() - t
-        return StepResult(
-            outcome=outcome,
-            loss=stats.loss if stats.updates else None,
-            mean_reward=float(batch.rewards.mean()) if len(batch) else 0.0,
-            timings=timings,
-            train_stats=stats.to_dict(),
-        )
+        return Update(loss=stats.loss if stats.updates else None,
+                      mean_reward=float(batch.rewards.mean()) if len(batch) else 0.0, train_stats=stats.to_dict())
+
+    def keep_live(self, rollout_ids: np.ndarray) -> None:
+        self.sidecar.keep_only(rollout_ids)
 
     # -- evaluation ----------------------------------------------------------------------------------------------------
     def evaluate(self, step: int) -> EvalResult:

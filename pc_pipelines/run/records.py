@@ -10,6 +10,11 @@ from typing import Any
 
 from ..allocation import StepOutcome
 
+REFUSED = "refused"
+"""The key of the Pipes custom message a launched ``train-segment`` sends when the run's writer lock refuses it
+(another process writes the run): ``{"refused": {"message": ..., "holder": {...}}}``; it then exits 2 having
+recorded nothing. The orchestrator reads this message, never the error's class name."""
+
 # The per-step columns a Pipes segment's ``pipes_steps`` metadata keeps (of the step JSON, :meth:`StepRecord.to_json`).
 STEP_KEYS = ("step", "sampled_rollouts", "trained_rollouts", "pilot_rollouts", "commit_rollouts", "full_rollouts",
              "rounds", "kept", "buffer_size", "loss", "mean_reward", "reward_std", "cumulative_rollouts")

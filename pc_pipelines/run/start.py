@@ -33,13 +33,17 @@ def check_trainable(cfg: RunConfig) -> None:
 def start_training_run(cfg: RunConfig, out_dir: str | Path, run_name: str | None = None, *,
               policy_path: str | Path | None = None, cache_dir: str | Path | None = None,
               progress: Callable[[int, float], None] | None = None, task: TaskData | None = None,
-              run_name_field: str = "--run-name") -> TrainingRun:
+              run_name_field: str = "--run-name", before_prepare: Callable[[], object] | None = None) -> TrainingRun:
     """The spec of a new (or resumed) training run of ``cfg`` in ``<out_dir>/<run id>``, after
-    :func:`check_trainable` and the run id's check (both before the warm start is built)."""
+    :func:`check_trainable` and the run id's check (both before the warm start is built): the one place a training
+    run's config and id are checked. ``before_prepare`` is called once they pass, before the spec is built (the CLI
+    silences transformers' own progress bars there)."""
     check_trainable(cfg)
     try:
         run_id = run_id_for(cfg.default_run_id(), run_name, run_name_field)
     except RunIdError as exc:
         raise ConfigError(str(exc)) from None
+    if before_prepare is not None:
+        before_prepare()
     return prepare_run(cfg, out_dir, run_name=run_id, policy_path=policy_path, cache_dir=cache_dir,
                        progress=progress, task=task)

@@ -1,15 +1,19 @@
-"""A training run's spec: its id, resolved config, directory, base policy and task (:class:`TrainingRun`).
+"""A training run: its light spec (:class:`RunSpec`: id, resolved config, directory, base policy, lineage) and, where
+it trains, the spec with its task (:class:`TrainingRun`).
 
-:func:`prepare_run` makes one from a config (the embedded task and warm start, or a prepared dataset and a given
-policy); :func:`load_training_run` reads back one the ``start_run`` job registered in the store (what the Dagster
-assets and the in-pod entrypoint do). Building a spec changes nothing on disk but the embedded warm start's cache.
+:func:`prepare_run` makes a :class:`TrainingRun` from a config (the embedded task and warm start, or a prepared
+dataset and a given policy). A run the ``start_run`` job registered in the store is read back by
+:func:`load_run_spec` (no torch, no dataset: what the Dagster process needs to launch a segment elsewhere) and given
+its task by :func:`with_task` where it trains (:func:`load_training_run`: both). The run's directory is set once,
+``<runs_root>/<run_id>``, by :func:`run_dir_of`. Building a spec changes nothing on disk but the embedded warm
+start's cache.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +26,19 @@ SAMPLING_PLAN = "sampling_plan.json"
 """The file in a run's directory that records the engine settings its rollouts were drawn with (the run's
 ``sampling_plan``, kept from start to end: :func:`~.local.keep_sampling_plan`)."""
 
-@dataclass(frozen=True)
-class TrainingRun:
-    """A training run: its id, resolved config, directory (checkpoints, TensorBoard) and base policy."""
+def run_dir_of(runs_root: str | Path, run_id: str) -> Path:
+    """The directory of run ``run_id`` (checkpoints, TensorBoard, its lock): ``<runs_root>/<run_id>``, absolute."""
+    return Path(runs_root).resolve() / run_id
+
+
+class _RunPaths:
+    """What a run's directory holds, and its store record: shared by :class:`RunSpec` and :class:`TrainingRun`."""
 
     run_id: str
     config: RunConfig
     run_dir: Path
     policy_path: Path
-    task: TaskData
-    lineage: dict[str, Any] = field(default_factory=dict)
-    planned_steps: int | None = None  # the run's total as its command asked (train --steps); None: not recorded
+    lineage: dict[str, Any]
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -45,6 +51,32 @@ class TrainingRun:
     def record(self) -> RunRecord:
         lineage = {"policy": str(self.policy_path), "run_dir": str(self.run_dir), **self.lineage}
         return RunRecord.for_config(self.config, self.run_id, "train", lineage)
+
+
+@dataclass(frozen=True)
+class RunSpec(_RunPaths):
+    """A run without its task: id, resolved config, directory, base policy and lineage. Loading one imports
+    neither torch nor a dataset (what an orchestrator that trains elsewhere needs)."""
+
+    run_id: str
+    config: RunConfig
+    run_dir: Path
+    policy_path: Path
+    lineage: dict[str, Any] = field(default_factory=dict)
+    planned_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class TrainingRun(_RunPaths):
+    """A run where it trains: its spec's fields and its task (prompts, eval sets)."""
+
+    run_id: str
+    config: RunConfig
+    run_dir: Path
+    policy_path: Path
+    task: TaskData
+    lineage: dict[str, Any] = field(default_factory=dict)
+    planned_steps: int | None = None  # the run's total as its command asked (train --steps); None: not recorded
 
 
 def prepare_run(
@@ -91,7 +123,7 @@ def prepare_run(
     return TrainingRun(
         run_id=run_id,
         config=config,
-        run_dir=Path(out_dir).resolve() / run_id,
+        run_dir=run_dir_of(out_dir, run_id),
         policy_path=Path(policy_path).resolve(),
         task=task,
         lineage=lineage,
@@ -114,16 +146,35 @@ def task_for(dataset: str, config: RunConfig, data_dir: str | Path) -> TaskData 
         raise RunError(str(exc)) from exc
 
 
-def load_training_run(run: dict[str, Any], runs_root: str | Path, data_dir: str | Path) -> TrainingRun:
-    """The :class:`TrainingRun` of a store ``runs`` row registered by ``start_run``: its stored config, its base
-    policy (lineage ``policy``), its task, and its directory ``<runs_root>/<run_id>``."""
-    from ..data.registry import EMBEDDED
-
+def load_run_spec(run: dict[str, Any], runs_root: str | Path) -> RunSpec:
+    """The :class:`RunSpec` of a store ``runs`` row registered by ``start_run``: its stored config and lineage, its
+    base policy (lineage ``policy``), its directory ``<runs_root>/<run_id>``. Imports neither torch nor a dataset."""
     cfg = from_dict(json.loads(run["config_json"]))
     lineage = json.loads(run["lineage_json"] or "{}")
     if "policy" not in lineage:
         raise RunError(f"run {run['run_id']!r} has no base policy in its lineage. Fix: start it with the start_run job.")
-    root = Path(runs_root)
-    tr = prepare_run(cfg, root, run["run_id"], policy_path=lineage["policy"],
-                     task=task_for(lineage.get("dataset", EMBEDDED), cfg, data_dir))
-    return replace(tr, run_dir=root.resolve() / tr.run_id, lineage=lineage)
+    return RunSpec(run_id=run["run_id"], config=cfg, run_dir=run_dir_of(runs_root, run["run_id"]),
+                   policy_path=Path(lineage["policy"]).resolve(), lineage=lineage)
+
+
+def with_task(spec: RunSpec, data_dir: str | Path) -> TrainingRun:
+    """``spec`` with its task: the prepared dataset its lineage names under ``data_dir`` (:func:`task_for`), or the
+    embedded task built from its config. Where the run trains (this loads the data)."""
+    from ..data.registry import EMBEDDED
+
+    task = task_for(spec.lineage.get("dataset", EMBEDDED), spec.config, data_dir)
+    if task is None:
+        from ..data.task import embedded_task
+
+        if spec.config.task is None:
+            raise RunError(f"run {spec.run_id!r} has no dataset in its lineage and its config no embedded task "
+                           "section. Fix: start it with the start_run job (its `dataset`).")
+        task = embedded_task(spec.config.task, spec.config.training.prompt_template)
+    return TrainingRun(run_id=spec.run_id, config=spec.config, run_dir=spec.run_dir, policy_path=spec.policy_path,
+                       task=task, lineage=spec.lineage, planned_steps=spec.planned_steps)
+
+
+def load_training_run(run: dict[str, Any], runs_root: str | Path, data_dir: str | Path) -> TrainingRun:
+    """The :class:`TrainingRun` of a store ``runs`` row registered by ``start_run``: :func:`load_run_spec` and
+    :func:`with_task`."""
+    return with_task(load_run_spec(run, runs_root), data_dir)

@@ -33,12 +33,12 @@ from typing import Protocol
 
 import numpy as np
 
-from ..allocation import Allocator
+from ..allocation import EngineCall, StepOutcome
 from ..evaluation import EvalResult
 from ..rewards import MathGrader
 from ..rollout import EngineFactory
 from ..training import verl_batch as vb
-from .backend import StepResult
+from .backend import Update
 from .checkpoint_eval import evaluate_policy
 from .training_run import TrainingRun
 
@@ -139,43 +139,36 @@ class VerlBackend:
                  for p in sorted((directory / d).rglob("*")) if p.is_file()]
         return [*written, *files]
 
-    def step(self, allocator: Allocator) -> StepResult:
+    def generate(self, call: EngineCall, timings: dict[str, float]) -> list[np.ndarray]:
+        t0 = time.perf_counter()
+        gen, layout = vb.round_batch(call, self.rows.__getitem__)
+        out = vb.with_request_columns(gen, self.trainer.generate_sequences(gen))
+        parts = vb.split_by_request(out, layout)
+        self.payloads.put(parts, layout)
+        flat = type(out).concat(parts)
+        t1 = time.perf_counter()
+        texts, truncated = vb.decode_responses(flat, self.trainer.decode, self.trainer.eos_token_id)
+        golds = [self.run.task.golds[p] for p in flat.non_tensor_batch[vb.PROMPT_ID].tolist()]
+        rewards = self.grader.rewards(texts, golds, truncated)
+        t2 = time.perf_counter()
+        timings["generate"] += t1 - t0
+        timings["reward"] += t2 - t1
+        return vb.feedback(layout, rewards)
+
+    def update(self, outcome: StepOutcome) -> Update:
         trainer = self.trainer
-        timings = {"generate": 0.0, "reward": 0.0, "update": 0.0, "bookkeeping": 0.0}
-        session = allocator.begin_step()
-        try:
-            while (call := session.next_call()) is not None:
-                t0 = time.perf_counter()
-                gen, layout = vb.round_batch(call, self.rows.__getitem__)
-                out = vb.with_request_columns(gen, trainer.generate_sequences(gen))
-                parts = vb.split_by_request(out, layout)
-                self.payloads.put(parts, layout)
-                flat = type(out).concat(parts)
-                t1 = time.perf_counter()
-                texts, truncated = vb.decode_responses(flat, trainer.decode, trainer.eos_token_id)
-                golds = [self.run.task.golds[p] for p in flat.non_tensor_batch[vb.PROMPT_ID].tolist()]
-                rewards = self.grader.rewards(texts, golds, truncated)
-                t2 = time.perf_counter()
-                session.observe(vb.feedback(layout, rewards))
-                timings["generate"] += t1 - t0
-                timings["reward"] += t2 - t1
-                timings["bookkeeping"] += time.perf_counter() - t2
-            outcome = session.finish()
-        except BaseException:
-            allocator.abort_step()
-            raise
         trainer.sleep_replicas()  # after the step's last round only: the replicas serve every round of a step
-        t = time.perf_counter()
         batch = vb.training_batch(outcome, self.payloads)
         metrics = trainer.update_policy(batch) if batch is not None else {}
         trainer.sync_weights()
-        timings["update"] += time.perf_counter() - t
-        self.payloads.keep_only(allocator.live_rollout_ids())
         rewards = [g.rewards for g in outcome.groups]
         loss = metrics.get("actor/pg_loss")
-        return StepResult(outcome=outcome, loss=float(loss) if loss is not None else None,
-                          mean_reward=float(np.concatenate(rewards).mean()) if rewards else 0.0, timings=timings,
-                          train_stats={k: float(v) for k, v in metrics.items()})
+        return Update(loss=float(loss) if loss is not None else None,
+                      mean_reward=float(np.concatenate(rewards).mean()) if rewards else 0.0,
+                      train_stats={k: float(v) for k, v in metrics.items()})
+
+    def keep_live(self, rollout_ids: np.ndarray) -> None:
+        self.payloads.keep_only(rollout_ids)
 
     def evaluate(self, step: int) -> EvalResult:
         policy = self.trainer.export_hf(self.run.run_dir / "verl-eval")

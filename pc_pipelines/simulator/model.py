@@ -37,6 +37,7 @@ import numpy as np
 from ..allocation import Allocator, AllocatorConfig, StepOutcome
 from ..allocation.methods import Oracle
 from ..config.sim import SimConfig
+from ..run.step_loop import allocator_step
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ class Simulation:
         self.cumulative_trained = 0
 
     def step(self) -> SimStep:
-        outcome = self.allocator.run_step(self.population.sample)
+        outcome = allocator_step(self.allocator, self.population.sample)
         self.population.train(outcome)
         self.cumulative_sampled += outcome.ledger.sampled_rollouts
         self.cumulative_trained += outcome.ledger.trained_rollouts

@@ -721,23 +721,11 @@ class Store:
         """Record an attempt at the segment (``orchestrator_run_id``: the Dagster run making it); the caller holds
         the run's writer lock, so no other process is training it. A ``done`` segment stays done while it is
         re-materialized (its rows and checkpoints stay valid until the replay replaces them at its end); any other
-        becomes ``running``. Returns the row as it was (for :meth:`segment_refused`)."""
+        becomes ``running``. Returns the row as it was."""
         before, _ = self._update_segment(
             run_id, segment, "status = CASE WHEN status = 'done' THEN 'done' ELSE 'running' END, "
             "attempts = attempts + 1, orchestrator_run_id = ?", [orchestrator_run_id])
         return before
-
-    def segment_refused(self, run_id: str, segment: int, orchestrator_run_id: str | None,
-                        before: dict[str, Any]) -> bool:
-        """Undo :meth:`segment_started` for an attempt the run's writer lock refused after it was recorded (a
-        launched process found another writer): the row goes back to ``before``, unless another attempt has
-        recorded itself since. Returns whether it was put back."""
-        _, done = self._update_segment(
-            run_id, segment, "status = ?, attempts = ?, orchestrator_run_id = ?, updated_at = ?",
-            [before["status"], before["attempts"], before["orchestrator_run_id"], before["updated_at"]],
-            where="orchestrator_run_id IS NOT DISTINCT FROM ? AND attempts = ?",
-            where_params=[orchestrator_run_id, int(before["attempts"]) + 1], touch=False)
-        return done
 
     def segment_done(self, run_id: str, segment: int, cumulative_rollouts: int, eval_accuracy: float | None,
                      mean_reward_std: float | None) -> None:

@@ -274,3 +274,21 @@ def test_train_with_the_time_floor_and_first_waves_read_by_the_prior(base_policy
             "0) AS unseen FROM prompt_observations o WHERE run_id = 'floor' AND decision = 'screened_by_prior'")
     unseen = [row["unseen"] for row in json.loads(q.stdout)]
     assert unseen and max(unseen) <= floor
+
+
+def test_a_run_without_run_name_that_stops_names_its_run_id(base_policy, tmp_path):
+    """`train` without --run-name whose run stops (its --json reader went away) names the run by its default id
+    on stderr, the id the store holds it under (it used to print "run the run stopped")."""
+    args = ["train", "--method", "grpo", "--steps", "3", "--out", str(tmp_path), "--json", "--policy",
+            str(base_policy), *sets(pc=False)]
+    proc = subprocess.Popen([sys.executable, "-m", "pc_pipelines.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert json.loads(proc.stdout.readline())["step"] == 0
+    proc.stdout.close()  # the reader is gone
+    err = proc.stderr.read()
+    assert proc.wait(timeout=600) == 141, err[-2000:]
+    q = cli("sql", "--store", str(tmp_path / "pc.duckdb"), "--json", "SELECT run_id, status FROM runs")
+    ((row),) = json.loads(q.stdout)
+    assert row["status"] == "stopped" and row["run_id"].startswith("embedded-arith-grpo-s0-")
+    assert f"pilot-commit train: run {row['run_id']} stopped by SIGPIPE" in err
+    assert "the run" not in err

@@ -17,7 +17,14 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import AssetKey, DagsterInstance, DagsterRunStatus, build_schedule_context, build_sensor_context
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    DagsterRunStatus,
+    build_schedule_context,
+    build_sensor_context,
+    partition_loading_context,
+)
 from dagster._core.scheduler.instigation import InstigatorStatus
 from dagster_runs import local_resources, register_run
 
@@ -90,17 +97,19 @@ class Location:
     def sensor(self, cursor: str | None = None):
         """The sensor's tick as the daemon evaluates it (its requests, or its skip reason; the daemon loads dynamic
         partitions from the instance); ``cursor``: the one the previous tick left, as the daemon passes it on."""
-        from dagster._core.definitions.partitions.context import partition_loading_context
-
-        ctx = build_sensor_context(instance=self.instance, resources={"store": resources(self.tmp)["store"]},
-                                   definitions=self.defs, cursor=cursor)
-        with partition_loading_context(dynamic_partitions_store=self.instance):
+        with build_sensor_context(instance=self.instance, resources={"store": resources(self.tmp)["store"]},
+                                  definitions=self.defs, cursor=cursor) as ctx, \
+                partition_loading_context(dynamic_partitions_store=self.instance):
             return self.repo.get_sensor_def(SENSOR_NAME).evaluate_tick(ctx)
 
     def schedule(self, when: datetime):
-        ctx = build_schedule_context(instance=self.instance, scheduled_execution_time=when,
-                                     resources={"store": resources(self.tmp)["store"]}, repository_def=self.repo)
-        return self.repo.get_schedule_def(SCHEDULE_NAME).evaluate_tick(ctx)
+        """The schedule's tick as the daemon evaluates it. The context is closed after the tick: a schedule context
+        built on a persistent instance opens its own copy of the instance from the instance's ref when its
+        resources are built (it does here), and only closing the context exits that copy; left open, Dagster's
+        "current" definitions-state storage would stay that copy's after it is collected."""
+        with build_schedule_context(instance=self.instance, scheduled_execution_time=when,
+                                    resources={"store": resources(self.tmp)["store"]}, repository_def=self.repo) as ctx:
+            return self.repo.get_schedule_def(SCHEDULE_NAME).evaluate_tick(ctx)
 
     def launch(self, request, instigator: dict[str, str]):
         """The Dagster run a daemon creates for ``request``, queued: its tags, its run key, the instigator's tag."""

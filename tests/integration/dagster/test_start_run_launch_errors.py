@@ -191,13 +191,13 @@ VALIDATE = """query($s: PipelineSelector!, $rc: RunConfigData!) { isPipelineConf
 
 @pytest.mark.slow
 def test_the_graphql_launch_refuses_without_creating_a_run(tmp_path, monkeypatch):
-    from dagster._core.test_utils import instance_for_test
+    from dagster import instance_for_test
     from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql, infer_job_selector
 
     monkeypatch.setenv("PC_LAUNCH_TEST_ROOT", str(tmp_path))
     (tmp_path / "location.py").write_text(textwrap.dedent(LOCATION))
     # Queued runs stay queued (no daemon here): a launch that is accepted creates a run and runs nothing.
-    queued = {"run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"}}
+    queued = {"run_coordinator": {"module": "dagster", "class": "QueuedRunCoordinator"}}
     with instance_for_test(overrides=queued) as instance, \
             define_out_of_process_context(str(tmp_path / "location.py"), "defs", instance) as ctx:  # a code server
 

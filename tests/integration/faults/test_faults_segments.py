@@ -194,15 +194,15 @@ def test_a_refused_materialization_leaves_the_segment_as_it_was_and_the_sensor_w
 
 class RacingSubprocessCompute(SubprocessComputeResource):
     """``pilot-commit train-segment`` through Pipes, with another writer taking the run's lock between the asset's
-    record of the attempt and the launch (the window the asset cannot hold the lock across: the launched process
+    look at the segment and the launch (the window the asset cannot hold the lock across: the launched process
     takes it itself)."""
 
     lock_dirs: list[str]
     run_id: str
 
-    def launch(self, context, args, on_step=None):
+    def launch(self, context, args, on_message=None):
         RACERS.append(Writer(HOLD, self.run_id, *self.lock_dirs))
-        return super().launch(context, args, on_step)
+        return super().launch(context, args, on_message)
 
 
 RACERS: list[Writer] = []
@@ -210,9 +210,9 @@ RACERS: list[Writer] = []
 
 def test_a_launched_segment_refused_by_the_lock_leaves_the_segment_as_it_was(tmp_path, base_policy, writers):
     """Pipes (``SubprocessComputeResource``). A writer already holding the run: the asset refuses before it
-    launches anything. A writer taking the run between the asset's record of the attempt and the launch: the
-    launched ``train-segment`` is refused (exit 2, its Pipes session closed with ``RunBusyError``), the asset puts
-    the segment's row back exactly as it was (``planned``, 0 attempts, no Dagster run) and fails naming the
+    launches anything. A writer taking the run between the asset's look at the segment and the launch: the
+    launched ``train-segment`` is refused (exit 2, its Pipes message ``{"refused": ...}``), recording nothing: the
+    segment's row is exactly as it was (``planned``, 0 attempts, no Dagster run); the asset fails naming the
     writer. No step is written; the sensor waits while the writer lives."""
     instance = DagsterInstance.ephemeral()
     run_id = start(instance, tmp_path, base_policy, "pipes")
@@ -232,7 +232,7 @@ def test_a_launched_segment_refused_by_the_lock_leaves_the_segment_as_it_was(tmp
         res = train(instance, tmp_path, "pipes/seg-0000", by_sensor(run_id, "pipes/0/retry-1"), compute=racing)
         (racer,) = RACERS
         assert not res.success
-        assert store.segments(run_id) == before  # put back, updated_at included
+        assert store.segments(run_id) == before  # never touched, updated_at included
         assert steps(store, run_id) == []
         msg = failure(res)
         assert f"pid {racer.pid} on host {HOST} (pilot-commit train-segment (test writer)" in msg

@@ -185,9 +185,11 @@ class FakeEngine:
 
 
 def drive_step(alloc: Allocator, engine: FakeEngine, use_session: bool = True) -> StepOutcome:
-    """One step through the session interface (default) or run_step."""
+    """One step through the session interface by hand (default) or the run layer's step loop."""
     if not use_session:
-        return alloc.run_step(engine)
+        from pc_pipelines.run.step_loop import allocator_step
+
+        return allocator_step(alloc, engine)
     session = alloc.begin_step()
     while (call := session.next_call()) is not None:
         session.observe(engine(call))

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from alloc_fakes import FakeEngine, bernoulli_rule, make_rates, pc_config, scenarios
 
 from pc_pipelines.allocation import SELECTION_STRATEGIES, Allocator, BufferEntry, ReplayBuffer
+from pc_pipelines.run.step_loop import allocator_step
 
 
 def entry(entry_id: int, prompt: int, born: int, std: float = 0.5) -> BufferEntry:
@@ -69,7 +70,7 @@ def run_checked(cfg, pool, rates, steps):
     for _ in range(steps):
         before = {e.entry_id: e for e in alloc.buffer.entries}
         epoch_before = alloc.stream.epoch
-        out = alloc.run_step(engine)
+        out = allocator_step(alloc, engine)
         led, t = out.ledger, out.step
         after = {e.entry_id: e for e in alloc.buffer.entries}
 
@@ -124,7 +125,7 @@ def test_small_pool_no_longer_trains_a_prompt_twice_and_counts_replacements():
     alloc = Allocator(cfg, pool)
     replaced = 0
     for _ in range(120):
-        out = alloc.run_step(engine)
+        out = allocator_step(alloc, engine)
         trained = [g.prompt_id for g in out.groups]
         assert len(trained) == len(set(trained))
         replaced += out.ledger.buffer_replaced

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from alloc_fakes import FakeEngine, constant_rule, drive_step
 
 from pc_pipelines.allocation import Allocator, AllocatorConfig, AllocatorError, Stage
+from pc_pipelines.run.step_loop import allocator_step
 
 
 def test_engine_reusing_its_flat_reward_array_does_not_corrupt_buffered_pilots():
@@ -43,7 +44,7 @@ def test_engine_reusing_its_flat_reward_array_does_not_corrupt_buffered_pilots()
             k += req.n
         return out
 
-    out = alloc.run_step(engine)  # round 1 pilots, round 2 commits (overwrites `pool`) + more pilots
+    out = allocator_step(alloc, engine)  # round 1 pilots, round 2 commits (overwrites `pool`) + more pilots
     assert out.groups
     for g in out.groups:
         assert g.rewards.tolist() == [returned[i] for i in g.rollout_ids.tolist()]
@@ -93,8 +94,8 @@ def test_checkpoint_keeps_buffered_pilot_statistics_bit_for_bit():
 
     cfg = AllocatorConfig(method="pc", train_batch=2, n=12, n_pilot=8, oversample=2.0, seed=0)
     original = Allocator(cfg, num_prompts=50)
-    original.run_step(engine)
+    allocator_step(original, engine)
     assert len(original.buffer) > 0
     restored = Allocator.from_state_dict(json.loads(json.dumps(original.state_dict())))
-    a, b = original.run_step(engine).ledger, restored.run_step(engine).ledger
+    a, b = allocator_step(original, engine).ledger, allocator_step(restored, engine).ledger
     assert a.mean_reward_std == b.mean_reward_std

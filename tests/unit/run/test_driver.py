@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pc_pipelines.allocation import Allocator
+from pc_pipelines.allocation import EngineCall, StepOutcome
 from pc_pipelines.config import resolve
 from pc_pipelines.data.task import EvalSet, TaskData
 from pc_pipelines.errors import RunError
 from pc_pipelines.evaluation import EvalResult
 from pc_pipelines.run import TrainingRun, list_checkpoints, run_segment
-from pc_pipelines.run.backend import StepResult
+from pc_pipelines.run.backend import Update
 from pc_pipelines.run.stopping import StopFlag, StopRequested
 from pc_pipelines.store import Store
 
@@ -55,29 +55,26 @@ class ToyBackend:
         (directory / "toy.json").write_text(json.dumps({"logits": self.logits.tolist(), "payloads": self.payloads}))
         return ["toy.json"]
 
-    def step(self, allocator: Allocator) -> StepResult:
-        session = allocator.begin_step()
-        try:
-            while (call := session.next_call()) is not None:
-                if allocator.step == self.crash_in_step:  # mid-step: the step is open
-                    raise Crash(f"killed in step {allocator.step}")
-                rewards = []
-                for p, n, start in zip(call.prompt_ids.tolist(), call.n.tolist(), call.rollout_starts.tolist()):
-                    r = (np.random.random(n) < 1 / (1 + np.exp(-self.logits[p]))).astype(float)
-                    self.payloads.update({start + j: float(v) for j, v in enumerate(r)})
-                    rewards.append(r)
-                session.observe(rewards)
-            outcome = session.finish()
-        except BaseException:
-            allocator.abort_step()
-            raise
+    def generate(self, call: EngineCall, timings: dict[str, float]) -> list[np.ndarray]:
+        if call.step == self.crash_in_step:  # mid-step: the step is open
+            raise Crash(f"killed in step {call.step}")
+        rewards = []
+        for p, n, start in zip(call.prompt_ids.tolist(), call.n.tolist(), call.rollout_starts.tolist()):
+            r = (np.random.random(n) < 1 / (1 + np.exp(-self.logits[p]))).astype(float)
+            self.payloads.update({start + j: float(v) for j, v in enumerate(r)})
+            rewards.append(r)
+        return rewards
+
+    def update(self, outcome: StepOutcome) -> Update:
         trained = [self.payloads[i] for g in outcome.groups for i in g.rollout_ids.tolist()]
         for g in outcome.groups:
             self.logits[g.prompt_id] += float(np.mean([self.payloads[i] for i in g.rollout_ids.tolist()])) - 0.5
-        live = set(allocator.live_rollout_ids().tolist())
+        return Update(loss=float(np.mean(trained)) if trained else None,
+                      mean_reward=float(np.mean(trained)) if trained else 0.0)
+
+    def keep_live(self, rollout_ids: np.ndarray) -> None:
+        live = set(rollout_ids.tolist())
         self.payloads = {i: v for i, v in self.payloads.items() if i in live}
-        return StepResult(outcome=outcome, loss=float(np.mean(trained)) if trained else None,
-                          mean_reward=float(np.mean(trained)) if trained else 0.0, timings={"generate": 0.0})
 
     def evaluate(self, step: int) -> EvalResult:
         acc = float(np.mean(1 / (1 + np.exp(-self.logits))))
@@ -95,6 +92,11 @@ def toy_run(tmp_path: Path, name: str, **training) -> TrainingRun:
     cfg = resolve("embedded", sets, method="pc", seed=7)
     task = TaskData([f"p{i}" for i in range(PROMPTS)], [str(i) for i in range(PROMPTS)], [EvalSet("toy", ["q"], ["a"])])
     return TrainingRun(name, cfg, tmp_path / "runs" / name, tmp_path / "no-policy", task)
+
+
+def untimed(rec) -> dict:
+    """A step record's JSON without its seconds (wall clock)."""
+    return {k: v for k, v in rec.to_json().items() if not k.startswith("time_")}
 
 
 def final_state(run: TrainingRun, store: Store) -> dict:
@@ -124,8 +126,7 @@ def test_a_segment_that_crashes_mid_step_resumes_to_the_uninterrupted_result(tmp
     resumed = run_segment(cut, store, until_step=6, backend=ToyBackend(cut))
     assert (resumed.first_step, resumed.last_step, resumed.steps_run) == (4, 6, 3)
     assert resumed.cumulative_rollouts == res.cumulative_rollouts
-    assert [r.to_json() | {"time_generate_s": 0, "time_store_s": 0} for r in resumed.records] == \
-        [r.to_json() | {"time_generate_s": 0, "time_store_s": 0} for r in res.records[4:]]
+    assert [untimed(r) for r in resumed.records] == [untimed(r) for r in res.records[4:]]
     assert final_state(cut, store) == final_state(whole, store)
     assert store.get_run("cut")["status"] == "running"
 
@@ -189,8 +190,7 @@ def test_evaluate_last_evaluates_the_segments_last_step_and_changes_no_training(
     # The training is the uninterrupted run's, bit for bit (its evaluations draw from the global RNG: the extra
     # ones are undone): records, rows, allocator, policy, checkpoints with their RNG states.
     def training(records):
-        return [{k: v for k, v in r.to_json().items() if k not in ("eval", "eval_accuracy", "time_generate_s",
-                                                                    "time_store_s")} for r in records]
+        return [{k: v for k, v in untimed(r).items() if k not in ("eval", "eval_accuracy")} for r in records]
 
     assert training(first.records + rest.records) == training(res.records)
     assert [r.eval_accuracy for r in first.records + rest.records if r.step in (2, 5)] == \

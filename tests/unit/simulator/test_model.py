@@ -43,10 +43,11 @@ def test_oracle_trains_prompts_nearest_one_half_without_pilots():
 
 def test_oracle_outside_simulation_is_refused():
     from pc_pipelines.allocation import Allocator
+    from pc_pipelines.run.step_loop import allocator_step
 
     alloc = Allocator(AllocatorConfig(method="oracle", train_batch=2, n=2), 10)
     with pytest.raises(ConfigError, match="only runs inside Simulation"):
-        alloc.run_step(lambda call: np.zeros(call.total_rollouts))
+        allocator_step(alloc, lambda call: np.zeros(call.total_rollouts))
 
 
 def test_simulation_is_deterministic_and_seed_sensitive():

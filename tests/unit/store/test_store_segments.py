@@ -65,18 +65,3 @@ def test_a_stopped_attempt_is_recorded_stopped_not_failed(store):
     store.segment_started("r", 0, "c")  # a re-materialization of a done segment stopped: it stays done
     store.segment_stopped("r", 0, "stopped by SIGINT", orchestrator_run_id="c")
     assert row(store, 0)["status"] == "done"
-
-
-def test_a_refused_attempt_puts_the_row_back_exactly_unless_another_attempt_took_over(store):
-    store.segment_started("r", 1, "a")
-    store.segment_failed("r", 1, "OOM", orchestrator_run_id="a")
-    was = row(store, 1)
-    before = store.segment_started("r", 1, "b")
-    assert before == was
-    assert store.segment_refused("r", 1, "b", before)
-    assert row(store, 1) == was  # every column, updated_at included
-    # Another attempt recorded itself after ours: ours is not put back over it.
-    before = store.segment_started("r", 1, "c")
-    store.segment_started("r", 1, "d")
-    assert not store.segment_refused("r", 1, "c", before)
-    assert (row(store, 1)["orchestrator_run_id"], row(store, 1)["attempts"], row(store, 1)["status"]) == ("d", 3, "running")
