@@ -283,8 +283,3 @@ class StepOutcome:
     replaced: list[tuple[int, int]] = field(default_factory=list)  # (prompt_id, born) of entries a newer pilot
     # of the same prompt replaced in the buffer this step (never trained; see buffer.py "One live entry per prompt")
 
-    @property
-    def trained_rollout_ids(self) -> np.ndarray:
-        if not self.groups:
-            return np.zeros(0, np.int64)
-        return np.concatenate([g.rollout_ids for g in self.groups])

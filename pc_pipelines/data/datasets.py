@@ -474,10 +474,6 @@ def as_text(v: Any) -> str:
     return str(v)
 
 
-def _is_blank(v: Any) -> bool:
-    return _blank_why(v) is not None
-
-
 _MISSING_TEXT = ("nan",)
 """Answer texts that are a missing value written out (``str(float("nan"))``, pandas' ``astype(str)``), never a
 math answer: math-verify parses ``nan`` and ``\\boxed{nan}`` would then be graded correct against it."""

@@ -175,7 +175,7 @@ def _set_aside(run: TrainingRun, damaged: list[tuple[Path, str]], using: str) ->
 
 
 def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = True,
-             from_step: int | None = None) -> tuple[OpenRun, bool]:
+             from_step: int | None = None) -> OpenRun:
     """Restore the run from a checkpoint or start it from the base policy, on ``backend``.
 
     ``from_step`` None: the newest intact checkpoint (``resume``) or the base policy; the store forgets every row
@@ -185,7 +185,7 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
     damaged checkpoint is skipped for the newest intact one before it (or, for ``from_step``, the base policy),
     with a warning naming it. Everything is loaded before the run's status or rows change, so a refusal changes
     nothing. The caller has initialised ``store`` (:func:`run_segment`, under the run's lock). Returns the opened run
-    and whether a checkpoint was restored.
+    (its ``restored_from``: the checkpoint restored, None from the base policy).
     """
     chosen: tuple[int, Path] | None = None
     damaged: list[tuple[Path, str]] = []
@@ -247,11 +247,11 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
         if from_step is None:
             store.reopen_after(run.run_id, -2)  # a fresh start forgets any earlier attempt's rows
             shutil.rmtree(run.tensorboard_dir, ignore_errors=True)
-        return opened, False
+        return opened
     if from_step is None:
         store.reopen_after(run.run_id, chosen[0])
     log.info("resumed run %s from %s (after step %d)", run.run_id, chosen[1], display_step(chosen[0]))
-    return opened, True
+    return opened
 
 
 def run_segment(
@@ -309,7 +309,7 @@ def run_segment(
 
     with writing_run(store, run.run_id, store.run_dir(run.run_id), run.run_dir, command=_command(),
                      overwrite=overwrite, check=check) as reserve:
-        opened, _ = open_run(run, store, backend, resume=resume and not overwrite, from_step=from_step)
+        opened = open_run(run, store, backend, resume=resume and not overwrite, from_step=from_step)
         result = _train_segment(opened, steps, until_step, from_step, on_step, stop, reserve, evaluate_last)
         if finish_at is not None:
             record_finished(store, run.run_id, complete=result.last_step + 1 >= finish_at)

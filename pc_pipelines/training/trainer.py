@@ -454,18 +454,6 @@ class PolicyTrainer:
                 out[int(i)] = logp[j, : len(batch.response_ids[int(i)])].clone()
         return out
 
-    def policy_loss(
-        self,
-        old_log_prob: torch.Tensor,
-        log_prob: torch.Tensor,
-        advantages: torch.Tensor,
-        response_mask: torch.Tensor,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """:func:`clipped_policy_loss` with this trainer's config (counts taken from the given tensors)."""
-        return clipped_policy_loss(
-            old_log_prob, log_prob, advantages, response_mask, self.config, actor_config=self._actor_config
-        )
-
     def state_dict(self) -> dict[str, Any]:
         """Optimizer state plus what a resume checks. The LR is a function of the step, so there is no scheduler."""
         return {
