@@ -56,7 +56,7 @@ from pc_pipelines.data.expectations import (
     verifier_parseable,
 )
 from pc_pipelines.data.registry import DatasetSpec, datasets
-from resources import DataResource
+from pc_pipelines_dagster.resources import DataResource
 
 MAX_EXAMPLES_SHOWN = 10
 

@@ -16,7 +16,7 @@ from pydantic import Field
 from pc_pipelines.config import parse_overrides, resolve
 from pc_pipelines.data.arith import ArithProblems, build_splits
 from pc_pipelines.data.registry import EMBEDDED, get_dataset
-from resources import DataResource
+from pc_pipelines_dagster.resources import DataResource
 
 
 class EmbeddedConfig(Config):

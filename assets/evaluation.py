@@ -9,7 +9,13 @@ from pc_pipelines.errors import RunError
 from pc_pipelines.run import checkpoint_at, verify_checkpoint
 from pc_pipelines.run.stopping import process_stop
 from pc_pipelines.steps import display_step
-from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
+from pc_pipelines_dagster.resources import (
+    CheckpointResource,
+    ComputeResource,
+    DataResource,
+    RolloutEngineResource,
+    StoreResource,
+)
 
 from .training import SEGMENTS, run_for, run_spec, segment_row, training_segment
 

@@ -42,7 +42,7 @@ from pc_pipelines.reports.compare import (
 from pc_pipelines.reports.tables import format_reached, length_note, significant
 from pc_pipelines.reports.timeline import DEFAULT_TOP, RECENT_RUNS, TimelineError, recent_runs, write_timeline
 from pc_pipelines.store.schema import COMPARED_RUN_RULE
-from resources import StoreResource
+from pc_pipelines_dagster.resources import StoreResource
 
 from .evaluation import segment_eval
 

@@ -34,7 +34,13 @@ from pc_pipelines.run.stopping import StopRequested, process_stop
 from pc_pipelines.steps import display_segment, display_step, step_range
 from pc_pipelines.store import RunBusyError, Store, StoreError, hold_run
 from pc_pipelines.store.runlock import describe
-from resources import CheckpointResource, ComputeResource, DataResource, RolloutEngineResource, StoreResource
+from pc_pipelines_dagster.resources import (
+    CheckpointResource,
+    ComputeResource,
+    DataResource,
+    RolloutEngineResource,
+    StoreResource,
+)
 
 from .embedded import base_policy
 

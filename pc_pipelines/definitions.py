@@ -1,6 +1,6 @@
 """The Dagster code location (``workspace.yaml`` loads it): the assets, checks, jobs, sensors and resources,
 assembled. The environment's resources are chosen once, when the code location loads (``PC_PIPELINES_ENV`` =
-``local``, the default, ``k8s`` or ``ray``; :mod:`resources.environments`).
+``local``, the default, ``k8s`` or ``ray``; :mod:`pc_pipelines_dagster.resources.environments`).
 
 The graph: ``data`` (synthetic arithmetic, DeepMath, Polaris, the benchmarks; Great Expectations checks) ->
 ``policy`` (the SFT warm start) -> ``training`` (``training_segment``, partitioned ``<run>/seg-NNNN``; the
@@ -12,22 +12,22 @@ The graph: ``data`` (synthetic arithmetic, DeepMath, Polaris, the benchmarks; Gr
 
 from dagster import Definitions
 
-from assets import arith_task, base_policy
-from assets.data import DATA_ASSETS, DATA_CHECKS
-from assets.evaluation import segment_eval
-from assets.jobs import report_job, start_run, train_segment_job
-from assets.reports import pass_rate_timeline, rollouts_report, run_comparison
-from assets.schedules import ScheduleSettings, build_advance_schedule
-from assets.sensors import build_advance_runs_sensor
-from assets.training import SEGMENT_PROGRESS, training_segment
-from resources import environment_resources
+from pc_pipelines_dagster.assets import arith_task, base_policy
+from pc_pipelines_dagster.assets.data import DATA_ASSETS, DATA_CHECKS
+from pc_pipelines_dagster.assets.evaluation import segment_eval
+from pc_pipelines_dagster.assets.jobs import report_job, start_run, train_segment_job
+from pc_pipelines_dagster.assets.reports import pass_rate_timeline, rollouts_report, run_comparison
+from pc_pipelines_dagster.assets.schedules import ScheduleSettings, build_advance_schedule
+from pc_pipelines_dagster.assets.sensors import build_advance_runs_sensor
+from pc_pipelines_dagster.assets.training import SEGMENT_PROGRESS, training_segment
+from pc_pipelines_dagster.resources import environment_resources
 
 
 def build_definitions(resources: dict | None = None, max_failures: int = 3,
                       schedule_settings: ScheduleSettings | None = None) -> Definitions:
     """The code location with ``resources`` (default: the environment's), the sensor pausing a run after
     ``max_failures`` consecutive failures of a segment. ``schedule_settings``: the window schedule's (default: from
-    ``PC_ADVANCE_SCHEDULE_*``, :mod:`assets.schedules`); while that schedule runs, the sensor requests no segment."""
+    ``PC_ADVANCE_SCHEDULE_*``, :mod:`pc_pipelines_dagster.assets.schedules`); while that schedule runs, the sensor requests no segment."""
     advance_schedule = build_advance_schedule(schedule_settings, max_failures=max_failures)
     return Definitions(
         assets=[arith_task, base_policy, *DATA_ASSETS, training_segment, SEGMENT_PROGRESS, segment_eval, rollouts_report,

@@ -22,11 +22,17 @@ from dagster import (
     materialize,
 )
 
-from assets import arith_task, base_policy
-from assets.data import DATA_CHECKS, benchmarks
-from assets.jobs import launch_problems, report_job, start_run, train_segment_job
-from assets.sensors import REPORT_TAG, RUN_KEY_TAG, SENSOR_NAME, SENSOR_NAME_TAG, build_advance_runs_sensor
-from resources import DataResource, LocalCheckpointResource, StoreResource, local_resources
+from pc_pipelines_dagster.assets import arith_task, base_policy
+from pc_pipelines_dagster.assets.data import DATA_CHECKS, benchmarks
+from pc_pipelines_dagster.assets.jobs import launch_problems, report_job, start_run, train_segment_job
+from pc_pipelines_dagster.assets.sensors import (
+    REPORT_TAG,
+    RUN_KEY_TAG,
+    SENSOR_NAME,
+    SENSOR_NAME_TAG,
+    build_advance_runs_sensor,
+)
+from pc_pipelines_dagster.resources import DataResource, LocalCheckpointResource, StoreResource, local_resources
 
 from .cli.train import transformers_bars_off
 from .config import PC_ONLY_FIELDS, parse_overrides, resolve

@@ -8,9 +8,9 @@
   - :class:`SubprocessComputeResource`: ``PipesSubprocessClient`` on this machine (isolation without a cluster;
     what the tests drive for real);
   - :class:`K8sComputeResource`: one GPU pod through dagster-k8s's ``PipesK8sClient``, built from
-    :func:`resources.kube.segment_pod_spec`;
+    :func:`pc_pipelines_dagster.resources.kube.segment_pod_spec`;
   - :class:`KubeRayComputeResource`: a multi-node KubeRay ``RayJob`` through dagster-ray's
-    ``PipesKubeRayJobClient``, built from :func:`resources.kube.segment_rayjob` (experimental: the verl recipe);
+    ``PipesKubeRayJobClient``, built from :func:`pc_pipelines_dagster.resources.kube.segment_rayjob` (experimental: the verl recipe);
   - :class:`~resources.ray_job.RayJobComputeResource` (its own module): a job on a running Ray cluster, by the
     address of its job server, through dagster-ray's ``PipesRayJobClient`` (a local head in the tests, a KubeRay
     cluster's head service on Kubernetes).
@@ -395,7 +395,7 @@ class KubeComputeBase(PipesComputeResource):
 
 
 class K8sComputeResource(KubeComputeBase):
-    """One GPU pod per segment through ``PipesK8sClient`` (the pod spec: :func:`resources.kube.segment_pod_spec`)."""
+    """One GPU pod per segment through ``PipesK8sClient`` (the pod spec: :func:`pc_pipelines_dagster.resources.kube.segment_pod_spec`)."""
 
     gpus: int = Field(default=1, ge=0, le=16, description="GPUs of the pod (requests = limits).")
     cpu: str = Field(default="8", description="CPU of the pod (requests = limits).")

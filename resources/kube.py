@@ -55,7 +55,7 @@ def env(cfg) -> list[dict[str, Any]]:
 
 
 def segment_pod_spec(cfg, *, cpu: str | None = None, memory: str | None = None, gpus: int | None = None) -> dict[str, Any]:
-    """The pod spec of one training segment or evaluation (``cfg``: a :class:`resources.compute.KubeComputeBase`;
+    """The pod spec of one training segment or evaluation (``cfg``: a :class:`pc_pipelines_dagster.resources.compute.KubeComputeBase`;
     ``cpu`` / ``memory`` / ``gpus`` default to its ``cpu`` / ``memory`` / ``gpus``)."""
     cpu, memory = cpu or cfg.cpu, memory or cfg.memory
     gpus = cfg.gpus if gpus is None else gpus
@@ -93,7 +93,7 @@ def _ray_pod(cfg, name: str, res: dict[str, Any], ports: list[dict[str, Any]] | 
 
 
 def segment_rayjob(cfg, entrypoint: str, name: str | None = None) -> dict[str, Any]:
-    """The RayJob of one multi-node segment (``cfg``: a :class:`resources.compute.KubeRayComputeResource`): a
+    """The RayJob of one multi-node segment (``cfg``: a :class:`pc_pipelines_dagster.resources.compute.KubeRayComputeResource`): a
     CPU head running the driver (``entrypoint``) and ``cfg.workers`` GPU workers; the cluster is deleted when the
     job finishes. ``name`` None lets dagster-ray name it."""
     ports = [{"containerPort": 6379, "name": "gcs-server"}, {"containerPort": 8265, "name": "dashboard"},

@@ -10,9 +10,9 @@ import duckdb
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter, SkipReason, build_sensor_context
 
-from assets.sensors import build_advance_runs_sensor
 from pc_pipelines.reports import study_headline
-from resources import StoreResource
+from pc_pipelines_dagster.assets.sensors import build_advance_runs_sensor
+from pc_pipelines_dagster.resources import StoreResource
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from assets.jobs import start_run
-from resources import (
+from pc_pipelines_dagster.assets.jobs import start_run
+from pc_pipelines_dagster.resources import (
     DataResource,
     LocalCheckpointResource,
     LocalComputeResource,

@@ -35,7 +35,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "pc_pipelines.store", "pc_pipelines.evaluation", "pc_pipelines.reports")),
     ("run", ("pc_pipelines.run", "pc_pipelines.simulator")),
     ("command line", ("pc_pipelines.cli",)),
-    ("dagster", ("resources", "assets", "pc_pipelines.definitions", "pc_pipelines.demo")),
+    ("dagster", ("pc_pipelines_dagster.resources", "pc_pipelines_dagster.assets", "pc_pipelines.definitions",
+                 "pc_pipelines.demo")),
 )
 
 
@@ -51,15 +52,26 @@ class Edge:
         return f"{self.source} imports {self.target} (line {self.line}{', type-only' if self.type_only else ''})"
 
 
-def find_modules(root: Path, packages: tuple[str, ...]) -> dict[str, tuple[Path, bool]]:
-    """Dotted module name -> (file, is a package ``__init__``) for every ``.py`` file of ``packages`` under ``root``."""
+def find_modules(root: Path, packages: tuple[str | tuple[str, str], ...]) -> dict[str, tuple[Path, bool]]:
+    """Dotted module name -> (file, is a package ``__init__``) for every ``.py`` file of ``packages`` under ``root``.
+    A package is its folder's name, or ``(import name, folder)`` where it is installed under another name."""
     mods = {}
     for package in packages:
-        for path in sorted((root / package).rglob("*.py")):
-            parts = list(path.relative_to(root).with_suffix("").parts)
+        name, folder = package if isinstance(package, tuple) else (package, package)
+        for path in sorted((root / folder).rglob("*.py")):
+            parts = [*name.split("."), *path.relative_to(root / folder).with_suffix("").parts]
             is_pkg = parts[-1] == "__init__"
             mods[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
     return mods
+
+
+def project_packages() -> tuple[tuple[str, str], ...]:
+    """(import name, folder) of each package tree the project installs: ``pc_pipelines``, and the Dagster layer's
+    folders under the names pyproject.toml's ``package-dir`` gives them."""
+    import tomllib
+
+    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    return (("pc_pipelines", "pc_pipelines"), *sorted(package_dir.items()))
 
 
 def _type_checking_nodes(tree: ast.AST) -> set[int]:
@@ -250,7 +262,7 @@ def test_a_module_in_no_layer_is_reported(tmp_path):
 # ---- the checker on this project ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def project():
-    mods = find_modules(ROOT, ("pc_pipelines", "assets", "resources"))
+    mods = find_modules(ROOT, project_packages())
     return mods, import_edges(mods)
 
 
@@ -277,7 +289,7 @@ def test_allocation_imports_only_numpy_at_runtime():
 
 @pytest.mark.parametrize(
     "module",
-    ["resources", "pc_pipelines.definitions", "pc_pipelines.demo", "pc_pipelines.run", "pc_pipelines.cli",
+    ["pc_pipelines_dagster.resources", "pc_pipelines.definitions", "pc_pipelines.demo", "pc_pipelines.run", "pc_pipelines.cli",
      "pc_pipelines.rollout"],
 )
 def test_loading_the_code_location_does_not_import_torch(module):
@@ -321,7 +333,7 @@ def test_only_the_code_location_and_its_demo_import_dagster():
                 continue
             for name in names:
                 top = name.split(".")[0]
-                assert top not in ("assets", "resources"), (path, name)
+                assert top != "pc_pipelines_dagster", (path, name)
                 assert not (top == "dagster" or top.startswith("dagster_")) or top == "dagster_pipes", (path, name)
 
 
@@ -358,6 +370,15 @@ def test_nothing_in_the_package_imports_research(tmp_path):
     assert hits == []
 
 
+def test_no_code_imports_the_dagster_folders_by_their_bare_names():
+    """``assets/`` and ``resources/`` install as ``pc_pipelines_dagster.assets`` / ``.resources``: a bare ``import
+    assets`` finds nothing in an install, and in a checkout a second copy of the module from the working directory."""
+    files = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    hits = [f"{path}:{line} imports {name}" for path in files.split() for line, name in absolute_imports(ROOT / path)
+            if name.split(".")[0] in ("assets", "resources")]
+    assert len(files.split()) > 100 and hits == []
+
+
 def test_definitions_assemble_the_jobs_and_the_sensor():
     from pc_pipelines.definitions import defs
 
@@ -370,6 +391,6 @@ def test_definitions_assemble_the_jobs_and_the_sensor():
 
 def test_every_layer_entry_names_a_module_that_exists():
     """A stale entry (a module moved away) would silently stop guarding anything."""
-    mods = find_modules(ROOT, ("pc_pipelines", "resources", "assets"))
+    mods = find_modules(ROOT, project_packages())
     stale = [e for _, entries in LAYERS for e in entries if e.rstrip("$") not in mods]
     assert stale == []

@@ -1,4 +1,4 @@
-"""The window schedule's time arithmetic and settings (:mod:`assets.schedules`): a window that wraps midnight, one
+"""The window schedule's time arithmetic and settings (:mod:`pc_pipelines_dagster.assets.schedules`): a window that wraps midnight, one
 that ends at 24:00, wall-clock times in a named timezone across daylight saving time, when it next opens, and the
 environment variables with their defaults and errors."""
 
@@ -7,7 +7,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from assets.schedules import (
+from pc_pipelines.errors import ConfigError
+from pc_pipelines_dagster.assets.schedules import (
     DEFAULT_CRON,
     ENV_CRON,
     ENV_DEFAULT,
@@ -17,7 +18,6 @@ from assets.schedules import (
     TimeWindow,
     check_cron,
 )
-from pc_pipelines.errors import ConfigError
 
 UTC = ZoneInfo("UTC")
 BERLIN = ZoneInfo("Europe/Berlin")

@@ -28,13 +28,20 @@ from dagster import (
 from dagster._core.scheduler.instigation import InstigatorStatus
 from dagster_runs import local_resources, register_run
 
-from assets.schedules import SCHEDULE_NAME, ScheduleSettings, TimeWindow
-from assets.sensors import REPORT_TAG, RUN_KEY_TAG, RUN_TAG, SCHEDULE_NAME_TAG, SENSOR_NAME, SENSOR_NAME_TAG
-from assets.training import ADVANCED_BY_TAG
 from pc_pipelines.definitions import build_definitions
 from pc_pipelines.demo import sensor_run_tags
 from pc_pipelines.errors import ConfigError
 from pc_pipelines.store import Store
+from pc_pipelines_dagster.assets.schedules import SCHEDULE_NAME, ScheduleSettings, TimeWindow
+from pc_pipelines_dagster.assets.sensors import (
+    REPORT_TAG,
+    RUN_KEY_TAG,
+    RUN_TAG,
+    SCHEDULE_NAME_TAG,
+    SENSOR_NAME,
+    SENSOR_NAME_TAG,
+)
+from pc_pipelines_dagster.assets.training import ADVANCED_BY_TAG
 
 pytestmark = [pytest.mark.integration]
 

@@ -10,11 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, AssetSelection, Definitions, materialize
 
-from assets import arith_task, base_policy
-from assets.data import DATA_ASSETS, DATA_CHECKS, benchmarks, deepmath, polaris
 from pc_pipelines.data.benchmarks import EVAL_SETS_DIR
 from pc_pipelines.data.datasets import PREPARED_SCHEMA, QUARANTINE_SCHEMA, problem_id
-from resources import DataResource
+from pc_pipelines_dagster.assets import arith_task, base_policy
+from pc_pipelines_dagster.assets.data import DATA_ASSETS, DATA_CHECKS, benchmarks, deepmath, polaris
+from pc_pipelines_dagster.resources import DataResource
 
 pytestmark = pytest.mark.integration
 
@@ -452,12 +452,12 @@ from pc_pipelines.data.registry import register_dataset
 register_dataset(TOY)  # what its line in the registry's _REGISTERED does, before the code location is imported
 
 from dagster import AssetKey, materialize
-from assets.data import DATA_CHECKS, toy
-from assets.jobs import StartRunConfig
+from pc_pipelines_dagster.assets.data import DATA_CHECKS, toy
+from pc_pipelines_dagster.assets.jobs import StartRunConfig
 from pc_pipelines.config import resolve
 from pc_pipelines.definitions import build_definitions
 from pc_pipelines.run import task_for
-from resources import DataResource, local_resources
+from pc_pipelines_dagster.resources import DataResource, local_resources
 
 copy, out = sys.argv[2], sys.argv[3]
 graph = build_definitions().resolve_asset_graph()

@@ -6,9 +6,9 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import materialize
 
-from assets import arith_task, base_policy
 from pc_pipelines.definitions import defs
-from resources import DataResource
+from pc_pipelines_dagster.assets import arith_task, base_policy
+from pc_pipelines_dagster.resources import DataResource
 
 pytestmark = pytest.mark.integration
 

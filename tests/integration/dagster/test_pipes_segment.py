@@ -12,11 +12,11 @@ import sys
 import pytest
 from dagster import DagsterInstance, materialize
 
-from assets.evaluation import segment_eval
-from assets.jobs import start_run
-from assets.training import training_segment
 from pc_pipelines.store import Store
-from resources import (
+from pc_pipelines_dagster.assets.evaluation import segment_eval
+from pc_pipelines_dagster.assets.jobs import start_run
+from pc_pipelines_dagster.assets.training import training_segment
+from pc_pipelines_dagster.resources import (
     DataResource,
     LocalCheckpointResource,
     StoreResource,

@@ -32,12 +32,12 @@ from dagster import DagsterInstance, materialize
 from safetensors.torch import load_file
 
 import pc_pipelines
-from assets.evaluation import segment_eval
-from assets.jobs import start_run
-from assets.training import training_segment
 from pc_pipelines.run import list_checkpoints
 from pc_pipelines.store import Store
-from resources import (
+from pc_pipelines_dagster.assets.evaluation import segment_eval
+from pc_pipelines_dagster.assets.jobs import start_run
+from pc_pipelines_dagster.assets.training import training_segment
+from pc_pipelines_dagster.resources import (
     DataResource,
     LocalCheckpointResource,
     LocalComputeResource,

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from dagster import materialize
 
-from assets.reports import pass_rate_timeline, rollouts_report, run_comparison
 from pc_pipelines.config import resolve
 from pc_pipelines.reports import DEFAULT_TOP
 from pc_pipelines.simulator import record_simulation
 from pc_pipelines.store import RunRecord, Store
-from resources import StoreResource
+from pc_pipelines_dagster.assets.reports import pass_rate_timeline, rollouts_report, run_comparison
+from pc_pipelines_dagster.resources import StoreResource
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -31,8 +31,8 @@ TINY = ["allocator.train_batch=4", "allocator.n=8", "allocator.n_pilot=2", "allo
 MATERIALIZE = """
 import json, sys
 from dagster import DagsterInstance, materialize
-from assets.training import training_segment
-from resources import (DataResource, LocalCheckpointResource, StoreResource, SubprocessComputeResource,
+from pc_pipelines_dagster.assets.training import training_segment
+from pc_pipelines_dagster.resources import (DataResource, LocalCheckpointResource, StoreResource, SubprocessComputeResource,
                        TransformersEngineResource)
 tmp, key = sys.argv[1], sys.argv[2]
 res = {"data": DataResource(out_dir=tmp + "/data"), "store": StoreResource(path=tmp + "/pc.duckdb"),
@@ -113,8 +113,8 @@ def test_a_launched_segment_that_fails_records_its_own_error_and_one_that_never_
     from dagster import materialize
     from dagster_runs import local_resources
 
-    from assets.training import training_segment
-    from resources import SubprocessComputeResource
+    from pc_pipelines_dagster.assets.training import training_segment
+    from pc_pipelines_dagster.resources import SubprocessComputeResource
 
     policy = tmp_path / "policy"
     shutil.copytree(base_policy, policy)

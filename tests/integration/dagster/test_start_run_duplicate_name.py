@@ -9,9 +9,9 @@ import shlex
 import pytest
 from dagster import DagsterInstance
 
-from assets.jobs import OP, start_run
 from pc_pipelines.store import Store
-from resources import DataResource, LocalCheckpointResource, StoreResource
+from pc_pipelines_dagster.assets.jobs import OP, start_run
+from pc_pipelines_dagster.resources import DataResource, LocalCheckpointResource, StoreResource
 
 pytestmark = [pytest.mark.integration]
 

@@ -10,10 +10,10 @@ import textwrap
 import pytest
 from dagster import DagsterInstance, DagsterInvalidConfigError
 
-from assets.jobs import OP, launch_check, launch_problems, start_run
-from assets.training import SEGMENTS
 from pc_pipelines.store.names import RUN_ID_PATTERN
-from resources import DataResource, LocalCheckpointResource, StoreResource
+from pc_pipelines_dagster.assets.jobs import OP, launch_check, launch_problems, start_run
+from pc_pipelines_dagster.assets.training import SEGMENTS
+from pc_pipelines_dagster.resources import DataResource, LocalCheckpointResource, StoreResource
 
 pytestmark = [pytest.mark.integration]
 
@@ -151,9 +151,9 @@ import os
 
 from dagster import Definitions, job
 
-from assets.jobs import register_training_run
+from pc_pipelines_dagster.assets.jobs import register_training_run
 from pc_pipelines.definitions import build_definitions
-from resources import (
+from pc_pipelines_dagster.resources import (
     DataResource,
     LocalCheckpointResource,
     LocalComputeResource,

@@ -20,14 +20,14 @@ from dagster import (
 from dagster_runs import local_resources, register_run
 from safetensors.torch import load_file
 
-from assets.evaluation import segment_eval
-from assets.jobs import start_run
-from assets.sensors import build_advance_runs_sensor
-from assets.training import NOT_CURVES, SEGMENT_PROGRESS, SEGMENTS, training_segment
 from pc_pipelines.run import latest_checkpoint, list_checkpoints
 from pc_pipelines.store import Store
-from resources import StoreResource, TransformersEngineResource
-from resources.engines import RolloutEngineResource
+from pc_pipelines_dagster.assets.evaluation import segment_eval
+from pc_pipelines_dagster.assets.jobs import start_run
+from pc_pipelines_dagster.assets.sensors import build_advance_runs_sensor
+from pc_pipelines_dagster.assets.training import NOT_CURVES, SEGMENT_PROGRESS, SEGMENTS, training_segment
+from pc_pipelines_dagster.resources import StoreResource, TransformersEngineResource
+from pc_pipelines_dagster.resources.engines import RolloutEngineResource
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 from dagster import DagsterInstance
 
-from assets.sensors import advance, sensor_tag
 from pc_pipelines.store import STEP_TABLES, RunRecord, Store, hold_run
+from pc_pipelines_dagster.assets.sensors import advance, sensor_tag
 
 pytestmark = pytest.mark.integration
 

@@ -456,9 +456,14 @@ def _good_jsonl(tmp_path: Path) -> Path:
 def test_start_run_refuses_ignored_or_nonfinite_overrides(tmp_path, overrides, needles):
     from dagster import DagsterInstance, DagsterInvalidConfigError
 
-    from assets.jobs import start_run
-    from resources import DataResource, LocalCheckpointResource, LocalComputeResource, StoreResource
-    from resources.engines import TransformersEngineResource
+    from pc_pipelines_dagster.assets.jobs import start_run
+    from pc_pipelines_dagster.resources import (
+        DataResource,
+        LocalCheckpointResource,
+        LocalComputeResource,
+        StoreResource,
+    )
+    from pc_pipelines_dagster.resources.engines import TransformersEngineResource
 
     store = tmp_path / "pc.duckdb"
     resources = {"data": DataResource(out_dir=str(tmp_path / "data")), "store": StoreResource(path=str(store)),

@@ -26,8 +26,8 @@ from dagster import DagsterInstance, materialize
 from dagster_runs import local_resources, register_run
 from fault_cli import ENV, cli, no_traceback
 
-from assets.training import training_segment
 from pc_pipelines.store import Store
+from pc_pipelines_dagster.assets.training import training_segment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -31,10 +31,16 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus, SkipReason, build_sensor_context, materialize
 from dagster_runs import local_resources, register_run
 
-from assets.sensors import RUN_KEY_TAG, RUN_TAG, SENSOR_NAME, SENSOR_NAME_TAG, build_advance_runs_sensor
-from assets.training import training_segment
 from pc_pipelines.store import Store
-from resources import StoreResource, SubprocessComputeResource, TransformersEngineResource
+from pc_pipelines_dagster.assets.sensors import (
+    RUN_KEY_TAG,
+    RUN_TAG,
+    SENSOR_NAME,
+    SENSOR_NAME_TAG,
+    build_advance_runs_sensor,
+)
+from pc_pipelines_dagster.assets.training import training_segment
+from pc_pipelines_dagster.resources import StoreResource, SubprocessComputeResource, TransformersEngineResource
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -304,8 +310,8 @@ def manual_run(instance, tmp: Path, partition: str, status: DagsterRunStatus, as
     from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
     from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
-    from assets.evaluation import segment_eval
     from pc_pipelines.definitions import build_definitions
+    from pc_pipelines_dagster.assets.evaluation import segment_eval
 
     job = build_definitions(resources(tmp)).resolve_implicit_global_asset_job_def()
     origin = RemoteJobOrigin(RemoteRepositoryOrigin(InProcessCodeLocationOrigin(

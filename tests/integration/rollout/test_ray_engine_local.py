@@ -81,11 +81,11 @@ def test_a_dagster_segment_on_ray_actors_equals_the_single_engine_and_lets_its_r
     from dagster import DagsterInstance, materialize
     from safetensors.torch import load_file
 
-    from assets.evaluation import segment_eval
-    from assets.jobs import start_run
-    from assets.training import training_segment
     from pc_pipelines.store import Store
-    from resources import (
+    from pc_pipelines_dagster.assets.evaluation import segment_eval
+    from pc_pipelines_dagster.assets.jobs import start_run
+    from pc_pipelines_dagster.assets.training import training_segment
+    from pc_pipelines_dagster.resources import (
         DataResource,
         LocalCheckpointResource,
         LocalComputeResource,

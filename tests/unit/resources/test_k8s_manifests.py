@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from resources import K8sComputeResource, KubeRayComputeResource, k8s_resources
+from pc_pipelines_dagster.resources import K8sComputeResource, KubeRayComputeResource, k8s_resources
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from pydantic import ValidationError
 
-from resources import (
+from pc_pipelines_dagster.resources import (
     ENVIRONMENTS,
     LocalComputeResource,
     PipesComputeResource,
@@ -96,7 +96,7 @@ def test_the_ray_environment_selects_it_on_one_shared_directory(tmp_path):
 
 
 def test_a_bad_ray_worker_count_names_the_variable_and_the_fix():
-    from resources import k8s_resources
+    from pc_pipelines_dagster.resources import k8s_resources
 
     env = {"PC_K8S_IMAGE": "img:1", "PC_K8S_COMPUTE": "rayjob"}
     assert k8s_resources({**env, "PC_K8S_RAY_WORKERS": "4"})["compute"].workers == 4
@@ -125,8 +125,8 @@ def test_the_token_goes_in_a_header_from_the_environment_never_in_the_config(mon
 
 
 def test_the_local_loops_engine_is_chosen_by_pc_rollout_actors():
-    from resources import RayRolloutEngineResource, TransformersEngineResource
-    from resources.environments import local_engine
+    from pc_pipelines_dagster.resources import RayRolloutEngineResource, TransformersEngineResource
+    from pc_pipelines_dagster.resources.environments import local_engine
 
     assert isinstance(local_engine({}), TransformersEngineResource)
     engine = local_engine({"PC_ROLLOUT_ACTORS": "3", "PC_ROLLOUT_CHUNK": "64"})

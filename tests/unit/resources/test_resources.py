@@ -2,7 +2,7 @@
 
 import json
 
-from resources import (
+from pc_pipelines_dagster.resources import (
     DataResource,
     LocalCheckpointResource,
     LocalComputeResource,

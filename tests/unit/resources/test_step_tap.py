@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dagster import PipesMessageReader, PipesSubprocessClient, PipesTempFileMessageReader
 
 from pc_pipelines.run import REFUSED
-from resources.compute import LaunchMessages, tapped_reader
+from pc_pipelines_dagster.resources.compute import LaunchMessages, tapped_reader
 
 STEP = {"step": 3, "sampled_rollouts": 96, "trained_rollouts": 64, "loss": -0.01, "mean_reward": 0.5,
         "reward_std": 0.4, "cumulative_rollouts": 400, "time_update_s": 1.5}

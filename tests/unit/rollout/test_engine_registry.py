@@ -111,7 +111,7 @@ def test_the_command_line_refuses_an_unregistered_engine(capsys):
 
 
 def test_the_resources_accept_a_registered_engine_and_check_its_devices(toy):
-    from resources import (
+    from pc_pipelines_dagster.resources import (
         K8sComputeResource,
         RayJobComputeResource,
         RayRolloutEngineResource,
@@ -133,7 +133,11 @@ def test_the_resources_accept_a_registered_engine_and_check_its_devices(toy):
 
 
 def test_the_resources_refuse_an_unregistered_engine():
-    from resources import RayRolloutEngineResource, RegisteredEngineResource, SubprocessComputeResource
+    from pc_pipelines_dagster.resources import (
+        RayRolloutEngineResource,
+        RegisteredEngineResource,
+        SubprocessComputeResource,
+    )
 
     for make in (lambda: SubprocessComputeResource(engine="toy"), lambda: RayRolloutEngineResource(engine="toy"),
                  lambda: RegisteredEngineResource(engine="toy")):

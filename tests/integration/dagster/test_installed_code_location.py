@@ -1,0 +1,52 @@
+"""A non-editable install (what a user's image gets from `pip install .`, k8s/Dockerfile) carries the Dagster layer
+under the project's name: ``pc_pipelines_dagster.assets`` and ``pc_pipelines_dagster.resources``, no top-level
+``assets`` or ``resources`` package in site-packages (another distribution's would collide with them), and the code
+location loads from the install alone, in a folder where the checkout's folders are not on the path."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "--target", str(target), str(ROOT)],
+                   check=True, capture_output=True, text=True, timeout=600)
+    return target
+
+
+def run_installed(installed: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(installed), "DAGSTER_HOME": str(cwd)}
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
+
+
+def test_the_install_has_no_top_level_assets_or_resources(installed):
+    packages = sorted(p.name for p in installed.iterdir() if p.name not in ("bin",) and not p.name.endswith(".dist-info"))
+    assert packages == ["pc_pipelines", "pc_pipelines_dagster"]
+    assert sorted(p.name for p in (installed / "pc_pipelines_dagster").iterdir()) == ["assets", "resources"]
+
+
+def test_the_code_location_loads_from_the_install(installed, tmp_path):
+    probe = ("import sys, importlib.util as u, pc_pipelines.definitions as d, pc_pipelines_dagster.assets as a;"
+             "print(d.__file__); print(a.__file__);"
+             "print([n for n in ('assets', 'resources') if u.find_spec(n) is not None]);"
+             "print(sorted(j.name for j in d.defs.resolve_all_job_defs() if not j.name.startswith('__')))")
+    out = run_installed(installed, tmp_path, "-c", probe)
+    assert out.returncode == 0, out.stderr
+    definitions, assets, bare, jobs = out.stdout.splitlines()[-4:]
+    assert definitions.startswith(str(installed)) and assets.startswith(str(installed / "pc_pipelines_dagster"))
+    assert bare == "[]"  # `import assets` / `import resources` mean nothing of ours
+    assert {"start_run", "train_segment", "report"} <= set(eval(jobs))
+    validate = run_installed(installed, tmp_path, "-m", "dagster", "definitions", "validate",
+                             "-m", "pc_pipelines.definitions")
+    assert validate.returncode == 0, validate.stdout + validate.stderr
