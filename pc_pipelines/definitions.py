@@ -15,11 +15,11 @@ from dagster import Definitions
 from pc_pipelines_dagster.assets import arith_task, base_policy
 from pc_pipelines_dagster.assets.data import DATA_ASSETS, DATA_CHECKS
 from pc_pipelines_dagster.assets.evaluation import segment_eval
-from pc_pipelines_dagster.assets.jobs import report_job, start_run, train_segment_job
 from pc_pipelines_dagster.assets.reports import pass_rate_timeline, rollouts_report, run_comparison
-from pc_pipelines_dagster.assets.schedules import ScheduleSettings, build_advance_schedule
-from pc_pipelines_dagster.assets.sensors import build_advance_runs_sensor
 from pc_pipelines_dagster.assets.training import SEGMENT_PROGRESS, training_segment
+from pc_pipelines_dagster.automation.jobs import report_job, start_run, train_segment_job
+from pc_pipelines_dagster.automation.schedules import ScheduleSettings, build_advance_schedule
+from pc_pipelines_dagster.automation.sensors import build_advance_runs_sensor
 from pc_pipelines_dagster.resources import environment_resources
 
 
@@ -27,7 +27,7 @@ def build_definitions(resources: dict | None = None, max_failures: int = 3,
                       schedule_settings: ScheduleSettings | None = None) -> Definitions:
     """The code location with ``resources`` (default: the environment's), the sensor pausing a run after
     ``max_failures`` consecutive failures of a segment. ``schedule_settings``: the window schedule's (default: from
-    ``PC_ADVANCE_SCHEDULE_*``, :mod:`pc_pipelines_dagster.assets.schedules`); while that schedule runs, the sensor requests no segment."""
+    ``PC_ADVANCE_SCHEDULE_*``, :mod:`pc_pipelines_dagster.automation.schedules`); while that schedule runs, the sensor requests no segment."""
     advance_schedule = build_advance_schedule(schedule_settings, max_failures=max_failures)
     return Definitions(
         assets=[arith_task, base_policy, *DATA_ASSETS, training_segment, SEGMENT_PROGRESS, segment_eval, rollouts_report,

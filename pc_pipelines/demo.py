@@ -24,8 +24,8 @@ from dagster import (
 
 from pc_pipelines_dagster.assets import arith_task, base_policy
 from pc_pipelines_dagster.assets.data import DATA_CHECKS, benchmarks
-from pc_pipelines_dagster.assets.jobs import launch_problems, report_job, start_run, train_segment_job
-from pc_pipelines_dagster.assets.sensors import (
+from pc_pipelines_dagster.automation.jobs import launch_problems, report_job, start_run, train_segment_job
+from pc_pipelines_dagster.automation.sensors import (
     REPORT_TAG,
     RUN_KEY_TAG,
     SENSOR_NAME,

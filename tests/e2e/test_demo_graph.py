@@ -11,7 +11,7 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter, SkipReason, build_sensor_context
 
 from pc_pipelines.reports import study_headline
-from pc_pipelines_dagster.assets.sensors import build_advance_runs_sensor
+from pc_pipelines_dagster.automation.sensors import build_advance_runs_sensor
 from pc_pipelines_dagster.resources import StoreResource
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pc_pipelines_dagster.assets.jobs import start_run
+from pc_pipelines_dagster.automation.jobs import start_run
 from pc_pipelines_dagster.resources import (
     DataResource,
     LocalCheckpointResource,

@@ -11,7 +11,7 @@ from pc_pipelines.allocation import Allocator, check_config
 from pc_pipelines.cli import build_parser
 from pc_pipelines.config import OVERSAMPLE_MAX, AllocatorConfig, TrainingConfig, available_presets, resolve
 from pc_pipelines.errors import ConfigError, brief_text, field_error
-from pc_pipelines_dagster.assets.jobs import StartRunConfig, check_start_run
+from pc_pipelines_dagster.automation.jobs import StartRunConfig, check_start_run
 
 
 # ---- PC's eviction settings with a method that has no pilots ----------------------------------------------------

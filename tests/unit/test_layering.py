@@ -35,8 +35,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "pc_pipelines.store", "pc_pipelines.evaluation", "pc_pipelines.reports")),
     ("run", ("pc_pipelines.run", "pc_pipelines.simulator")),
     ("command line", ("pc_pipelines.cli",)),
-    ("dagster", ("pc_pipelines_dagster.resources", "pc_pipelines_dagster.assets", "pc_pipelines.definitions",
-                 "pc_pipelines.demo")),
+    ("dagster", ("pc_pipelines_dagster.resources", "pc_pipelines_dagster.assets", "pc_pipelines_dagster.automation",
+                 "pc_pipelines.definitions", "pc_pipelines.demo")),
 )
 
 
@@ -365,7 +365,7 @@ def test_nothing_in_the_package_imports_research(tmp_path):
     assert absolute_imports(planted) == [(1, "json"), (5, "research")]
     assert (ROOT / "research" / "study.py").is_file() and not (PKG / "study.py").exists()
     hits = [f"{path.relative_to(ROOT)}:{line} imports {name}"
-            for package in ("pc_pipelines", "assets", "resources") for path in sorted((ROOT / package).rglob("*.py"))
+            for package in ("pc_pipelines", "assets", "automation", "resources") for path in sorted((ROOT / package).rglob("*.py"))
             for line, name in absolute_imports(path) if name.split(".")[0] in SCRIPT_FOLDERS]
     assert hits == []
 
@@ -375,7 +375,7 @@ def test_no_code_imports_the_dagster_folders_by_their_bare_names():
     assets`` finds nothing in an install, and in a checkout a second copy of the module from the working directory."""
     files = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     hits = [f"{path}:{line} imports {name}" for path in files.split() for line, name in absolute_imports(ROOT / path)
-            if name.split(".")[0] in ("assets", "resources")]
+            if name.split(".")[0] in ("assets", "automation", "resources")]
     assert len(files.split()) > 100 and hits == []
 
 

@@ -32,4 +32,4 @@ def test_every_package_folder_is_installed():
     missing, stale = sorted(on_disk - set(setuptools["packages"])), sorted(set(setuptools["packages"]) - on_disk)
     assert (missing, stale) == ([], []), (
         f"pyproject.toml [tool.setuptools] packages: add {missing}, remove {stale} (one line per package folder)")
-    assert {"pc_pipelines_dagster.assets", "pc_pipelines_dagster.resources"} <= on_disk
+    assert {"pc_pipelines_dagster.assets", "pc_pipelines_dagster.automation", "pc_pipelines_dagster.resources"} <= on_disk

@@ -1,4 +1,4 @@
-"""The window schedule's time arithmetic and settings (:mod:`pc_pipelines_dagster.assets.schedules`): a window that wraps midnight, one
+"""The window schedule's time arithmetic and settings (:mod:`pc_pipelines_dagster.automation.schedules`): a window that wraps midnight, one
 that ends at 24:00, wall-clock times in a named timezone across daylight saving time, when it next opens, and the
 environment variables with their defaults and errors."""
 
@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from pc_pipelines.errors import ConfigError
-from pc_pipelines_dagster.assets.schedules import (
+from pc_pipelines_dagster.automation.schedules import (
     DEFAULT_CRON,
     ENV_CRON,
     ENV_DEFAULT,

@@ -32,8 +32,9 @@ from pc_pipelines.definitions import build_definitions
 from pc_pipelines.demo import sensor_run_tags
 from pc_pipelines.errors import ConfigError
 from pc_pipelines.store import Store
-from pc_pipelines_dagster.assets.schedules import SCHEDULE_NAME, ScheduleSettings, TimeWindow
-from pc_pipelines_dagster.assets.sensors import (
+from pc_pipelines_dagster.assets.training import ADVANCED_BY_TAG
+from pc_pipelines_dagster.automation.schedules import SCHEDULE_NAME, ScheduleSettings, TimeWindow
+from pc_pipelines_dagster.automation.sensors import (
     REPORT_TAG,
     RUN_KEY_TAG,
     RUN_TAG,
@@ -41,7 +42,6 @@ from pc_pipelines_dagster.assets.sensors import (
     SENSOR_NAME,
     SENSOR_NAME_TAG,
 )
-from pc_pipelines_dagster.assets.training import ADVANCED_BY_TAG
 
 pytestmark = [pytest.mark.integration]
 

@@ -453,7 +453,7 @@ register_dataset(TOY)  # what its line in the registry's _REGISTERED does, befor
 
 from dagster import AssetKey, materialize
 from pc_pipelines_dagster.assets.data import DATA_CHECKS, toy
-from pc_pipelines_dagster.assets.jobs import StartRunConfig
+from pc_pipelines_dagster.automation.jobs import StartRunConfig
 from pc_pipelines.config import resolve
 from pc_pipelines.definitions import build_definitions
 from pc_pipelines.run import task_for

@@ -33,13 +33,13 @@ def run_installed(installed: Path, cwd: Path, *args: str) -> subprocess.Complete
 def test_the_install_has_no_top_level_assets_or_resources(installed):
     packages = sorted(p.name for p in installed.iterdir() if p.name not in ("bin",) and not p.name.endswith(".dist-info"))
     assert packages == ["pc_pipelines", "pc_pipelines_dagster"]
-    assert sorted(p.name for p in (installed / "pc_pipelines_dagster").iterdir()) == ["assets", "resources"]
+    assert sorted(p.name for p in (installed / "pc_pipelines_dagster").iterdir()) == ["assets", "automation", "resources"]
 
 
 def test_the_code_location_loads_from_the_install(installed, tmp_path):
     probe = ("import sys, importlib.util as u, pc_pipelines.definitions as d, pc_pipelines_dagster.assets as a;"
              "print(d.__file__); print(a.__file__);"
-             "print([n for n in ('assets', 'resources') if u.find_spec(n) is not None]);"
+             "print([n for n in ('assets', 'automation', 'resources') if u.find_spec(n) is not None]);"
              "print(sorted(j.name for j in d.defs.resolve_all_job_defs() if not j.name.startswith('__')))")
     out = run_installed(installed, tmp_path, "-c", probe)
     assert out.returncode == 0, out.stderr

@@ -35,8 +35,8 @@ import pc_pipelines
 from pc_pipelines.run import list_checkpoints
 from pc_pipelines.store import Store
 from pc_pipelines_dagster.assets.evaluation import segment_eval
-from pc_pipelines_dagster.assets.jobs import start_run
 from pc_pipelines_dagster.assets.training import training_segment
+from pc_pipelines_dagster.automation.jobs import start_run
 from pc_pipelines_dagster.resources import (
     DataResource,
     LocalCheckpointResource,

@@ -10,7 +10,7 @@ import pytest
 from dagster import DagsterInstance
 
 from pc_pipelines.store import Store
-from pc_pipelines_dagster.assets.jobs import OP, start_run
+from pc_pipelines_dagster.automation.jobs import OP, start_run
 from pc_pipelines_dagster.resources import DataResource, LocalCheckpointResource, StoreResource
 
 pytestmark = [pytest.mark.integration]

@@ -1,7 +1,7 @@
 """A bad ``start_run`` config is refused when it is launched, before a run exists (issue 33, point 4): in process
 (``execute_in_process`` raises, no run, nothing in the store) and through the webserver's GraphQL launch, the path of
 the UI's Launch button (an answer naming the field, no run created). Each refusal is one line: "configuration error:
-start_run config <field> ...: why. Fix: ...". The job's config mapping (``assets.jobs.launch_check``) does it; a
+start_run config <field> ...: why. Fix: ...". The job's config mapping (``pc_pipelines_dagster.automation.jobs.launch_check``) does it; a
 valid config is passed on unchanged, and a job with the same op but no mapping still accepts ``total_steps: -10`` at
 launch (what Dagster's own schema checks, the reason for the mapping)."""
 
@@ -11,8 +11,8 @@ import pytest
 from dagster import DagsterInstance, DagsterInvalidConfigError
 
 from pc_pipelines.store.names import RUN_ID_PATTERN
-from pc_pipelines_dagster.assets.jobs import OP, launch_check, launch_problems, start_run
 from pc_pipelines_dagster.assets.training import SEGMENTS
+from pc_pipelines_dagster.automation.jobs import OP, launch_check, launch_problems, start_run
 from pc_pipelines_dagster.resources import DataResource, LocalCheckpointResource, StoreResource
 
 pytestmark = [pytest.mark.integration]
@@ -151,7 +151,7 @@ import os
 
 from dagster import Definitions, job
 
-from pc_pipelines_dagster.assets.jobs import register_training_run
+from pc_pipelines_dagster.automation.jobs import register_training_run
 from pc_pipelines.definitions import build_definitions
 from pc_pipelines_dagster.resources import (
     DataResource,

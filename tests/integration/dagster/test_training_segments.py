@@ -23,9 +23,9 @@ from safetensors.torch import load_file
 from pc_pipelines.run import latest_checkpoint, list_checkpoints
 from pc_pipelines.store import Store
 from pc_pipelines_dagster.assets.evaluation import segment_eval
-from pc_pipelines_dagster.assets.jobs import start_run
-from pc_pipelines_dagster.assets.sensors import build_advance_runs_sensor
 from pc_pipelines_dagster.assets.training import NOT_CURVES, SEGMENT_PROGRESS, SEGMENTS, training_segment
+from pc_pipelines_dagster.automation.jobs import start_run
+from pc_pipelines_dagster.automation.sensors import build_advance_runs_sensor
 from pc_pipelines_dagster.resources import StoreResource, TransformersEngineResource
 from pc_pipelines_dagster.resources.engines import RolloutEngineResource
 

@@ -17,7 +17,7 @@ import pytest
 from dagster import DagsterInstance
 
 from pc_pipelines.store import STEP_TABLES, RunRecord, Store, hold_run
-from pc_pipelines_dagster.assets.sensors import advance, sensor_tag
+from pc_pipelines_dagster.automation.sensors import advance, sensor_tag
 
 pytestmark = pytest.mark.integration
 

@@ -98,7 +98,7 @@ def test_a_100k_character_value_is_echoed_cut_in_one_line(store, args, needles):
 SCHEDULE_PROBE = textwrap.dedent("""
     from datetime import datetime
     from zoneinfo import ZoneInfo
-    from pc_pipelines_dagster.assets.schedules import ScheduleSettings
+    from pc_pipelines_dagster.automation.schedules import ScheduleSettings
     window = ScheduleSettings.from_env().window
     berlin = ZoneInfo("Europe/Berlin")
     print(window, window.contains(datetime(2025, 3, 30, 3, 15, tzinfo=berlin)))

@@ -456,7 +456,7 @@ def _good_jsonl(tmp_path: Path) -> Path:
 def test_start_run_refuses_ignored_or_nonfinite_overrides(tmp_path, overrides, needles):
     from dagster import DagsterInstance, DagsterInvalidConfigError
 
-    from pc_pipelines_dagster.assets.jobs import start_run
+    from pc_pipelines_dagster.automation.jobs import start_run
     from pc_pipelines_dagster.resources import (
         DataResource,
         LocalCheckpointResource,

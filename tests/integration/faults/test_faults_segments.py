@@ -32,14 +32,14 @@ from dagster import DagsterInstance, DagsterRunStatus, SkipReason, build_sensor_
 from dagster_runs import local_resources, register_run
 
 from pc_pipelines.store import Store
-from pc_pipelines_dagster.assets.sensors import (
+from pc_pipelines_dagster.assets.training import training_segment
+from pc_pipelines_dagster.automation.sensors import (
     RUN_KEY_TAG,
     RUN_TAG,
     SENSOR_NAME,
     SENSOR_NAME_TAG,
     build_advance_runs_sensor,
 )
-from pc_pipelines_dagster.assets.training import training_segment
 from pc_pipelines_dagster.resources import StoreResource, SubprocessComputeResource, TransformersEngineResource
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

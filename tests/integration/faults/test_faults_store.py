@@ -179,7 +179,7 @@ def test_store_paths_with_glob_characters_read_only_their_own_runs(tmp_path):
 def test_start_run_refuses_a_glob_run_name_before_anything_is_written(tmp_path):
     from dagster import DagsterInstance, DagsterInvalidConfigError
 
-    from pc_pipelines_dagster.assets.jobs import start_run
+    from pc_pipelines_dagster.automation.jobs import start_run
     from pc_pipelines_dagster.resources import DataResource, LocalCheckpointResource, StoreResource
 
     resources = {"data": DataResource(out_dir=str(tmp_path / "data")),

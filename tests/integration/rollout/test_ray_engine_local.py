@@ -83,8 +83,8 @@ def test_a_dagster_segment_on_ray_actors_equals_the_single_engine_and_lets_its_r
 
     from pc_pipelines.store import Store
     from pc_pipelines_dagster.assets.evaluation import segment_eval
-    from pc_pipelines_dagster.assets.jobs import start_run
     from pc_pipelines_dagster.assets.training import training_segment
+    from pc_pipelines_dagster.automation.jobs import start_run
     from pc_pipelines_dagster.resources import (
         DataResource,
         LocalCheckpointResource,

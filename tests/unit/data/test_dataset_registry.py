@@ -96,7 +96,7 @@ def test_a_registered_dataset_is_trained_on_from_its_prepared_files(toy, tmp_pat
 
 
 def test_start_run_offers_a_registered_dataset_and_refuses_it_once_unregistered(toy):
-    from pc_pipelines_dagster.assets.jobs import dataset_choices
+    from pc_pipelines_dagster.automation.jobs import dataset_choices
 
     assert dataset_choices() == ("auto", "embedded", "deepmath", "polaris", "toy")
     unregister_dataset("toy")

@@ -34,11 +34,10 @@ from pc_pipelines.run import task_for
 from pc_pipelines.run.segments import SegmentPlan, partition_key
 from pc_pipelines.run.start import check_trainable, start_training_run
 from pc_pipelines.store.names import RUN_ID_RULE, RunIdError, run_id_for
+from pc_pipelines_dagster.assets.evaluation import segment_eval
+from pc_pipelines_dagster.assets.reports import pass_rate_timeline, rollouts_report, run_comparison
+from pc_pipelines_dagster.assets.training import SEGMENTS, training_segment
 from pc_pipelines_dagster.resources import CheckpointResource, DataResource, StoreResource
-
-from .evaluation import segment_eval
-from .reports import pass_rate_timeline, rollouts_report, run_comparison
-from .training import SEGMENTS, training_segment
 
 
 def dataset_choices() -> tuple[str, ...]:

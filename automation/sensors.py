@@ -17,7 +17,7 @@ into the views it decides on.
 A ``running`` segment whose Dagster run ended while nothing else is in flight is recorded ``failed`` (it counts
 towards the pause limit), only if the row is still that run's attempt.
 
-**Sensor and schedule.** The ``advance_runs_in_window`` schedule (:mod:`pc_pipelines_dagster.assets.schedules`, off by default) advances
+**Sensor and schedule.** The ``advance_runs_in_window`` schedule (:mod:`pc_pipelines_dagster.automation.schedules`, off by default) advances
 runs with the same rule, :func:`advance` (one evaluation shared by both), but only inside its time window. The rule
 between them: **while that schedule is running, the sensor requests no segment** (it says so in its skip reason)
 and goes on doing everything else (recording interrupted segments, pausing, finishing, the report); stop the
@@ -62,10 +62,10 @@ from pc_pipelines.run.segments import Action, RunView, SegmentError, SegmentView
 from pc_pipelines.steps import display_segment
 from pc_pipelines.store import Store
 from pc_pipelines.store.runlock import live_writer
+from pc_pipelines_dagster.assets.training import ADVANCED_BY_TAG, training_segment
 from pc_pipelines_dagster.resources import StoreResource
 
 from .jobs import report_job, train_segment_job
-from .training import ADVANCED_BY_TAG, training_segment
 
 SENSOR_NAME = "advance_runs"
 RUN_TAG = "pc/run"  # one training segment in flight per run: the run queue limits this tag per unique value

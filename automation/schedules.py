@@ -1,5 +1,5 @@
 """The ``advance_runs_in_window`` schedule: advances training runs only inside a daily time window (a shared
-cluster's nights, say), by the ``advance_runs`` sensor's own rule (:func:`pc_pipelines_dagster.assets.sensors.advance`). **Off by
+cluster's nights, say), by the ``advance_runs`` sensor's own rule (:func:`pc_pipelines_dagster.automation.sensors.advance`). **Off by
 default**: start it in the UI (Automation), or set ``PC_ADVANCE_SCHEDULE_DEFAULT=running``.
 
 On each tick (its cron) inside the window it requests each active run's next segment, pauses a run after repeated
@@ -9,7 +9,7 @@ records, pauses, finishes and requests the report: keep it running, it alone req
 segments start only in the window; stop the schedule and the sensor advances runs again at its next tick. Each
 sees the other's requests in flight (``pc/run``) and never reuses the other's run keys; ``pc/advanced_by`` on a
 segment's Dagster run says which one requested it (``schedule:advance_runs_in_window`` or ``sensor:advance_runs``).
-The module docstring of :mod:`pc_pipelines_dagster.assets.sensors` has the details.
+The module docstring of :mod:`pc_pipelines_dagster.automation.sensors` has the details.
 
 **Config.** A schedule's cron must be known when the code location loads, so its settings are read once, then,
 from environment variables (:meth:`ScheduleSettings.from_env`; the code location's, e.g. the Helm values'
