@@ -36,13 +36,6 @@ from dagster import (
 from pydantic import Field, create_model
 
 from pc_pipelines.data.benchmarks import BENCHMARK_SPECS, BENCHMARKS, BENCHMARKS_DATASET, prepare_benchmarks
-from pc_pipelines.data.datasets import (
-    BINARY_PARTS,
-    PREPARED_SCHEMA,
-    QUARANTINE_REASONS,
-    DatasetError,
-    PreparedDataset,
-)
 from pc_pipelines.data.expectations import (
     CHECK_NO_BINARY,
     CHECK_NON_EMPTY,
@@ -55,6 +48,8 @@ from pc_pipelines.data.expectations import (
     validate_prepared,
     verifier_parseable,
 )
+from pc_pipelines.data.prepare import BINARY_PARTS, PREPARED_SCHEMA, QUARANTINE_REASONS, PreparedDataset
+from pc_pipelines.data.readers import DatasetError
 from pc_pipelines.data.registry import DatasetSpec, datasets
 from pc_pipelines_dagster.resources import DataResource
 

@@ -31,14 +31,8 @@ import pyarrow as pa
 
 from pc_pipelines.rewards.extract import extract_boxed
 
-from .datasets import (
-    DatasetError,
-    PreparedDataset,
-    as_text,
-    parse_number,
-    prepare_rows,
-    read_json_rows,
-)
+from .prepare import PreparedDataset, parse_number, prepare_rows
+from .readers import DatasetError, as_text, read_json_rows
 from .spec import EVAL, DatasetSpec
 
 log = logging.getLogger(__name__)

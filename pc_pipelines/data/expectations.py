@@ -28,7 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .datasets import BINARY_PARTS, check_golds, normalize_final_answer, verifier_gold
+from .prepare import BINARY_PARTS, check_golds, normalize_final_answer, verifier_gold
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +269,7 @@ def _jsonable(v: Any) -> Any:
 
 def verifier_parseable(table: pa.Table, *, grader=None, workers: int | None = None) -> ValidationReport:
     """Every ``answer`` must parse as a gold for the grader (``MathGrader.check_gold``, after
-    ``datasets.verifier_gold``); failing rows are reported like a GE expectation, with the grader's reason."""
+    ``prepare.verifier_gold``); failing rows are reported like a GE expectation, with the grader's reason."""
     t0 = time.perf_counter()
     n = table.num_rows
     if "answer" not in table.column_names:

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .benchmarks import BENCHMARK_SPECS, BENCHMARKS, BENCHMARKS_SUBDIR
-from .datasets import DatasetError, PreparedDataset
+from .prepare import PreparedDataset
+from .readers import DatasetError
 from .task import EvalSet, TaskData
 
 log = logging.getLogger(__name__)

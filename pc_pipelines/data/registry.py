@@ -15,7 +15,7 @@ location (one asset, config and set of checks per generic dataset, built by ``as
 path settings and their ``PC_<NAME>_PATH`` variables; the ``training_segment`` and ``segment_eval`` deps;
 ``start_run``'s ``dataset`` choices) and ``--data-dir``'s help.
 
-Adding a dataset: its module (``data/<name>.py``: ``load``, ``prepare`` with :func:`~.datasets.prepare_rows`, and its
+Adding a dataset: its module (``data/<name>.py``: ``load``, ``prepare`` with :func:`~.prepare.prepare_rows`, and its
 ``DatasetSpec``) and one line in :data:`_REGISTERED` below. docs/ARCHITECTURE.md, "How to add ...", shows one.
 """
 
@@ -26,7 +26,8 @@ from typing import Any
 
 from ..errors import RunError
 from .benchmarks import BENCHMARKS_DATASET
-from .datasets import DEEPMATH_DATASET, POLARIS_DATASET
+from .deepmath import DEEPMATH_DATASET
+from .polaris import POLARIS_DATASET
 from .prepared import load_prepared_task
 from .spec import EVAL, ROLES, TRAINING, DatasetSpec
 from .task import TaskData
@@ -84,7 +85,7 @@ def auto_dataset(has_task: bool) -> str:
 def load_task(name: str, config: Any, data_dir: str | Path) -> TaskData | None:
     """The task of a run on training dataset ``name`` (``config``: its :class:`~pc_pipelines.config.RunConfig`): its
     spec's ``task``, or the prepared files under ``data_dir``. None: the run builds it (the embedded task). Raises
-    :class:`~.datasets.DatasetError` (files) or :class:`~pc_pipelines.errors.RunError` (settings) with the fix."""
+    :class:`~.readers.DatasetError` (files) or :class:`~pc_pipelines.errors.RunError` (settings) with the fix."""
     spec = get_dataset(name, TRAINING)
     if spec.task is not None:
         return spec.task(config, Path(data_dir))

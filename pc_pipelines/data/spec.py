@@ -49,10 +49,10 @@ class DatasetSpec:
     and ``<name>.stats.json`` beside it)."""
     load: Callable[[str | None], Any] | None = None
     """``load(path)``: the raw rows (a pyarrow Table) from the local copy at ``path`` (``DataResource.<name>_path``;
-    None when unset: raise :class:`~.datasets.DatasetError` saying how to provide it)."""
+    None when unset: raise :class:`~.readers.DatasetError` saying how to provide it)."""
     prepare: Callable[..., Any] | None = None
-    """``prepare(table, heldout=, seed=, gold_workers=)``: a :class:`~.datasets.PreparedDataset` of source ``name``
-    (usually :func:`~.datasets.prepare_rows`: filters, quarantine, held-out split)."""
+    """``prepare(table, heldout=, seed=, gold_workers=)``: a :class:`~.prepare.PreparedDataset` of source ``name``
+    (usually :func:`~.prepare.prepare_rows`: filters, quarantine, held-out split)."""
     heldout: int = 0
     """Rows held out by default (the asset config's ``heldout``)."""
     forbid_binary: bool = False

@@ -134,7 +134,7 @@ def task_for(dataset: str, config: RunConfig, data_dir: str | Path) -> TaskData 
     """The task of a run on ``dataset``, a training dataset of the registry (:mod:`pc_pipelines.data.registry`):
     None for the embedded task (:func:`prepare_run` builds it), else what its spec loads (the prepared dataset under
     ``data_dir``). Raises :class:`RunError` saying how to fix a missing one."""
-    from ..data.datasets import DatasetError
+    from ..data.readers import DatasetError
     from ..data.registry import TRAINING, dataset_names, load_task
 
     names = dataset_names(TRAINING)

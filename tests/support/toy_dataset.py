@@ -2,7 +2,8 @@
 (the shared pipeline: quarantine, gold check, held-out split) and its registry entry. The tests register it for a
 while (``register_dataset(TOY)``); a real one is one line in ``pc_pipelines/data/registry.py``'s ``_REGISTERED``."""
 
-from pc_pipelines.data.datasets import load_table, parse_number, prepare_rows
+from pc_pipelines.data.prepare import parse_number, prepare_rows
+from pc_pipelines.data.readers import load_table
 from pc_pipelines.data.spec import DatasetSpec
 
 COLUMNS = ("question", "answer")

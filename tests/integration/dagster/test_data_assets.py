@@ -11,7 +11,7 @@ import pytest
 from dagster import AssetKey, AssetSelection, Definitions, materialize
 
 from pc_pipelines.data.benchmarks import EVAL_SETS_DIR
-from pc_pipelines.data.datasets import PREPARED_SCHEMA, QUARANTINE_SCHEMA, problem_id
+from pc_pipelines.data.prepare import PREPARED_SCHEMA, QUARANTINE_SCHEMA, problem_id
 from pc_pipelines_dagster.assets import arith_task, base_policy
 from pc_pipelines_dagster.assets.data import DATA_ASSETS, DATA_CHECKS, benchmarks, deepmath, polaris
 from pc_pipelines_dagster.resources import DataResource

@@ -248,7 +248,7 @@ def test_sensor_pauses_a_run_after_consecutive_failures(tmp_path, base_policy):
 
 def prepared(rows: list[tuple[str, str, str]]) -> pa.Table:
     """Rows (problem, answer, split) in the data assets' prepared schema."""
-    from pc_pipelines.data.datasets import PREPARED_SCHEMA
+    from pc_pipelines.data.prepare import PREPARED_SCHEMA
 
     return pa.table(
         {"id": [f"r{i}" for i in range(len(rows))], "problem": [r[0] for r in rows], "answer": [r[1] for r in rows],

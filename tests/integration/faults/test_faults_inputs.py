@@ -24,7 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pc_pipelines.data.datasets import DatasetError, load_polaris, load_table, prepare_polaris
+from pc_pipelines.data.polaris import load_polaris, prepare_polaris
+from pc_pipelines.data.readers import DatasetError, load_table
 from pc_pipelines.rewards import MathGrader
 
 ROOT = Path(__file__).resolve().parents[3]

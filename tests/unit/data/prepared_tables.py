@@ -2,7 +2,7 @@
 
 import pyarrow as pa
 
-from pc_pipelines.data.datasets import PREPARED_SCHEMA
+from pc_pipelines.data.prepare import PREPARED_SCHEMA
 
 
 def table(ids, problems, answers) -> pa.Table:

@@ -17,7 +17,8 @@ from pc_pipelines.data.benchmarks import (
     prepare_benchmark,
     prepare_benchmarks,
 )
-from pc_pipelines.data.datasets import PREPARED_SCHEMA, DatasetError
+from pc_pipelines.data.prepare import PREPARED_SCHEMA
+from pc_pipelines.data.readers import DatasetError
 from pc_pipelines.rewards import MathGrader, extract_boxed, math_reward
 
 REAL_DIR = EVAL_SETS_DIR

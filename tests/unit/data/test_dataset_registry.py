@@ -5,15 +5,19 @@ resource setting: ``tests/integration/dagster/test_data_assets.py``.)"""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+import pc_pipelines.data
 from pc_pipelines.config import resolve
 from pc_pipelines.data.registry import (
     EMBEDDED,
+    EMBEDDED_DATASET,
     EVAL,
     TRAINING,
     DatasetSpec,
@@ -103,3 +107,38 @@ def test_start_run_offers_a_registered_dataset_and_refuses_it_once_unregistered(
     assert dataset_choices() == ("auto", "embedded", "deepmath", "polaris")
     with pytest.raises(RunError, match=r"dataset 'toy' is not one of \('embedded', 'deepmath', 'polaris'\)"):
         task_for("toy", resolve("embedded", {}, method="grpo"), "unused")
+
+
+def _spec_definitions(path: Path) -> list[str]:
+    """The ``DatasetSpec(...)`` calls in a module's source, each as the name it is assigned to at the top level
+    (``"?"`` for a call bound otherwise: in a list, a loop, a function)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    assigned = {}
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if len(targets) == 1 and isinstance(targets[0], ast.Name):
+                assigned[id(node.value)] = targets[0].id
+    return [assigned.get(id(n), "?") for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and (getattr(n.func, "id", None) == "DatasetSpec" or getattr(n.func, "attr", None) == "DatasetSpec")]
+
+
+def test_each_registered_dataset_is_defined_in_a_module_of_its_own():
+    """docs/ARCHITECTURE.md, "How to add a dataset": ``pc_pipelines/data/<name>.py`` holds one dataset (its loader,
+    preparation and spec) and the registry lists it. Every module of the data package defines at most one spec,
+    and each registered spec but the built-in embedded task's (the registry's own) is defined in the module named
+    after it."""
+    package = Path(pc_pipelines.data.__file__).parent
+    defined_in: dict[int, str] = {}
+    for path in sorted(package.glob("*.py")):
+        names = _spec_definitions(path)
+        assert len(names) <= 1, f"{path.name} defines {len(names)} DatasetSpecs {names}: one module per dataset"
+        if names:
+            module = importlib.import_module(f"pc_pipelines.data.{path.stem}")
+            spec = getattr(module, names[0])
+            assert isinstance(spec, DatasetSpec), (path.name, names[0])
+            defined_in[id(spec)] = path.stem
+    assert defined_in[id(EMBEDDED_DATASET)] == "registry"
+    registered = [d for d in datasets() if d is not EMBEDDED_DATASET]
+    assert [d.name for d in registered] == ["deepmath", "polaris", "benchmarks"]
+    assert {d.name: defined_in.get(id(d)) for d in registered} == {d.name: d.name for d in registered}

@@ -1,4 +1,5 @@
-"""DeepMath / Polaris loading and preparation (pc_pipelines.data.datasets) on small files in the real schemas."""
+"""DeepMath / Polaris loading and preparation (pc_pipelines.data.deepmath, .polaris, and the shared .readers and
+.prepare) on small files in the real schemas."""
 
 import json
 import random
@@ -8,22 +9,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pc_pipelines.data.datasets import (
+from pc_pipelines.data.deepmath import load_deepmath, prepare_deepmath
+from pc_pipelines.data.polaris import load_polaris, prepare_polaris
+from pc_pipelines.data.prepare import (
     PREPARED_SCHEMA,
     QUARANTINE_SCHEMA,
-    DatasetError,
     PreparedDataset,
     binary_part,
     check_golds,
-    load_deepmath,
-    load_polaris,
-    load_table,
     normalize_final_answer,
-    prepare_deepmath,
-    prepare_polaris,
     verifier_gold,
 )
 from pc_pipelines.data.prepared import to_task_data
+from pc_pipelines.data.readers import DatasetError, load_table
 from pc_pipelines.rewards import MathGrader
 
 TEMPLATE = "{question} Let's think step by step and output the final answer within \\boxed{{}}."

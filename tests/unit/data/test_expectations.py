@@ -8,12 +8,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pc_pipelines.data.datasets import PREPARED_SCHEMA, prepare_deepmath
+from pc_pipelines.data.deepmath import prepare_deepmath
 from pc_pipelines.data.expectations import (
     ValidationReport,
     validate_prepared,
     verifier_parseable,
 )
+from pc_pipelines.data.prepare import PREPARED_SCHEMA
 from pc_pipelines.rewards import MathGrader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
