@@ -1,6 +1,6 @@
 """The preparation every dataset shares (training sets and benchmarks): a loaded table's problems and answers ->
 kept rows in :data:`PREPARED_SCHEMA`, rejected rows in :data:`QUARANTINE_SCHEMA` with a reason each, counts, and a
-seeded held-out split. (:mod:`.prepared` reads the written files back as a run's task.) Public API::
+seeded held-out split. (:mod:`.prepared_task` reads the written files back as a run's task.) Public API::
 
     prepare_rows(source, problems, answers, difficulties, parse_difficulty, *, drop_binary, heldout, seed, grader,
                  gold_workers, split=None, dedupe=True, id_of=None) -> PreparedDataset

@@ -28,7 +28,7 @@ from ..errors import RunError
 from .benchmarks import BENCHMARKS_DATASET
 from .deepmath import DEEPMATH_DATASET
 from .polaris import POLARIS_DATASET
-from .prepared import load_prepared_task
+from .prepared_task import load_prepared_task
 from .spec import EVAL, ROLES, TRAINING, DatasetSpec
 from .task import TaskData
 

@@ -65,7 +65,7 @@ class DatasetSpec:
     task: Callable[[Any, Path], Any] | None = None
     """``task(run_config, data_dir)``: the run's :class:`~.task.TaskData`, or None when :func:`~pc_pipelines.run.
     prepare_run` builds it (the embedded task). None here: the prepared files under ``data_dir``
-    (:func:`~.prepared.load_prepared_task`: the ``train`` rows, the ``heldout`` rows and the benchmarks)."""
+    (:func:`~.prepared_task.load_prepared_task`: the ``train`` rows, the ``heldout`` rows and the benchmarks)."""
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):

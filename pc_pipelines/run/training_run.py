@@ -92,7 +92,7 @@ def prepare_run(
 
     Without ``task``: the embedded task's data and base policy (built and cached on first use unless
     ``policy_path`` names an HF model directory). With ``task`` (a real dataset prepared by the Dagster data
-    assets, see :func:`pc_pipelines.data.prepared.load_prepared_task`): that task and the HF model at
+    assets, see :func:`pc_pipelines.data.prepared_task.load_prepared_task`): that task and the HF model at
     ``policy_path``."""
     import torch
 

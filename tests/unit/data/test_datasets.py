@@ -20,7 +20,7 @@ from pc_pipelines.data.prepare import (
     normalize_final_answer,
     verifier_gold,
 )
-from pc_pipelines.data.prepared import to_task_data
+from pc_pipelines.data.prepared_task import to_task_data
 from pc_pipelines.data.readers import DatasetError, load_table
 from pc_pipelines.rewards import MathGrader
 
