@@ -3,6 +3,7 @@ partition per segment), ``train_segment`` trains and evaluates one segment (the 
 it, one partition at a time, or the ``advance_runs_in_window`` schedule in its window) and ``report`` rebuilds
 ``rollouts_report``, ``pass_rate_timeline`` and ``run_comparison`` (the sensor launches it once when a run finishes)."""
 
+import functools
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal
@@ -27,7 +28,7 @@ from pydantic import Field
 
 from pc_pipelines.allocation import training_methods
 from pc_pipelines.config import RunConfig, available_presets, parse_overrides, resolve
-from pc_pipelines.config.presets import INT_MAX
+from pc_pipelines.config.presets import INT_MAX, presets_state
 from pc_pipelines.data.registry import EMBEDDED, TRAINING, auto_dataset, dataset_names, datasets, or_list
 from pc_pipelines.errors import ConfigError, RunError, brief, shell_command, sql_string
 from pc_pipelines.run import task_for
@@ -92,8 +93,9 @@ def register_training_run(
     data: DataResource,
 ) -> str:
     """Resolve the run's config, register it and its segment plan in the store, add its partitions."""
-    # The launch ran the same checks (the job's config mapping, launch_check); they run again here, where the run is
-    # registered, for what may have changed since (a dataset unregistered, a preset file edited).
+    # Checked once in this process: Dagster ran the job's config mapping (launch_check) on this config when it
+    # resolved the run's config here, before this op; check_start_run gives that check's outcome (run directly,
+    # without the mapping, it checks now).
     try:
         cfg, dataset = check_start_run(config)
     except ConfigError as exc:  # the message names the setting and the fix: no traceback
@@ -224,7 +226,29 @@ def _pydantic_problems(exc: pydantic.ValidationError) -> dict[str, str]:
 def check_start_run(config: StartRunConfig) -> tuple[RunConfig, str]:
     """What start_run checks before its warm start: the preset, the overrides (they parse, resolve and keep the
     segment boundaries), the method and strategy names, the run id, the dataset and what it needs. The resolved
-    config and the dataset; :class:`ConfigError` naming the start_run field and the fix otherwise."""
+    config and the dataset; :class:`ConfigError` naming the start_run field and the fix otherwise.
+
+    Checked once per process for a config and the preset files as they are: Dagster resolves a run's config
+    several times in one process (``execute_in_process`` three times: the plan, the orchestration and the execution
+    context; a run worker as many), running the config mapping (:func:`launch_check`) each time, and the op reads
+    the resolved config after it. The outcome is kept per config and preset files' contents, so a preset edited
+    between two launches is read again; each process (the code server at launch, the run worker) checks anew."""
+    outcome = _checked(config.model_dump_json(), presets_state())
+    if isinstance(outcome, ConfigError):
+        raise ConfigError(str(outcome))
+    return outcome
+
+
+@functools.lru_cache(maxsize=32)
+def _checked(config_json: str, presets: tuple) -> tuple[RunConfig, str] | ConfigError:
+    """:func:`_check_start_run` of the config ``config_json``, its refusal returned (kept like a result)."""
+    try:
+        return _check_start_run(StartRunConfig.model_validate_json(config_json))
+    except ConfigError as exc:
+        return exc
+
+
+def _check_start_run(config: StartRunConfig) -> tuple[RunConfig, str]:
     if config.preset not in available_presets():
         raise ConfigError(f"start_run config preset {brief(config.preset)}: no such preset. Fix: use one of "
                           f"{available_presets()} (`pilot-commit presets`).")

@@ -206,8 +206,9 @@ class LocalComputeResource(ComputeResource):
         segment: int | None = None,
         attempt: str | None = None,
     ) -> SegmentResult:
-        return run_segment(run, store, steps, resume=True, on_step=on_step, device=self.device,
-                           engine_factory=engine_factory, from_step=from_step, until_step=until_step, stop=stop)
+        return run_segment(run, store, steps, on_step=on_step, device=self.device,
+                           engine_factory=engine_factory, from_step=from_step, until_step=until_step, stop=stop,
+                           lock_held=True)  # the caller holds the run's lock (launches_process False)
 
     def evaluate(self, run: TrainingRun, store: Store, step: int, engine_factory: EngineFactory | None = None,
                  context: Any = None) -> EvalResult:

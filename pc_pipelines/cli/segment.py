@@ -144,9 +144,9 @@ def _run(args: argparse.Namespace, reporter: Callable[[], Any], stop=None) -> Se
             backend = VerlBackend(run, engine_factory=engines, device=args.device, nnodes=args.nnodes,
                                   gpus_per_node=args.gpus_per_node, overrides=args.recipe_set)
         return run_segment(run, store, from_step=args.from_step, until_step=args.until_step, on_step=rep.step,
-                           device=args.device, engine_factory=engines, stop=stop, backend=backend)
+                           device=args.device, engine_factory=engines, stop=stop, backend=backend, lock_held=True)
 
-    # One writer per run (run_segment takes the same lock again; it counts per process).
+    # One writer per run, taken once: run_segment trains under this lock (lock_held).
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(hold_run(spec.run_id, store.run_dir(spec.run_id), spec.run_dir,

@@ -197,6 +197,7 @@ def _train(args: argparse.Namespace, stop) -> int:
     if args.resume and args.overwrite:
         raise ConfigError("--resume and --overwrite contradict each other. Fix: --resume continues the run, "
                           "--overwrite deletes it and starts over; pass one.")
+    start = "overwrite" if args.overwrite else "resume" if args.resume else "new"  # the driver's one value
     cfg = run_config(args, check=False)  # --method, else --set allocator.method, else the preset's; checked where
     # the run starts (start_training_run: the registries, a simulator-only method, the run id), before any work
     out = Path(args.out)
@@ -247,8 +248,7 @@ def _train(args: argparse.Namespace, stop) -> int:
             bar.update(1)  # one refresh, with this step's numbers
 
         try:
-            res = run_segment(run, store, until_step=args.steps - 1, resume=args.resume,
-                              overwrite=args.overwrite, on_step=on_step, stop=stop,
+            res = run_segment(run, store, until_step=args.steps - 1, start=start, on_step=on_step, stop=stop,
                               evaluate_last=not args.no_final_eval, finish_at=args.steps)
         except RunBusyError:
             bar.leave = False  # another process writes the run: refused before it started, no bar left on screen

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
+import hashlib
 import re
 import typing
 from dataclasses import MISSING, fields
@@ -38,6 +39,13 @@ _ONE_VALUE = "give {key} one plain value; quote a string that YAML would read ot
 
 def available_presets() -> list[str]:
     return sorted(p.name[:-5] for p in resources.files("pc_pipelines.presets").iterdir() if p.name.endswith(".yaml"))
+
+
+def presets_state() -> tuple[tuple[str, str], ...]:
+    """Each preset file's name and the sha256 of its contents: what a config resolved from them depends on (a cache
+    of resolved configs keys on it)."""
+    files = resources.files("pc_pipelines.presets").iterdir()
+    return tuple(sorted((p.name, hashlib.sha256(p.read_bytes()).hexdigest()) for p in files if p.name.endswith(".yaml")))
 
 
 def load_preset(name: str) -> dict[str, Any]:

@@ -30,6 +30,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -174,6 +175,11 @@ def _set_aside(run: TrainingRun, damaged: list[tuple[Path, str]], using: str) ->
                     f"moved it aside to {moved.name} (delete it once inspected)" if moved else "ignored it", using)
 
 
+Start = Literal["resume", "new", "overwrite"]
+"""How :func:`run_segment` opens its run: one value, so no pair of flags is left to reconcile (``pilot-commit
+train`` maps ``--resume`` / ``--overwrite`` to it, refusing both at once)."""
+
+
 def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = True,
              from_step: int | None = None) -> OpenRun:
     """Restore the run from a checkpoint or start it from the base policy, on ``backend``.
@@ -258,17 +264,17 @@ def run_segment(
     run: TrainingRun,
     store: Store,
     steps: int | None = None,
-    resume: bool = True,
+    start: Start = "resume",
     on_step: Callable[[StepRecord], None] | None = None,
     device: str = "cpu",
     engine_factory: EngineFactory | None = None,
     from_step: int | None = None,
     until_step: int | None = None,
-    overwrite: bool = False,
     stop: StopFlag | None = None,
     backend: Backend | None = None,
     evaluate_last: bool = False,
     finish_at: int | None = None,
+    lock_held: bool = False,
 ) -> SegmentResult:
     """Advance ``run`` by ``steps`` training steps, or through step ``until_step`` (see the module docstring);
     checkpoint at the end.
@@ -280,8 +286,12 @@ def run_segment(
     so re-materializing a Dagster segment in the middle of a run leaves the segments after it intact (with the
     same seed the replay reproduces them bit for bit).
 
-    The run's writer lock is held throughout (a second writer gets :class:`~pc_pipelines.store.RunBusyError`).
-    ``overwrite`` deletes the run's rows and files first and starts it over. ``stop`` (a
+    The run's writer lock is held throughout (a second writer gets :class:`~pc_pipelines.store.RunBusyError`):
+    taken here, or, with ``lock_held``, by the caller, which holds it around this call (a segment's attempt recorded
+    under it: the ``training_segment`` asset in process, ``train-segment``): one take per process.
+    ``start`` (:data:`Start`): ``resume`` (the newest intact checkpoint, or the one ``from_step`` names), ``new``
+    (a run with checkpoints or steps is refused) or ``overwrite`` (the run's rows and files deleted first, then
+    started over). ``stop`` (a
     :class:`~pc_pipelines.run.stopping.StopFlag`) is looked at between steps: once set, the segment checkpoints and
     ends with :class:`~pc_pipelines.run.stopping.StopRequested`, the run ``stopped``.
 
@@ -296,20 +306,23 @@ def run_segment(
         raise RunError("run_segment needs exactly one of steps (a count) or until_step (the last step to train).")
     if steps is not None and steps < 0:
         raise RunError(f"steps={steps}: must be >= 0.")
+    if start not in get_args(Start):
+        raise RunError(f"start={start!r}: use one of {get_args(Start)}.")
+    if from_step is not None and start != "resume":
+        raise RunError(f"from_step={from_step} restores a checkpoint of the run: it needs start='resume', not "
+                       f"{start!r}.")
     if backend is None:
         from .local import LocalBackend  # torch: only when a local segment runs
 
         backend = LocalBackend(run, device=device, engine_factory=engine_factory)
 
     def check() -> bool:  # under the lock, before the run is deleted
-        if overwrite and from_step is not None:
-            raise RunError("overwrite starts a run over: it cannot be combined with from_step.")
         store.init(vacuum=False)  # once a segment; vacuuming other runs could race their replays (Store.replace_steps)
         return True
 
     with writing_run(store, run.run_id, store.run_dir(run.run_id), run.run_dir, command=_command(),
-                     overwrite=overwrite, check=check) as reserve:
-        opened = open_run(run, store, backend, resume=resume and not overwrite, from_step=from_step)
+                     overwrite=start == "overwrite", check=check, lock_held=lock_held) as reserve:
+        opened = open_run(run, store, backend, resume=start == "resume", from_step=from_step)
         result = _train_segment(opened, steps, until_step, from_step, on_step, stop, reserve, evaluate_last)
         if finish_at is not None:
             record_finished(store, run.run_id, complete=result.last_step + 1 >= finish_at)

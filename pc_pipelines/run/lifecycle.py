@@ -27,7 +27,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..errors import RunError
 from ..store import StepLogWriter, Store, hold_run, refuse_symlinked, remove_run
+from ..store.runlock import holds
 from .stopping import SpaceReserve, StopRequested
 
 T = TypeVar("T")
@@ -37,15 +39,22 @@ log = logging.getLogger(__name__)
 
 @contextlib.contextmanager
 def writing_run(store: Store, run_id: str, *directories: str | Path, command: str | None, overwrite: bool = False,
-                check: Callable[[], bool] | None = None) -> Iterator[SpaceReserve]:
+                check: Callable[[], bool] | None = None, lock_held: bool = False) -> Iterator[SpaceReserve]:
     """Hold ``run_id`` for writing while the block runs (see the module docstring); yields the run's space reserve,
     set aside in the first of ``directories`` (the run's directory in the store) and released when the block ends.
 
     ``check`` runs under the lock, before anything is deleted: it refuses (raises) what may not be written and
-    returns whether there is a run to delete when overwriting (None: there always is)."""
+    returns whether there is a run to delete when overwriting (None: there always is). ``lock_held``: the caller
+    already holds the run's writer lock on ``directories`` (it recorded a segment's start under it): it is not
+    taken again (:class:`RunError` when this process does not hold it)."""
     if overwrite:
         refuse_symlinked(run_id, *directories)  # before the lock: nothing is written through the link either
-    with hold_run(run_id, *directories, command=command):
+    if lock_held:
+        missing = [str(d) for d in directories if not holds(d)]
+        if missing:
+            raise RunError(f"run {run_id}: the caller does not hold the run's writer lock on {missing[0]}. Fix: take "
+                           "it with hold_run() around the call, or let the call take it (lock_held=False).")
+    with contextlib.nullcontext() if lock_held else hold_run(run_id, *directories, command=command):
         there = check() if check is not None else True
         if overwrite and there:
             remove_run(store, run_id, *directories)  # logs what it deleted
@@ -76,7 +85,7 @@ def record_end(store: Store, run_id: str, status: str, reason: str, writer: Step
 def record_finished(store: Store, run_id: str, complete: bool) -> bool:
     """The one place a run becomes ``finished``: when it has every step it was asked for (``complete``: the CLI's
     ``--steps`` reached, a simulation's steps all written, every segment of a Dagster run done), whatever an
-    earlier attempt left as its status (a failed replay of a done segment leaves ``failed``). A run not complete
+    earlier attempt left as its status (a ``pilot-commit train`` that failed or stopped, say). A run not complete
     keeps its status. Returns whether the run is finished."""
     if not complete:
         return False
@@ -96,18 +105,29 @@ def record_segment_attempt(store: Store, run_id: str, segment: int, attempt: str
     holds the run's writer lock. Recorded: the start (:meth:`~pc_pipelines.store.Store.segment_started`; a done
     segment stays done), then ``done`` with ``totals(result)`` (cumulative rollouts, eval accuracy, mean reward
     std), ``stopped`` on a stop request at a step boundary (resumed from its checkpoint), or ``failed`` with the
-    error; the run is settled after (:func:`segments_finished`). The exception is re-raised; a failing record of
-    a failure is logged, never raised over it."""
-    store.segment_started(run_id, segment, attempt)
+    error; the run is settled after (:func:`segments_finished`). A replay of a ``done`` segment that stops or
+    fails leaves its earlier result standing: the segment stays done (the store keeps the error for the record) and
+    the run's status and reason are put back as they were before the attempt (the driver recorded the run
+    ``stopped`` or ``failed``). The exception is re-raised; a failing record of a failure is logged, never raised
+    over it."""
+    before = store.segment_started(run_id, segment, attempt)
+    run_before = store.get_run(run_id) if before["status"] == "done" else None
+
+    def earlier_result_stands() -> None:
+        if run_before is not None:
+            store.set_status(run_id, run_before["status"], run_before["status_reason"])
+
     try:
         result = train()
     except StopRequested as exc:
         why = exc.reason.split("; resume it with --resume")[0]  # the CLI's hint; a segment resumes by itself
         _logged(lambda: store.segment_stopped(run_id, segment, why[:2000], orchestrator_run_id=attempt), run_id)
+        _logged(earlier_result_stands, run_id)
         raise
     except BaseException as exc:
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
         _logged(lambda: store.segment_failed(run_id, segment, reason[:2000], orchestrator_run_id=attempt), run_id)
+        _logged(earlier_result_stands, run_id)
         _logged(lambda: segments_finished(store, run_id), run_id)
         raise
     store.segment_done(run_id, segment, *totals(result))

@@ -1,17 +1,18 @@
 """Issue 33 point 7: the ``advance_runs_in_window`` schedule beside the ``advance_runs`` sensor, and the report
 requested when a run finishes (point 2). Real Dagster (a persistent temporary instance: schedules need one; the
-schedule started and stopped through the instance, as the UI does, on the code location as the webserver loads it),
-a real store (DuckDB) with runs registered by ``start_run``. The sensor and the schedule are evaluated as the
-daemons evaluate them (``evaluate_tick``: partition and instigator tags resolved) and their requests are turned
-into queued Dagster runs the way the daemons create them (their run key, ``dagster/sensor_name`` or
-``dagster/schedule_name``); nothing trains: the segments' outcomes are recorded in the store as the training asset
-records them.
+schedule started and stopped with ``dagster schedule start|stop`` on the code location ``pc_pipelines.definitions``,
+as a user does, with ``DAGSTER_HOME`` the instance's directory), a real store (DuckDB) with runs registered by
+``start_run``. The sensor and the schedule are evaluated as the daemons evaluate them (``evaluate_tick``: partition
+and instigator tags resolved) and their requests are added to the instance as the queued Dagster runs the daemons
+create (their run key, ``dagster/sensor_name`` or ``dagster/schedule_name``); nothing trains: the segments'
+outcomes are recorded in the store as the training asset records them.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import replace
+import os
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -20,12 +21,12 @@ import pytest
 from dagster import (
     AssetKey,
     DagsterInstance,
+    DagsterRun,
     DagsterRunStatus,
     build_schedule_context,
     build_sensor_context,
     partition_loading_context,
 )
-from dagster._core.scheduler.instigation import InstigatorStatus
 from dagster_runs import local_resources, register_run
 
 from pc_pipelines.definitions import build_definitions
@@ -33,7 +34,7 @@ from pc_pipelines.demo import sensor_run_tags
 from pc_pipelines.errors import ConfigError
 from pc_pipelines.store import Store
 from pc_pipelines_dagster.assets.training import ADVANCED_BY_TAG
-from pc_pipelines_dagster.automation.schedules import SCHEDULE_NAME, ScheduleSettings, TimeWindow
+from pc_pipelines_dagster.automation.schedules import SCHEDULE_NAME, ScheduleSettings
 from pc_pipelines_dagster.automation.sensors import (
     REPORT_TAG,
     RUN_KEY_TAG,
@@ -46,7 +47,11 @@ from pc_pipelines_dagster.automation.sensors import (
 pytestmark = [pytest.mark.integration]
 
 BERLIN = ZoneInfo("Europe/Berlin")
-SETTINGS = ScheduleSettings(cron="*/10 * * * *", window=TimeWindow.parse("22:00-06:00", "Europe/Berlin"))
+# The window schedule's settings, as the code location reads them from its environment (the `dagster schedule`
+# command loads it with these too).
+SETTINGS_ENV = {"PC_ADVANCE_SCHEDULE_CRON": "*/10 * * * *", "PC_ADVANCE_SCHEDULE_WINDOW": "22:00-06:00",
+                "PC_ADVANCE_SCHEDULE_TIMEZONE": "Europe/Berlin", "PC_ADVANCE_SCHEDULE_DEFAULT": "stopped"}
+RUNNING_BY_DEFAULT = {**SETTINGS_ENV, "PC_ADVANCE_SCHEDULE_DEFAULT": "running"}
 TINY = ["allocator.train_batch=4", "allocator.n=8", "allocator.n_pilot=2", "allocator.pilot_wave=1",
         "allocator.commit_mean=6", "training.ppo_minibatch=2"]
 NIGHT = datetime(2025, 1, 15, 23, 0, tzinfo=BERLIN)  # inside the window
@@ -64,42 +69,28 @@ def start(instance, tmp: Path, policy: Path, name: str, total_steps: int = 2) ->
 
 class Location:
     """The code location as the webserver and the daemons see it: ``defs`` (the test's resources, the window
-    schedule of ``SETTINGS``) for evaluating, and the stored on/off state of its schedule, toggled through the
-    instance as the UI toggles it (on the real code location, ``pc_pipelines.definitions``)."""
+    schedule of ``settings``, the ``PC_ADVANCE_SCHEDULE_*`` variables) for evaluating, and the stored on/off state
+    of its schedule, toggled with ``dagster schedule start|stop`` on the real code location
+    (``pc_pipelines.definitions``, loaded with the same variables) against the instance's directory."""
 
-    def __init__(self, instance: DagsterInstance, tmp: Path, settings: ScheduleSettings = SETTINGS) -> None:
-        self.instance, self.tmp = instance, tmp
-        self.defs = build_definitions(resources(tmp), schedule_settings=settings)
+    def __init__(self, instance: DagsterInstance, tmp: Path, origins: dict, settings: dict[str, str] = SETTINGS_ENV
+                 ) -> None:
+        self.instance, self.tmp, self.origins, self.settings = instance, tmp, origins, settings
+        self.defs = build_definitions(resources(tmp), schedule_settings=ScheduleSettings.from_env(settings))
         self.repo = self.defs.get_repository_def()
 
-    def _set_schedule(self, status: InstigatorStatus) -> None:
-        """Store the schedule's state as the UI's toggle does (``instance.start_schedule`` / ``stop_schedule`` write
-        this row for the code location's schedule): the sensor reads it from the instance. Written directly, not
-        through a loaded workspace: loading a second code location in-process in a test worker that already loaded
-        others fails now and then on Dagster's instance weakref."""
-        from dagster._core.remote_origin import (
-            InProcessCodeLocationOrigin,
-            RemoteInstigatorOrigin,
-            RemoteRepositoryOrigin,
-        )
-        from dagster._core.scheduler.instigation import InstigatorState, InstigatorType, ScheduleInstigatorData
-        from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
-
-        origin = RemoteInstigatorOrigin(RemoteRepositoryOrigin(InProcessCodeLocationOrigin(
-            LoadableTargetOrigin(module_name="pc_pipelines.definitions", attribute="defs")), "__repository__"),
-            SCHEDULE_NAME)
-        cron = self.repo.get_schedule_def(SCHEDULE_NAME).cron_schedule
-        state = InstigatorState(origin, InstigatorType.SCHEDULE, status, ScheduleInstigatorData(cron, time.time()))
-        if self.instance.get_instigator_state(origin.get_id(), state.selector_id) is None:
-            self.instance.add_instigator_state(state)
-        else:
-            self.instance.update_instigator_state(state)
+    def _dagster_schedule(self, verb: str, says: str) -> None:
+        """``dagster schedule <verb> advance_runs_in_window -m pc_pipelines.definitions``, as a user types it, with
+        ``DAGSTER_HOME`` the test instance's directory (it writes the schedule's state there, as the UI's toggle
+        does)."""
+        r = dagster_cli(self.tmp / "dagster", self.tmp, "schedule", verb, SCHEDULE_NAME, env=self.settings)
+        assert f"{says} schedule {SCHEDULE_NAME}" in r.stdout, r.stdout + r.stderr[-3000:]
 
     def schedule_on(self) -> None:
-        self._set_schedule(InstigatorStatus.RUNNING)
+        self._dagster_schedule("start", "Started")
 
     def schedule_off(self) -> None:
-        self._set_schedule(InstigatorStatus.STOPPED)
+        self._dagster_schedule("stop", "Stopped")
 
     def sensor(self, cursor: str | None = None):
         """The sensor's tick as the daemon evaluates it (its requests, or its skip reason; the daemon loads dynamic
@@ -119,19 +110,41 @@ class Location:
             return self.repo.get_schedule_def(SCHEDULE_NAME).evaluate_tick(ctx)
 
     def launch(self, request, instigator: dict[str, str]):
-        """The Dagster run a daemon creates for ``request``, queued: its tags, its run key, the instigator's tag."""
-        from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
-        from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
-
+        """The Dagster run a daemon creates for ``request``, queued: its job (and the job's origin in the code
+        location, as a launch records it), its assets, its tags, its run key, the instigator's tag."""
         job = self.repo.get_job(request.job_name or "train_segment")
-        origin = RemoteJobOrigin(RemoteRepositoryOrigin(InProcessCodeLocationOrigin(
-            LoadableTargetOrigin(module_name="pc_pipelines.definitions", attribute="defs")), "__repository__"), job.name)
-        return self.instance.create_run_for_job(
-            job_def=job, status=DagsterRunStatus.QUEUED, remote_job_origin=origin,
-            tags={**request.tags, RUN_KEY_TAG: request.run_key, **instigator})
+        return self.instance.add_run(DagsterRun(
+            job_name=job.name, status=DagsterRunStatus.QUEUED, remote_job_origin=self.origins[job.name],
+            asset_selection=job.asset_layer.selected_asset_keys,
+            tags={**request.tags, RUN_KEY_TAG: request.run_key, **instigator}))
 
     def cancel(self, dagster_run) -> None:
         self.instance.report_run_canceled(self.instance.get_run_by_id(dagster_run.run_id))
+
+
+def dagster_cli(home: Path, cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``dagster <args> -m pc_pipelines.definitions`` (the code location a user points the command at), with
+    ``DAGSTER_HOME`` = ``home``, run in ``cwd``; it must succeed."""
+    r = subprocess.run([sys.executable, "-m", "dagster", *args, "-m", "pc_pipelines.definitions"], cwd=cwd,
+                       env={**os.environ, **(env or {}), "DAGSTER_HOME": str(home)}, capture_output=True, text=True,
+                       timeout=300, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    return r
+
+
+@pytest.fixture(scope="module")
+def origins(tmp_path_factory) -> dict:
+    """Job name -> the job's origin in the code location, as Dagster records it on a run launched with
+    ``dagster job launch`` (queued: no daemon takes it), once per job in a Dagster home of its own: the runs the
+    tests queue carry it, as every queued run does."""
+    home = tmp_path_factory.mktemp("launched")
+    for job in ("train_segment", "report"):
+        dagster_cli(home, home, "job", "launch", "-j", job)
+    instance = DagsterInstance.local_temp(tempdir=str(home))
+    try:
+        return {r.job_name: r.remote_job_origin for r in instance.get_runs()}
+    finally:
+        instance.dispose()
 
 
 BY_SENSOR = {SENSOR_NAME_TAG: SENSOR_NAME}
@@ -143,20 +156,20 @@ def requests(data) -> list[tuple[str, str | None, str | None]]:
 
 
 @pytest.fixture
-def location(tmp_path, base_policy):
+def location(tmp_path, base_policy, origins):
     (tmp_path / "dagster").mkdir()
     instance = DagsterInstance.local_temp(tempdir=str(tmp_path / "dagster"))
     start(instance, tmp_path, base_policy, "a")
     start(instance, tmp_path, base_policy, "b")
     try:
-        yield Location(instance, tmp_path)
+        yield Location(instance, tmp_path, origins)
     finally:
         instance.dispose()
 
 
 # ---- the schedule -----------------------------------------------------------------------------------------------
 def test_the_schedule_is_off_by_default_and_advances_runs_only_in_its_window(location):
-    """Off by default, the sensor advances the runs. Started (through the instance), the sensor defers: it requests
+    """Off by default, the sensor advances the runs. Started (`dagster schedule start`), the sensor defers: it requests
     nothing and says why. The schedule's tick at 21:50 Berlin time skips, saying when the window opens; at 23:00 it
     requests both runs' first segment, tagged ``pc/run``, ``pc/advanced_by`` and Dagster's schedule tag; at 05:59
     (after midnight) it is still inside, at 06:00 outside until 22:00. Stopped again, the sensor advances the runs."""
@@ -236,7 +249,7 @@ def test_sensor_and_schedule_never_request_a_segment_twice(location):
 def test_a_schedule_running_by_default_defers_the_sensor_until_stopped(location):
     """``PC_ADVANCE_SCHEDULE_DEFAULT=running``: with no state stored (nobody toggled it) the schedule runs, so the
     sensor requests no segment; stopped in the UI, the sensor advances the runs."""
-    on = Location(location.instance, location.tmp, replace(SETTINGS, running_by_default=True))
+    on = Location(location.instance, location.tmp, location.origins, RUNNING_BY_DEFAULT)
     assert on.repo.get_schedule_def(SCHEDULE_NAME).default_status.value == "RUNNING"
     assert requests(on.sensor()) == []
     assert "a: deferred (next segment 1 of 2; the schedule" in on.sensor().skip_message

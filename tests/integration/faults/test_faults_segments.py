@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, DagsterRunStatus, SkipReason, build_sensor_context, materialize
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, SkipReason, build_sensor_context, materialize
 from dagster_runs import local_resources, register_run
 
 from pc_pipelines.store import Store
@@ -295,31 +295,44 @@ def test_a_refused_rerun_of_a_done_segment_leaves_it_done_and_the_run_finished(t
 
 # ---- (c) untagged manual runs in flight -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def manual(tmp_path_factory, base_policy):
+def asset_job_origin(tmp_path_factory):
+    """The code location's asset job's origin, as Dagster records it on a run launched with ``dagster job launch``
+    (queued: no daemon takes it), in a Dagster home of its own: the manual runs below carry it, as every queued run
+    does."""
+    home = tmp_path_factory.mktemp("launched")
+    r = subprocess.run([sys.executable, "-m", "dagster", "job", "launch", "-j", "__ASSET_JOB", "-m",
+                        "pc_pipelines.definitions"], cwd=home, env={**os.environ, "DAGSTER_HOME": str(home)},
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    instance = DagsterInstance.local_temp(tempdir=str(home))
+    try:
+        return instance.get_runs()[0].remote_job_origin
+    finally:
+        instance.dispose()
+
+
+@pytest.fixture(scope="module")
+def manual(tmp_path_factory, base_policy, asset_job_origin):
     """A run of two one-step segments, segment 0 done: the sensor's next request is segment 1."""
     tmp = tmp_path_factory.mktemp("manual")
     instance = DagsterInstance.ephemeral()
     run_id = start(instance, tmp, base_policy, "manual")
     assert train(instance, tmp, "manual/seg-0000", by_sensor(run_id, "manual/0")).success
-    return instance, tmp, run_id
+    return instance, tmp, run_id, asset_job_origin
 
 
-def manual_run(instance, tmp: Path, partition: str, status: DagsterRunStatus, assets: str):
+def manual_run(instance, tmp: Path, origin, partition: str, status: DagsterRunStatus, assets: str):
     """A run as the UI or ``dagster asset materialize --partition`` makes it: no tag of ours, only the partition tag
-    Dagster adds, queued (QueuedRunCoordinator) or started (a run worker going)."""
-    from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
-    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
-
+    Dagster adds, queued (QueuedRunCoordinator) or started (a run worker going), of the code location's asset job
+    with the assets selected (what the sensor reads: its status, tags and asset selection)."""
     from pc_pipelines.definitions import build_definitions
     from pc_pipelines_dagster.assets.evaluation import segment_eval
 
     job = build_definitions(resources(tmp)).resolve_implicit_global_asset_job_def()
-    origin = RemoteJobOrigin(RemoteRepositoryOrigin(InProcessCodeLocationOrigin(
-        LoadableTargetOrigin(module_name="pc_pipelines.definitions", attribute="defs")), "__repository__"), job.name)
     keys = {"training": {training_segment.key}, "training+eval": {training_segment.key, segment_eval.key},
             "eval": {segment_eval.key}}[assets]
-    return instance.create_run_for_job(job_def=job, asset_selection=frozenset(keys), status=status,
-                                       tags={"dagster/partition": partition}, remote_job_origin=origin)
+    return instance.add_run(DagsterRun(job_name=job.name, asset_selection=frozenset(keys), status=status,
+                                       remote_job_origin=origin, tags={"dagster/partition": partition}))
 
 
 @pytest.mark.parametrize("status", [DagsterRunStatus.QUEUED, DagsterRunStatus.STARTED], ids=["queued", "started"])
@@ -333,10 +346,10 @@ def test_an_untagged_manual_run_in_flight_stops_the_sensor(manual, status, parti
     the segment the manual run trains, nor the next one while it re-trains a done one), its skip reason names the
     Dagster run, and no segment row changes. Once that run is cancelled the sensor requests segment 1 (run key
     ``manual/1``)."""
-    instance, tmp, run_id = manual
+    instance, tmp, run_id, origin = manual
     store = Store(tmp / "pc.duckdb")
     before = store.segments(run_id)
-    dr = manual_run(instance, tmp, partition, status, assets)
+    dr = manual_run(instance, tmp, origin, partition, status, assets)
     assert RUN_TAG not in dr.tags and dr.tags["dagster/partition"] == partition
     try:
         result = tick(instance, tmp)
@@ -352,8 +365,8 @@ def test_an_untagged_manual_run_in_flight_stops_the_sensor(manual, status, parti
 def test_a_manual_run_of_the_evaluation_alone_does_not_stop_the_sensor(manual):
     """A queued manual run of ``segment_eval`` alone (it reads a checkpoint, never writes the run) is not training:
     the sensor still requests segment 1."""
-    instance, tmp, run_id = manual
-    dr = manual_run(instance, tmp, "manual/seg-0000", DagsterRunStatus.QUEUED, "eval")
+    instance, tmp, run_id, origin = manual
+    dr = manual_run(instance, tmp, origin, "manual/seg-0000", DagsterRunStatus.QUEUED, "eval")
     try:
         assert requests(tick(instance, tmp)) == [("manual/1", "manual/seg-0001")]
     finally:
@@ -414,7 +427,8 @@ def test_a_run_whose_last_segment_is_done_is_finished(tmp_path, base_policy):
 
 
 # ---- (e) a Dagster run gone while its process still trains ------------------------------------------------------
-def test_a_segment_whose_dagster_run_died_is_not_failed_while_its_process_still_trains(tmp_path, base_policy, writers):
+def test_a_segment_whose_dagster_run_died_is_not_failed_while_its_process_still_trains(tmp_path, base_policy, writers,
+                                                                                      asset_job_origin):
     """Segment 0 is ``running`` for a Dagster run whose worker died (the run ended FAILURE) while the process it
     launched (a pod, a subprocess) still holds the run's lock and trains. The sensor neither records the segment
     failed nor requests it: it waits, naming the process. Once the process is gone, the sensor records the segment
@@ -422,7 +436,7 @@ def test_a_segment_whose_dagster_run_died_is_not_failed_while_its_process_still_
     instance = DagsterInstance.ephemeral()
     run_id = start(instance, tmp_path, base_policy, "orphan")
     store = Store(tmp_path / "pc.duckdb")
-    dr = manual_run(instance, tmp_path, "orphan/seg-0000", DagsterRunStatus.STARTED, "training")
+    dr = manual_run(instance, tmp_path, asset_job_origin, "orphan/seg-0000", DagsterRunStatus.STARTED, "training")
     store.segment_started(run_id, 0, dr.run_id)  # what the asset recorded before its worker died
     writer = writers(HOLD, run_id, *lock_dirs(tmp_path, run_id))
     instance.report_run_failed(instance.get_run_by_id(dr.run_id))
