@@ -91,6 +91,7 @@ $(UI_HOME)/dagster.yaml: etc/dagster.yaml
 screenshots: $(STAMP) check-chromium
 	PC_PIPELINES_SCREENSHOTS=docs/img $(BIN)/python -m pytest -q tests/e2e/test_ui.py -k progress
 
+# Speed and memory (benchmarks/), each into its section of docs/BENCHMARKS.md.
 bench: bench-allocator bench-store bench-rewards bench-engine
 
 bench-allocator: $(STAMP)
@@ -122,14 +123,15 @@ bench-rewards: $(STAMP)
 bench-engine: $(STAMP)
 	$(BIN)/python benchmarks/engine.py --write docs/BENCHMARKS.md
 
-# The studies (research/, its README.md says what each is). The rollout-efficiency study on the reproducible `bench`
-# preset: GRPO's group size tuned on seeds 100-101, then GRPO-64, GRPO-best, DAPO, the paper's PC, our PC and the
-# eviction ablation on seeds 8-10 (float64), then the reproducibility runs under the other CPU kernels; resumable (re-run
-# to finish what is missing; parts: `bench_study.py tune|main|repro|report`). Store benchmarks/out/bench.duckdb, section
-# `bench-study` of docs/BENCHMARKS.md, plots docs/img/bench/, and the headline `make demo` prints (--results: the
-# package's data file pc_pipelines/presets/bench.results.json, written only when named).
+# The studies (research/, its README.md says what each is), each into its section of docs/STUDIES.md.
+# The rollout-efficiency study on the reproducible `bench` preset: GRPO's group size tuned on seeds 100-101, then
+# GRPO-64, GRPO-best, DAPO, the paper's PC, our PC and the eviction ablation on seeds 8-10 (float64), then the
+# reproducibility runs under the other CPU kernels; resumable (re-run to finish what is missing; parts: `bench_study.py
+# tune|main|repro|report`). Store benchmarks/out/bench.duckdb, section `bench-study` of docs/STUDIES.md, plots
+# docs/img/bench/, and the headline `make demo` prints (--results: the package's data file
+# pc_pipelines/reports/bench_study_results.json, written only when named).
 study-bench: $(STAMP)
-	$(BIN)/python research/bench_study.py all --results pc_pipelines/presets/bench.results.json
+	$(BIN)/python research/bench_study.py all --results pc_pipelines/reports/bench_study_results.json
 
 # The same study with both sides tuned, on fresh seeds (issue 30; the frozen `bench` preset): GRPO-64, GRPO at its
 # best n, DAPO, the paper's PC (strict and easy_pool eviction), our PC and our PC at its best budget (tuned by
@@ -137,7 +139,7 @@ study-bench: $(STAMP)
 # (`bench_study.py --regime bench-tuned ...`). Store benchmarks/out/bench-tuned.duckdb, section `bench-tuned-study`,
 # plots docs/img/bench/bench_tuned_*.png; its results join the headline file under "regimes" (every other key kept).
 study-bench-tuned: $(STAMP)
-	$(BIN)/python research/bench_study.py --regime bench-tuned all --results pc_pipelines/presets/bench.results.json
+	$(BIN)/python research/bench_study.py --regime bench-tuned all --results pc_pipelines/reports/bench_study_results.json
 
 # float32 vs float64 under the machine's and the scalar CPU kernels: where runs part, and the cost (section `precision`).
 study-precision: $(STAMP)

@@ -1,4 +1,6 @@
-"""Shared helpers for benchmark scripts: machine description and section-wise updates of docs/BENCHMARKS.md."""
+"""Shared helpers for the scripts that write docs sections: machine description and section-wise updates of a Markdown
+file. ``benchmarks/*.py`` write speed and memory into docs/BENCHMARKS.md, ``research/*.py`` their studies into
+docs/STUDIES.md (tests/unit/test_docs_sections.py checks which script's sections lie in which file)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,12 @@ import re
 from pathlib import Path
 
 from pc_pipelines.durable import write_user_output
+
+DOCS = (Path(__file__).resolve().parent.parent / "docs").resolve()
+BENCHMARKS_MD = DOCS / "BENCHMARKS.md"  # speed and memory: benchmarks/*.py
+STUDIES_MD = DOCS / "STUDIES.md"  # what the research/ scripts measured
+BENCHMARKS_HEADER = "# Benchmarks\n\nEach section is written by the command it names.\n"
+STUDIES_HEADER = "# Studies: what the research/ scripts measured\n\nEach section is written by the command it names.\n"
 
 
 def machine() -> str:
@@ -32,11 +40,12 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores{mem}, Python {platform.python_version()}, {platform.system()}{load}"
 
 
-def write_section(path: Path, name: str, body: str) -> None:
-    """Replace (or append) the section between `<!-- name:begin -->` and `<!-- name:end -->`."""
+def write_section(path: Path, name: str, body: str, header: str = BENCHMARKS_HEADER) -> None:
+    """Replace (or append) the section between `<!-- name:begin -->` and `<!-- name:end -->`; a new file starts with
+    ``header`` (research/ scripts pass :data:`STUDIES_HEADER`)."""
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
     block = f"{begin}\n{body.rstrip()}\n{end}"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nEach section is written by the command it names.\n"
+    text = path.read_text() if path.exists() else header
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -44,8 +53,8 @@ def write_section(path: Path, name: str, body: str) -> None:
 
 
 def docs_link(p: Path) -> str:
-    """``p`` as a link from docs/BENCHMARKS.md: relative to docs/ when it lies under it, else as given."""
+    """``p`` as a link from a file in docs/: relative to docs/ when it lies under it, else as given."""
     try:
-        return str(p.resolve().relative_to((Path(__file__).resolve().parent.parent / "docs").resolve()))
+        return str(p.resolve().relative_to(DOCS))
     except ValueError:
         return str(p)

@@ -31,7 +31,7 @@ Design (the study's hygiene):
 * GRPO's best group size among 16 / 32 / 64 is chosen on the tuning seeds only (the size that reaches the common
   target, min over sizes of each size's peak, with the fewest sampled rollouts, median over tuning seeds) and frozen
   (``bench``: ``GRPO_BEST_N`` below) before the reported seeds run; the reported seeds never tune anything (the
-  float32 studies reported seeds 0-2, then 3-7: their numbers are history in docs/BENCHMARKS.md);
+  float32 studies reported seeds 0-2, then 3-7: their numbers are history in docs/STUDIES.md);
 * the runs train in float64 (the preset's ``training.dtype``): a seed gives the same run under any CPU's kernels,
   which float32 did not (its reproducibility row missed twice, 24% and 18%);
 * methods (``bench``): GRPO at n = 64, GRPO at its best n, DAPO (n = 64), the paper's PC (16 pilot + 48 commit,
@@ -49,7 +49,7 @@ Design (the study's hygiene):
 * everything of a regime goes into one store (``bench``: ``benchmarks/out/bench.duckdb``, git-ignored); re-running a
   part only finishes what is missing (runs resume from their checkpoints).
 
-Results (``--results FILE``, JSON; ``make study-bench`` names ``pc_pipelines/presets/bench.results.json``, the
+Results (``--results FILE``, JSON; ``make study-bench`` names ``pc_pipelines/reports/bench_study_results.json``, the
 headline `make demo` prints, and ``make study-bench-tuned`` the same file):
 * ``bench`` writes the keys ``preset``, ``dtype``, ``steps``, ``seeds``, ``core_seeds``, ``grpo_best_n``,
   ``medians`` (``"<baseline> / <PC>"`` -> median ratio), ``reproducibility``, ``smooth_evals``, ``command`` (an
@@ -77,7 +77,7 @@ from pathlib import Path
 # sections of benchmarks/, research/ and reliability/ alike.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _report import docs_link, machine, write_section
+from _report import STUDIES_HEADER, docs_link, machine, write_section
 
 from pc_pipelines.durable import write_user_output
 from pc_pipelines.reports import RunCurves, format_count, format_ratio
@@ -95,13 +95,13 @@ SEEDS = (8, 9, 10)
 PRIMARY_EXTRA_SEEDS: tuple[int, ...] = ()
 TUNE_SEEDS = (100, 101)
 TUNE_SIZES = (16, 32, 64)
-# Frozen from `tune` in float32 before any reported-seed GRPO-best run (docs/BENCHMARKS.md, history): n = 16 reached
+# Frozen from `tune` in float32 before any reported-seed GRPO-best run (docs/STUDIES.md, history): n = 16 reached
 # the common target with 3.1-4.4x fewer sampled rollouts than n = 64 on both tuning seeds (n = 32: 1.8-2.0x). Kept
 # for the float64 study (the tuning runs are re-run in float64 and the table says whether the rule still agrees).
 GRPO_BEST_N: int | None = 16
 # Accuracy curves are compared smoothed: each eval's accuracy is the trailing mean of it and the 2 evals before it (30
 # steps at eval_every 10; `study.smoothed`). Chosen before the study on reported seeds 3-5, from the previous study's
-# reproducibility row (seeds 0-2, docs/BENCHMARKS.md history): raw crossings put its two medians 24% apart, because a
+# reproducibility row (seeds 0-2, docs/STUDIES.md history): raw crossings put its two medians 24% apart, because a
 # near-flat curve's first crossing of its noisy peak moves 10-20 steps with a +-0.01 drift; smoothed over 3 evals
 # they were 3% apart. The paper compares raw evals (at 32 trials each on its small benchmarks).
 SMOOTH = 3
@@ -600,7 +600,7 @@ def study_section(store: Store, img_dir: Path, main: list[study.StudyJob], isa: 
                   best_n: int | None, cmd: str, walls: dict[str, float | None], tune_text: str,
                   core_seeds: tuple[int, ...] = SEEDS, regime: Regime | None = None,
                   pc_best: Budget | None = None, preset: str | None = None) -> tuple[str, dict]:
-    """The docs section and the headline numbers (``bench``: ``pc_pipelines/presets/bench.results.json``, which
+    """The docs section and the headline numbers (``bench``: ``pc_pipelines/reports/bench_study_results.json``, which
     `make demo` prints; another regime: its entry of that file's ``regimes``). ``regime`` defaults to ``bench``,
     ``preset`` to the regime's."""
     regime = regime or REGIMES["bench"]
@@ -714,7 +714,7 @@ def frozen_text(regime: Regime, best_n: int | None, pc_best: Budget | None) -> s
     return "\n".join([
         "### GRPO's group size and our PC's budget, chosen on the tuning seeds", "",
         f"Tuned by `{regime.tuned_by}` on tuning seeds {', '.join(map(str, regime.tune_seeds))} (never on the reported "
-        f"seeds; its section in docs/BENCHMARKS.md has the tables) and frozen in `REGIMES[{regime.name!r}]` "
+        f"seeds; its section in docs/STUDIES.md has the tables) and frozen in `REGIMES[{regime.name!r}]` "
         f"(research/bench_study.py) before any reported-seed run: GRPO's best n = **{best_n}**; our PC's best "
         f"budget = {budget}.", ""])
 
@@ -870,10 +870,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", help="the study's store (default: the regime's, benchmarks/out/<regime>.duckdb)")
     ap.add_argument("--out", help="run directories (default benchmarks/out/<family>-runs)")
     ap.add_argument("--img-dir", default=str(ROOT / "docs/img/bench"), help="where the PNGs go")
-    ap.add_argument("--write", default=str(ROOT / "docs/BENCHMARKS.md"), help="the Markdown file to update ('' = none)")
+    ap.add_argument("--write", default=str(ROOT / "docs/STUDIES.md"), help="the Markdown file to update ('' = none)")
     ap.add_argument("--results", default="",
                     help="write the headline numbers as JSON into this file (default: none). `make study-bench` names "
-                    "the package's data file pc_pipelines/presets/bench.results.json, the headline `make demo` prints; "
+                    "the package's data file pc_pipelines/reports/bench_study_results.json, the headline `make demo` prints; "
                     "another regime adds its entry under the file's `regimes` key, every other key kept")
     ap.add_argument("--cache-dir", help="the base policy cache (default: the shipped warm start)")
     ap.add_argument("--workers", type=int, default=2, help="runs at a time (default 2: one per core)")
@@ -980,7 +980,7 @@ def _main_tuned_elsewhere(args, regime: Regime, store: Store, main_, isa, best_n
 def _publish(args, regime: Regime, body: str, results: dict) -> int:
     print(body)
     if args.write:
-        write_section(Path(args.write), regime.marker, body)
+        write_section(Path(args.write), regime.marker, body, STUDIES_HEADER)
     if args.results:
         write_results(Path(args.results), regime, results)
     return 0

@@ -4,7 +4,7 @@ A comparison of rollout allocators means something only in the regime the paper 
 zero-variance groups at the start that grows as prompts saturate, GRPO's held-out accuracy flattening before the
 run ends, and enough epochs over the pool that eviction matters. This command runs GRPO at n = 64 from the shipped
 warm start on candidates (RL pool: difficulty mix and size; training sampling temperature) and run lengths, on a
-tuning seed, and writes the calibration table into docs/BENCHMARKS.md (section ``calibration``): the zero-variance
+tuning seed, and writes the calibration table into docs/STUDIES.md (section ``calibration``): the zero-variance
 share per 20 steps (and split into all-wrong and all-right groups), the epochs covered, and GRPO's held-out curve.
 The chosen candidate is then frozen in the ``bench`` preset.
 
@@ -32,7 +32,7 @@ from pathlib import Path
 # sections of benchmarks/, research/ and reliability/ alike.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _report import machine, write_section
+from _report import STUDIES_HEADER, machine, write_section
 
 from pc_pipelines.store import Store
 from research import study
@@ -45,7 +45,7 @@ STEPS = 120  # the frozen run length (BENCH_STEPS); longer runs can be read at a
 WINDOW = 20
 # Candidates: name -> overrides of the bench preset. Held-out evaluation always covers every length 1..max_digits,
 # whatever the pool, and always samples at training.eval_temperature (0.7). Lengths are uniform within a pool, so the
-# mix is set by min_digits; `probe` measures the warm start's zero-variance share per length (docs/BENCHMARKS.md,
+# mix is set by min_digits; `probe` measures the warm start's zero-variance share per length (docs/STUDIES.md,
 # "Calibration").
 # Round 1 (pool only, training temperature 1.0 as the preset): at T 1 only d5-6 (0.38) and d6 (0.59) are predicted at
 # >= 0.30, d4-6 0.26, d3-6 0.20, d1-6 0.16. d5-6 at three sizes (epochs), d4-6 and d1-6 (the easier mixes, whose easy
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--store", default=str(ROOT / "benchmarks/out/calibrate.duckdb"))
     ap.add_argument("--out", default=str(ROOT / "benchmarks/out/calibrate-runs"))
-    ap.add_argument("--write", default=str(ROOT / "docs/BENCHMARKS.md"), help="the Markdown file ('' = none)")
+    ap.add_argument("--write", default=str(ROOT / "docs/STUDIES.md"), help="the Markdown file ('' = none)")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--temperature", type=float, nargs="+", default=[1.0],
                     help="probe: training sampling temperature(s) to probe at (the preset's is 1.0)")
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     body = section(calibration_rows(store, jobs), cmd, time.monotonic() - t0 if args.cmd == "run" else None)
     print(body)
     if args.write:
-        write_section(Path(args.write), "calibration", body)
+        write_section(Path(args.write), "calibration", body, STUDIES_HEADER)
     return 0
 
 

@@ -21,7 +21,7 @@ Design (the study's hygiene, issue 6 point 3):
 * ablation variants are PC runs in their own families (``efficiency-ablate/<variant>``) compared with the primary
   GRPO and DAPO runs of the same seed; the simulator ablations compare with simulated GRPO and DAPO runs.
 
-Results go to docs/BENCHMARKS.md (sections ``efficiency`` and ``efficiency-ablate-<name>``) with the command, the
+Results go to docs/STUDIES.md (sections ``efficiency`` and ``efficiency-ablate-<name>``) with the command, the
 machine and the wall time; plots to docs/img/efficiency/.
 """
 
@@ -37,7 +37,7 @@ from pathlib import Path
 # sections of benchmarks/, research/ and reliability/ alike.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _report import docs_link, machine, write_section
+from _report import STUDIES_HEADER, docs_link, machine, write_section
 
 from pc_pipelines.allocation import training_methods
 from pc_pipelines.reports import (
@@ -66,7 +66,7 @@ REAL_ABLATIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "evict": {"evict on": (), "evict off": ("allocator.evict=false",)},
 }
 # Issue 7: PC's strategies beyond the paper, each alone and all together (allocation/strategies.py). The settings
-# (commit_mean 16 etc.) were chosen on tuning seed 100 (GRPO at 150 steps as the reference, see docs/BENCHMARKS.md,
+# (commit_mean 16 etc.) were chosen on tuning seed 100 (GRPO at 150 steps as the reference, see docs/STUDIES.md,
 # "Choosing the strategies' settings") before the reported seeds ran; they are frozen here.
 STRATEGY_VARIANTS: dict[str, tuple[str, ...]] = {
     "paper PC": (),
@@ -129,7 +129,7 @@ def _publish_primary(args: argparse.Namespace, store: Store, jobs, wall_s: float
     body = primary_section(store, args.img_dir, jobs, cmd, wall_s)
     print(body)
     if args.write:
-        write_section(Path(args.write), "efficiency", body)
+        write_section(Path(args.write), "efficiency", body, STUDIES_HEADER)
     return 0
 
 
@@ -226,7 +226,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     body = ablation_section(store, args.name, engine, variants, baseline_family, cmd, wall, Path(args.img_dir))
     print(body)
     if args.write:
-        write_section(Path(args.write), f"efficiency-ablate-{args.name}-{engine}", body)
+        write_section(Path(args.write), f"efficiency-ablate-{args.name}-{engine}", body, STUDIES_HEADER)
     return 0
 
 
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", default=str(ROOT / "benchmarks/out/efficiency.duckdb"), help="the study's store")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/out/runs"), help="run directories (checkpoints, logs)")
     ap.add_argument("--img-dir", default=str(ROOT / "docs/img/efficiency"), help="where the PNGs go")
-    ap.add_argument("--write", default=str(ROOT / "docs/BENCHMARKS.md"), help="the Markdown file to update ('' = none)")
+    ap.add_argument("--write", default=str(ROOT / "docs/STUDIES.md"), help="the Markdown file to update ('' = none)")
     ap.add_argument("--cache-dir", help="the embedded base policy's cache (default ~/.cache/pc-pipelines)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     sub = ap.add_subparsers(dest="cmd", required=True)

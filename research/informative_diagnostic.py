@@ -62,7 +62,7 @@ from pathlib import Path
 # sections of benchmarks/, research/ and reliability/ alike.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _report import docs_link, machine, write_section
+from _report import STUDIES_HEADER, docs_link, machine, write_section
 
 from pc_pipelines.store import Store
 from research import study
@@ -671,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
                          "training; all (default): run, then report. Each run part renders the section after.")
     ap.add_argument("--store", default=str(ROOT / "benchmarks/out/informative.duckdb"), help="the diagnostic's store")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/out/informative-runs"), help="run directories")
-    ap.add_argument("--write", default=str(ROOT / "docs/BENCHMARKS.md"), help="the Markdown file ('' = none)")
+    ap.add_argument("--write", default=str(ROOT / "docs/STUDIES.md"), help="the Markdown file ('' = none)")
     ap.add_argument("--img-dir", default=str(ROOT / "docs/img/bench"), help="where --plots writes its PNG")
     ap.add_argument("--plots", action="store_true", help="write the PNG of slope vs informative groups per step")
     ap.add_argument("--steps", type=int, default=STEPS, help=f"steps per run (default {STEPS})")
@@ -698,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(args.smoke_dir) if args.smoke_dir else Path(tempfile.mkdtemp(prefix="informative-smoke-"))
         tmp.mkdir(parents=True, exist_ok=True)
         args.store, args.out = str(tmp / "smoke.duckdb"), str(tmp / "runs")
-        args.write, args.img_dir, args.plots = str(tmp / "BENCHMARKS.md"), str(tmp / "img"), True
+        args.write, args.img_dir, args.plots = str(tmp / "STUDIES.md"), str(tmp / "img"), True
         args.steps, args.eval_every, args.seeds, args.lr_mults = 2, 1, [SEEDS[0]], [1.0]
         args.sizes, args.pc_sizes, args.drop0_sizes = [4], [4], [4]
     base = base_lr()
@@ -735,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
         body = section(rows, cmd, walls, args.steps, fit, args.eval_every, base, png, timing, str(shown))
         print(body)
         if args.write:
-            write_section(Path(args.write), MARKER, body)
+            write_section(Path(args.write), MARKER, body, STUDIES_HEADER)
         if args.smoke:
             print(f"smoke: {len(rows)} runs reported in {time.monotonic() - t0:.0f} s wall; store {args.store}")
             if not rows or len(rows) != len(cells):

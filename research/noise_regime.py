@@ -5,7 +5,7 @@
     .venv/bin/python research/noise_regime.py tune-pc          # PC budgets in the frozen regime (after calibrate)
     .venv/bin/python research/noise_regime.py report --plots   # re-render the section from the store
 
-The informative-groups diagnostic (``research/informative_diagnostic.py``, docs/BENCHMARKS.md) found that on
+The informative-groups diagnostic (``research/informative_diagnostic.py``, docs/STUDIES.md) found that on
 `bench` per-step learning grows with the informative groups per step only below ~7 of them at the preset's learning
 rate (1e-4), and strongly at 3x that rate, where GRPO-64 at b_t 16 (~6 informative groups) lost held-out accuracy
 and our PC (16) did not. This script calibrates that regime as a frozen preset beside `bench`, on GRPO alone first:
@@ -36,7 +36,7 @@ from pathlib import Path
 # sections of benchmarks/, research/ and reliability/ alike.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _report import machine, write_section
+from _report import STUDIES_HEADER, machine, write_section
 
 from pc_pipelines.reports import RunCurves, format_count, format_ratio
 from pc_pipelines.store import Store
@@ -61,7 +61,7 @@ LR_RULE = (f"the highest lr at which GRPO-64 on every tuning seed ends >= start 
            f"evals) and no eval falls below start - {COLLAPSE}")
 # Frozen from `calibrate`: CALIBRATED once the rule has been read, NOISE_LR its choice (None: no lr passed, no new
 # preset; PC's budget is then tuned in the frozen `bench` regime at the preset's own lr, BENCH_LR).
-# Read on 2026-11-26 (docs/BENCHMARKS.md, section noise-regime): GRPO-64 collapsed on seed 101 at 2e-4 (lowest eval
+# Read on 2026-11-26 (docs/STUDIES.md, section noise-regime): GRPO-64 collapsed on seed 101 at 2e-4 (lowest eval
 # 0.610 < 0.627, smoothed last 0.661 < start 0.677) and on both seeds at 3e-4: no lr passes, no new preset.
 CALIBRATED = True
 NOISE_LR: float | None = None
@@ -86,7 +86,7 @@ DEFAULT_BUDGET = "p4+12/c16"
 # The paper's n = 16 budget (8 pilots, 8 commits) with the paper's strategies, reported beside (not a candidate).
 PAPER_88 = ("allocator.n=16", "allocator.n_pilot=8", *PAPER_PC)
 # Frozen from tune-pc on 2026-11-26: the rule's choice over the whole grid (12 runs, seeds 100, 101; the table in
-# docs/BENCHMARKS.md, section noise-regime). bench_study.REGIMES["bench-tuned"].pc_best carries its overrides.
+# docs/STUDIES.md, section noise-regime). bench_study.REGIMES["bench-tuned"].pc_best carries its overrides.
 PC_BEST: str | None = "p2+6/c8"
 
 log = logging.getLogger("noise_regime")
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("part", nargs="?", default="report", choices=["calibrate", "tune-pc", "report"])
     ap.add_argument("--store", default=str(ROOT / "benchmarks/out/noise.duckdb"), help="the study's store")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/out/noise-runs"), help="run directories")
-    ap.add_argument("--write", default=str(ROOT / "docs/BENCHMARKS.md"), help="the Markdown file ('' = none)")
+    ap.add_argument("--write", default=str(ROOT / "docs/STUDIES.md"), help="the Markdown file ('' = none)")
     ap.add_argument("--img-dir", default=str(ROOT / "docs/img/bench"), help="where --plots writes its PNGs")
     ap.add_argument("--plots", action="store_true", help="write the held-out curves per learning rate")
     ap.add_argument("--workers", type=int, default=2, help="runs at a time (default 2: one per core)")
@@ -347,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         cmd = "python research/noise_regime.py calibrate" + (" && python research/noise_regime.py tune-pc"
                                                              if tune_lr() else "")
-        write_section(Path(args.write), MARKER, section(store, Path(args.img_dir) if args.plots else None, cmd))
+        body = section(store, Path(args.img_dir) if args.plots else None, cmd)
+        write_section(Path(args.write), MARKER, body, STUDIES_HEADER)
         print(f"wrote section {MARKER} of {args.write}")
     return 0
 

@@ -7,7 +7,7 @@ Four runs of one seed: {float32, float64} x {the machine's own kernels, ``ATEN_C
 Per precision it reports the first step whose loss differs between the two kernel sets, the first step whose
 sampled rewards differ (the runs have become different samples), and the largest weight difference at the end.
 The cost ratio float64 / float32 comes from the two native runs, which run side by side (2 workers), so both see
-the same load. Results go to the `precision` section of docs/BENCHMARKS.md.
+the same load. Results go to the `precision` section of docs/STUDIES.md.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 # sections of benchmarks/, research/ and reliability/ alike.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _report import machine, write_section
+from _report import STUDIES_HEADER, machine, write_section
 
 from pc_pipelines.store import Store
 from research import study
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--store", default=str(ROOT / "benchmarks/out/precision.duckdb"))
     ap.add_argument("--out", default=str(ROOT / "benchmarks/out/precision-runs"))
-    ap.add_argument("--write", default=str(ROOT / "docs/BENCHMARKS.md"), help="Markdown file to update ('' = none)")
+    ap.add_argument("--write", default=str(ROOT / "docs/STUDIES.md"), help="Markdown file to update ('' = none)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                    f"python research/precision.py --steps {args.steps} --seed {args.seed}")
     print(body)
     if args.write:
-        write_section(Path(args.write), "precision", body)
+        write_section(Path(args.write), "precision", body, STUDIES_HEADER)
     return 0
 
 

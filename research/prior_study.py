@@ -103,7 +103,7 @@ PRIOR_BEST: str | None = "A"
 
 # GRPO's group size over n = 8, 16, 32, 64 by bench_study's rule (size_rows / choose_size: the common target is the
 # lowest smoothed peak of the sizes, the lowest median rollouts to it wins, ties to the higher peak). n = 16, 32, 64
-# were run on the tuning seeds in float64 with the same preset and code path (docs/BENCHMARKS.md, "GRPO's group
+# were run on the tuning seeds in float64 with the same preset and code path (docs/STUDIES.md, "GRPO's group
 # size, chosen on the tuning seeds": the GRPO code path is bit for bit unchanged, tests/unit/allocation/
 # test_alloc_paper_hash.py); their store is not on this machine, so their table is reused as recorded: (n, seed) ->
 # (smoothed peak, rollouts to that seed's common target). n = 8 is new. The reuse holds while n = 8's smoothed peak
@@ -434,7 +434,7 @@ def choose_grpo(store: Store, seeds: Sequence[int] = TUNE_SEEDS) -> tuple[int | 
                 if n < 16 and (p is None or p < target - 1e-12):
                     ok = False  # a new size lowers the common target: the recorded costs no longer apply
             elif (n, s) in GRPO_RECORDED:
-                (p, r), src = GRPO_RECORDED[(n, s)], "recorded (docs/BENCHMARKS.md)"
+                (p, r), src = GRPO_RECORDED[(n, s)], "recorded (docs/STUDIES.md)"
             else:
                 ok, p, r, src = False, None, None, "(not run)"
             if p is not None:
@@ -453,7 +453,7 @@ def choose_grpo(store: Store, seeds: Sequence[int] = TUNE_SEEDS) -> tuple[int | 
     return min(GRPO_SIZES, key=key), lines
 
 
-# ---- the tuning section of docs/BENCHMARKS.md ----------------------------------------------------------------------
+# ---- the tuning section of docs/STUDIES.md -------------------------------------------------------------------------
 TUNING_MARKER = "prior-tuning"
 
 
@@ -490,7 +490,7 @@ def write_tuning(store: Store, path: Path, prior: str | None, prior_lines: list[
                  grpo_lines: list[str]) -> None:
     """Write the tuning tables (both rules' inputs and choices, and where the tuning seeds stand) into ``path``."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from _report import machine, write_section
+    from _report import STUDIES_HEADER, machine, write_section
 
     from research.bench_study import part_wall
     jobs = [*tune_jobs(), *[grpo_job(m, s) for s in TUNE_SEEDS for m in GRPO_SIZES if m < 16]]
@@ -499,7 +499,7 @@ def write_tuning(store: Store, path: Path, prior: str | None, prior_lines: list[
         "## The history prior and GRPO's size, tuned on seeds 100 and 101 (`research/prior_study.py tune`, issue 42)",
         "",
         "Command: `.venv/bin/python research/prior_study.py tune --store /work/bench42/b42.duckdb --write "
-        "docs/BENCHMARKS.md` (resumable; `--no-run` only reads the store)",
+        "docs/STUDIES.md` (resumable; `--no-run` only reads the store)",
         f"Machine: {machine()}",
         f"Measured: {time.strftime('%Y-%m-%d')}; the tuning runs' wall time: "
         f"{'-' if wall is None else f'{wall / 3600:.1f} h'} (union of their running spans, 1-2 at a time).",
@@ -522,7 +522,7 @@ def write_tuning(store: Store, path: Path, prior: str | None, prior_lines: list[
         body += ["", f"Where the tuning seeds stand against GRPO-{n} (the study's metric: sampled rollouts to the common "
                  "target; the ceiling counts only trained rollouts, i.e. screening for free):", "",
                  *versus_rows(store, n)]
-    write_section(path, TUNING_MARKER, "\n".join(body))
+    write_section(path, TUNING_MARKER, "\n".join(body), STUDIES_HEADER)
 
 
 def allocator_fields(overrides: Sequence[str]) -> dict[str, object]:
@@ -601,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     tu.add_argument("--store", default=STORE)
     tu.add_argument("--no-run", action="store_true", help="only read the store and apply the rule")
     tu.add_argument("--workers", type=int, default=2)
-    tu.add_argument("--write", type=Path, help="also write the tables into this BENCHMARKS.md's section")
+    tu.add_argument("--write", type=Path, help="also write the tables into this file's section (docs/STUDIES.md)")
     rp = sub.add_parser("replay", help="a candidate's skips replayed on a stored run without the prior")
     rp.add_argument("--store", default=STORE)
     rp.add_argument("run")

@@ -6,7 +6,7 @@ Every build is a real ``pilot-commit base-policy --out DIR --json`` subprocess w
 torch thread each. ``native`` is what the machine picks by itself; a capability the CPU lacks is skipped, and one
 that resolves to the same kernels as an earlier entry is not built twice.
 
-    python research/warm_start.py --write docs/BENCHMARKS.md             # seeds 0 1 2 x native, avx2, default
+    python research/warm_start.py --write docs/STUDIES.md                 # seeds 0 1 2 x native, avx2, default
     python research/warm_start.py --seeds 0 --isas native default         # a quicker look
 """
 
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # _report.py: the docs sections
-from _report import machine, write_section
+from _report import STUDIES_HEADER, machine, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKETS = ("below", "between", "above")
@@ -106,7 +106,7 @@ def main() -> int:
     lines = [
         "## Warm start: the same everywhere (`research/warm_start.py`)",
         "",
-        f"Machine: {machine()}. Command: `python research/warm_start.py --write docs/BENCHMARKS.md` ({wall / 60:.0f} min, "
+        f"Machine: {machine()}. Command: `python research/warm_start.py --write docs/STUDIES.md` ({wall / 60:.0f} min, "
         f"{args.workers} builds at a time). Each row is a fresh `pilot-commit base-policy` build of the shipped recipe "
         f"(`{shipped.name}`) under `ATEN_CPU_CAPABILITY` and `policy.init_seed`; its histogram is measured like the "
         "shipped one (640 RL prompts x 16 samples at T = 1: share below 0.125 / in [0.125, 0.75] / above 0.75).",
@@ -124,7 +124,7 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        write_section(args.write, "warm-start", text)
+        write_section(args.write, "warm-start", text, STUDIES_HEADER)
     return 0 if max(gaps) <= 0.05 else 1
 
 

@@ -41,7 +41,7 @@ class PolicyConfig:
     (keeping that probe's weights or the one's before, whichever is nearer), at most ``sft_max_steps`` steps. The
     long lengths are learned at a speed that CPU kernels (AVX2 vs AVX-512) and the init seed change, along one
     path: triggering the schedule and the stop on the path's coordinate, at a low learning rate where the path is
-    slow, lands every build near one point of it (docs/BENCHMARKS.md, "Warm start: the same everywhere")."""
+    slow, lands every build near one point of it (docs/STUDIES.md, "Warm start: the same everywhere")."""
     sft_onset: float = 0.05
     """Probe pass rate at which the long lengths have started to be learned: the learning rate starts to decay."""
     sft_decay_steps: int = 100

@@ -7,7 +7,8 @@ Dagster report asset both call :func:`build_report`.
 * :mod:`.tables`: numbers as text (:func:`format_count`, :func:`format_ratio`) and the Markdown tables;
 * :mod:`.plots`: the PNG figures (:func:`make_figures`, :func:`write_plots`; matplotlib only when they are drawn);
 * :mod:`.style`: how every report orders, labels and colours a method;
-* :mod:`.headline`: the committed efficiency study's headline, read from the results file the package ships;
+* :mod:`.headline`: the committed efficiency study's headline, read from the results file the package ships beside it
+  (``bench_study_results.json``);
 * :mod:`.report`: the whole report (:func:`build_report`);
 * :mod:`.timeline`: one run's pass rate per prompt and step with the allocator's decisions (:func:`write_timeline`,
   :func:`load_timeline`; ``pilot-commit timeline`` and the ``pass_rate_timeline`` asset);

@@ -10,7 +10,7 @@ from .tables import format_ratio
 # The efficiency study's committed result on the `bench` preset: data the package ships (package-data), read here with
 # no research code; written only when asked, by `research/bench_study.py --results` (`make study-bench`): its medians,
 # seeds and reproducibility row. Short runs such as `make demo` print it beside their own table.
-STUDY_RESULTS = Path(__file__).resolve().parent.parent / "presets" / "bench.results.json"
+STUDY_RESULTS = Path(__file__).resolve().parent / "bench_study_results.json"
 
 
 def study_headline(path: str | Path = STUDY_RESULTS) -> str:
@@ -33,7 +33,7 @@ def study_headline(path: str | Path = STUDY_RESULTS) -> str:
     smooth = res.get("smooth_evals", 1)
     curves = f" on curves smoothed over {smooth} evals" if smooth > 1 else ""
     dtype = f" in {res['dtype']}" if res.get("dtype") else ""
-    return (f"The study (`make bench-efficiency`, docs/BENCHMARKS.md): preset `{res['preset']}`{dtype}, {res['steps']} steps a "
+    return (f"The study (`make bench-efficiency`, docs/STUDIES.md): preset `{res['preset']}`{dtype}, {res['steps']} steps a "
             f"run, seeds {seeds}; median rollouts-to-target ratio{curves}, baseline / PC "
             f"(> 1: PC needed fewer sampled rollouts): our PC {ours}; the paper's PC {paper}.{rep_txt}"
             + "".join(_regime_sentence(name, r) for name, r in (res.get("regimes") or {}).items()
@@ -42,7 +42,7 @@ def study_headline(path: str | Path = STUDY_RESULTS) -> str:
 
 def _regime_sentence(name: str, r: dict) -> str:
     """One more sentence per regime of the file's ``regimes`` (``bench-tuned``: both sides at their tuned settings):
-    every median ratio by PC variant (its goals, met or missed, are in docs/BENCHMARKS.md beside the reading)."""
+    every median ratio by PC variant (its goals, met or missed, are in docs/STUDIES.md beside the reading)."""
     med = r.get("medians") or {}
     by_pc: dict[str, list[str]] = {}
     for k, v in med.items():

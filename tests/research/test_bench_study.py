@@ -305,7 +305,7 @@ def test_a_regimes_results_are_merged_into_the_file_every_other_key_kept(tmp_pat
     import json
 
     b = load_bench_study()
-    path = tmp_path / "bench.results.json"
+    path = tmp_path / "bench_study_results.json"
     path.write_text(json.dumps({**BENCH_RESULTS, "extra": {"kept": True}}, indent=1) + "\n")
     noise = b.REGIMES["bench-tuned"]
     b.write_results(path, noise, {"seeds": [11, 12, 13], "medians": {"GRPO64 / our PC": 2.2}})

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 def bench(tmp_path, cache, part, *args):
     cmd = [sys.executable, str(ROOT / "research/bench_study.py"), part, "--store", str(tmp_path / "b.duckdb"),
-           "--out", str(tmp_path / "runs"), "--img-dir", str(tmp_path / "img"), "--write", str(tmp_path / "B.md"),
+           "--out", str(tmp_path / "runs"), "--img-dir", str(tmp_path / "img"), "--write", str(tmp_path / "STUDIES.md"),
            "--results", str(tmp_path / "results.json"),
            "--cache-dir", str(cache), "--quiet", "--steps", "2", "--seeds", "5", "--tune-seeds", "7",
            "--sizes", "16", "64", "--set", "training.eval_samples=1", *args]
@@ -27,7 +27,7 @@ def bench(tmp_path, cache, part, *args):
 def test_tune_then_main_and_repro_then_the_section(tmp_path, base_policy, policy_cache):
     res = bench(tmp_path, policy_cache, "tune")
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "Choice by the rule" in res.stdout and not (tmp_path / "B.md").exists()  # tune writes no section
+    assert "Choice by the rule" in res.stdout and not (tmp_path / "STUDIES.md").exists()  # tune writes no section
 
     res = bench(tmp_path, policy_cache, "all", "--best-n", "16", "--variants", "grpo", "pc-paper", "pc-paper-noevict", "pc",
                 "--primary-seeds", "6")
@@ -57,7 +57,7 @@ def test_tune_then_main_and_repro_then_the_section(tmp_path, base_policy, policy
     for name in ("grpo-s5", "pc-s5", "grpo-s6", "pc-s6"):
         assert ledger(f"bench-isa-{name}") == ledger(f"bench-{name}")
 
-    text = (tmp_path / "B.md").read_text()
+    text = (tmp_path / "STUDIES.md").read_text()
     section = text.split("<!-- bench-study:begin -->", 1)[1].split("<!-- bench-study:end -->", 1)[0]
     for heading in ("GRPO's group size", "Rollouts to target, per seed and median", "Where the rollouts went",
                     "Reproducibility"):
@@ -109,7 +109,7 @@ def test_a_second_regime_main_and_report_merge_into_the_results_file(tmp_path, b
 
     res = bench(tmp_path, policy_cache, "report", *noise, "--variants", "grpo", "pc-paper-easy", "pc", "pc-best")
     assert res.returncode == 0, res.stderr[-3000:]
-    text = (tmp_path / "B.md").read_text()
+    text = (tmp_path / "STUDIES.md").read_text()
     assert "<!-- bench-study:begin -->" not in text
     section = text.split("<!-- bench-tuned-study:begin -->", 1)[1].split("<!-- bench-tuned-study:end -->", 1)[0]
     assert "## The benchmark with both sides tuned, on fresh seeds" in section

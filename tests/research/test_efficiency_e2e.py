@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 def bench(tmp_path, cache, *args):
     cmd = [sys.executable, str(ROOT / "research/efficiency.py"), "--store", str(tmp_path / "eff.duckdb"),
-           "--out", str(tmp_path / "runs"), "--img-dir", str(tmp_path / "img"), "--write", str(tmp_path / "B.md"),
+           "--out", str(tmp_path / "runs"), "--img-dir", str(tmp_path / "img"), "--write", str(tmp_path / "STUDIES.md"),
            "--cache-dir", str(cache), "--quiet", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, check=False)
 
@@ -32,7 +32,7 @@ def test_primary_then_report_and_a_simulator_ablation(tmp_path, base_policy, pol
     steps = store.query("SELECT run_id, count(*) AS n, sum(sampled_rollouts) AS s FROM steps GROUP BY run_id ORDER BY run_id")
     assert [(r["n"], r["s"]) for r in steps][0] == (3, 3 * 16 * 64)  # GRPO: b_t 16 x n 64 per step
     assert steps[1]["n"] == 3 and steps[1]["s"] > 3 * 16 * 64  # PC pays for its pilots
-    text = (tmp_path / "B.md").read_text()
+    text = (tmp_path / "STUDIES.md").read_text()
     section = text.split("<!-- efficiency:begin -->", 1)[1].split("<!-- efficiency:end -->", 1)[0]
     assert "Rollouts to target (paper Table 2)" in section and "Wall time:" in section
     assert re.search(r"\| `efficiency-grpo-s5` \| GRPO \| 5 \| 3 \| 3,072 \| 3,072 \| 1\.000 \| 100% \| 0% \|", section)
@@ -46,7 +46,7 @@ def test_primary_then_report_and_a_simulator_ablation(tmp_path, base_policy, pol
 
     res = bench(tmp_path, policy_cache, "ablate", "evict", "--engine", "sim", "--sim-seeds", "0", "--sim-steps", "20")
     assert res.returncode == 0, res.stderr[-3000:]
-    text = (tmp_path / "B.md").read_text()
+    text = (tmp_path / "STUDIES.md").read_text()
     assert "<!-- efficiency-ablate-evict-sim:begin -->" in text and "<!-- efficiency:begin -->" in text
     rows = [line for line in text.splitlines() if line.startswith("| evict o") and line.split(" | ")[1] == "0"]
     assert [r.split(" | ")[0] for r in rows] == ["| evict on", "| evict off"]

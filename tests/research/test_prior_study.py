@@ -169,7 +169,7 @@ def test_grpo_choice_reuses_the_recorded_sizes_only_while_n8_leaves_the_target_w
     with_small({100: rise, 101: rise})
     best, lines = m.choose_grpo(None)
     assert best == 8
-    assert "| 16 | 100 | 0.730 | 0.722 | 28,160 | recorded (docs/BENCHMARKS.md) |" in lines
+    assert "| 16 | 100 | 0.730 | 0.722 | 28,160 | recorded (docs/STUDIES.md) |" in lines
     # smoothed (trailing 3): .68 .69 .70 .7167 .73 -> first >= .722 after step 39 (40 x 128 = 5,120)
     assert "| 8 | 100 | 0.740 | 0.722 | 5,120 | run prior-tune-grpo-n8-h240-s100 |" in lines
     # n = 4 (64 a step), smoothed: ... .7167 (after step 79), .73 (after step 89: 90 x 64 = 5,760 > n = 8's 5,120)

@@ -359,7 +359,7 @@ def absolute_imports(path: Path) -> list[tuple[int, str]]:
 def test_nothing_in_the_package_imports_research(tmp_path):
     """research/ (the studies and their library, study.py) imports pc_pipelines; nothing in pc_pipelines/, assets/ or
     resources/ imports it, nor reliability/ or benchmarks/ (the package reads the study's committed headline as its
-    own data file, pc_pipelines/presets/bench.results.json)."""
+    own data file, pc_pipelines/reports/bench_study_results.json)."""
     planted = tmp_path / "m.py"
     planted.write_text("import json\n\n\ndef f():\n    from research import study\n\n    return study\n")
     assert absolute_imports(planted) == [(1, "json"), (5, "research")]

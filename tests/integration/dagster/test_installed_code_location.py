@@ -50,3 +50,19 @@ def test_the_code_location_loads_from_the_install(installed, tmp_path):
     validate = run_installed(installed, tmp_path, "-m", "dagster", "definitions", "validate",
                              "-m", "pc_pipelines.definitions")
     assert validate.returncode == 0, validate.stdout + validate.stderr
+
+
+def test_the_install_ships_the_studys_headline_beside_its_reader_and_presets_only(installed, tmp_path):
+    """`make demo` from an image prints the committed study's headline: the results file is package data of
+    pc_pipelines.reports (never under presets/, which ships presets only)."""
+    from pc_pipelines.reports import study_headline
+
+    probe = ("import pathlib, pc_pipelines.presets as p, pc_pipelines.reports as r;"
+             "print(r.STUDY_RESULTS); print(r.study_headline());"
+             "print(sorted(f.name for f in pathlib.Path(p.__file__).parent.iterdir() if f.suffix != '.yaml'))")
+    out = run_installed(installed, tmp_path, "-c", probe)
+    assert out.returncode == 0, out.stderr
+    results, headline, presets = out.stdout.splitlines()[-3:]
+    assert results == str(installed / "pc_pipelines" / "reports" / "bench_study_results.json")
+    assert headline == study_headline() and "preset `bench`" in headline  # the checkout's file, shipped whole
+    assert eval(presets) in (["__init__.py"], ["__init__.py", "__pycache__"])

@@ -46,6 +46,6 @@ def test_study_headline_adds_each_regime_of_the_results_file(tmp_path):
     text = study_headline(path)
     assert ("Regime `bench-tuned` (seeds 11, 12, 13; tuned on other seeds: GRPO n = 16, our PC's budget p2+6/c8): "
             "our PC GRPO64 1.25x; our PC best GRPO16 0.62x, DAPO -.") in text
-    assert "Goals" not in text and "missed" not in text  # the goals' wording lives in docs/BENCHMARKS.md
+    assert "Goals" not in text and "missed" not in text  # the goals' wording lives in docs/STUDIES.md
     path.write_text(json.dumps({**res, "regimes": {}}))
     assert "Regime" not in study_headline(path)
