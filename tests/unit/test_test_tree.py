@@ -16,8 +16,8 @@ The rule, for the tiers ``tests/unit``, ``tests/integration`` and ``tests/e2e``:
   drives the CLI and the UI as a user does: its files stay flat.
 
 ``tests/research`` tests ``research/`` (flat scripts), ``tests/support`` holds the shared helper modules (on
-pytest's pythonpath); neither is checked here. Fixtures shared by a tier are in its ``conftest.py``, by several
-tiers in ``tests/conftest.py``.
+pytest's pythonpath); neither is checked here. A fixture is in the ``conftest.py`` of the folder whose tests
+share it (``tests/conftest.py``: several tiers').
 """
 
 from __future__ import annotations
