@@ -1,4 +1,5 @@
-"""Shared fixtures. ``procs``: this process's descendants read from /proc and bounded waits on them
+"""Fixtures shared by the tiers: ``grader`` (a math grader per module), ``new_store`` (an empty store in the test's
+tmp_path), ``base_policy`` (below) and ``procs``: this process's descendants read from /proc and bounded waits on them
 (``tests/support/proc_waits.py``: a test that starts processes, a Ray cluster or a vLLM engine say, waits for what
 it counts and checks that every one of them is gone after it). The embedded base policy is the canonical warm start
 shipped with the package (``pc_pipelines/warm_starts/``), exactly what ``pilot-commit train`` uses: the same weights
@@ -38,6 +39,25 @@ def base_policy(policy_cache) -> Path:
 
     cfg = resolve("embedded", method="grpo")
     return ensure_base_policy(cfg.task, cfg.policy, cfg.training.prompt_template, cache_dir=policy_cache)
+
+
+@pytest.fixture(scope="module")
+def grader(request):
+    """A ``MathGrader`` shared by a module's tests and closed after them. A module sets its per-answer timeout with
+    ``GRADER_TIMEOUT_S = ...`` (default: the grader's own)."""
+    from pc_pipelines.rewards import MathGrader
+
+    timeout = getattr(request.module, "GRADER_TIMEOUT_S", None)
+    with MathGrader(**({} if timeout is None else {"timeout_s": timeout})) as g:
+        yield g
+
+
+@pytest.fixture
+def new_store(tmp_path):
+    """An empty store, initialised, at ``tmp_path / "s.duckdb"``."""
+    from pc_pipelines.store import Store
+
+    return Store(tmp_path / "s.duckdb").init()
 
 
 @pytest.fixture(autouse=True)

@@ -9,9 +9,11 @@ import os
 import shlex
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
+from pilot_cli import run_cli, sql
 
 from pc_pipelines.errors import installed_command
 
@@ -22,15 +24,7 @@ SMALL = ["--prompts", "200", "--steps", "8", "--train-batch", "16", "--n", "8"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run([EXE, *args], capture_output=True, text=True, timeout=300, check=False)
-    if check:
-        assert out.returncode == 0, f"{args}: exit {out.returncode}\n{out.stderr}"
-    return out
-
-
-def sql(path: str, query: str) -> list[dict]:
-    return json.loads(run("sql", "--store", path, query, "--json").stdout)
+run = partial(run_cli, check_rc=0)
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +66,11 @@ def test_compare_named_runs_across_families(store, tmp_path):
 
 def test_compare_refuses_unknown_runs_in_one_line_and_writes_nothing(store, tmp_path):
     out = tmp_path / "nope.png"
-    res = run("compare", "--store", store, "--runs", "pc-run", "no-such-run", "--out", str(out), check=False)
+    res = run("compare", "--store", store, "--runs", "pc-run", "no-such-run", "--out", str(out), check_rc=None)
     assert res.returncode == 2 and res.stdout == "" and not out.exists()
     assert res.stderr == (f"pilot-commit compare: no run 'no-such-run' in the store {store}. Fix: name runs that "
                           f"`pilot-commit runs --store {store}` lists.\n")
-    res = run("compare", "--store", store, "--family", "f9", "--out", str(out), check=False)
+    res = run("compare", "--store", store, "--family", "f9", "--out", str(out), check_rc=None)
     assert res.returncode == 2 and "Traceback" not in res.stderr and not out.exists()
     assert res.stderr.startswith("pilot-commit compare: family 'f9' in the store ") and "Fix:" in res.stderr
 

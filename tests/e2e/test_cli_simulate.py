@@ -1,16 +1,13 @@
 """`pilot-commit simulate` and `pilot-commit simulate-demo` as a user runs them: the installed entry point, real output."""
 
 import json
-import shutil
-import subprocess
-import sys
-from pathlib import Path
+from functools import partial
 
 import pytest
+from pilot_cli import run_cli
 
 pytestmark = pytest.mark.e2e
 
-EXE = shutil.which("pilot-commit", path=str(Path(sys.executable).parent)) or "pilot-commit"
 REQUIRED = {
     "step",
     "rounds",
@@ -26,8 +23,7 @@ REQUIRED = {
 }
 
 
-def run(*args, check=True):
-    return subprocess.run([EXE, *args], capture_output=True, text=True, check=check, timeout=300)
+run = partial(run_cli, check_rc=0)
 
 
 def test_simulate_json_one_object_per_step_with_paper_costs():
@@ -65,10 +61,10 @@ def test_simulate_table_and_progress_bar():
 
 
 def test_bad_config_is_a_clear_error_not_a_traceback():
-    proc = run("simulate", "--method", "pc", "--p-lower", "0.9", "--p-upper", "0.5", "--steps", "1", check=False)
+    proc = run("simulate", "--method", "pc", "--p-lower", "0.9", "--p-upper", "0.5", "--steps", "1", check_rc=None)
     assert proc.returncode == 2
     assert "p_lower" in proc.stderr and "Fix:" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run("simulate", "--n", "10", "--n-pilot", "4", "--n-commit", "4", "--steps", "1", check=False)
+    proc = run("simulate", "--n", "10", "--n-pilot", "4", "--n-commit", "4", "--steps", "1", check_rc=None)
     assert proc.returncode == 2 and "--n-pilot 4 + --n-commit 4 = 8" in proc.stderr
 
 

@@ -6,24 +6,18 @@ from __future__ import annotations
 import csv
 import io
 import json
-import subprocess
-import sys
-from pathlib import Path
+from functools import partial
 
 import pytest
+from pilot_cli import run_cli
 
 pytestmark = pytest.mark.e2e
 
-EXE = str(Path(sys.executable).parent / "pilot-commit")
 SMALL = ["--prompts", "5000", "--steps", "30", "--train-batch", "32", "--n", "16"]
 METHODS = ("grpo", "dapo", "pc")
 
 
-def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run([EXE, *args], capture_output=True, text=True, timeout=300, check=False)
-    if check:
-        assert out.returncode == 0, f"{args}: exit {out.returncode}\n{out.stderr}"
-    return out
+run = partial(run_cli, check_rc=0)
 
 
 @pytest.fixture(scope="module")
@@ -110,11 +104,11 @@ def test_sql_null_and_views(store):
 
 
 def test_sql_bad_query_shows_duckdbs_message_without_traceback(store):
-    out = run("sql", "--store", store["path"], "SELECT no_such_column FROM steps", check=False)
+    out = run("sql", "--store", store["path"], "SELECT no_such_column FROM steps", check_rc=None)
     assert out.returncode != 0
     assert "no_such_column" in out.stderr and "Binder Error" in out.stderr
     assert "Traceback" not in out.stderr and out.stdout == ""
-    out = run("sql", "--store", store["path"], "SELEC 1", check=False)
+    out = run("sql", "--store", store["path"], "SELEC 1", check_rc=None)
     assert out.returncode != 0 and "syntax error" in out.stderr.lower() and "Traceback" not in out.stderr
 
 
@@ -136,7 +130,7 @@ def test_sql_answers_with_views_a_store_from_an_older_version_lacks_without_writ
                          "rollout_breakdown b JOIN runs r USING (run_id) ORDER BY 1", "--json").stdout)
     assert [(o["method"], o["sampled"]) for o in out] == [(r["method"], r["sampled"]) for r in expected_rows(store)]
     assert out[1]["headroom"] == 1.0 and out[0]["headroom"] > 1.0  # GRPO trains all it samples, DAPO does not
-    bad = run("sql", "--store", str(old), "SELECT * FROM no_such_view", check=False)
+    bad = run("sql", "--store", str(old), "SELECT * FROM no_such_view", check_rc=None)
     assert bad.returncode != 0 and "no_such_view" in bad.stderr and "Traceback" not in bad.stderr
     con = duckdb.connect(str(old), read_only=True)
     try:  # still without the view: nothing was written
@@ -146,7 +140,7 @@ def test_sql_answers_with_views_a_store_from_an_older_version_lacks_without_writ
 
 
 def test_sql_is_read_only(store):
-    out = run("sql", "--store", store["path"], "DELETE FROM runs", check=False)
+    out = run("sql", "--store", store["path"], "DELETE FROM runs", check_rc=None)
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert "read-only" in out.stderr.lower() or "read only" in out.stderr.lower()
     assert len(runs_json(store["path"])) == 3
@@ -154,12 +148,12 @@ def test_sql_is_read_only(store):
 
 def test_sql_on_a_missing_store_exits_2_with_a_fix(tmp_path):
     missing = tmp_path / "nope.duckdb"
-    out = run("sql", "--store", str(missing), "SELECT 1", check=False)
+    out = run("sql", "--store", str(missing), "SELECT 1", check_rc=None)
     assert out.returncode == 2
     assert "Fix" in out.stderr and str(missing) in out.stderr
     assert "Traceback" not in out.stderr
     assert not missing.exists()  # reading never creates a store
-    out = run("runs", "--store", str(missing), check=False)
+    out = run("runs", "--store", str(missing), check_rc=None)
     assert out.returncode == 2 and "Fix" in out.stderr
 
 
@@ -196,7 +190,7 @@ def test_simulate_store_replayed_with_the_same_run_name_has_no_doubled_steps(tmp
     args = ["simulate", "--store", path, "--method", "pc", "--prompts", "3000", "--train-batch", "16", "--n", "8",
             "--run-name", "again", "--json"]
     first = run(*args, "--steps", "12").stdout
-    refused = run(*args, "--steps", "12", check=False)  # an existing run is never replaced silently (issue 18)
+    refused = run(*args, "--steps", "12", check_rc=None)  # an existing run is never replaced silently (issue 18)
     assert refused.returncode == 2 and "--overwrite" in refused.stderr and refused.stdout == ""
     second = run(*args, "--steps", "12", "--overwrite").stdout
     assert first == second
@@ -211,7 +205,7 @@ def test_simulate_store_replayed_with_the_same_run_name_has_no_doubled_steps(tmp
                                                    "FROM eval_results", "--json").stdout)
     assert evals == [{"n": 2, "d": 2}]  # before training and the last step
     # the same name with another config is refused, exit 2, nothing changed
-    out = run(*args[:-1], "--steps", "5", "--p-upper", "0.875", check=False)
+    out = run(*args[:-1], "--steps", "5", "--p-upper", "0.875", check_rc=None)
     assert out.returncode == 2 and "Fix" in out.stderr and "Traceback" not in out.stderr
     (r,) = runs_json(path)
     assert (r["steps"], r["status"]) == (5, "finished")
@@ -234,7 +228,7 @@ def test_presets_show_paper_prints_the_resolved_config_with_its_hash():
     assert shown["allocator"]["method"] == "pc" and shown["allocator"]["n"] == 128
     changed = json.loads(run("presets", "--show", "paper", "--set", "allocator.p_upper=0.875").stdout)
     assert changed["allocator"]["p_upper"] == 0.875 and changed["config_hash"] != shown["config_hash"]
-    out = run("presets", "--show", "paper", "--set", "allocator.bogus=1", check=False)
+    out = run("presets", "--show", "paper", "--set", "allocator.bogus=1", check_rc=None)
     assert out.returncode == 2 and "bogus" in out.stderr and "Traceback" not in out.stderr
-    out = run("presets", "--show", "no-such-preset", check=False)
+    out = run("presets", "--show", "no-such-preset", check_rc=None)
     assert out.returncode == 2 and "unknown preset" in out.stderr

@@ -3,30 +3,20 @@ real processes, the PNG on disk, the line it prints and its refusals (each with 
 
 from __future__ import annotations
 
-import json
 import struct
-import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
+from pilot_cli import run_cli, sql
 
 pytestmark = pytest.mark.e2e
 
-EXE = str(Path(sys.executable).parent / "pilot-commit")
 SMALL = ["--prompts", "300", "--steps", "20", "--train-batch", "16", "--n", "16"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run([EXE, *args], capture_output=True, text=True, timeout=300, check=False)
-    if check:
-        assert out.returncode == 0, f"{args}: exit {out.returncode}\n{out.stderr}"
-    return out
-
-
-def sql(path: str, query: str) -> list[dict]:
-    return json.loads(run("sql", "--store", path, query, "--json").stdout)
+run = partial(run_cli, check_rc=0)
 
 
 @pytest.fixture(scope="module")
@@ -72,22 +62,22 @@ def test_timeline_of_chosen_prompts_and_of_a_grpo_run(store, tmp_path):
 def test_timeline_refusals_name_the_fix(store, tmp_path):
     out = tmp_path / "never.png"
     bad = run("timeline", "--store", store["path"], "--run", "pc-run", "--out", str(out), "--prompts", "3,x",
-              check=False)
+              check_rc=None)
     assert bad.returncode == 2 and "'x' is not an integer" in bad.stderr
-    bad = run("timeline", "--store", store["path"], "--run", "nope", "--out", str(out), check=False)
+    bad = run("timeline", "--store", store["path"], "--run", "nope", "--out", str(out), check_rc=None)
     assert bad.returncode == 2 and "no run 'nope'" in bad.stderr and "Fix:" in bad.stderr
     assert "pc-run" in bad.stderr and "grpo-run" in bad.stderr
     bad = run("timeline", "--store", store["path"], "--run", "pc-run", "--out", str(out), "--prompts", "99999",
-              check=False)
+              check_rc=None)
     assert bad.returncode == 2 and "never sampled prompt(s) 99999" in bad.stderr and "Fix:" in bad.stderr
-    bad = run("timeline", "--store", store["path"], "--run", "pc-run", "--out", str(out), "--top", "0", check=False)
+    bad = run("timeline", "--store", store["path"], "--run", "pc-run", "--out", str(out), "--top", "0", check_rc=None)
     assert bad.returncode == 2 and "Fix:" in bad.stderr and "Traceback" not in bad.stderr
     bad = run("timeline", "--store", store["path"], "--run", "pc-run", "--out", str(out), "--prompts", "3",
-              "--top", "4", check=False)
+              "--top", "4", check_rc=None)
     assert bad.returncode == 2 and "not allowed with argument" in bad.stderr
     assert not out.exists()
     folder = tmp_path / "a-folder.png"
     folder.mkdir()
-    bad = run("timeline", "--store", store["path"], "--run", "pc-run", "--out", str(folder), check=False)
+    bad = run("timeline", "--store", store["path"], "--run", "pc-run", "--out", str(folder), check_rc=None)
     assert bad.returncode == 2 and f"--out {folder} is a directory; it is not written over. Fix:" in bad.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-folder.png"]  # no temporary left behind

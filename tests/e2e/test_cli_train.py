@@ -4,9 +4,11 @@ import json
 import re
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
+from pilot_cli import MODULE, run_cli
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pc_pipelines.errors import installed_command, shell_command
@@ -26,9 +28,7 @@ def sets(pc: bool = True) -> list[str]:
 SMALL = sets()
 
 
-def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "pc_pipelines.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+cli = partial(run_cli, exe=MODULE, timeout=600)
 
 
 def test_train_json_out_of_the_box(base_policy, policy_cache, tmp_path):

@@ -6,22 +6,17 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-from pathlib import Path
+from functools import partial
 
 import pytest
+from pilot_cli import run_cli
 
 pytestmark = pytest.mark.e2e
 
-EXE = str(Path(sys.executable).parent / "pilot-commit")
 SMALL = ["--prompts", "2000", "--train-batch", "32", "--n", "16"]
 
 
-def cli(*args: str) -> str:
-    out = subprocess.run([EXE, *args], capture_output=True, text=True, timeout=600, check=False)
-    assert out.returncode == 0, f"{args}: exit {out.returncode}\n{out.stderr[-3000:]}"
-    return out.stdout
+cli = partial(run_cli, check_rc=0, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +32,7 @@ def store(tmp_path_factory) -> str:
 
 
 def test_report_json_names_the_runs_compared_by_the_rule(store):
-    rep = json.loads(cli("report", "--store", store, "--json"))["fam"]
+    rep = json.loads(cli("report", "--store", store, "--json").stdout)["fam"]
     s0, s1 = rep["seeds"]
     # the newest PC run of seed 0 has 6 steps: the 12-step one is compared, as long as GRPO's
     assert s0["runs"] == {"grpo": "g0", "dapo": None, "pc": "p0-long"}
@@ -46,14 +41,14 @@ def test_report_json_names_the_runs_compared_by_the_rule(store):
     assert s1["steps"] == {"grpo": 12, "dapo": None, "pc": 6}
     # the view computes the target on the compared runs: PC's peak is the long run's
     evals = json.loads(cli("sql", "--store", store, "--json",
-                           "SELECT run_id, max(accuracy) AS peak FROM eval_curve GROUP BY run_id"))
+                           "SELECT run_id, max(accuracy) AS peak FROM eval_curve GROUP BY run_id").stdout)
     peak = {r["run_id"]: r["peak"] for r in evals}
     assert s0["target"] == pytest.approx(min(peak["g0"], peak["p0-long"]))
     assert s1["target"] == pytest.approx(min(peak["g1"], peak["p1-short"]))
 
 
 def test_report_table_says_which_runs_why_and_when_lengths_differ(store):
-    out = cli("report", "--store", store)
+    out = cli("report", "--store", store).stdout
     assert "runs compared (the finished run with the most steps for each family, method and seed" in out
     assert "  seed 0: GRPO g0 (12 steps), DAPO no run, PC p0-long (12 steps)\n" in out
     assert "  seed 1: GRPO g1 (12 steps), DAPO no run, PC p1-short (6 steps)\n" in out

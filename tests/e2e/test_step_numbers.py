@@ -4,10 +4,10 @@ event file, the run plot's data and the progress lines the Dagster UI shows for 
 step is 1 and the last is 3 (5 after the resume); the store keeps its own steps 0..2 (pc_pipelines/steps.py)."""
 
 import re
-import subprocess
-import sys
+from functools import partial
 
 import pytest
+from pilot_cli import MODULE, run_cli
 
 from pc_pipelines.reports.run_plot import PANELS, load_run_progress, run_progress_figure
 from pc_pipelines.run.progress import SegmentProgress
@@ -21,9 +21,7 @@ SMALL = ["allocator.train_batch=8", "allocator.n=8", "allocator.commit_mean=6", 
          "training.ppo_minibatch=4", "training.eval_every=2", "training.eval_samples=1"]
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "pc_pipelines.cli", *args], capture_output=True, text=True,
-                          timeout=600, check=False)
+cli = partial(run_cli, exe=MODULE, timeout=600)
 
 
 def bar_counts(stderr: str) -> list[tuple[int, int]]:

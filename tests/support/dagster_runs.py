@@ -37,3 +37,9 @@ def register_run(instance, tmp: Path, policy: Path, name: str, overrides: list[s
                                        instance=instance, resources=local_resources(tmp))
     assert res.success
     return res.output_for_node("register_training_run")
+
+
+def step_failures(result) -> str:
+    """The errors of a Dagster run's failed steps, one after another (empty when no step failed)."""
+    return "\n".join(e.event_specific_data.error.to_string() for e in result.all_events
+                     if e.event_type_value == "STEP_FAILURE")

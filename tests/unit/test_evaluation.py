@@ -8,9 +8,9 @@ from pc_pipelines.data.benchmarks import BENCHMARK_SPECS, SMALL_SET_K
 from pc_pipelines.data.prepared_task import to_task_data
 from pc_pipelines.data.task import EvalSet
 from pc_pipelines.evaluation import EvalResult, evaluate_sets
-from pc_pipelines.rewards import MathGrader
 from pc_pipelines.rollout.base import FINISH_STOP, RequestOutput, Rollout
 
+GRADER_TIMEOUT_S = 30.0  # the ``grader`` fixture's (tests/conftest.py)
 
 class ScriptedEngine:
     """A fake engine (this is a unit test of evaluate_sets): rollout i of a request answers correctly iff
@@ -23,12 +23,6 @@ class ScriptedEngine:
         self.calls.append([(r.prompt, r.n) for r in requests])
         return [RequestOutput([0], [Rollout([1], rf"\boxed{{{self.gold[r.prompt] if i < self.correct[r.prompt] else 'x'}}}",
                                             [0.0], FINISH_STOP) for i in range(r.n)]) for r in requests]
-
-
-@pytest.fixture(scope="module")
-def grader():
-    with MathGrader(timeout_s=30.0) as g:
-        yield g
 
 
 def test_a_set_with_its_own_k_is_sampled_and_averaged_with_it(grader):

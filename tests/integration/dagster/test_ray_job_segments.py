@@ -29,6 +29,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from dagster import DagsterInstance, materialize
+from dagster_runs import local_resources, step_failures
 from safetensors.torch import load_file
 
 import pc_pipelines
@@ -38,12 +39,8 @@ from pc_pipelines_dagster.assets.evaluation import segment_eval
 from pc_pipelines_dagster.assets.training import training_segment
 from pc_pipelines_dagster.automation.jobs import start_run
 from pc_pipelines_dagster.resources import (
-    DataResource,
-    LocalCheckpointResource,
     LocalComputeResource,
     RayJobComputeResource,
-    StoreResource,
-    TransformersEngineResource,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.ray]
@@ -159,21 +156,11 @@ def ray_head(procs):
 
 
 # ---- the runs ----------------------------------------------------------------------------------------------------
-def resources(tmp_path, compute) -> dict:
-    return {
-        "data": DataResource(out_dir=str(tmp_path / "data")),
-        "store": StoreResource(path=str(tmp_path / "pc.duckdb")),
-        "checkpoints": LocalCheckpointResource(root=str(tmp_path / "runs")),
-        "compute": compute,
-        "engine": TransformersEngineResource(),
-    }
-
-
 def register(instance, tmp_path, base_policy, name):
     cfg = {"method": METHOD, "overrides": TINY, "segment_steps": 2, "total_steps": 4, "run_name": name,
            "policy_path": str(base_policy)}
     res = start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},
-                                       instance=instance, resources=resources(tmp_path, LocalComputeResource()))
+                                       instance=instance, resources=local_resources(tmp_path, LocalComputeResource()))
     assert res.success
 
 
@@ -188,11 +175,6 @@ def rows(store: Store, run_id: str) -> tuple[list[dict], list[dict]]:
 
 def weights(tmp_path, run_id: str, step: int) -> dict[str, torch.Tensor]:
     return load_file(str(tmp_path / "runs" / run_id / "checkpoints" / f"step-{step:08d}" / "policy" / "model.safetensors"))
-
-
-def failure_message(result) -> str:
-    return "\n".join(e.event_specific_data.error.to_string() for e in result.all_events
-                     if e.event_type_value == "STEP_FAILURE")
 
 
 def _reports_step(log: str, step: int) -> bool:
@@ -249,12 +231,12 @@ class StopAfterStep(threading.Thread):
 def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_head, tmp_path, base_policy):
     t0 = time.monotonic()
     instance = DagsterInstance.ephemeral()
-    local = resources(tmp_path, LocalComputeResource())
+    local = local_resources(tmp_path, LocalComputeResource())
     # The code travels with each job (runtime_env py_modules: Ray zips the package, uploads it to the cluster and puts
     # its copy first on the job's path), as it would to nodes whose image lacks it; the config is the run's row in
     # the store, on the shared storage.
     shipped = str(Path(pc_pipelines.__file__).resolve().parent)
-    ray = resources(tmp_path, RayJobComputeResource(address=ray_head.address, auth_token_env=TOKEN_ENV,
+    ray = local_resources(tmp_path, RayJobComputeResource(address=ray_head.address, auth_token_env=TOKEN_ENV,
                                                     poll_interval_s=0.2, py_modules=[shipped]))
     register(instance, tmp_path, base_policy, "local")
     register(instance, tmp_path, base_policy, "ray")
@@ -291,7 +273,7 @@ def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_he
     stopper.join(timeout=60)
     assert stopper.error is None, stopper.error
     assert not bad.success
-    msg = failure_message(bad)
+    msg = step_failures(bad)
     assert "STOPPED" in msg and stopper.job_id in msg and "resumes from its newest checkpoint" in msg
     seg = store.segments("ray")[1]  # the job's process recorded its own stop (at a step boundary): no failure
     assert (seg["status"], seg["consecutive_failures"]) == ("stopped", 0)
@@ -325,11 +307,11 @@ def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_he
 def test_no_job_server_at_the_address_fails_with_a_fix(tmp_path, base_policy):
     instance = DagsterInstance.ephemeral()
     register(instance, tmp_path, base_policy, "nowhere")
-    res = resources(tmp_path, RayJobComputeResource(address=f"http://127.0.0.1:{_free_port()}"))
+    res = local_resources(tmp_path, RayJobComputeResource(address=f"http://127.0.0.1:{_free_port()}"))
     bad = materialize([training_segment], partition_key="nowhere/seg-0000", instance=instance, resources=res,
                       raise_on_error=False)
     assert not bad.success
-    msg = failure_message(bad)
+    msg = step_failures(bad)
     assert "no Ray job server at http://127.0.0.1:" in msg and "Fix:" in msg
     assert Store(tmp_path / "pc.duckdb").segments("nowhere")[0]["status"] == "failed"
 
@@ -337,11 +319,11 @@ def test_no_job_server_at_the_address_fails_with_a_fix(tmp_path, base_policy):
 def test_a_cluster_that_wants_a_token_refuses_without_it_and_says_how_to_fix(ray_head, tmp_path, base_policy):
     instance = DagsterInstance.ephemeral()
     register(instance, tmp_path, base_policy, "tokenless")
-    res = resources(tmp_path, RayJobComputeResource(address=ray_head.address, auth_token_env="PC_TEST_NO_SUCH_TOKEN"))
+    res = local_resources(tmp_path, RayJobComputeResource(address=ray_head.address, auth_token_env="PC_TEST_NO_SUCH_TOKEN"))
     bad = materialize([training_segment], partition_key="tokenless/seg-0000", instance=instance, resources=res,
                       raise_on_error=False)
     assert not bad.success
-    msg = failure_message(bad)
+    msg = step_failures(bad)
     assert "refused the request" in msg and "$PC_TEST_NO_SUCH_TOKEN" in msg and "Fix:" in msg
 
 
@@ -350,12 +332,12 @@ def test_a_job_past_its_timeout_is_stopped_and_the_segment_fails_with_the_fix(ra
     imports torch); the asset fails saying so and how to fix it, and the segment is recorded failed."""
     instance = DagsterInstance.ephemeral()
     register(instance, tmp_path, base_policy, "late")
-    res = resources(tmp_path, RayJobComputeResource(address=ray_head.address, auth_token_env=TOKEN_ENV,
+    res = local_resources(tmp_path, RayJobComputeResource(address=ray_head.address, auth_token_env=TOKEN_ENV,
                                                     poll_interval_s=0.2, job_timeout_s=2))
     t0 = time.monotonic()
     bad = materialize([training_segment], partition_key="late/seg-0000", instance=instance, resources=res,
                       raise_on_error=False)
     assert not bad.success and time.monotonic() - t0 < 120
-    msg = failure_message(bad)
+    msg = step_failures(bad)
     assert "STOPPED" in msg and "ran past job_timeout_s=2 and was stopped. Fix: raise job_timeout_s" in msg
     assert Store(tmp_path / "pc.duckdb").segments("late")[0]["status"] == "failed"

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance
 from dagster_runs import register_run
+from pilot_cli import MODULE, run_cli
 
 from pc_pipelines.store import Store
 
@@ -50,9 +51,8 @@ HOLD = ("import sys\nfrom pc_pipelines.store.runlock import hold_run\n"
 
 
 def segment_cli(tmp: Path, run_id: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pc_pipelines.cli", "train-segment", "--store", str(tmp / "pc.duckdb"),
-                           "--run-id", run_id, "--runs-root", str(tmp / "runs"), "--data-dir", str(tmp / "data"), *args],
-                          capture_output=True, text=True, timeout=600, check=False)
+    return run_cli("train-segment", "--store", str(tmp / "pc.duckdb"), "--run-id", run_id, "--runs-root",
+                   str(tmp / "runs"), "--data-dir", str(tmp / "data"), *args, exe=MODULE, timeout=600)
 
 
 def test_a_pipes_segment_records_its_own_row_and_the_dagster_process_never_imports_torch(tmp_path, base_policy):

@@ -17,7 +17,7 @@ from dagster import (
     build_sensor_context,
     materialize,
 )
-from dagster_runs import local_resources, register_run
+from dagster_runs import local_resources, register_run, step_failures
 from safetensors.torch import load_file
 
 from pc_pipelines.run import latest_checkpoint, list_checkpoints
@@ -63,11 +63,6 @@ def requests(result) -> list[tuple[str, str]]:
     return [(r.run_key, r.partition_key) for r in result.run_requests]
 
 
-def failure_message(result) -> str:
-    return "\n".join(e.event_specific_data.error.to_string() for e in result.all_events
-                     if e.event_type_value == "STEP_FAILURE")
-
-
 def steps_rows(store: Store, run_id: str) -> list[dict]:
     return store.query("SELECT step, sampled_rollouts, trained_rollouts, mean_reward_std, loss, kept, evicted "
                        "FROM steps WHERE run_id = ? ORDER BY step", [run_id])
@@ -91,11 +86,11 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
     # Out of order: segment 1 refuses while segment 0 is not done.
     bad = train(instance, tmp_path, "seg-pc/seg-0001", raise_on_error=False)
     assert not bad.success
-    assert "previous segment is not done" in failure_message(bad) and "seg-pc/seg-0000" in failure_message(bad)
+    assert "previous segment is not done" in step_failures(bad) and "seg-pc/seg-0000" in step_failures(bad)
     # A partition added by hand carries no config.
     instance.add_dynamic_partitions(SEGMENTS.name, ["nobody/seg-0000"])
     bad = train(instance, tmp_path, "nobody/seg-0000", raise_on_error=False)
-    assert not bad.success and "start_run" in failure_message(bad)
+    assert not bad.success and "start_run" in step_failures(bad)
 
     # The sensor asks for segment 0, then 1, then finishes the run.
     assert requests(tick(instance, tmp_path)) == [("seg-pc/0", "seg-pc/seg-0000")]
@@ -205,7 +200,7 @@ def test_retried_segment_resumes_from_its_last_checkpoint_and_matches(tmp_path, 
     # fails at the first engine call of step 2 (or at step 1's eval): the run dies with step 1 checkpointed at most.
     engine = FlakyEngineResource(flag=str(flag), checkpoints=str(tmp_path / "runs" / flaky / "checkpoints"), after_step=1)
     bad = train(instance, tmp_path, f"{flaky}/seg-0000", engine=engine, raise_on_error=False)
-    assert not bad.success and "engine lost" in failure_message(bad)
+    assert not bad.success and "engine lost" in step_failures(bad)
     store = Store(tmp_path / "pc.duckdb")
     seg = store.segments(flaky)[0]
     assert seg["status"] == "failed" and seg["consecutive_failures"] == 1 and "engine lost" in seg["error"]
@@ -285,7 +280,7 @@ def test_a_run_on_a_prepared_dataset_evaluates_on_heldout_and_benchmarks(tmp_pat
     # Not prepared yet: start_run says which asset to materialize.
     bad = start_run.execute_in_process(run_config=run_config, instance=instance, resources=resources(tmp_path),
                                        raise_on_error=False)
-    assert not bad.success and "materialize the `deepmath` asset first" in failure_message(bad)
+    assert not bad.success and "materialize the `deepmath` asset first" in step_failures(bad)
 
     data = tmp_path / "data"
     (data / "benchmarks").mkdir(parents=True)

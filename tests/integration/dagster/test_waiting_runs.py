@@ -8,33 +8,28 @@ from __future__ import annotations
 import json
 import logging
 import re
-import subprocess
-import sys
-from pathlib import Path
+from functools import partial
 
 import pyarrow as pa
 import pytest
 from dagster import DagsterInstance
+from pilot_cli import run_cli
 
 from pc_pipelines.store import STEP_TABLES, RunRecord, Store, hold_run
 from pc_pipelines_dagster.automation.sensors import advance, sensor_tag
 
 pytestmark = pytest.mark.integration
 
-EXE = str(Path(sys.executable).parent / "pilot-commit")
 LOG = logging.getLogger(__name__)
 DEFER = "the schedule advance_runs_in_window is running: it requests segments, in 22:00-06:00 UTC only"
 
 
-def cli(*args: str) -> str:
-    out = subprocess.run([EXE, *args], capture_output=True, text=True, timeout=300, check=False)
-    assert out.returncode == 0, f"{args}: exit {out.returncode}\n{out.stderr[-3000:]}"
-    return out.stdout
+cli = partial(run_cli, check_rc=0)
 
 
 def status_line(store: Store, run_id: str) -> str:
     """The line below `runs`' table that gives the run's status and its reason."""
-    lines = cli("runs", "--store", str(store.path)).splitlines()
+    lines = cli("runs", "--store", str(store.path)).stdout.splitlines()
     return next(ln for ln in lines if re.match(rf"{run_id} (waiting|stopped|paused|failed): ", ln))
 
 
@@ -65,17 +60,17 @@ def store(tmp_path) -> Store:
 
 
 def test_a_run_between_segments_reads_waiting_with_done_of_planned(store):
-    table = cli("runs", "--store", str(store.path))
+    table = cli("runs", "--store", str(store.path)).stdout
     row = next(ln for ln in table.splitlines() if ln.startswith("r "))
     assert row.split()[4] == "2/6" and row.split()[-1] == "waiting"
     assert ("r waiting: waiting for its next segment, segment 2 of 3 (steps 3..4); not requested yet (the "
             "advance_runs sensor or the advance_runs_in_window schedule requests it)") in table
     assert "stopped" not in table and "no process holds its writer lock" not in table
-    runs = json.loads(cli("runs", "--store", str(store.path), "--json"))
+    runs = json.loads(cli("runs", "--store", str(store.path), "--json").stdout)
     assert (runs[0]["status"], runs[0]["steps"], runs[0]["planned_steps"]) == ("waiting", 2, 6)
-    check = cli("check", "--store", str(store.path))
+    check = cli("check", "--store", str(store.path)).stdout
     assert "run r: waiting: waiting for its next segment, segment 2 of 3" in check and "stopped" not in check
-    checked = json.loads(cli("check", "--store", str(store.path), "--json"))
+    checked = json.loads(cli("check", "--store", str(store.path), "--json").stdout)
     assert checked["stopped_runs"] == [] and [r["run_id"] for r in checked["waiting_runs"]] == ["r"]
     assert store.get_run("r")["status"] == "running"  # a reader changes nothing
 

@@ -23,18 +23,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from fault_cli import cli, messages, no_traceback, run_row, steps_of
+from fault_cli import SIM, cli, messages, no_traceback, run_row, simulate, steps_of
 
 from pc_pipelines.store.schema import SCHEMA_VERSION
 
 pytestmark = [pytest.mark.integration]
 
-SIM = ["--method", "pc", "--prompts", "3000", "--train-batch", "16", "--n", "8"]
-
-
-def simulate(store: Path, name: str, steps: int, *extra: str, **kw):
-    return cli("simulate", "--store", str(store), "--run-name", name, "--steps", str(steps), "--json", *SIM, *extra,
-               **kw)
 
 
 def sha256(path: Path) -> str:

@@ -17,7 +17,6 @@ byte-for-byte as before (no run registered, nothing written).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from fault_cli import cli, no_traceback
+from fault_cli import cli, no_traceback, tree_digest
 
 from pc_pipelines.store import Store
 
@@ -41,11 +40,6 @@ def store(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("hostile") / "pc.duckdb"
     cli("simulate", "--store", str(path), "--run-name", "kept", "--steps", "2", "--json", *SMALL, check_rc=0)
     return path
-
-
-def tree_digest(d: Path) -> dict[str, str]:
-    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*"))
-            if p.is_file()}
 
 
 def refused_unchanged(store: Path, *args: str, needles: tuple[str, ...] = (), max_bytes: int = 1024) -> str:

@@ -10,7 +10,6 @@ traceback; nothing already written is lost.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -18,11 +17,14 @@ import stat
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from fault_cli import tree_digest
+from pilot_cli import MODULE, run_cli
 
 from pc_pipelines.data.polaris import load_polaris, prepare_polaris
 from pc_pipelines.data.readers import DatasetError, load_table
@@ -32,10 +34,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SMALL = ["--prompts", "300", "--train-batch", "8", "--n", "8"]
 
 
-def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "pc_pipelines.cli", *args], check=False, capture_output=True, text=True,
-                          cwd=cwd or ROOT, env=env, timeout=300)
+cli = partial(run_cli, exe=MODULE, cwd=ROOT, extra_env={"PYTHONWARNINGS": "ignore"})
 
 
 def refused(res: subprocess.CompletedProcess, *needles: str) -> str:
@@ -52,11 +51,6 @@ def refused(res: subprocess.CompletedProcess, *needles: str) -> str:
 def steps_json(res: subprocess.CompletedProcess) -> list[dict]:
     assert res.returncode == 0, res.stderr[-3000:]
     return [json.loads(line) for line in res.stdout.splitlines()]
-
-
-def tree_digest(d: Path) -> dict[str, str]:
-    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*"))
-            if p.is_file()}
 
 
 # ---- --set keys: honoured or refused, never ignored -------------------------------------------------------------
@@ -357,11 +351,6 @@ def polaris_parquet(path: Path, problems, answers, difficulty=None, types=None) 
     })
     pq.write_table(table, path)
     return path
-
-
-@pytest.fixture(scope="module")
-def grader():
-    return MathGrader()
 
 
 def test_binary_parquet_columns_are_decoded_as_text(tmp_path, grader):

@@ -19,7 +19,6 @@ the trainer would be; a payload holding an object is refused in our words, never
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickletools
@@ -34,10 +33,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from fault_cli import ENV, EXE, TRAIN, messages, no_traceback, rewrite_manifest, run_row
+from fault_cli import (
+    ENV,
+    EXE,
+    TRAIN,
+    messages,
+    no_traceback,
+    rewrite_manifest,
+    run_row,
+    stored_rows,
+    train,
+    tree_digest,
+)
+from pickle_payload import Payload
 
 from pc_pipelines.run.checkpoints import rng_state, save_torch
-from pc_pipelines.store import Store
 
 pytestmark = [pytest.mark.integration]
 
@@ -52,16 +62,6 @@ class Alloc:
 
     def __reduce__(self):
         return (bytearray, (CLAIMED,))
-
-
-class Payload:
-    """Unpickling it runs ``touch marker``."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
 
 
 PEAK_OF_CHILD = """
@@ -129,24 +129,11 @@ def rezip(path: Path, deflate_zeros: int = 0, numel: int | None = None) -> None:
     tmp.replace(path)
 
 
-def everything(store: Path) -> dict:
-    s = Store(store)
-    return {t: s.query(f"SELECT * FROM {t} WHERE run_id = 't' ORDER BY ALL") for t in ("steps", "eval_results")}
-
-
-def sha256s(directory: Path) -> dict[str, str]:
-    return {p.relative_to(directory).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.rglob("*")) if p.is_file()}
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, base_policy) -> Path:
     """A finished 4-step run (checkpoints after steps 0..3)."""
     out = tmp_path_factory.mktemp("loads") / "run4"
-    r = subprocess.run([*EXE, "train", "--method", "pc", "--steps", "4", "--out", str(out), "--run-name", "t",
-                        "--policy", str(base_policy), "--json", "--quiet", "--seed", "3", *TRAIN],
-                       capture_output=True, text=True, timeout=900, env=ENV, check=False)
-    assert r.returncode == 0, r.stderr[-3000:]
+    train(out, "t", base_policy, 4, timeout=900, check_rc=0)
     return out
 
 
@@ -179,7 +166,7 @@ def test_a_checkpoint_file_claiming_1_5_gb_is_refused_before_it_is_read(case, tr
     ck = out / "t" / "checkpoints" / "step-00000003"
     rel, says = plant(case, ck)
     rewrite_manifest(ck, rel)
-    before, files = everything(store), sha256s(out / "t" / "checkpoints")
+    before, files = stored_rows(store), tree_digest(out / "t" / "checkpoints")
 
     rc, stdout, stderr, peak_mb = resume(out, base_policy)
     assert rc == 2, stderr[-3000:]
@@ -194,8 +181,8 @@ def test_a_checkpoint_file_claiming_1_5_gb_is_refused_before_it_is_read(case, tr
     assert "weights_only" not in stderr
     assert peak_mb < BOUND_MB, f"peak RSS {peak_mb} MB"
     assert stdout == ""
-    assert everything(store) == before and run_row(store, "t")["status"] == "finished"
-    assert sha256s(out / "t" / "checkpoints") == files
+    assert stored_rows(store) == before and run_row(store, "t")["status"] == "finished"
+    assert tree_digest(out / "t" / "checkpoints") == files
 
     ck.rename(ck.with_name("damaged-step-00000003"))  # the fix
     rc, stdout, stderr, _ = resume(out, base_policy)

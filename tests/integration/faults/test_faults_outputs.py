@@ -16,34 +16,27 @@ twice: before, it deleted every `<start>.pkl` and then failed, both requests los
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
 import struct
 import subprocess
-import sys
 import threading
 import zlib
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from fault_cli import tree_digest
+from pilot_cli import MODULE, run_cli
 
-EXE = [sys.executable, "-m", "pc_pipelines.cli"]
 SMALL = ["--prompts", "300", "--steps", "6", "--train-batch", "8", "--n", "8"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def cli(*args: str, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([*EXE, *args], stdout=stdout, stderr=subprocess.PIPE, timeout=300, check=False, env=env)
-
-
-def tree_digest(d: Path) -> dict[str, str]:
-    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*"))
-            if p.is_file() and not p.is_symlink()}
+cli = partial(run_cli, exe=MODULE, text=False, extra_env={"PYTHONWARNINGS": "ignore"})
 
 
 def whole_png(blob: bytes) -> tuple[int, int]:
@@ -82,9 +75,9 @@ def timeline(store: Path, out: str | Path, stdout=subprocess.PIPE) -> subprocess
 @pytest.fixture
 def untouched(store):
     """The store's files, byte for byte, the same after the case."""
-    before = tree_digest(store)
+    before = tree_digest(store, symlinks=False)
     yield
-    assert tree_digest(store) == before
+    assert tree_digest(store, symlinks=False) == before
 
 
 def test_timeline_onto_a_character_device_writes_into_it_and_keeps_the_node(store, untouched, tmp_path):
@@ -223,14 +216,14 @@ def pickled_payloads(folder: Path, starts: list[int], meta_info: dict, index_sta
 def refused_whole(folder: Path, *needles: str) -> None:
     from pc_pipelines.training.verl_batch import BatchError, convert_pickled_payloads
 
-    before = tree_digest(folder)
+    before = tree_digest(folder, symlinks=False)
     with pytest.raises(BatchError) as err:
         convert_pickled_payloads(folder)
     text = str(err.value)
     assert "\n" not in text and "Fix:" in text and "nothing was changed" in text, text
     for n in needles:
         assert n in text, (n, text)
-    assert tree_digest(folder) == before  # every .pkl and the index, byte for byte; no new file, no staging left
+    assert tree_digest(folder, symlinks=False) == before  # every .pkl and the index, byte for byte; no new file, no staging left
     assert sorted(p.name for p in folder.iterdir()) == sorted(before)
 
 

@@ -23,18 +23,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from fault_cli import ENV, EXE, TRAIN, cli, messages, no_traceback, run_row, steps_of, train
+from fault_cli import ENV, EXE, SIM, TRAIN, cli, messages, no_traceback, run_row, simulate, steps_of, train
 
 from pc_pipelines.store import Store
 
 pytestmark = [pytest.mark.integration]
 
-SIM = ["--method", "pc", "--prompts", "3000", "--train-batch", "16", "--n", "8"]
-
-
-def simulate(store: Path, name: str, steps: int, *extra: str, **kw):
-    return cli("simulate", "--store", str(store), "--run-name", name, "--steps", str(steps), "--json", *SIM, *extra,
-               **kw)
 
 
 def popen(*args) -> subprocess.Popen:
@@ -178,15 +172,6 @@ DAMAGE = ["meta_empty", "meta_wrong", "weights_missing", "weights_truncated", "t
           "sidecar_missing", "rng_missing", "manifest_missing"]
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, base_policy):
-    """A finished 4-step run (checkpoints after steps 0..3) and the same run trained to 5 steps uninterrupted."""
-    root = tmp_path_factory.mktemp("trained")
-    train(root / "run4", "t", base_policy, 4, check_rc=0)
-    train(root / "ref5", "t", base_policy, 5, check_rc=0)
-    return root
-
-
 def _final(out: Path, step: int) -> dict:
     ck = out / "t" / "checkpoints" / f"step-{step:08d}"
     store = Store(out / "pc.duckdb")
@@ -200,9 +185,9 @@ def _final(out: Path, step: int) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", DAMAGE)
-def test_resume_skips_a_damaged_newest_checkpoint(kind, trained, base_policy, tmp_path):
+def test_resume_skips_a_damaged_newest_checkpoint(kind, run4_and_ref5, base_policy, tmp_path):
     out = tmp_path / "run"
-    shutil.copytree(trained / "run4", out)
+    shutil.copytree(run4_and_ref5 / "run4", out)
     store = out / "pc.duckdb"
     assert run_row(store, "t")["status"] == "finished"
     newest = out / "t" / "checkpoints" / "step-00000003"
@@ -217,13 +202,13 @@ def test_resume_skips_a_damaged_newest_checkpoint(kind, trained, base_policy, tm
     assert (out / "t" / "checkpoints" / "damaged-step-00000003").is_dir()  # kept for inspection
     assert steps_of(store, "t") == [0, 1, 2, 3, 4]
     assert run_row(store, "t")["status"] == "finished"
-    assert _final(out, 4) == _final(trained / "ref5", 4)  # bit-exact with the uninterrupted run
+    assert _final(out, 4) == _final(run4_and_ref5 / "ref5", 4)  # bit-exact with the uninterrupted run
 
 
 @pytest.mark.slow
-def test_resume_with_no_intact_checkpoint_is_refused_and_changes_nothing(trained, base_policy, tmp_path):
+def test_resume_with_no_intact_checkpoint_is_refused_and_changes_nothing(run4_and_ref5, base_policy, tmp_path):
     out = tmp_path / "run"
-    shutil.copytree(trained / "run4", out)
+    shutil.copytree(run4_and_ref5 / "run4", out)
     store = out / "pc.duckdb"
     before = Store(store).query("SELECT * FROM steps WHERE run_id = 't' ORDER BY step")
     for i, ck in enumerate(sorted((out / "t" / "checkpoints").glob("step-*"))):

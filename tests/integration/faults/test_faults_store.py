@@ -26,6 +26,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from pilot_cli import run_cli
 
 from pc_pipelines.store import Store
 from pc_pipelines.store.names import RUN_ID_PATTERN
@@ -40,9 +41,7 @@ KILL_AFTER = 24  # steps printed (hence on disk) before the SIGKILL
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run([EXE, *args], capture_output=True, text=True, timeout=300, check=False)
-    if check:
-        assert out.returncode == 0, f"{args}: exit {out.returncode}\n{out.stderr}"
+    out = run_cli(*args, check_rc=0 if check else None)
     assert "Traceback" not in out.stderr, out.stderr
     return out
 

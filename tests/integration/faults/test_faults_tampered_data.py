@@ -20,7 +20,6 @@ checkpoint file (sha256) as they were, nothing moved aside. The meta.json case t
 from the checkpoint before it, with the true ``cumulative_rollouts``.
 """
 
-import hashlib
 import io
 import json
 import shutil
@@ -31,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fault_cli import cli, messages, no_traceback, rewrite_manifest, run_row
+from fault_cli import cli, messages, no_traceback, rewrite_manifest, run_row, stored_rows, tree_digest
 
 from pc_pipelines.store import Store
 
@@ -57,15 +56,8 @@ def trained(tmp_path_factory, base_policy) -> Path:
     return out
 
 
-def sha256s(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def everything(store: Path) -> dict:
-    s = Store(store)
-    rows = {t: s.query(f"SELECT * FROM {t} WHERE run_id = 't' ORDER BY ALL") for t in ("steps", "eval_results")}
-    return {**rows, "run": run_row(store, "t")}
+    return {**stored_rows(store), "run": run_row(store, "t")}
 
 
 # ---- the alterations: each rewrites one file of the checkpoint and returns it (relative) and what the refusal says --
@@ -228,7 +220,7 @@ def test_altered_plain_data_in_a_checkpoint_is_refused_with_the_fix(alter, train
     reason, its rows and every file of its checkpoints (sha256) unchanged, nothing moved aside."""
     out, ck, rel, expected = tampered_copy(trained, tmp_path, alter)
     store = out / "pc.duckdb"
-    before, files = everything(store), sha256s(out / "t" / "checkpoints")
+    before, files = everything(store), tree_digest(out / "t" / "checkpoints")
     assert before["run"]["status"] == "finished"
 
     r = train(out, 4, base_policy, "--resume")
@@ -241,7 +233,7 @@ def test_altered_plain_data_in_a_checkpoint_is_refused_with_the_fix(alter, train
                          "a new --run-name."), line
     assert len(line) < 600, line
     assert everything(store) == before
-    assert sha256s(out / "t" / "checkpoints") == files
+    assert tree_digest(out / "t" / "checkpoints") == files
 
 
 def test_negative_totals_followed_by_the_fix_resume_with_the_true_cumulative_rollouts(trained, base_policy, tmp_path):

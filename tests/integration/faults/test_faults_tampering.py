@@ -28,21 +28,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fault_cli import cli, messages, no_traceback, rewrite_manifest, run_row, steps_of, train
+from fault_cli import cli, messages, no_traceback, rewrite_manifest, run_row, steps_of, stored_rows, train
+from pickle_payload import Payload
 
 from pc_pipelines.store import Store
 
 pytestmark = [pytest.mark.integration]
-
-
-class Payload:
-    """Unpickling it runs ``touch marker``."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
 
 
 def payload_is_live(path: Path, marker: Path) -> None:
@@ -53,20 +44,6 @@ def payload_is_live(path: Path, marker: Path) -> None:
                    check=True, capture_output=True, timeout=120)
     assert marker.exists(), "the planted payload does not run under a plain torch.load: the test proves nothing"
     marker.unlink()
-
-
-def everything(store: Path) -> dict:
-    s = Store(store)
-    return {t: s.query(f"SELECT * FROM {t} WHERE run_id = 't' ORDER BY ALL") for t in ("steps", "eval_results")}
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, base_policy):
-    """A finished 4-step run (checkpoints after steps 0..3) and the same run trained to 5 steps uninterrupted."""
-    root = tmp_path_factory.mktemp("trained")
-    train(root / "run4", "t", base_policy, 4, check_rc=0)
-    train(root / "ref5", "t", base_policy, 5, check_rc=0)
-    return root
 
 
 def _final(out: Path, step: int) -> dict:
@@ -89,13 +66,13 @@ def same(a: dict, b: dict) -> bool:
 # ---- a pickle payload in a checkpoint --------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("file", ["rng.pt", "trainer.pt"])
-def test_a_pickle_payload_in_a_checkpoint_never_runs_and_the_resume_is_refused(file, trained, base_policy, tmp_path):
+def test_a_pickle_payload_in_a_checkpoint_never_runs_and_the_resume_is_refused(file, run4_and_ref5, base_policy, tmp_path):
     """Expected: exit 2, one line naming the file, "posix.system", "the checkpoint was altered" and "Fix: move it
     aside"; the marker never appears; the run's rows, status and checkpoints are untouched (nothing moved aside).
     Then, following the fix (moving it aside), the resume continues from step 2, bit-exact with the uninterrupted
     run."""
     out = tmp_path / "run"
-    shutil.copytree(trained / "run4", out)
+    shutil.copytree(run4_and_ref5 / "run4", out)
     store = out / "pc.duckdb"
     ck = out / "t" / "checkpoints" / "step-00000003"
     marker = tmp_path / "PWNED"
@@ -103,7 +80,7 @@ def test_a_pickle_payload_in_a_checkpoint_never_runs_and_the_resume_is_refused(f
     torch.save({**state, "x": Payload(marker)}, ck / file)
     rewrite_manifest(ck, file)
     payload_is_live(ck / file, marker)
-    before = everything(store)
+    before = stored_rows(store)
 
     r = train(out, "t", base_policy, 5, "--resume")
     assert not marker.exists(), "the payload ran"
@@ -113,7 +90,7 @@ def test_a_pickle_payload_in_a_checkpoint_never_runs_and_the_resume_is_refused(f
     assert f"{ck}: {file} holds objects other than tensors and plain data (posix.system)" in line
     assert "the checkpoint was altered" in line and "Fix: move it aside (e.g. to damaged-step-00000003)" in line
     assert r.stdout == ""
-    assert everything(store) == before and run_row(store, "t")["status"] == "finished"
+    assert stored_rows(store) == before and run_row(store, "t")["status"] == "finished"
     assert sorted(p.name for p in (out / "t" / "checkpoints").iterdir()) == [f"step-{s:08d}" for s in range(4)]
 
     ck.rename(ck.with_name("damaged-step-00000003"))  # the fix
@@ -121,15 +98,15 @@ def test_a_pickle_payload_in_a_checkpoint_never_runs_and_the_resume_is_refused(f
     assert r.returncode == 0, r.stderr[-3000:]
     assert not marker.exists()
     assert [json.loads(x)["step"] for x in r.stdout.splitlines()] == [3, 4]
-    assert same(_final(out, 4), _final(trained / "ref5", 4))
+    assert same(_final(out, 4), _final(run4_and_ref5 / "ref5", 4))
 
 
 @pytest.mark.slow
-def test_an_rng_pt_written_before_issue_31_still_resumes_bit_exactly(trained, base_policy, tmp_path):
+def test_an_rng_pt_written_before_issue_31_still_resumes_bit_exactly(run4_and_ref5, base_policy, tmp_path):
     """Expected: an rng.pt holding numpy's state as an ndarray (how every checkpoint wrote it before) is read through
     exactly numpy's array names; the resume is exit 0 with no warning and bit-exact with the uninterrupted run."""
     out = tmp_path / "run"
-    shutil.copytree(trained / "run4", out)
+    shutil.copytree(run4_and_ref5 / "run4", out)
     ck = out / "t" / "checkpoints" / "step-00000003"
     rng = torch.load(ck / "rng.pt", weights_only=True)
     name, key, pos, has_gauss, cached = rng["numpy"]
@@ -143,7 +120,7 @@ def test_an_rng_pt_written_before_issue_31_still_resumes_bit_exactly(trained, ba
     no_traceback(r.stderr)
     assert not [m for m in messages(r.stderr) if "damaged" in m or "WARNING" in m]
     assert [json.loads(x)["step"] for x in r.stdout.splitlines()] == [4]
-    assert same(_final(out, 4), _final(trained / "ref5", 4))
+    assert same(_final(out, 4), _final(run4_and_ref5 / "ref5", 4))
 
 
 # ---- a policy that would run something ---------------------------------------------------------------------------

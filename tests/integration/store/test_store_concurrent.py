@@ -22,6 +22,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from pilot_cli import run_cli, sql
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -43,8 +44,7 @@ for rec in record_simulation(cfg, Store(path), steps, run_id="live", flush_every
 
 
 def sql_count(store: Path) -> tuple[int, int, str]:
-    out = subprocess.run([EXE, "sql", "--store", str(store), "SELECT count(*) AS n FROM steps", "--json"],
-                         capture_output=True, text=True, timeout=120, check=False)
+    out = run_cli("sql", "--store", str(store), "SELECT count(*) AS n FROM steps", "--json", timeout=120)
     n = json.loads(out.stdout)[0]["n"] if out.returncode == 0 else -1
     return out.returncode, n, out.stderr
 
@@ -120,9 +120,8 @@ def test_reader_processes_query_while_a_writer_process_records(tmp_path, writer_
     lines = (tmp_path / "writer.out").read_text().splitlines()
     assert len(lines) == steps
     total = sum(json.loads(ln)["sampled_rollouts"] for ln in lines)
-    out = subprocess.run([EXE, "sql", "--store", str(store), "SELECT sum(sampled_rollouts) AS s, count(DISTINCT step) "
-                          "AS d FROM steps", "--json"], capture_output=True, text=True, timeout=120, check=True)
-    assert json.loads(out.stdout) == [{"s": total, "d": steps}]
+    assert sql(store, "SELECT sum(sampled_rollouts) AS s, count(DISTINCT step) AS d FROM steps",
+               timeout=120) == [{"s": total, "d": steps}]
     con = duckdb.connect(str(store), read_only=True)
     try:
         # the plain client: the catalog's views hold the compacted steps (all of them once the cli run compacted)

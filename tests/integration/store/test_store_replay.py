@@ -42,8 +42,8 @@ def small_config(method="pc", seed=0, **extra):
 
 
 # ---- a replayed step ---------------------------------------------------------------------------------------------
-def test_replayed_step_leaves_one_copy_with_the_second_content(tmp_path):
-    st = Store(tmp_path / "s.duckdb").init()
+def test_replayed_step_leaves_one_copy_with_the_second_content(new_store):
+    st = new_store
     st.register_run(record())
     w = st.writer("r1")
     w.write_step(0, hand_tables("r1", 0, 10, [(1, 1.0)]))
@@ -66,8 +66,8 @@ def test_replayed_step_leaves_one_copy_with_the_second_content(tmp_path):
     assert sorted(p.name for p in st.run_dir("r1").iterdir()) == ["step-00000000", "step-00000001"]
 
 
-def test_many_replays_of_the_same_steps_stay_single(tmp_path):
-    st = Store(tmp_path / "s.duckdb").init()
+def test_many_replays_of_the_same_steps_stay_single(new_store):
+    st = new_store
     st.register_run(record())
     w = st.writer("r1")
     for attempt in range(4):
@@ -161,8 +161,8 @@ def test_resolved_config_is_stored_with_the_run(tmp_path):
     assert acc[0]["temperature"] == cfg.training.eval_temperature and acc[0]["n_prompts"] == 200
 
 
-def test_set_status_refuses_unknown_statuses(tmp_path):
-    st = Store(tmp_path / "s.duckdb").init()
+def test_set_status_refuses_unknown_statuses(new_store):
+    st = new_store
     st.register_run(record())
     with pytest.raises(StoreError, match="unknown run status"):
         st.set_status("r1", "exploded")
@@ -173,8 +173,8 @@ def test_set_status_refuses_unknown_statuses(tmp_path):
 
 
 @pytest.mark.parametrize("bad", ["", "a/b", ".hidden", "_schema", "../up", "*", "[a-z]*", "?ictim", "x" * 300])
-def test_run_ids_outside_the_allowed_set_are_refused(tmp_path, bad):
-    st = Store(tmp_path / "s.duckdb").init()
+def test_run_ids_outside_the_allowed_set_are_refused(new_store, bad):
+    st = new_store
     with pytest.raises(StoreError, match=r"letters, digits, '\.', '_' and '-'.*Fix:"):
         st.register_run(record(run_id=bad))
     with pytest.raises(StoreError, match="Fix:"):
@@ -183,9 +183,9 @@ def test_run_ids_outside_the_allowed_set_are_refused(tmp_path, bad):
     assert (sorted(p.name for p in st.runs_root.iterdir()) if st.runs_root.exists() else []) == []
 
 
-def test_replace_steps_swaps_compacted_rows_of_a_mid_run_replay_only(tmp_path):
+def test_replace_steps_swaps_compacted_rows_of_a_mid_run_replay_only(new_store):
     """A training segment replayed in the middle of a run: its steps' rows are swapped, later steps untouched."""
-    st = Store(tmp_path / "s.duckdb").init()
+    st = new_store
     st.register_run(record())
     w = st.writer("r1")
     for step in range(6):

@@ -84,8 +84,8 @@ def test_schema_version_is_nine():
     assert sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
 
 
-def test_fresh_store_is_at_the_current_version(tmp_path):
-    st = Store(tmp_path / "s.duckdb").init()
+def test_fresh_store_is_at_the_current_version(new_store):
+    st = new_store
     assert st.schema_version() == SCHEMA_VERSION
     assert "status_reason" in columns(st.path, "runs")
     st.init()  # idempotent
@@ -369,12 +369,12 @@ def test_version_4_catalog_is_read_without_writing_and_upgraded_to_file_free_vie
     assert not any("read_parquet" in sql or str(st.runs_root) in sql for sql in views.values()), views
 
 
-def test_the_latest_run_is_the_last_registered_whatever_the_clocks_say(tmp_path, monkeypatch):
+def test_the_latest_run_is_the_last_registered_whatever_the_clocks_say(new_store, monkeypatch):
     """Issue 31: a re-run on a machine whose clock is a day behind is still the newest attempt of its (family,
     method, seed): registration order is the store's own sequence, not created_at."""
     from pc_pipelines.store import catalog
 
-    st = Store(tmp_path / "s.duckdb").init()
+    st = new_store
     rec = dict(family="fam", method="grpo", preset="p", seed=0, config={}, config_hash="h", kind="simulate")
     st.register_run(RunRecord(run_id="first", **rec))
     real_now = catalog._now

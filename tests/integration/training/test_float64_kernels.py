@@ -4,12 +4,11 @@ bit (losses included) and weights equal to 1e-12, and a float64 run resumed from
 processes through the CLI). In float32 these two kernel sets already give different losses at step 1."""
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from pilot_cli import MODULE, run_cli
 from safetensors.torch import load_file
 
 from pc_pipelines.store import Store
@@ -28,14 +27,13 @@ def train(out: Path, policy: Path, isa: str | None, steps: int = STEPS, resume: 
     env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
     if isa is not None:
         env["ATEN_CPU_CAPABILITY"] = isa
-    cmd = [sys.executable, "-m", "pc_pipelines.cli", "train", "--preset", "bench", "--method", "grpo", "--steps", str(steps), "--out",
-           str(out), "--run-name", "run", "--policy", str(policy), "--json", "--quiet", "--seed", "5"]
+    cmd = ["train", "--preset", "bench", "--method", "grpo", "--steps", str(steps), "--out", str(out), "--run-name",
+           "run", "--policy", str(policy), "--json", "--quiet", "--seed", "5"]
     for s in SETTINGS:
         cmd += ["--set", s]
     if resume:
         cmd.append("--resume")
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_cli(*cmd, exe=MODULE, env=env, timeout=600, check_rc=0)
 
 
 def result(out: Path) -> dict:

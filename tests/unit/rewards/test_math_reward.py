@@ -25,14 +25,8 @@ from pc_pipelines.rewards import (
 
 O = GradeOutcome  # noqa: E741 - short alias for the expectation tables
 SLOW_ANSWER = r"\boxed{9^{9^{9}}}"  # parses at once, verification runs for minutes: needs the timeout
+GRADER_TIMEOUT_S = 1.0  # the ``grader`` fixture's (tests/conftest.py)
 SLACK_S = 0.75  # wall-time slack over timeout_s for one call (the worker's hard deadline is timeout + 0.5 s)
-
-
-@pytest.fixture(scope="module")
-def grader():
-    g = MathGrader(timeout_s=1.0)
-    yield g
-    g.close()
 
 
 @pytest.fixture(scope="module")

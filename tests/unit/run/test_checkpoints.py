@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from pickle_payload import Payload
 
 from pc_pipelines.errors import RunError
 from pc_pipelines.run.checkpoints import (
@@ -35,16 +36,6 @@ from pc_pipelines.run.checkpoints import (
     save_torch,
 )
 from pc_pipelines.run.stopping import run_outcome
-
-
-class Payload:
-    """Unpickling it runs ``touch marker`` (what an attacker's payload would do, harmlessly)."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
 
 
 def live(path: Path, marker: Path) -> None:

@@ -82,10 +82,10 @@ def test_remove_run_needs_the_lock_and_keeps_it(tmp_path):
     assert store.query("SELECT run_id, count(*) AS n FROM steps GROUP BY run_id") == [{"run_id": "b", "n": 2}]
 
 
-def test_remove_run_refuses_a_symlinked_directory_and_removes_links_inside_without_following(tmp_path):
+def test_remove_run_refuses_a_symlinked_directory_and_removes_links_inside_without_following(tmp_path, new_store):
     from pc_pipelines.store import refuse_symlinked
 
-    store = Store(tmp_path / "s.duckdb").init()
+    store = new_store
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "keep.txt").write_text("x")
@@ -119,11 +119,11 @@ time.sleep(60)
 """
 
 
-def test_a_running_run_whose_writer_is_gone_shows_as_stopped(tmp_path):
+def test_a_running_run_whose_writer_is_gone_shows_as_stopped(new_store):
     from pc_pipelines.store import RunRecord
     from pc_pipelines.store.runlock import live_writer, with_live_status, writer_gone
 
-    store = Store(tmp_path / "s.duckdb").init()
+    store = new_store
     names = ("live", "dead", "elsewhere-held", "elsewhere-gone", "released")
     for r in names:
         store.register_run(RunRecord(run_id=r, family="f", method="pc", preset="p", seed=0, config={},

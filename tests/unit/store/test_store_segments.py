@@ -7,10 +7,9 @@ from pc_pipelines.store import Store, StoreError
 
 
 @pytest.fixture
-def store(tmp_path) -> Store:
-    st = Store(tmp_path / "pc.duckdb").init()
-    st.plan_segments("r", [(0, 1), (2, 3)])
-    return st
+def store(new_store) -> Store:
+    new_store.plan_segments("r", [(0, 1), (2, 3)])
+    return new_store
 
 
 def row(st: Store, k: int) -> dict:

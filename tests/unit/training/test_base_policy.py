@@ -6,24 +6,16 @@ only, ``weights_only=True``)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from pickle_payload import Payload
 from safetensors.torch import load_file
 
 from pc_pipelines.errors import RunError
 from pc_pipelines.training.base_policy import load_policy, refuse_custom_code
-
-
-class Payload:
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
 
 
 def custom_code(policy: Path, marker: Path, where: str = "config.json") -> None:
