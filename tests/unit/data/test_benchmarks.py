@@ -19,7 +19,7 @@ from pc_pipelines.data.benchmarks import (
 )
 from pc_pipelines.data.prepare import PREPARED_SCHEMA
 from pc_pipelines.data.readers import DatasetError
-from pc_pipelines.rewards import MathGrader, extract_boxed, math_reward
+from pc_pipelines.rewards import extract_boxed, math_reward
 
 REAL_DIR = EVAL_SETS_DIR
 README_ROWS = {"aime24": 30, "aime25": 30, "amc23": 40, "math500": 500, "minerva_math": 272, "olympiadbench": 675}
@@ -51,11 +51,6 @@ needs_real = pytest.mark.usefixtures("real_dir_present")
 def real_dir_present():
     assert REAL_DIR.is_dir(), f"benchmark files not present at {REAL_DIR}: they ship with the package"
     assert REAL_DIR == Path(__file__).resolve().parents[3] / "pc_pipelines" / "data" / "eval_sets"
-
-
-@pytest.fixture(scope="module")
-def grader():
-    return MathGrader()
 
 
 @pytest.fixture(scope="module")

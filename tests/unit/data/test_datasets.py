@@ -22,7 +22,6 @@ from pc_pipelines.data.prepare import (
 )
 from pc_pipelines.data.prepared_task import to_task_data
 from pc_pipelines.data.readers import DatasetError, load_table
-from pc_pipelines.rewards import MathGrader
 
 TEMPLATE = "{question} Let's think step by step and output the final answer within \\boxed{{}}."
 
@@ -64,11 +63,6 @@ def deepmath_records(rows=ROWS):
 def write_jsonl(path, records):
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
-
-
-@pytest.fixture(scope="module")
-def grader():
-    return MathGrader()
 
 
 @pytest.fixture(scope="module")

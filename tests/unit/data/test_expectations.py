@@ -15,16 +15,10 @@ from pc_pipelines.data.expectations import (
     verifier_parseable,
 )
 from pc_pipelines.data.prepare import PREPARED_SCHEMA
-from pc_pipelines.rewards import MathGrader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from prepared_tables import table
-
-
-@pytest.fixture(scope="module")
-def grader():
-    return MathGrader()
 
 
 @pytest.fixture(scope="module")
