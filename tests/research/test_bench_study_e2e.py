@@ -21,7 +21,9 @@ def bench(tmp_path, cache, part, *args):
            "--results", str(tmp_path / "results.json"),
            "--cache-dir", str(cache), "--quiet", "--steps", "2", "--seeds", "5", "--tune-seeds", "7",
            "--sizes", "16", "64", "--set", "training.eval_samples=1", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, check=False)
+    # The bound only stops a hung study: a part runs up to 11 two-step trainings, and on a loaded 2-core machine (load
+    # 12) one took over 900 s, which failed the test for being slow, not wrong.
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=ROOT, check=False)
 
 
 def test_tune_then_main_and_repro_then_the_section(tmp_path, base_policy, policy_cache):
