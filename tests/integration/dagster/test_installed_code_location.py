@@ -4,6 +4,7 @@ under the project's name: ``pc_pipelines_dagster.assets`` and ``pc_pipelines_dag
 location loads from the install alone, in a folder where the checkout's folders are not on the path."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +16,26 @@ ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
 
 
+def source_copy(dest: Path) -> Path:
+    """The checkout's files (tracked, and untracked but not ignored) copied to ``dest``: pip builds in the source
+    folder, and setuptools keeps what an earlier build left in ``build/lib`` (a file since moved away would ship
+    again), so the install is built from a copy that has no ``build/`` and leaves none in the checkout."""
+    listing = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, check=True).stdout.decode()
+    for name in filter(None, listing.split("\0")):
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     target = tmp_path_factory.mktemp("site")
+    source = source_copy(tmp_path_factory.mktemp("source"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "--target", str(target), str(ROOT)],
+                    "--disable-pip-version-check", "--target", str(target), str(source)],
                    check=True, capture_output=True, text=True, timeout=600)
     return target
 
