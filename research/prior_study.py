@@ -4,6 +4,8 @@ tuning of the prior's settings and GRPO's group size on the tuning seeds 100 and
     .venv/bin/python research/prior_study.py measure --store S RUN_ID...     # the mechanism table of stored runs
     .venv/bin/python research/prior_study.py forgetting --store S RUN_ID     # predictive fit of the discount gamma
     .venv/bin/python research/prior_study.py tune --store S                  # the tuning runs (resumable), the choice
+    .venv/bin/python research/prior_study.py study [--thin]                  # the fresh seeds' runs (resumable)
+    .venv/bin/python research/prior_study.py report [--write F] [--results J] # their tables and goals
 
 **Mechanism** (:func:`mechanism`, one run, from the store alone): sampled rollouts a step; first-wave pilot rollouts
 a step on prompts the first wave screened out (rule ``early_wave``); the share of piloted prompts whose pilot landed
@@ -584,6 +586,228 @@ def replay(store: Store, run_id: str, overrides: Sequence[str], num_prompts: int
             "kept_lost_per_step": lost / steps}
 
 
+# ---- the study's report (issue 42 point 5 and its goals) ----------------------------------------------------------
+REPORT_MARKER = "prior-study"
+STUDY_REGIME, THIN_REGIME = "prior-study", "prior-thin"
+CEILING = "@ceiling"
+# (run variant, baseline variant) per ratio column, baseline / run (> 1: the run sampled fewer rollouts to the pair's
+# common target). The first is the headline; "GRPOn / GRPOn + prior" says what the predictor saves GRPO, "our PC best /
+# our PC best + prior" what it saves our PC, and the ceilings (no run: :func:`ceiling`) what free screening would.
+RATIOS = (("pc-best-prior", "grpo-best"), ("pc-best", "grpo-best"), ("grpo-best-prior", "grpo-best"),
+          ("pc-best-prior", "grpo-best-prior"), ("pc-best-prior", "grpo-64"), ("pc-best-prior", "dapo"),
+          ("pc-best-prior", "pc-best"), (f"pc-best{CEILING}", "grpo-best"), (f"pc-best-prior{CEILING}", "grpo-best"))
+THIN_RATIOS = (("pc-best-prior", "pc-best"),)
+# The goals (issue 42, "Done when"), fixed before the reported runs finished.
+GOAL_RATIO, GOAL_THIN = 1.3, 0.95
+GOAL_SAMPLED, GOAL_IN_BAND, GOAL_INFORMATIVE = 390.0, 0.2, 15.0
+FLOOR = 8  # PRIOR_SHARED's screen_max_unseen: the most steps a prompt may go unpiloted
+
+
+def variant_label(variant: str, n: int | None = None) -> str:
+    """A study variant's name in the tables (``pc-best@ceiling``: "ceiling of our PC best")."""
+    n = GRPO_BEST_N if n is None else n
+    base, ceil, _ = variant.partition(CEILING)
+    label = {"grpo-best": f"GRPO{n}", "grpo-best-prior": f"GRPO{n} + prior", "grpo-64": "GRPO64", "dapo": "DAPO",
+             "pc-best": "our PC best", "pc-best-prior": "our PC best + prior"}[base]
+    return f"ceiling of {label}" if ceil else label
+
+
+def job_variant(job) -> str:
+    """The study variant a :func:`study_jobs` job runs (its id without family, horizon and seed)."""
+    import re
+    m = re.fullmatch(rf"{re.escape(job.family)}-(.+?)(?:-h\d+)?-s{job.seed}", job.run_id)
+    if m is None:
+        raise ValueError(f"run id {job.run_id!r} is not a study run id. Fix: build the jobs with study_jobs().")
+    return m.group(1)
+
+
+def study_curves(store: Store, jobs: Sequence) -> dict[tuple[str, int], RunCurves]:
+    """(variant, seed) -> curves of the finished runs among ``jobs`` (at least the job's steps), plus each PC
+    variant's screening-free :func:`ceiling` under ``<variant>@ceiling``."""
+    from research import study
+    got = study.curves_by_run(store, [j.run_id for j in jobs])
+    out: dict[tuple[str, int], RunCurves] = {}
+    for j in jobs:
+        c = got.get(j.run_id)
+        if c is not None and c.steps >= j.steps:
+            v = job_variant(j)
+            out[(v, j.seed)] = c
+            if v.startswith("pc-"):
+                out[(f"{v}{CEILING}", j.seed)] = ceiling(c)
+    return out
+
+
+def ratio_lines(curves: dict[tuple[str, int], RunCurves], seeds: Sequence[int], columns=RATIOS
+                ) -> tuple[list[str], dict[str, dict[int, float | None]], dict[str, float | None]]:
+    """Per seed and median, baseline / run for each column (``study.versus``: the pair's common target, curves smoothed
+    over ``SMOOTH`` evals). Returns the table's lines, the per-seed values and the medians, by column label."""
+    from pc_pipelines.reports.tables import format_ratio
+    from research import study
+    from research.bench_study import SMOOTH
+    labels = [f"{variant_label(b)} / {variant_label(r)}" for r, b in columns]
+    per: dict[str, dict[int, float | None]] = {lab: {} for lab in labels}
+    rows = []
+    for s in seeds:
+        cells = []
+        for lab, (r, b) in zip(labels, columns):
+            run, base = curves.get((r, s)), curves.get((b, s))
+            v = study.versus(run, base, window=SMOOTH).grpo_over if run is not None and base is not None else None
+            per[lab][s] = v
+            cells.append(format_ratio(v))
+        rows.append(f"| {s} | " + " | ".join(cells) + " |")
+    medians = {lab: study.median(list(per[lab].values())) for lab in labels}
+    lines = ["| seed | " + " | ".join(labels) + " |", "|---:|" + "---:|" * len(labels), *rows,
+             "| **median** | " + " | ".join(f"**{format_ratio(medians[lab])}**" for lab in labels) + " |"]
+    return lines, per, medians
+
+
+def heldout_margins(curves: dict[tuple[str, int], RunCurves], variant: str, seeds: Sequence[int]) -> dict[int, float]:
+    """Last raw held-out eval minus the first (before training), per seed where ``variant`` finished."""
+    return {s: c.eval_accuracy[-1] - c.eval_accuracy[0] for s in seeds if (c := curves.get((variant, s))) is not None}
+
+
+def _goal(goal: str, value: float | None, threshold: float, met: bool | None, detail: str, per_seed=None) -> dict:
+    return {"goal": goal, "met": met, "value": value, "threshold": threshold, "detail": detail,
+            "per_seed": {str(k): v for k, v in (per_seed or {}).items()}}
+
+
+def study_goals(mech: dict[int, Mechanism], medians: dict[str, float | None], margins: dict[int, float],
+                thin_median: float | None, seeds: Sequence[int], thin_seeds: Sequence[int]) -> dict[str, dict]:
+    """Issue 42's goals, each met, missed or open (None: a run is missing), with the measured values."""
+    def worst(pick, fn):
+        return None if len(mech) < len(seeds) else fn(pick(m) for m in mech.values())
+
+    def met(ok, complete):
+        return None if not complete else bool(ok)
+
+    full = len(mech) == len(seeds)
+    sampled, band = worst(lambda m: m.sampled_per_step, max), worst(lambda m: m.piloted_in_band, min)
+    inf, unp = worst(lambda m: m.informative_per_step, min), worst(lambda m: m.longest_unpiloted, max)
+    head = f"{variant_label('grpo-best')} / {variant_label('pc-best-prior')}"
+    ratio = medians.get(head)
+    full_margin = len(margins) == len(seeds)
+    per_mech = {s: {"sampled_per_step": m.sampled_per_step, "piloted_in_band": m.piloted_in_band,
+                    "informative_per_step": m.informative_per_step, "longest_unpiloted": m.longest_unpiloted}
+                for s, m in sorted(mech.items())}
+    return {
+        "sampled": _goal(f"our PC best + prior samples <= {GOAL_SAMPLED:g} rollouts a step (every seed)", sampled,
+                         GOAL_SAMPLED, met(sampled is not None and sampled <= GOAL_SAMPLED, full),
+                         f"most on a seed: {'-' if sampled is None else f'{sampled:.0f}'}", per_mech),
+        "in_band": _goal(f"at least 1 in {1 / GOAL_IN_BAND:g} piloted prompts lands in the keep band (every seed)",
+                         band, GOAL_IN_BAND, met(band is not None and band >= GOAL_IN_BAND, full),
+                         f"least on a seed: {'-' if band is None else f'{band:.3f} (1 in {1 / band:.1f})'}"),
+        "informative": _goal(f">= {GOAL_INFORMATIVE:g} of 16 trained groups informative a step (every seed)", inf,
+                             GOAL_INFORMATIVE, met(inf is not None and inf >= GOAL_INFORMATIVE, full),
+                             f"least on a seed: {'-' if inf is None else f'{inf:.2f}'}"),
+        "floor": _goal(f"no prompt unpiloted longer than the floor ({FLOOR} steps)", unp, FLOOR,
+                       met(unp is not None and unp <= FLOOR, full), f"longest: {'-' if unp is None else unp} steps"),
+        "ratio": _goal(f"{head} >= {GOAL_RATIO:g}x (median rollouts-to-target ratio)", ratio, GOAL_RATIO,
+                       met(ratio is not None and ratio >= GOAL_RATIO, full),
+                       "-" if ratio is None else f"{ratio:.2f}x" + ("" if ratio >= GOAL_RATIO else
+                                                                     f", missed by {GOAL_RATIO - ratio:.2f}x")),
+        "heldout": _goal("our PC best + prior's last held-out accuracy >= its first (every seed)",
+                         min(margins.values()) if margins else None, 0.0,
+                         met(all(v >= 0 for v in margins.values()), full_margin),
+                         ", ".join(f"seed {s} {v:+.3f}" for s, v in sorted(margins.items())) or "-", margins),
+        "thin": _goal(f"thin history: our PC best / our PC best + prior >= {GOAL_THIN:g}x (median)", thin_median,
+                      GOAL_THIN, met(thin_median is not None and thin_median >= GOAL_THIN, bool(thin_seeds)),
+                      "-" if thin_median is None else f"{thin_median:.2f}x"),
+    }
+
+
+def study_report(store: Store, seeds: Sequence[int] = STUDY_SEEDS) -> tuple[str, dict, dict]:
+    """The study's section of docs/STUDIES.md and the two regimes' entries of the results file (what is missing
+    is said, never guessed: an unfinished run leaves its cells '-' and its goals open)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _report import machine
+
+    from research.bench_study import SMOOTH, part_wall
+    main_jobs, thin_jobs = study_jobs(seeds), study_jobs(seeds, thin=True)
+    curves, thin_curves = study_curves(store, main_jobs), study_curves(store, thin_jobs)
+    lines, per, medians = ratio_lines(curves, seeds)
+    tlines, tper, tmed = ratio_lines(thin_curves, seeds, THIN_RATIOS)
+    thin_done = [s for s in seeds if ("pc-best", s) in thin_curves and ("pc-best-prior", s) in thin_curves]
+    mech_rows, mech_prior = [], {}
+    for j in [*main_jobs, *thin_jobs]:
+        v = job_variant(j)
+        if v.startswith("pc-") and (v, j.seed) in (thin_curves if j.family == THIN_FAMILY else curves):
+            m = mechanism(store, j.run_id)
+            mech_rows.append(m)
+            if v == "pc-best-prior" and j.family == STUDY_FAMILY:
+                mech_prior[j.seed] = m
+    margins = heldout_margins(curves, "pc-best-prior", seeds)
+    thin_label = next(iter(tmed))
+    goals = study_goals(mech_prior, medians, margins, tmed[thin_label], seeds, thin_done)
+    walls = {name: part_wall(store, jobs) for name, jobs in (("main", main_jobs), ("thin", thin_jobs))}
+    done = sorted({s for (_, s) in curves})
+    n = GRPO_BEST_N
+
+    def status(g):
+        return {True: "met", False: "**missed**", None: "open (runs missing)"}[g["met"]]
+    body = [
+        "## Screening that learns: the history prior on fresh seeds (`research/prior_study.py study` / `report`, "
+        "issue 42)",
+        "",
+        "Command: `.venv/bin/python research/prior_study.py study` (then `study --thin`), then `.venv/bin/python "
+        "research/prior_study.py report --write docs/STUDIES.md --results pc_pipelines/reports/bench_study_results.json`",
+        f"Machine: {machine()}",
+        f"Measured: {time.strftime('%Y-%m-%d')}; wall time (union of the runs' running spans): main part "
+        f"{_hours(walls['main'])}, thin part {_hours(walls['thin'])}.",
+        "",
+        f"`bench` preset, float64, fresh seeds {', '.join(map(str, seeds))} (a finished run on seeds "
+        f"{', '.join(map(str, done)) or 'none'}). Frozen on the tuning seeds 100 and 101 before any of these runs: "
+        f"the prior's settings **{PRIOR_BEST}** and GRPO's group size **n = {n}** (section above). GRPO at n = {n} "
+        f"runs {grpo_steps(int(n or 16))} steps (n = 16's rollout budget), every other run {STEPS}. Ratios are baseline / "
+        f"run of sampled rollouts to the pair's common target (the lower smoothed peak, trailing mean over {SMOOTH} "
+        "evals); > 1: the run needed fewer. The ceilings are no run: our PC's own curve with only its trained "
+        "rollouts counted (screening for free).",
+        "",
+        *lines,
+        "",
+        "Mechanism per run (from the store alone; `prior_study.py measure`):",
+        "",
+        mechanism_markdown(mech_rows).rstrip(),
+        "",
+        f"Thin history (a pool of {THIN_POOL:,} prompts: a prompt is drawn about twice in a run):",
+        "",
+        *tlines,
+        "",
+        "| goal | measured | status |",
+        "|---|---|---|",
+        *[f"| {g['goal']} | {g['detail']} | {status(g)} |" for g in goals.values()],
+    ]
+    common = {"preset": PRESET, "dtype": "float64", "steps": STEPS, "grpo_best_n": n, "prior": PRIOR_BEST,
+              "pc_best": {"name": "p2+6/c8", "overrides": list(PC_BEST)}, "smooth_evals": SMOOTH,
+              "command": "research/prior_study.py report"}
+    main_res = {**common, "family": STUDY_FAMILY, "seeds": done, "core_seeds": list(seeds), "medians": medians,
+                "per_seed": {k: {str(s): v for s, v in d.items()} for k, d in per.items()}, "goals": goals,
+                "wall_s": walls["main"]}
+    thin_res = {**common, "family": THIN_FAMILY, "num_prompts": THIN_POOL, "seeds": thin_done,
+                "core_seeds": list(seeds), "medians": tmed,
+                "per_seed": {k: {str(s): v for s, v in d.items()} for k, d in tper.items()}, "wall_s": walls["thin"]}
+    return "\n".join(body), main_res, thin_res
+
+
+def _hours(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 3600:.1f} h"
+
+
+def write_report(store: Store, write: Path | None, results: Path | None, seeds: Sequence[int] = STUDY_SEEDS) -> str:
+    """Print-ready section; also written into ``write``'s section and ``results``' regimes when named."""
+    from types import SimpleNamespace
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _report import STUDIES_HEADER, write_section
+
+    from research.bench_study import write_results
+    body, main_res, thin_res = study_report(store, seeds)
+    if write:
+        write_section(Path(write), REPORT_MARKER, body, STUDIES_HEADER)
+    if results:
+        write_results(Path(results), SimpleNamespace(name=STUDY_REGIME), main_res)
+        write_results(Path(results), SimpleNamespace(name=THIN_REGIME), thin_res)
+    return body
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="part", required=True)
@@ -613,11 +837,19 @@ def main(argv: list[str] | None = None) -> int:
     sd.add_argument("--workers", type=int, default=2)
     sd.add_argument("--variants", nargs="+", choices=STUDY_VARIANTS, help="only these variants (default: all of "
                                                                            "the regime's)")
+    rep = sub.add_parser("report", help="the study's tables and goals from the store (what is missing stays open)")
+    rep.add_argument("--store", default=STORE)
+    rep.add_argument("--write", type=Path, help="also write the section into this file (docs/STUDIES.md)")
+    rep.add_argument("--results", type=Path, help="also set the regimes 'prior-study' and 'prior-thin' in this results "
+                                                  "file (pc_pipelines/reports/bench_study_results.json)")
     args = ap.parse_args(argv)
     store = Store(Path(args.store))
     if args.part == "replay":
         for c in args.candidate:
             print(c, {k: round(v, 1) for k, v in replay(store, args.run, PRIOR_CANDIDATES[c]).items()})
+        return 0
+    if args.part == "report":
+        print(write_report(store, args.write, args.results))
         return 0
     if args.part == "study":
         from research import study

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -207,3 +208,48 @@ def test_versus_rows_give_grpo_over_each_pc_run_and_its_ceiling_at_their_common_
     assert "| 100 | PC, prior A, ceiling | 0.760 | 0.720 | 7,680 | 0.83x |" in lines
     assert not any("PC, no prior" in row for row in lines)  # not run: no row
     assert lines[-1] == "| 100 | GRPO-8 | 0.720 | | | |"
+
+
+def test_every_study_job_names_its_variant_and_the_thin_regime_runs_only_pc():
+    m = load()
+    jobs = m.study_jobs()
+    assert [m.job_variant(j) for j in jobs[:len(m.STUDY_VARIANTS)]] == list(m.STUDY_VARIANTS)
+    assert {(m.job_variant(j), j.seed) for j in jobs} == {(v, s) for v in m.STUDY_VARIANTS for s in m.STUDY_SEEDS}
+    thin = m.study_jobs(thin=True)
+    assert {m.job_variant(j) for j in thin} == {"pc-best", "pc-best-prior"}
+    assert all(j.family == m.THIN_FAMILY for j in thin)
+    bad = replace(jobs[0], run_id="someone-else-s14")
+    with pytest.raises(ValueError, match="is not a study run id. Fix: build the jobs with study_jobs"):
+        m.job_variant(bad)
+
+
+def test_the_report_ratios_are_baseline_over_run_per_seed_with_the_ceiling_and_missing_runs_left_open():
+    m = load()
+    grpo = _curve([0.60, 0.66, 0.70, 0.72, 0.72, 0.72], sampled_per_step=128, steps=240)
+    pc = _curve([0.60, 0.70, 0.74, 0.76, 0.76, 0.76], sampled_per_step=500, trained_per_step=256, steps=120)
+    curves = {("grpo-best", 14): grpo, ("pc-best-prior", 14): pc, ("pc-best-prior@ceiling", 14): m.ceiling(pc),
+              ("grpo-best", 15): grpo}
+    lines, per, med = m.ratio_lines(curves, (14, 15))
+    head = f"GRPO{m.GRPO_BEST_N} / our PC best + prior"
+    # smoothed GRPO reaches 0.72 after 50 steps (6,400 sampled); PC after 30 (15,000 sampled, 7,680 trained)
+    assert per[head] == {14: pytest.approx(6_400 / 15_000), 15: None}
+    assert per[f"GRPO{m.GRPO_BEST_N} / ceiling of our PC best + prior"][14] == pytest.approx(6_400 / 7_680)
+    assert med[head] == pytest.approx(6_400 / 15_000)  # the missing seed does not count
+    assert lines[0].startswith(f"| seed | {head} |") and lines[3].startswith("| 15 | - |")
+
+
+def test_the_goals_are_open_until_every_seed_ran_then_met_or_missed_by_the_measured_values():
+    m = load()
+    mech = {s: m.Mechanism(run_id=f"r{s}", steps=120, sampled_per_step=380.0 + s, early_screen_per_step=0.0,
+                           piloted_in_band=0.25, informative_per_step=15.5, trained_per_step=16.0,
+                           prior_skips_per_step=3.0, longest_unpiloted=8) for s in (14, 15)}
+    head = f"GRPO{m.GRPO_BEST_N} / our PC best + prior"
+    g = m.study_goals(mech, {head: 1.4}, {14: 0.01, 15: -0.002}, 0.97, (14, 15), (14, 15))
+    assert g["sampled"]["met"] is False and g["sampled"]["value"] == 395.0  # seed 15: 395 > 390
+    assert g["in_band"]["met"] and g["informative"]["met"] and g["floor"]["met"] and g["ratio"]["met"]
+    assert g["heldout"]["met"] is False and g["heldout"]["value"] == pytest.approx(-0.002)
+    assert g["thin"]["met"] is True
+    g = m.study_goals({14: mech[14]}, {head: 1.4}, {14: 0.01}, None, (14, 15), ())
+    assert all(g[k]["met"] is None for k in ("sampled", "ratio", "heldout", "thin"))
+    missed = m.study_goals(mech, {head: 0.6}, {14: 0.0, 15: 0.0}, 0.9, (14, 15), (14,))["ratio"]
+    assert missed["met"] is False and "missed by 0.70x" in missed["detail"]
