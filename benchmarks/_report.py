@@ -16,6 +16,7 @@ DOCS = (Path(__file__).resolve().parent.parent / "docs").resolve()
 BENCHMARKS_MD = DOCS / "BENCHMARKS.md"  # speed and memory: benchmarks/*.py
 STUDIES_MD = DOCS / "STUDIES.md"  # what the research/ scripts measured
 BENCHMARKS_HEADER = "# Benchmarks\n\nEach section is written by the command it names.\n"
+RELIABILITY_HEADER = "# Reliability: nothing lost, whatever the user or the machine does\n\nEach section is written by the command it names.\n"
 STUDIES_HEADER = "# Studies: what the research/ scripts measured\n\nEach section is written by the command it names.\n"
 
 

@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # _report.py: the docs sections
-from _report import machine, write_section
+from _report import RELIABILITY_HEADER, machine, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = "tests/integration/faults"
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     body = section(cases, wall, f"python reliability/faults.py --workers {args.workers}")
     print(body)
     if args.write:
-        write_section(Path(args.write), "faults-summary", body)
+        write_section(Path(args.write), "faults-summary", body, RELIABILITY_HEADER)
     return 0 if all(c["outcome"] == "held" for c in cases) else 1
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # _report.py: the docs sections
-from _report import machine, write_section
+from _report import RELIABILITY_HEADER, machine, write_section
 
 from pc_pipelines.store import Store
 
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         body = section(saved["result"], saved["command"])
         print(body)
         if args.write:
-            write_section(Path(args.write), "soak", body)
+            write_section(Path(args.write), "soak", body, RELIABILITY_HEADER)
         return 0 if saved["result"]["ok"] else 1
     if args.fresh and out.exists():
         shutil.rmtree(out)
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     print(body)
     (out / "soak.json").write_text(json.dumps({"command": cmd, "result": res}, indent=1))
     if args.write:
-        write_section(Path(args.write), "soak", body)
+        write_section(Path(args.write), "soak", body, RELIABILITY_HEADER)
     return 0 if res["ok"] else 1
 
 

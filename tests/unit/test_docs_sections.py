@@ -103,14 +103,17 @@ def test_the_section_finder_tells_the_folders_apart(tmp_path):
 
 def test_each_folders_scripts_name_their_own_file():
     """Defaults, the commands they print and their docstrings: research/ never names docs/BENCHMARKS.md, benchmarks/
-    never docs/STUDIES.md, and a research/ script starting a new file gives it the studies' title."""
-    for script in sorted((ROOT / "research").glob("*.py")):
-        text = script.read_text()
-        assert "BENCHMARKS.md" not in text, f"research/{script.name} names docs/BENCHMARKS.md, not STUDIES.md"
-        for call in ast.walk(ast.parse(text)):
-            if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "write_section":
-                header = call.args[3] if len(call.args) > 3 else {k.arg: k.value for k in call.keywords}.get("header")
-                assert getattr(header, "id", "") == "STUDIES_HEADER", f"research/{script.name}:{call.lineno}"
+    never docs/STUDIES.md, and a research/ (reliability/) script starting a new file gives it the studies' (the
+    reliability document's) title."""
+    for folder, title in (("research", "STUDIES_HEADER"), ("reliability", "RELIABILITY_HEADER")):
+        for script in sorted((ROOT / folder).glob("*.py")):
+            text = script.read_text()
+            assert "BENCHMARKS.md" not in text, f"{folder}/{script.name} names docs/BENCHMARKS.md"
+            for call in ast.walk(ast.parse(text)):
+                if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "write_section":
+                    header = (call.args[3] if len(call.args) > 3
+                              else {k.arg: k.value for k in call.keywords}.get("header"))
+                    assert getattr(header, "id", "") == title, f"{folder}/{script.name}:{call.lineno}"
     for script in sorted((ROOT / "benchmarks").glob("*.py")):
         if script.name != "_report.py":
             assert "STUDIES.md" not in script.read_text(), f"benchmarks/{script.name} names docs/STUDIES.md"
