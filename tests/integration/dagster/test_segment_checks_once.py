@@ -17,6 +17,7 @@ import json
 from collections import Counter
 
 import pytest
+from call_counts import count_calls
 from dagster import DagsterInstance, materialize
 from dagster_runs import local_resources, register_run
 
@@ -40,14 +41,8 @@ TINY = ["allocator.train_batch=4", "allocator.n=8", "allocator.n_pilot=2", "allo
 @pytest.fixture
 def lock_takes(monkeypatch) -> Counter:
     seen: Counter = Counter()
-    hold_run = runlock.hold_run
-
-    def counted(*args, **kwargs):
-        seen["hold_run"] += 1
-        return hold_run(*args, **kwargs)
-
-    for module in (runlock, store_package, lifecycle, training_asset, segment_cli):
-        monkeypatch.setattr(module, "hold_run", counted)
+    count_calls(monkeypatch, seen, "hold_run", (runlock, store_package, lifecycle, training_asset, segment_cli),
+                "hold_run")
     return seen
 
 
@@ -82,18 +77,8 @@ def test_train_segment_takes_the_runs_lock_once(tmp_path, base_policy, lock_take
 
 def test_start_run_checks_its_config_once(tmp_path, monkeypatch):
     seen: Counter = Counter()
-    check_trainable, resolve = jobs.check_trainable, jobs.resolve
-
-    def counted_check(cfg):
-        seen["check_trainable"] += 1
-        return check_trainable(cfg)
-
-    def counted_resolve(*args, **kwargs):
-        seen["resolve"] += 1
-        return resolve(*args, **kwargs)
-
-    monkeypatch.setattr(jobs, "check_trainable", counted_check)
-    monkeypatch.setattr(jobs, "resolve", counted_resolve)
+    count_calls(monkeypatch, seen, "check_trainable", (jobs,), "check_trainable")
+    count_calls(monkeypatch, seen, "resolve", (jobs,), "resolve")
     cfg = {"method": "grpo", "overrides": ["allocator.n=8"], "segment_steps": 1, "total_steps": 2,
            "run_name": "checked-once"}
     res = jobs.start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},

@@ -11,6 +11,7 @@ import json
 from collections import Counter
 
 import pytest
+from call_counts import count_calls
 
 import pc_pipelines.allocation as allocation
 import pc_pipelines.allocation.allocator as allocator_module
@@ -31,25 +32,9 @@ SMALL = [a for s in ("allocator.train_batch=4", "allocator.n=4", "task.num_promp
 @pytest.fixture
 def counts(monkeypatch) -> Counter:
     seen: Counter = Counter()
-    check_config, hold_run, init = allocator_module.check_config, runlock.hold_run, Store.init
-
-    def counted_check(config):
-        seen["check_config"] += 1
-        return check_config(config)
-
-    def counted_hold(*args, **kwargs):
-        seen["hold_run"] += 1
-        return hold_run(*args, **kwargs)
-
-    def counted_init(self, *args, **kwargs):
-        seen["store.init"] += 1
-        return init(self, *args, **kwargs)
-
-    for module in (allocation, allocator_module, start, cli_args):
-        monkeypatch.setattr(module, "check_config", counted_check)
-    for module in (store_package, runlock, lifecycle):
-        monkeypatch.setattr(module, "hold_run", counted_hold)
-    monkeypatch.setattr(Store, "init", counted_init)
+    count_calls(monkeypatch, seen, "check_config", (allocator_module, allocation, start, cli_args), "check_config")
+    count_calls(monkeypatch, seen, "hold_run", (runlock, store_package, lifecycle), "hold_run")
+    count_calls(monkeypatch, seen, "store.init", (Store,), "init")
     return seen
 
 
