@@ -1,0 +1,56 @@
+"""``pilot-commit sim-fit`` end to end on a store the test builds with ``pilot-commit simulate --store``: it reads the
+runs (read-only: the store's files are unchanged), recovers the population the runs were simulated with, writes the
+fit and its residuals as JSON, and refuses a run the store lacks in one line with the fix (exit 2)."""
+
+import hashlib
+import json
+
+import pytest
+from pilot_cli import run_cli
+
+from pc_pipelines.simulator.fit import LAW_FORMS
+
+POP = ("--set", "sim.num_prompts=400", "--set", "sim.difficulty_mean=0.5", "--set", "sim.difficulty_spread=1.2",
+       "--set", "training.eval_every=5")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("simfit") / "s.duckdb"
+    for name, n in (("g4", 4), ("g16", 16)):
+        run_cli("simulate", "--store", str(path), "--run-name", name, "--method", "grpo", "--steps", "30",
+                "--set", f"allocator.n={n}", "--set", "allocator.train_batch=16", *POP, check_rc=0)
+    return path
+
+
+def _digest(path):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.parent.rglob("*")) if p.is_file()}
+
+
+def test_sim_fit_fits_and_writes_residuals(store, tmp_path):
+    before = _digest(store)
+    out = tmp_path / "fit.json"
+    res = run_cli("sim-fit", "--store", str(store), "--runs", "g4", "g16", "--out", str(out), check_rc=0)
+    assert _digest(store) == before  # read-only
+    fit = json.loads(out.read_text())
+    assert fit["runs"] == ["g4", "g16"] and fit["chosen_form"] in LAW_FORMS
+    assert set(fit["laws"]) == set(LAW_FORMS)
+    per_run = fit["laws"][fit["chosen_form"]]["per_run"]
+    assert [r["run_id"] for r in per_run] == ["g4", "g16"]
+    assert all(r["evaluations"] == 6 and r["rmse"] < 0.01 for r in per_run)
+    sim = fit["sim"]
+    assert sim["num_prompts"] == 400
+    # first visits of the first 20 steps (320 prompts x 2 runs) recover the simulated population
+    assert sim["difficulty_mix_weight"] == 0.0
+    assert sim["difficulty_mean"] == pytest.approx(0.5, abs=0.25)
+    assert sim["difficulty_spread"] == pytest.approx(1.2, abs=0.25)
+    assert fit["mix"]["observations"] == 2 * 320
+    assert "sim-fit: 2 runs" in res.stdout and "g16" in res.stdout
+
+
+def test_sim_fit_refuses_a_missing_run(store, tmp_path):
+    out = tmp_path / "fit.json"
+    res = run_cli("sim-fit", "--store", str(store), "--runs", "g4", "nope", "--out", str(out), check_rc=2)
+    err = res.stderr.strip()
+    assert "'nope'" in err and "Fix:" in err and "Traceback" not in err and len(err.splitlines()) == 1
+    assert not out.exists()
