@@ -1,8 +1,8 @@
 """A scale simulator: a prompt population with latent pass rates standing in for the policy.
 
 It drives the real allocator at the paper's scale (85K prompts, b_t = 128, n = 128) in seconds, so the
-allocation logic, its costs and its store can be studied without a model. It is a test and study harness, not a
-claim about accuracy.
+allocation logic, its costs and its store can be studied without a model. It is a test and study harness; only the
+``fitted`` law below is meant to predict a benchmark's rollout counts, and only as far as its validation says.
 
 The model (deliberately simple, every term documented):
 
