@@ -79,6 +79,7 @@ class RunObservations:
     benchmark_start: dict[str, float] = field(default_factory=dict)  # accuracy per benchmark before training
     sampled_per_step: float = 0.0
     num_prompts: int = 0  # the training pool (task.num_prompts, else sim.num_prompts)
+    preset: str = ""  # the run's preset
 
 
 _GROUPS_SQL = """
@@ -121,6 +122,7 @@ def read_runs(store: Store, run_ids: Sequence[str]) -> list[RunObservations]:
             first_correct=np.rint([r[2] for r in first]).astype(np.int64),
             benchmark_start={r["benchmark"]: float(r["accuracy"]) for r in bench},
             sampled_per_step=float(steps[0]["s"]), num_prompts=_pool(meta[0]["config_json"]),
+            preset=str(json.loads(meta[0]["config_json"]).get("preset", "")),
         ))
     return out
 

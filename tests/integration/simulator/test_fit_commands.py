@@ -1,6 +1,7 @@
-"""``pilot-commit sim-fit`` end to end on a store the test builds with ``pilot-commit simulate --store``: it reads the
-runs (read-only: the store's files are unchanged), recovers the population the runs were simulated with, writes the
-fit and its residuals as JSON, and refuses a run the store lacks in one line with the fix (exit 2)."""
+"""``pilot-commit sim-fit`` and ``plan`` end to end on a store the test builds with ``pilot-commit simulate --store``.
+``sim-fit`` reads the runs (read-only: the store's files are unchanged), recovers the population the runs were
+simulated with, writes the fit and its residuals as JSON, and refuses a run the store lacks in one line with the fix
+(exit 2); ``plan`` ranks the candidate budgets and prints the train command of the best."""
 
 import hashlib
 import json
@@ -54,3 +55,24 @@ def test_sim_fit_refuses_a_missing_run(store, tmp_path):
     err = res.stderr.strip()
     assert "'nope'" in err and "Fix:" in err and "Traceback" not in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_plan_ranks_budgets_and_prints_the_best_command(store):
+    before = _digest(store)
+    res = run_cli("plan", "--store", str(store), "--runs", "g4", "g16", "--fit-steps", "20", "--horizon", "30",
+                  "--seeds", "1", "--preset", "simulator", check_rc=0)
+    assert _digest(store) == before
+    lines = res.stdout.splitlines()
+    table = [line for line in lines if line[:4].strip().isdigit()]
+    assert [int(line.split()[0]) for line in table] == list(range(1, 9))  # 8 candidates, ranked
+    names = {" ".join(line.split()[1:3]) for line in table}
+    assert {"GRPO n=8", "GRPO n=64", "PC p2+6/c8"} <= names
+    best = next(line for line in lines if line.startswith("best: "))
+    first = " ".join(table[0].split()[1:3])
+    assert "train --preset simulator --method" in best
+    assert ("--method grpo" in best) == first.startswith("GRPO")
+
+
+def test_plan_refuses_bad_steps(store):
+    res = run_cli("plan", "--store", str(store), "--runs", "g4", "--fit-steps", "0", check_rc=2)
+    assert "--fit-steps 0" in res.stderr and "Fix:" in res.stderr and "Traceback" not in res.stderr
