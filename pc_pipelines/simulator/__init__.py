@@ -10,9 +10,10 @@ measured runs goes (docs/STUDIES.md, "The simulator's fitted law against the mea
   step directories, eval rows of benchmark :data:`SIM_BENCHMARK`, an honest end status: :mod:`pc_pipelines.run`'s
   ``lifecycle`` and ``stopping``);
 * :mod:`.fit`: the population's pass-rate mix and the ``fitted`` learning law fitted to runs in a store
-  (``pilot-commit sim-fit``), with their residuals.
+  (``pilot-commit sim-fit``), with their residuals;
+* :mod:`.plan`: budgets ranked by the simulator fitted on runs' first steps (``pilot-commit plan``).
 
-``pilot-commit simulate``, ``sim-fit`` and ``simulate-demo`` (:mod:`pc_pipelines.cli.simulate_commands`), the
+``pilot-commit simulate``, ``sim-fit``, ``plan`` and ``simulate-demo`` (:mod:`pc_pipelines.cli.simulate_commands`), the
 studies and the store tests drive it.
 """
 
