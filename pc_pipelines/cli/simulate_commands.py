@@ -11,12 +11,13 @@ import itertools
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
 from ..allocation import METHODS
 from ..config import RunConfig, parse_overrides
-from ..errors import ConfigError, installed_command, shell_command
+from ..errors import ConfigError, brief, installed_command, shell_command
 from ..run.stopping import StopFlag, StopRequested, failed_write, run_outcome, stop_on_signals
 from ..simulator import SimStep, Simulation, record_simulation
 from ..store import Store
@@ -226,6 +227,9 @@ def cmd_sim_fit(args: argparse.Namespace) -> int:
     if args.mix_steps < 1:
         raise ConfigError(f"--mix-steps {args.mix_steps}: must be >= 1. Fix: pass the number of first steps whose "
                           "first visits fit the pass-rate mix (default 20).")
+    if args.out and not Path(args.out).resolve().parent.is_dir():
+        raise ConfigError(f"--out {brief(args.out)}: its folder does not exist. Fix: create the folder, or write the "
+                          "fit elsewhere.")
     store = Store(args.store)
     store.check_path(read_only=True)
     if not store.path.exists():

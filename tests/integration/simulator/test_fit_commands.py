@@ -57,6 +57,13 @@ def test_sim_fit_refuses_a_missing_run(store, tmp_path):
     assert not out.exists()
 
 
+def test_sim_fit_refuses_an_out_folder_that_does_not_exist(store, tmp_path):
+    out = tmp_path / "missing" / "fit.json"
+    res = run_cli("sim-fit", "--store", str(store), "--runs", "g4", "--out", str(out), check_rc=2)
+    assert "its folder does not exist" in res.stderr and "Fix:" in res.stderr and "Traceback" not in res.stderr
+    assert not out.parent.exists()
+
+
 def test_plan_ranks_budgets_and_prints_the_best_command(store):
     before = _digest(store)
     res = run_cli("plan", "--store", str(store), "--runs", "g4", "g16", "--fit-steps", "20", "--horizon", "30",
