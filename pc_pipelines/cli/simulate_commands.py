@@ -1,6 +1,8 @@
 """``pilot-commit simulate`` and ``simulate-demo`` (and ``demo``, its deprecated name): the real allocator against the
 scale simulator, one method with a readable table (or one JSON object per step with ``--json``), or GRPO, DAPO, PC
-and the oracle bound side by side; both may record their runs in a store as a training run would be."""
+and the oracle bound side by side; both may record their runs in a store as a training run would be. ``sim-fit``
+fits the simulator's pass-rate mix and its ``fitted`` learning law to runs in a store (:mod:`pc_pipelines.simulator.fit`);
+``plan`` ranks budgets by that simulator fitted on the first steps of runs (:mod:`pc_pipelines.simulator.plan`)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,13 @@ import itertools
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
 from ..allocation import METHODS
 from ..config import RunConfig, parse_overrides
-from ..errors import ConfigError, installed_command, shell_command
+from ..errors import ConfigError, brief, installed_command, shell_command
 from ..run.stopping import StopFlag, StopRequested, failed_write, run_outcome, stop_on_signals
 from ..simulator import SimStep, Simulation, record_simulation
 from ..store import Store
@@ -215,6 +218,72 @@ def cmd_simulate_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- sim-fit ------------------------------------------------------------------------------------------------------
+def cmd_sim_fit(args: argparse.Namespace) -> int:
+    """Fit the simulator's mix and learning law to runs in a store (read-only); write the fit as JSON."""
+    from ..durable import write_user_output
+    from ..simulator.fit import fit_simulator, read_runs
+
+    if args.mix_steps < 1:
+        raise ConfigError(f"--mix-steps {args.mix_steps}: must be >= 1. Fix: pass the number of first steps whose "
+                          "first visits fit the pass-rate mix (default 20).")
+    if args.out and not Path(args.out).resolve().parent.is_dir():
+        raise ConfigError(f"--out {brief(args.out)}: its folder does not exist. Fix: create the folder, or write the "
+                          "fit elsewhere.")
+    store = Store(args.store)
+    store.check_path(read_only=True)
+    if not store.path.exists():
+        raise FileNotFoundError(f"store {args.store} does not exist. Fix: pass the DuckDB file the runs are in.")
+    fit = fit_simulator(read_runs(store, args.runs), mix_steps=args.mix_steps)
+    out = sys.stdout
+    law = fit.laws[fit.chosen]
+    out.write(f"sim-fit: {len(fit.runs)} runs from {args.store}; law form {fit.chosen} (AIC "
+              + ", ".join(f"{k} {v.aic:.1f}" for k, v in fit.laws.items()) + ")"
+              + (f"; at a search bound: {', '.join(law.at_bound)}" if law.at_bound else "") + "\n")
+    out.write("fitted SimConfig fields (--set sim.<field>=<value>):\n")
+    for k, v in fit.sim.items():
+        out.write(f"  {k} = {v:.6g}\n" if isinstance(v, float) else f"  {k} = {v}\n")
+    out.write(f"{'run':<40} {'evals':>5} {'rmse':>7} {'bias':>8}\n")
+    for r in law.per_run:
+        out.write(f"{r['run_id']:<40} {r['evaluations']:>5} {r['rmse']:>7.4f} {r['bias']:>+8.4f}\n")
+    if args.out:
+        write_user_output(args.out, (json.dumps(fit.to_dict(), indent=1) + "\n").encode())
+        out.write(f"fit and residuals written to {args.out}\n")
+    return 0
+
+
+# ---- plan ---------------------------------------------------------------------------------------------------------
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Rank candidate budgets by the simulator fitted on the first steps of runs in a store."""
+    from ..simulator.fit import read_runs
+    from ..simulator.plan import plan
+
+    for flag, value in (("--fit-steps", args.fit_steps), ("--horizon", args.horizon)):
+        if value < 1:
+            raise ConfigError(f"{flag} {value}: must be >= 1. Fix: pass a positive number of steps.")
+    store = Store(args.store)
+    store.check_path(read_only=True)
+    if not store.path.exists():
+        raise FileNotFoundError(f"store {args.store} does not exist. Fix: pass the DuckDB file the runs are in.")
+    runs = read_runs(store, args.runs)
+    preset = args.preset or runs[0].preset or "bench"
+    _, rows = plan(runs, preset, args.fit_steps, args.horizon, args.seeds)
+    out = sys.stdout
+    out.write(f"plan: fitted on the first {args.fit_steps} steps of {len(runs)} run(s); preset {preset}, "
+              f"{args.horizon} steps, seeds {' '.join(map(str, args.seeds))}; target = the lowest smoothed peak\n")
+    out.write(f"{'rank':>4} {'budget':<18} {'sampled/step':>12} {'rollouts to target':>18} {'seeds':>5}\n")
+    for i, r in enumerate(rows, 1):
+        to = "never" if r.rollouts_to_target is None else f"{r.rollouts_to_target:,.0f}"
+        out.write(f"{i:>4} {r.candidate.name:<18} {r.sampled_per_step:>12.0f} {to:>18} "
+                  f"{r.reached:>2}/{len(args.seeds)}\n")
+    best = rows[0].candidate
+    exe = installed_command("pilot-commit")
+    out.write("best: " + shell_command(exe, "train", "--preset", preset, "--method", best.method,
+                                       *best.set_flags()) + "\n")
+    out.write("How far to trust it: docs/STUDIES.md, \"The simulator's fitted law against the measured benchmark\".\n")
+    return 0
+
+
 def cmd_demo_deprecated(args: argparse.Namespace) -> int:
     """``pilot-commit demo``, the old name of ``simulate-demo``: the same command, after a one-line warning."""
     sys.stderr.write("pilot-commit: `demo` is deprecated; use `pilot-commit simulate-demo` (the same simulator "
@@ -223,7 +292,7 @@ def cmd_demo_deprecated(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub) -> None:
-    """``simulate``, ``simulate-demo`` and ``demo``."""
+    """``simulate``, ``sim-fit``, ``plan``, ``simulate-demo`` and ``demo``."""
     p = sub.add_parser("simulate", help="run one allocation method against the scale simulator")
     add_config_args(p)
     _add_sim_args(p, steps=200)
@@ -235,6 +304,24 @@ def add_parsers(sub) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing run of this name in the store (its rows and step files are deleted first)")
     p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("sim-fit", help="fit the simulator's pass-rate mix and learning law to runs in a store")
+    p.add_argument("--store", required=True, help="the store (a DuckDB file) holding the runs; opened read-only")
+    p.add_argument("--runs", nargs="+", required=True, metavar="RUN_ID", help="the run ids to fit on")
+    p.add_argument("--mix-steps", type=int_arg, default=20,
+                   help="first visits within this many first steps fit the pass-rate mix (default 20)")
+    p.add_argument("--out", help="write the fit (SimConfig fields, every law form's residuals, the mix's) as JSON here")
+    p.set_defaults(func=cmd_sim_fit)
+
+    p = sub.add_parser("plan", help="rank budgets by the simulator fitted on the first steps of runs in a store")
+    p.add_argument("--store", required=True, help="the store (a DuckDB file) holding the runs; opened read-only")
+    p.add_argument("--runs", nargs="+", required=True, metavar="RUN_ID", help="the run ids whose first steps are fitted")
+    p.add_argument("--fit-steps", type=int_arg, default=20, help="fit on each run's first this many steps (default 20)")
+    p.add_argument("--horizon", type=int_arg, default=120, help="simulated steps per candidate (default 120)")
+    p.add_argument("--seeds", type=int_arg, nargs="+", default=[1000, 1001, 1002],
+                   help="simulated seeds (default 1000 1001 1002)")
+    p.add_argument("--preset", default=None, help="the preset the candidates train with (default: the first run's)")
+    p.set_defaults(func=cmd_plan)
 
     for name, func, help_ in (
         ("simulate-demo", cmd_simulate_demo, "GRPO vs DAPO vs PC (vs oracle) in the simulator, side by side"),

@@ -110,6 +110,11 @@ NOT_BEHAVIOUR = {"training": ("checkpoint_every", "keep_checkpoints", "keep_ever
 # Fields added after the config format's first version: hashed only when they differ from their default.
 ADDED_FIELDS = {
     "training": ("torch_threads", "eval_samples", "dtype"),
+    "sim": (
+        "law", "law_rate", "law_noise_floor", "law_noise_scale", "law_noise_power", "law_step_noise", "law_skill_cap",
+        "difficulty_mix_weight", "difficulty_mean_2", "difficulty_spread_2", "eval_difficulty_mean",
+        "eval_difficulty_spread", "eval_noise",
+    ),
     "allocator": (
         "band_strategy", "sampling_strategy", "survival_margin", "pilot_strategy", "pilot_wave",
         "commit_strategy", "commit_mean", "commit_min", "commit_max", "eviction_strategy", "return_share",

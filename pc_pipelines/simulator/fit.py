@@ -1,0 +1,448 @@
+"""Fit the simulator to real runs: the initial pass-rate mix from a run's first visits, the held-out mix from its
+first evaluation, and the ``fitted`` learning law (:mod:`.model`) from what each step trained against the held-out
+accuracy it measured. Numpy only; the store is read once, by :func:`read_runs`, and every fit takes arrays.
+
+**The pass-rate mix** (:func:`fit_mix`). Each prompt's first visit in a run (its first pilot or full group, within
+the first ``mix_steps`` steps: the policy has barely moved) gives ``k`` correct of ``n``. The difficulty logit is
+a Normal (one component) or a mix of two; the marginal likelihood of ``k`` integrates the binomial over it by
+Gauss-Hermite quadrature, maximized by Nelder-Mead. Both are fitted; the two-component mix is kept only when it lowers
+the AIC by more than 10 (the data ask for it), and the fit reports the observed and the predicted share of each
+``k`` (the residuals).
+
+**The held-out mix** (:func:`fit_eval_mix`). The benchmark's held-out accuracy is the mean over benchmarks
+(lengths) of very different difficulty; the fit takes their spread as the std of the benchmarks' logits at the first
+evaluation (before training), and the mean so that ``mean sigmoid(e_j)`` is that evaluation's accuracy.
+
+**The learning law** (:func:`fit_law`). Skill after step t is the sum of the law's gains over the run's measured
+trained groups (reward std and size of each group, from ``pass_rate_history``): no simulation is needed, the fit
+replays what the run trained. Predicted accuracy ``mean_j sigmoid(s + e_j)`` over the held-out mix is compared to
+every measured evaluation of every fitted run; least squares over the law's parameters (Nelder-Mead on logs).
+Three forms are fitted on the same data and compared by their residual sum of squares and AIC:
+
+* ``linear``: the hand-set law's form, ``gain = rate * sum(sigma)``;
+* ``snr-1``: the normalized-step law with noise variance ``v / n`` per group (independent rollouts);
+* ``snr``: the same with ``v / n**gamma``, gamma free.
+
+Why this form, from the data (the benchmark's tuning seeds, ``research/sim_fit_tuning.json``): GRPO at n = 2, 4,
+8 and 16 (1.2, 2.1, 3.4 and 4.7 informative groups a step) and our PC (16 a step, groups of 16) were fitted together.
+The linear form cannot tell a group of 2 from a group of 16 with the same reward std and fits worst; ``snr`` (gamma
+free, 1.9) beats ``snr-1`` by 47 in AIC and ``linear`` by 62. Its noise scale v goes to its bound (exp(15)): the data
+put every measured step in the law's noise-dominated limit, where the gain is ``law_rate / sqrt(v) * S / sqrt(sum
+sigma_i^2 / n_i^gamma)`` (for k alike groups ``~ sqrt(k) * n^(gamma / 2)``): sublinear in informative groups, as the
+diagnostic in docs/STUDIES.md found, but not flat above ~7 a step; the flattening the curves show comes from the skill
+cap (gains fade as skill nears ``law_skill_cap``), not from the signal term. Only ``law_rate / sqrt(v)`` is
+identified there; a noise floor c is not identified by group sizes 2-16 (fitted free, it changes the SSE by < 1e-4),
+so it stays 0 and group sizes above 16 are an extrapolation (:attr:`LawFit.at_bound` names parameters at a bound).
+The step noise (``law_step_noise``) and the evaluation noise are then estimated by moments from the residuals: a
+random walk in skill makes residuals of the same run correlated (their covariance grows with the summed per-step
+noise share ``V / (S^2 + V)``); evaluation noise does not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..errors import brief
+from ..store import Store, StoreError
+from .model import signal_share
+
+_GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(64)
+_GH_W = _GH_W / _GH_W.sum()  # expectation over a standard Normal
+_LOG_FACT = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, 4097)))])
+
+AIC_MARGIN = 10.0
+"""A richer form (two mix components, a free gamma) is kept only when it lowers the AIC by more than this."""
+
+
+# ---- reading the store --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunObservations:
+    """What the fits need of one run, as arrays."""
+
+    run_id: str
+    method: str
+    seed: int
+    steps: int
+    group_step: np.ndarray  # per trained group: its step
+    group_sigma: np.ndarray  # its reward std (population std of its rewards)
+    group_size: np.ndarray  # its rollouts
+    eval_step: np.ndarray  # store steps of the evaluations (-1 = before training)
+    eval_accuracy: np.ndarray  # mean over the run's benchmarks
+    first_step: np.ndarray  # per prompt: the step of its first visit
+    first_n: np.ndarray  # rollouts of that visit
+    first_correct: np.ndarray  # correct among them
+    benchmark_start: dict[str, float] = field(default_factory=dict)  # accuracy per benchmark before training
+    sampled_per_step: float = 0.0
+    num_prompts: int = 0  # the training pool (task.num_prompts, else sim.num_prompts)
+    preset: str = ""  # the run's preset
+
+
+_GROUPS_SQL = """
+SELECT o.step, o.prompt_id, max(o.n + coalesce(k.n, 0)) AS n, max(o.n_correct + coalesce(k.n_correct, 0)) AS c
+FROM pass_rate_history o
+LEFT JOIN pass_rate_history k ON k.run_id = o.run_id AND k.prompt_id = o.prompt_id AND o.stage = 'commit'
+     AND k.stage = 'pilot' AND k.decision = 'kept' AND k.step = o.step - o.lag
+WHERE o.run_id = ? AND o.decision = 'trained'
+GROUP BY ALL ORDER BY o.step, o.prompt_id"""
+_FIRST_SQL = """
+SELECT step, n, n_correct FROM (
+  SELECT step, n, n_correct, row_number() OVER (PARTITION BY prompt_id ORDER BY step, round, wave) AS visit
+  FROM pass_rate_history WHERE run_id = ? AND n > 0 AND stage IN ('pilot', 'full'))
+WHERE visit = 1 ORDER BY step"""
+
+
+def read_runs(store: Store, run_ids: Sequence[str]) -> list[RunObservations]:
+    """The fits' data of ``run_ids`` from ``store``, read-only (a run that is missing or has no steps is refused)."""
+    out = []
+    for run_id in run_ids:
+        meta = store.query("SELECT method, seed, config_json FROM runs WHERE run_id = ?", [run_id])
+        steps = store.query("SELECT count(*) AS k, avg(sampled_rollouts) AS s FROM steps WHERE run_id = ?", [run_id])
+        if not meta or not steps[0]["k"]:
+            raise StoreError(f"run {brief(run_id)} is not in {store.path} or has no steps. Fix: name a run that "
+                             "`pilot-commit runs --store ...` lists with steps.")
+        g = store.query_table(_GROUPS_SQL, [run_id])[1]
+        n = np.array([r[2] for r in g], dtype=np.float64)
+        p = np.array([r[3] for r in g], dtype=np.float64) / np.maximum(n, 1)
+        ev = store.query("SELECT step, avg(accuracy) AS a FROM eval_results WHERE run_id = ? GROUP BY step "
+                         "ORDER BY step", [run_id])
+        bench = store.query("SELECT benchmark, accuracy FROM eval_results WHERE run_id = ? AND step = -1", [run_id])
+        first = store.query_table(_FIRST_SQL, [run_id])[1]
+        out.append(RunObservations(
+            run_id=run_id, method=meta[0]["method"], seed=int(meta[0]["seed"]), steps=int(steps[0]["k"]),
+            group_step=np.array([r[0] for r in g], dtype=np.int64), group_sigma=np.sqrt(p * (1 - p)),
+            group_size=n, eval_step=np.array([r["step"] for r in ev], dtype=np.int64),
+            eval_accuracy=np.array([r["a"] for r in ev], dtype=np.float64),
+            first_step=np.array([r[0] for r in first], dtype=np.int64),
+            first_n=np.array([r[1] for r in first], dtype=np.int64),
+            first_correct=np.rint([r[2] for r in first]).astype(np.int64),
+            benchmark_start={r["benchmark"]: float(r["accuracy"]) for r in bench},
+            sampled_per_step=float(steps[0]["s"]), num_prompts=_pool(meta[0]["config_json"]),
+            preset=str(json.loads(meta[0]["config_json"]).get("preset", "")),
+        ))
+    return out
+
+
+def _pool(config_json: str) -> int:
+    cfg = json.loads(config_json)
+    return int((cfg.get("task") or cfg["sim"])["num_prompts"])
+
+
+# ---- a small optimizer ------------------------------------------------------------------------------------------
+def nelder_mead(f: Callable[[np.ndarray], float], x0: Sequence[float], step: float = 0.5, iters: int = 600,
+                tol: float = 1e-10) -> tuple[np.ndarray, float]:
+    """Minimize ``f`` from ``x0`` (the standard simplex method; deterministic). Returns (x, f(x))."""
+    x0 = np.asarray(x0, dtype=np.float64)
+    d = x0.size
+    pts = [x0] + [x0 + step * np.eye(d)[i] for i in range(d)]
+    vals = [f(p) for p in pts]
+    for _ in range(iters):
+        order = np.argsort(vals)
+        pts = [pts[i] for i in order]
+        vals = [vals[i] for i in order]
+        if abs(vals[-1] - vals[0]) <= tol * (abs(vals[0]) + tol):
+            break
+        centre = np.mean(pts[:-1], axis=0)
+        xr = centre + (centre - pts[-1])
+        fr = f(xr)
+        if fr < vals[0]:
+            xe = centre + 2 * (centre - pts[-1])
+            fe = f(xe)
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = centre + 0.5 * (pts[-1] - centre)
+            fc = f(xc)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = xc, fc
+            else:
+                pts = [pts[0]] + [pts[0] + 0.5 * (p - pts[0]) for p in pts[1:]]
+                vals = [vals[0]] + [f(p) for p in pts[1:]]
+    i = int(np.argmin(vals))
+    return pts[i], float(vals[i])
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+# ---- the pass-rate mix ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MixFit:
+    """A fitted difficulty mix, in :class:`~pc_pipelines.config.SimConfig`'s terms (difficulty = minus the logit)."""
+
+    difficulty_mean: float
+    difficulty_spread: float
+    difficulty_mix_weight: float
+    difficulty_mean_2: float
+    difficulty_spread_2: float
+    loglik: float
+    aic: float
+    aic_one_normal: float
+    observations: int
+    residuals: list[dict]  # per group size n and count k: observed and predicted share
+
+    def sim_fields(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in ("difficulty_mean", "difficulty_spread", "difficulty_mix_weight",
+                                              "difficulty_mean_2", "difficulty_spread_2")}
+
+
+def _binom_logpmf(k: np.ndarray, n: np.ndarray, p: np.ndarray) -> np.ndarray:
+    p = np.clip(p, 1e-12, 1 - 1e-12)
+    log_choose = _LOG_FACT[n] - _LOG_FACT[k] - _LOG_FACT[n - k]
+    return log_choose[:, None] + k[:, None] * np.log(p) + (n - k)[:, None] * np.log1p(-p)
+
+
+def _mix_probs(k: np.ndarray, n: np.ndarray, comps: Sequence[tuple[float, float, float]]) -> np.ndarray:
+    """P(k | n) under a mix of logit Normals ``(weight, mean logit, std)``."""
+    total = np.zeros(k.shape[0])
+    for w, mu, sd in comps:
+        like = np.exp(_binom_logpmf(k, n, _sigmoid(mu + sd * _GH_X)[None, :]))
+        total += w * (like @ _GH_W)
+    return total
+
+
+def _components(theta: np.ndarray, two: bool) -> list[tuple[float, float, float]]:
+    if not two:
+        return [(1.0, theta[0], math.exp(theta[1]))]
+    w = float(_sigmoid(np.array(theta[4])))
+    return [(1 - w, theta[0], math.exp(theta[1])), (w, theta[2], math.exp(theta[3]))]
+
+
+def fit_mix(n: np.ndarray, k: np.ndarray) -> MixFit:
+    """The difficulty mix that makes ``k`` correct of ``n`` (one per prompt's first visit) most likely."""
+    n = np.asarray(n, dtype=np.int64)
+    k = np.asarray(k, dtype=np.int64)
+    if n.size == 0 or np.any(n < 1) or np.any(k < 0) or np.any(k > n):
+        raise StoreError("the mix fit needs first visits with 0 <= correct <= rollouts >= 1 (none given, or a bad "
+                         "row). Fix: fit on runs whose pass_rate_history has pilot or full groups in their first steps.")
+    p_hat = (k.mean() + 0.5) / (n.mean() + 1)
+    start1 = np.array([math.log(p_hat / (1 - p_hat)), math.log(2.0)])
+
+    def nll(theta: np.ndarray, two: bool) -> float:
+        if np.any(np.abs(theta) > 12):
+            return 1e12
+        return -float(np.log(np.maximum(_mix_probs(k, n, _components(theta, two)), 1e-300)).sum())
+
+    one, f1 = nelder_mead(lambda t: nll(t, False), start1, step=0.5)
+    start2 = np.array([one[0] - 1.5, one[1] - 0.3, one[0] + 1.5, one[1] - 0.3, 0.0])
+    two, f2 = nelder_mead(lambda t: nll(t, True), start2, step=0.7, iters=1500)
+    aic1, aic2 = 2 * 2 + 2 * f1, 2 * 5 + 2 * f2
+    use_two = aic2 < aic1 - AIC_MARGIN
+    comps = _components(two if use_two else one, use_two)
+    # the component with more weight is the first (the simulator's difficulty_mean / difficulty_spread)
+    comps = sorted(comps, key=lambda c: -c[0])
+    residuals = []
+    for size in sorted(set(n.tolist())):
+        at = n == size
+        ks = np.arange(size + 1)
+        pred = _mix_probs(ks, np.full(size + 1, size), comps)
+        obs = np.bincount(k[at], minlength=size + 1) / at.sum()
+        residuals += [{"n": size, "k": int(j), "observed": float(obs[j]), "predicted": float(pred[j]),
+                       "prompts": int(at.sum())} for j in ks]
+    (w1, mu1, sd1) = comps[0]
+    (w2, mu2, sd2) = comps[1] if len(comps) > 1 else (0.0, 0.0, 1.0)
+    return MixFit(difficulty_mean=-float(mu1), difficulty_spread=float(sd1), difficulty_mix_weight=float(w2),
+                  difficulty_mean_2=-float(mu2), difficulty_spread_2=float(sd2),
+                  loglik=-(f2 if use_two else f1), aic=aic2 if use_two else aic1, aic_one_normal=aic1,
+                  observations=int(n.size), residuals=residuals)
+
+
+def first_visits(runs: Sequence[RunObservations], mix_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """(n, k) of every prompt's first visit within the first ``mix_steps`` steps of each run, pooled."""
+    n = [r.first_n[r.first_step < mix_steps] for r in runs]
+    k = [r.first_correct[r.first_step < mix_steps] for r in runs]
+    return np.concatenate(n) if n else np.zeros(0, np.int64), np.concatenate(k) if k else np.zeros(0, np.int64)
+
+
+# ---- the held-out mix -------------------------------------------------------------------------------------------
+def fit_eval_mix(benchmark_start: Sequence[float]) -> tuple[float, float]:
+    """(eval_difficulty_mean, eval_difficulty_spread) from the benchmarks' accuracies before training: spread = the
+    std of their logits, mean such that the Normal's expected pass rate is their mean accuracy."""
+    acc = np.clip(np.asarray(benchmark_start, dtype=np.float64), 1e-3, 1 - 1e-3)
+    if acc.size == 0:
+        raise StoreError("no evaluation before training (step -1) in the fitted runs. Fix: fit on runs that "
+                         "evaluated before training.")
+    spread = float(np.log(acc / (1 - acc)).std())
+    target = float(acc.mean())
+    lo, hi = -12.0, 12.0  # expected pass rate rises with the mean logit: bisect
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        if float(_expected_accuracy(np.array(0.0), -mid, spread)) < target:
+            lo = mid
+        else:
+            hi = mid
+    return -(lo + hi) / 2, spread
+
+
+def _expected_accuracy(skill: np.ndarray, eval_mean: float, eval_spread: float) -> np.ndarray:
+    return _sigmoid(np.asarray(skill)[..., None] - eval_mean + eval_spread * _GH_X) @ _GH_W
+
+
+THETA_BOUND = 15.0
+"""The law fit searches each positive parameter's log within +-THETA_BOUND (gamma within [0, 6])."""
+
+
+# ---- the learning law -------------------------------------------------------------------------------------------
+LAW_FORMS = ("linear", "snr-1", "snr")
+
+
+@dataclass(frozen=True)
+class LawFit:
+    form: str
+    params: dict[str, float | None]  # SimConfig law fields (global_rate for the linear form)
+    sse: float
+    aic: float
+    evaluations: int
+    per_run: list[dict]  # run_id, evaluations, rmse, bias (mean measured - predicted)
+    at_bound: list[str] = field(default_factory=list)  # parameters the optimizer left at a search bound
+
+
+def _gains(run: RunObservations, form: str, p: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per step: the law's mean gain and its noise share V / (S^2 + V)."""
+    steps = run.steps
+    s = np.bincount(run.group_step, weights=run.group_sigma, minlength=steps)[:steps]
+    if form == "linear":
+        return p["global_rate"] * s, np.zeros(steps)
+    noise = p["law_noise_floor"] + p["law_noise_scale"] / np.maximum(run.group_size, 1) ** p["law_noise_power"]
+    v = np.bincount(run.group_step, weights=run.group_sigma ** 2 * noise, minlength=steps)[:steps]
+    share = signal_share(s, v)
+    noise_share = np.divide(v, s * s + v, out=np.zeros_like(v), where=(s * s + v) > 0)
+    return p["law_rate"] * share, noise_share
+
+
+def skill_path(gains: np.ndarray, cap: float | None) -> np.ndarray:
+    """Skill after each step from per-step gains, with the cap's damping ``gain * (1 - s / cap)``."""
+    if cap is None:
+        return np.cumsum(gains)
+    return cap * (1 - np.cumprod(np.clip(1 - gains / cap, 0.0, None)))
+
+
+def predicted_accuracy(run: RunObservations, form: str, p: dict, eval_mean: float, eval_spread: float) -> np.ndarray:
+    gains, _ = _gains(run, form, p)
+    path = np.concatenate([[0.0], skill_path(gains, p.get("law_skill_cap"))])
+    return _expected_accuracy(path[run.eval_step + 1], eval_mean, eval_spread)
+
+
+def _params(form: str, theta: np.ndarray) -> dict:
+    if form == "linear":
+        return {"global_rate": math.exp(theta[0]), "law_skill_cap": math.exp(theta[1])}
+    return {"law_rate": math.exp(theta[0]), "law_skill_cap": math.exp(theta[1]), "law_noise_floor": 0.0,
+            "law_noise_scale": math.exp(theta[2]), "law_noise_power": 1.0 if form == "snr-1" else float(theta[3])}
+
+
+def fit_law(runs: Sequence[RunObservations], eval_mean: float, eval_spread: float, form: str) -> LawFit:
+    """Least squares of the measured held-out accuracy on the law's replay of what each run trained."""
+    if form not in LAW_FORMS:
+        raise ValueError(f"law form {form!r} is not one of {', '.join(LAW_FORMS)}")
+    start = {"linear": [math.log(1e-4), math.log(1.0)], "snr-1": [math.log(0.003), math.log(1.0), math.log(10.0)],
+             "snr": [math.log(0.003), math.log(1.0), math.log(10.0), 1.0]}[form]
+
+    mean_evals = float(np.mean([len(r.eval_step) - 1 for r in runs]))
+
+    def sse(theta: np.ndarray) -> float:  # every run weighs the same, however many evaluations it has
+        if np.any(np.abs(theta) > THETA_BOUND) or (form == "snr" and not 0 <= theta[3] <= 6):
+            return 1e9
+        p = _params(form, theta)
+        return float(sum(((predicted_accuracy(r, form, p, eval_mean, eval_spread) - r.eval_accuracy)[1:] ** 2).mean()
+                         for r in runs) * mean_evals)
+
+    best, f = nelder_mead(sse, start, step=0.7, iters=2000)
+    for _ in range(2):  # restart at the optimum: the simplex can stall on a ridge
+        best, f = nelder_mead(sse, best, step=0.3, iters=2000)
+    p = _params(form, best)
+    m = sum(len(r.eval_step) - 1 for r in runs)
+    per_run = []
+    for r in runs:
+        res = (r.eval_accuracy - predicted_accuracy(r, form, p, eval_mean, eval_spread))[1:]
+        per_run.append({"run_id": r.run_id, "evaluations": int(res.size), "rmse": float(np.sqrt((res ** 2).mean())),
+                        "bias": float(res.mean())})
+    names = ["law_rate" if form != "linear" else "global_rate", "law_skill_cap", "law_noise_scale", "law_noise_power"]
+    at_bound = [names[i] for i, t in enumerate(best) if abs(t) >= THETA_BOUND - 0.05 and i != 3]
+    if form == "snr" and (best[3] <= 0.01 or best[3] >= 5.99):
+        at_bound.append("law_noise_power")
+    return LawFit(form=form, params=p, sse=f, aic=m * math.log(f / m) + 2 * len(best), evaluations=m,
+                  per_run=per_run, at_bound=at_bound)
+
+
+def noise_moments(runs: Sequence[RunObservations], law: LawFit, eval_mean: float,
+                  eval_spread: float) -> tuple[float, float]:
+    """(law_step_noise, eval_noise) by moments of the residuals (see the module docstring)."""
+    p = law.params
+    cross, weight, sq, walk = 0.0, 0.0, 0.0, 0.0
+    for r in runs:
+        gains, q = _gains(r, law.form, p)
+        path = np.concatenate([[0.0], skill_path(gains, p.get("law_skill_cap"))])
+        s = path[r.eval_step + 1]
+        eps = 1e-4
+        slope = (_expected_accuracy(s + eps, eval_mean, eval_spread) - _expected_accuracy(s, eval_mean, eval_spread))
+        slope = slope / eps
+        rate = p.get("law_rate", 0.0)
+        walk_var = np.concatenate([[0.0], np.cumsum(rate * rate * q)])[r.eval_step + 1] * slope ** 2
+        res = r.eval_accuracy - _expected_accuracy(s, eval_mean, eval_spread)
+        res, walk_var = res[1:], walk_var[1:]
+        for i in range(res.size):
+            cross += float((res[i] * res[i + 1:]).sum())
+            weight += float(walk_var[i] * (res.size - i - 1))
+        sq += float((res ** 2).sum())
+        walk += float(walk_var.sum())
+    count = sum(len(r.eval_step) - 1 for r in runs)
+    eta2 = max(0.0, cross / weight) if weight > 0 else 0.0
+    eval_var = max(0.0, (sq - eta2 * walk) / max(count, 1))
+    return math.sqrt(eta2), math.sqrt(eval_var)
+
+
+@dataclass
+class SimFit:
+    """Everything one fit found: the SimConfig fields to set (``sim``) and how well each part fits."""
+
+    runs: list[str]
+    sim: dict[str, float | str | None]
+    mix: MixFit
+    eval_mix: tuple[float, float]
+    laws: dict[str, LawFit]
+    chosen: str
+
+    def to_dict(self) -> dict:
+        return {"runs": self.runs, "sim": self.sim, "chosen_form": self.chosen,
+                "mix": asdict(self.mix), "eval_mix": {"eval_difficulty_mean": self.eval_mix[0],
+                                                      "eval_difficulty_spread": self.eval_mix[1]},
+                "laws": {k: asdict(v) for k, v in self.laws.items()}}
+
+
+def fit_simulator(runs: Sequence[RunObservations], mix_steps: int = 20,
+                  forms: Sequence[str] = LAW_FORMS) -> SimFit:
+    """Fit the mix (first visits within ``mix_steps``), the held-out mix and every law form; choose the form with
+    the lowest AIC (a richer form only when it beats the simpler by :data:`AIC_MARGIN`)."""
+    short = [r.run_id for r in runs if len(r.eval_step) < 2 or r.eval_step[0] != -1]
+    if not runs or short:
+        raise StoreError(f"run(s) {brief(short)} lack an evaluation before training or after it (the law is fitted "
+                         "on the held-out accuracy). Fix: fit on runs evaluated at step -1 and at least once more."
+                         if short else "no runs to fit. Fix: name at least one run with --runs.")
+    mix = fit_mix(*first_visits(runs, mix_steps))
+    bench: dict[str, list[float]] = {}
+    for r in runs:
+        for b, a in r.benchmark_start.items():
+            bench.setdefault(b, []).append(a)
+    eval_mean, eval_spread = fit_eval_mix([float(np.mean(v)) for v in bench.values()])
+    laws = {form: fit_law(runs, eval_mean, eval_spread, form) for form in forms}
+    chosen = forms[0]
+    for form in forms[1:]:
+        if laws[form].aic < laws[chosen].aic - AIC_MARGIN:
+            chosen = form
+    law = laws[chosen]
+    step_noise, eval_noise = noise_moments(runs, law, eval_mean, eval_spread)
+    sim: dict[str, float | str | None] = {"num_prompts": max(r.num_prompts for r in runs),
+                                          **mix.sim_fields(), "eval_difficulty_mean": eval_mean,
+                                          "eval_difficulty_spread": eval_spread, "eval_noise": eval_noise}
+    if chosen == "linear":
+        sim.update(law="linear", **law.params)
+    else:
+        sim.update(law="fitted", **law.params, law_step_noise=step_noise)
+    return SimFit(runs=[r.run_id for r in runs], sim=sim, mix=mix, eval_mix=(eval_mean, eval_spread), laws=laws,
+                  chosen=chosen)

@@ -1,0 +1,85 @@
+"""``pilot-commit sim-fit`` and ``plan`` end to end on a store the test builds with ``pilot-commit simulate --store``.
+``sim-fit`` reads the runs (read-only: the store's files are unchanged), recovers the population the runs were
+simulated with, writes the fit and its residuals as JSON, and refuses a run the store lacks in one line with the fix
+(exit 2); ``plan`` ranks the candidate budgets and prints the train command of the best."""
+
+import hashlib
+import json
+
+import pytest
+from pilot_cli import run_cli
+
+from pc_pipelines.simulator.fit import LAW_FORMS
+
+POP = ("--set", "sim.num_prompts=400", "--set", "sim.difficulty_mean=0.5", "--set", "sim.difficulty_spread=1.2",
+       "--set", "training.eval_every=5")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("simfit") / "s.duckdb"
+    for name, n in (("g4", 4), ("g16", 16)):
+        run_cli("simulate", "--store", str(path), "--run-name", name, "--method", "grpo", "--steps", "30",
+                "--set", f"allocator.n={n}", "--set", "allocator.train_batch=16", *POP, check_rc=0)
+    return path
+
+
+def _digest(path):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.parent.rglob("*")) if p.is_file()}
+
+
+def test_sim_fit_fits_and_writes_residuals(store, tmp_path):
+    before = _digest(store)
+    out = tmp_path / "fit.json"
+    res = run_cli("sim-fit", "--store", str(store), "--runs", "g4", "g16", "--out", str(out), check_rc=0)
+    assert _digest(store) == before  # read-only
+    fit = json.loads(out.read_text())
+    assert fit["runs"] == ["g4", "g16"] and fit["chosen_form"] in LAW_FORMS
+    assert set(fit["laws"]) == set(LAW_FORMS)
+    per_run = fit["laws"][fit["chosen_form"]]["per_run"]
+    assert [r["run_id"] for r in per_run] == ["g4", "g16"]
+    assert all(r["evaluations"] == 6 and r["rmse"] < 0.01 for r in per_run)
+    sim = fit["sim"]
+    assert sim["num_prompts"] == 400
+    # first visits of the first 20 steps (320 prompts x 2 runs) recover the simulated population
+    assert sim["difficulty_mix_weight"] == 0.0
+    assert sim["difficulty_mean"] == pytest.approx(0.5, abs=0.25)
+    assert sim["difficulty_spread"] == pytest.approx(1.2, abs=0.25)
+    assert fit["mix"]["observations"] == 2 * 320
+    assert "sim-fit: 2 runs" in res.stdout and "g16" in res.stdout
+
+
+def test_sim_fit_refuses_a_missing_run(store, tmp_path):
+    out = tmp_path / "fit.json"
+    res = run_cli("sim-fit", "--store", str(store), "--runs", "g4", "nope", "--out", str(out), check_rc=2)
+    err = res.stderr.strip()
+    assert "'nope'" in err and "Fix:" in err and "Traceback" not in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_sim_fit_refuses_an_out_folder_that_does_not_exist(store, tmp_path):
+    out = tmp_path / "missing" / "fit.json"
+    res = run_cli("sim-fit", "--store", str(store), "--runs", "g4", "--out", str(out), check_rc=2)
+    assert "its folder does not exist" in res.stderr and "Fix:" in res.stderr and "Traceback" not in res.stderr
+    assert not out.parent.exists()
+
+
+def test_plan_ranks_budgets_and_prints_the_best_command(store):
+    before = _digest(store)
+    res = run_cli("plan", "--store", str(store), "--runs", "g4", "g16", "--fit-steps", "20", "--horizon", "30",
+                  "--seeds", "1", "--preset", "simulator", check_rc=0)
+    assert _digest(store) == before
+    lines = res.stdout.splitlines()
+    table = [line for line in lines if line[:4].strip().isdigit()]
+    assert [int(line.split()[0]) for line in table] == list(range(1, 9))  # 8 candidates, ranked
+    names = {" ".join(line.split()[1:3]) for line in table}
+    assert {"GRPO n=8", "GRPO n=64", "PC p2+6/c8"} <= names
+    best = next(line for line in lines if line.startswith("best: "))
+    first = " ".join(table[0].split()[1:3])
+    assert "train --preset simulator --method" in best
+    assert ("--method grpo" in best) == first.startswith("GRPO")
+
+
+def test_plan_refuses_bad_steps(store):
+    res = run_cli("plan", "--store", str(store), "--runs", "g4", "--fit-steps", "0", check_rc=2)
+    assert "--fit-steps 0" in res.stderr and "Fix:" in res.stderr and "Traceback" not in res.stderr

@@ -1,0 +1,43 @@
+"""The budget planner (:mod:`pc_pipelines.simulator.plan`): a run cut to its first steps, and candidates ranked by
+the fitted simulator's rollouts to the common target, the way the law says."""
+
+import numpy as np
+
+from pc_pipelines.simulator.fit import RunObservations
+from pc_pipelines.simulator.plan import Candidate, default_candidates, first_steps, rank
+
+
+def test_first_steps_keeps_only_what_the_run_had_measured():
+    run = RunObservations(run_id="r", method="grpo", seed=0, steps=30, group_step=np.array([0, 5, 25]),
+                          group_sigma=np.array([0.1, 0.2, 0.3]), group_size=np.array([4.0, 4, 4]),
+                          eval_step=np.array([-1, 9, 19, 29]), eval_accuracy=np.array([0.5, 0.6, 0.7, 0.8]),
+                          first_step=np.array([0, 12, 22]), first_n=np.array([4, 4, 4]),
+                          first_correct=np.array([1, 2, 3]))
+    cut = first_steps(run, 20)
+    assert cut.steps == 20 and cut.group_step.tolist() == [0, 5] and cut.group_sigma.tolist() == [0.1, 0.2]
+    assert cut.eval_step.tolist() == [-1, 9, 19] and cut.first_correct.tolist() == [1, 2]
+
+
+def test_default_candidates_cover_grpo_sizes_and_pc_budgets():
+    names = [c.name for c in default_candidates()]
+    assert names[:4] == ["GRPO n=8", "GRPO n=16", "GRPO n=32", "GRPO n=64"]
+    assert "PC p2+6/c8" in names and len(names) == 8
+    best = next(c for c in default_candidates() if c.name == "PC p2+6/c8")
+    assert best.set_flags() == ["--set", "allocator.n_pilot=8", "--set", "allocator.pilot_wave=2",
+                                "--set", "allocator.commit_mean=8"]
+
+
+SIM = {"num_prompts": 500, "difficulty_mean": 0.0, "difficulty_spread": 1.5, "law": "fitted", "law_rate": 0.05,
+       "law_noise_scale": 1e6}
+GRPO = [Candidate(f"GRPO n={n}", "grpo", (("allocator.n", n),)) for n in (8, 64)]
+
+
+def test_rank_follows_the_law():
+    # group size does not matter (gamma 0): the cheaper small groups reach the target with fewer rollouts
+    rows = rank("bench", {**SIM, "law_noise_power": 0.0}, GRPO, seeds=[1], steps=40, eval_every=1)
+    assert [r.candidate.name for r in rows] == ["GRPO n=8", "GRPO n=64"]
+    assert rows[0].sampled_per_step == 128 and rows[1].sampled_per_step == 1024
+    # a group's noise falls as n^-4 (and dominates at n = 8): groups 8x larger gain ~50x more per step and win
+    rows = rank("bench", {**SIM, "law_noise_scale": 1e8, "law_noise_power": 4.0}, GRPO, seeds=[1], steps=40, eval_every=1)
+    assert [r.candidate.name for r in rows] == ["GRPO n=64", "GRPO n=8"]
+    assert all(r.reached == 1 for r in rows)
