@@ -9,6 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter, SkipReason, build_sensor_context
+from proc_waits import HANG_S
 
 from pc_pipelines.reports import study_headline
 from pc_pipelines_dagster.automation.sensors import build_advance_runs_sensor
@@ -27,7 +28,7 @@ def run_demo(tmp_path, home, policy_cache) -> subprocess.CompletedProcess:
     for s in SMALL:
         cmd += ["--set", s]
     env = {**os.environ, "DAGSTER_HOME": str(home)}
-    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_S, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
     return out
 

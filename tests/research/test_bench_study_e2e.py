@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from proc_waits import HANG_S
 
 from pc_pipelines.reports import format_ratio, study_headline
 from pc_pipelines.store import Store
@@ -23,7 +24,7 @@ def bench(tmp_path, cache, part, *args):
            "--sizes", "16", "64", "--set", "training.eval_samples=1", *args]
     # The bound only stops a hung study: a part runs up to 11 two-step trainings, and on a loaded 2-core machine (load
     # 12) one took over 900 s, which failed the test for being slow, not wrong.
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=ROOT, check=False)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S, cwd=ROOT, check=False)
 
 
 def test_tune_then_main_and_repro_then_the_section(tmp_path, base_policy, policy_cache):

@@ -24,6 +24,10 @@ START_S = 600.0
 """The bound tests give a Ray engine's actors to start (``start_timeout_s``; the engine's own default, 120 s, is
 what a user waits on an idle cluster): workers started on a busy 2-core machine took over 120 s."""
 
+HANG_S = 3600.0
+"""The bound of a whole command a test waits to finish (a demo, a study part): only a hang reaches it. Measured under
+a 1-minute load average of ~8 on 2 cores: the demo-graph test's two demo runs 942 s, a study part over 900 s."""
+
 _SHOWN = 80
 
 
