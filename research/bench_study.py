@@ -405,21 +405,12 @@ def ratio_table(store: Store, jobs: list[study.StudyJob], best_n: int | None, pc
     ids = {(_variant(j), j.seed): j.run_id for j in jobs}
     curves = study.curves_by_run(store, list(ids.values()))
     seeds = sorted({j.seed for j in jobs})
-    cols = ratio_columns(best_n, pcs, distinct)
-    vals: dict[str, list[float | None]] = {c[0]: [] for c in cols}
-    rows = []
-    for s in seeds:
-        cells = []
-        for label, pc, base in cols:
-            a, b = curves.get(ids.get((pc, s), "")), curves.get(ids.get((base, s), ""))
-            v = study.versus(a, b, window=SMOOTH).grpo_over if a is not None and b is not None else None
-            vals[label].append(v)
-            cells.append(format_ratio(v))
-        rows.append(f"| {s} | " + " | ".join(cells) + " |")
-    medians = {label: study.median(v) for label, v in vals.items()}
-    head = "| seed | " + " | ".join(c[0] for c in cols) + " |"
-    lines = [head, "|---:|" + "---:|" * len(cols), *rows,
-             "| **median** | " + " | ".join(f"**{format_ratio(medians[c[0]])}**" for c in cols) + " |"]
+    cols = {label: (pc, base) for label, pc, base in ratio_columns(best_n, pcs, distinct)}
+
+    def pair(label: str, seed: int):
+        pc, base = cols[label]
+        return curves.get(ids.get((pc, seed), "")), curves.get(ids.get((base, seed), ""))
+    lines, _, medians = study.seed_ratio_table(seeds, list(cols), pair, window=SMOOTH)
     return lines, medians
 
 

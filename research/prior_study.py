@@ -641,24 +641,14 @@ def ratio_lines(curves: dict[tuple[str, int], RunCurves], seeds: Sequence[int], 
                 ) -> tuple[list[str], dict[str, dict[int, float | None]], dict[str, float | None]]:
     """Per seed and median, baseline / run for each column (``study.versus``: the pair's common target, curves smoothed
     over ``SMOOTH`` evals). Returns the table's lines, the per-seed values and the medians, by column label."""
-    from pc_pipelines.reports.tables import format_ratio
     from research import study
     from research.bench_study import SMOOTH
-    labels = [f"{variant_label(b)} / {variant_label(r)}" for r, b in columns]
-    per: dict[str, dict[int, float | None]] = {lab: {} for lab in labels}
-    rows = []
-    for s in seeds:
-        cells = []
-        for lab, (r, b) in zip(labels, columns):
-            run, base = curves.get((r, s)), curves.get((b, s))
-            v = study.versus(run, base, window=SMOOTH).grpo_over if run is not None and base is not None else None
-            per[lab][s] = v
-            cells.append(format_ratio(v))
-        rows.append(f"| {s} | " + " | ".join(cells) + " |")
-    medians = {lab: study.median(list(per[lab].values())) for lab in labels}
-    lines = ["| seed | " + " | ".join(labels) + " |", "|---:|" + "---:|" * len(labels), *rows,
-             "| **median** | " + " | ".join(f"**{format_ratio(medians[lab])}**" for lab in labels) + " |"]
-    return lines, per, medians
+    pairs = {f"{variant_label(b)} / {variant_label(r)}": (r, b) for r, b in columns}
+
+    def pair(label: str, seed: int):
+        r, b = pairs[label]
+        return curves.get((r, seed)), curves.get((b, seed))
+    return study.seed_ratio_table(seeds, list(pairs), pair, window=SMOOTH)
 
 
 def heldout_margins(curves: dict[tuple[str, int], RunCurves], variant: str, seeds: Sequence[int]) -> dict[int, float]:

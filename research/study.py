@@ -435,6 +435,29 @@ def baselines(store: Store, family: str) -> dict[tuple[str, int], RunCurves]:
 
 
 # ---- tables ----------------------------------------------------------------------------------------------------
+def seed_ratio_table(seeds: Sequence[int], labels: Sequence[str],
+                     pair: Callable[[str, int], tuple[RunCurves | None, RunCurves | None]], window: int = 1,
+                     ) -> tuple[list[str], dict[str, dict[int, float | None]], dict[str, float | None]]:
+    """A markdown table of baseline / run rollouts-to-target ratios, a row per seed and a median row, a column per
+    label. ``pair(label, seed)`` gives the (run, baseline) curves of a cell (either None: the cell is "-"); each
+    ratio is :func:`versus` on curves smoothed over ``window`` evals. Returns the lines, the values by label and
+    seed, and the medians by label."""
+    per: dict[str, dict[int, float | None]] = {lab: {} for lab in labels}
+    rows = []
+    for s in seeds:
+        cells = []
+        for lab in labels:
+            run, base = pair(lab, s)
+            v = versus(run, base, window=window).grpo_over if run is not None and base is not None else None
+            per[lab][s] = v
+            cells.append(format_ratio(v))
+        rows.append(f"| {s} | " + " | ".join(cells) + " |")
+    medians = {lab: median(list(per[lab].values())) for lab in labels}
+    lines = ["| seed | " + " | ".join(labels) + " |", "|---:|" + "---:|" * len(labels), *rows,
+             "| **median** | " + " | ".join(f"**{format_ratio(medians[lab])}**" for lab in labels) + " |"]
+    return lines, per, medians
+
+
 def stats_markdown(stats: Sequence[RunStats]) -> str:
     lines = [
         "| run | method | seed | steps | sampled | trained | fill of b_t | full steps | steps > 1 round | evicted "
