@@ -21,6 +21,7 @@ from ..errors import ConfigError, brief, installed_command, shell_command
 from ..run.stopping import StopFlag, StopRequested, failed_write, run_outcome, stop_on_signals
 from ..simulator import SimStep, Simulation, record_simulation
 from ..store import Store
+from ..store.names import shown_path
 from ..store.rollouts_to_target import first_reaching, target_accuracy
 from .args import add_config_args, check_steps, int_arg, progress_bar, run_config, run_id_of, run_name_arg
 from .exits import WRITE_FAILED, exit_status
@@ -230,14 +231,11 @@ def cmd_sim_fit(args: argparse.Namespace) -> int:
     if args.out and not Path(args.out).resolve().parent.is_dir():
         raise ConfigError(f"--out {brief(args.out)}: its folder does not exist. Fix: create the folder, or write the "
                           "fit elsewhere.")
-    store = Store(args.store)
-    store.check_path(read_only=True)
-    if not store.path.exists():
-        raise FileNotFoundError(f"store {args.store} does not exist. Fix: pass the DuckDB file the runs are in.")
+    store = Store(args.store)  # a path that is no store is refused when read_runs opens it
     fit = fit_simulator(read_runs(store, args.runs), mix_steps=args.mix_steps)
     out = sys.stdout
     law = fit.laws[fit.chosen]
-    out.write(f"sim-fit: {len(fit.runs)} runs from {args.store}; law form {fit.chosen} (AIC "
+    out.write(f"sim-fit: {len(fit.runs)} runs from {shown_path(args.store)}; law form {fit.chosen} (AIC "
               + ", ".join(f"{k} {v.aic:.1f}" for k, v in fit.laws.items()) + ")"
               + (f"; at a search bound: {', '.join(law.at_bound)}" if law.at_bound else "") + "\n")
     out.write("fitted SimConfig fields (--set sim.<field>=<value>):\n")

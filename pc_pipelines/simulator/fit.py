@@ -47,8 +47,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..errors import brief
+from ..errors import brief, shell_command
 from ..store import Store, StoreError
+from ..store.names import shown_path
 from .model import signal_share
 
 _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(64)
@@ -103,8 +104,9 @@ def read_runs(store: Store, run_ids: Sequence[str]) -> list[RunObservations]:
         meta = store.query("SELECT method, seed, config_json FROM runs WHERE run_id = ?", [run_id])
         steps = store.query("SELECT count(*) AS k, avg(sampled_rollouts) AS s FROM steps WHERE run_id = ?", [run_id])
         if not meta or not steps[0]["k"]:
-            raise StoreError(f"run {brief(run_id)} is not in {store.path} or has no steps. Fix: name a run that "
-                             "`pilot-commit runs --store ...` lists with steps.")
+            raise StoreError(f"run {brief(run_id)} is not in {shown_path(store.path)} or has no steps. Fix: name a "
+                             f"run that `{shell_command('pilot-commit', 'runs', '--store', store.path)}` lists with "
+                             "steps.")
         g = store.query_table(_GROUPS_SQL, [run_id])[1]
         n = np.array([r[2] for r in g], dtype=np.float64)
         p = np.array([r[3] for r in g], dtype=np.float64) / np.maximum(n, 1)

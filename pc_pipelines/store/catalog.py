@@ -152,8 +152,10 @@ class Store:
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         self.check_path(read_only)
         if read_only and not self.path.exists():
+            from .names import shown_path
+
             raise StoreError(
-                f"no store at {self.path}. Fix: write one first (e.g. "
+                f"no store at {shown_path(self.path)}. Fix: write one first (e.g. "
                 f"`{shell_command('pilot-commit', 'simulate', '--store', self.path)}`) "
                 "or check the --store path."
             )

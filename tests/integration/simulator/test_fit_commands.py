@@ -5,6 +5,11 @@ simulated with, writes the fit and its residuals as JSON, and refuses a run the 
 
 import hashlib
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from pilot_cli import run_cli
@@ -83,3 +88,23 @@ def test_plan_ranks_budgets_and_prints_the_best_command(store):
 def test_plan_refuses_bad_steps(store):
     res = run_cli("plan", "--store", str(store), "--runs", "g4", "--fit-steps", "0", check_rc=2)
     assert "--fit-steps 0" in res.stderr and "Fix:" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_sim_fit_names_a_missing_store_briefly_and_a_missing_runs_fix_pastes(store, tmp_path):
+    deep = tmp_path / ("d" * 200) / ("e" * 200) / "none.duckdb"
+    res = run_cli("sim-fit", "--store", str(deep), "--runs", "g4", check_rc=2)
+    err = res.stderr.strip()
+    assert err.count("no store at") == 1 and "characters)" in err and "Traceback" not in err
+    assert "d" * 200 not in err.split("Fix:")[0]  # the path is cut in the message; whole only in the command to paste
+    assert not deep.parent.exists()
+    # a run the store lacks: the fix is a command that runs as printed (the store path is quoted for the shell)
+    odd = tmp_path / "it's $(x) here"
+    shutil.copytree(store.parent, odd)
+    copy = odd / store.name
+    res = run_cli("sim-fit", "--store", str(copy), "--runs", "nope", check_rc=2)
+    fix = res.stderr.split("`")[1]
+    assert fix.startswith("pilot-commit runs --store ")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    pasted = subprocess.run(["bash", "-c", fix], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                            check=True)
+    assert {"g4", "g16"} <= set(pasted.stdout.split())
