@@ -1,11 +1,10 @@
 """How validation reports become Dagster asset checks: split_by_check and row_count_bounds
 (pc_pipelines.data.expectations)."""
 
-import sys
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from prepared_tables import table
 
 from pc_pipelines.data.expectations import (
     CHECK_NO_BINARY,
@@ -18,10 +17,6 @@ from pc_pipelines.data.expectations import (
     split_by_check,
     validate_prepared,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from prepared_tables import table
 
 
 def test_each_check_gets_its_own_failures():

@@ -1,12 +1,11 @@
 """Great Expectations validators of prepared datasets (pc_pipelines.data.expectations)."""
 
 import json
-import sys
 import time
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from prepared_tables import table
 
 from pc_pipelines.data.deepmath import prepare_deepmath
 from pc_pipelines.data.expectations import (
@@ -15,10 +14,6 @@ from pc_pipelines.data.expectations import (
     verifier_parseable,
 )
 from pc_pipelines.data.prepare import PREPARED_SCHEMA
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from prepared_tables import table
 
 
 @pytest.fixture(scope="module")
