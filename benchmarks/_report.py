@@ -20,7 +20,9 @@ RELIABILITY_HEADER = "# Reliability: nothing lost, whatever the user or the mach
 STUDIES_HEADER = "# Studies: what the research/ scripts measured\n\nEach section is written by the command it names.\n"
 
 
-def machine() -> str:
+def machine(load_average: bool = True) -> str:
+    """The machine in one line; ``load_average``: the 1-minute load when called (a timing's start; a report that
+    only reads a store passes False: the load while it reads says nothing of the runs)."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -36,8 +38,9 @@ def machine() -> str:
     except (OSError, ValueError, IndexError):
         pass
     load = ""
-    with contextlib.suppress(OSError):  # timings on a busy machine say so: the 1-minute load average at the start
-        load = f", load average {os.getloadavg()[0]:.1f} at the start"
+    if load_average:  # timings on a busy machine say so: the 1-minute load average at the start
+        with contextlib.suppress(OSError):
+            load = f", load average {os.getloadavg()[0]:.1f} at the start"
     return f"{cpu}, {os.cpu_count()} cores{mem}, Python {platform.python_version()}, {platform.system()}{load}"
 
 

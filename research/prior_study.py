@@ -502,7 +502,7 @@ def write_tuning(store: Store, path: Path, prior: str | None, prior_lines: list[
         "",
         "Command: `.venv/bin/python research/prior_study.py tune --store /work/bench42/b42.duckdb --write "
         "docs/STUDIES.md` (resumable; `--no-run` only reads the store)",
-        f"Machine: {machine()}",
+        f"Machine: {machine(load_average=False)}",
         f"Measured: {time.strftime('%Y-%m-%d')}; the tuning runs' wall time: "
         f"{'-' if wall is None else f'{wall / 3600:.1f} h'} (union of their running spans, 1-2 at a time).",
         "",
@@ -740,7 +740,7 @@ def study_report(store: Store, seeds: Sequence[int] = STUDY_SEEDS) -> tuple[str,
         "",
         "Command: `.venv/bin/python research/prior_study.py study` (then `study --thin`), then `.venv/bin/python "
         "research/prior_study.py report --write docs/STUDIES.md --results pc_pipelines/reports/bench_study_results.json`",
-        f"Machine: {machine()}",
+        f"Machine: {machine(load_average=False)}",
         f"Measured: {time.strftime('%Y-%m-%d')}; wall time (union of the runs' running spans): main part "
         f"{_hours(walls['main'])}, thin part {_hours(walls['thin'])}.",
         "",
