@@ -17,9 +17,11 @@ from pc_pipelines_dagster.resources import StoreResource
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
+# Held-out evaluations are most of a segment's time (600 prompts each): one sample a prompt, and every other step
+# (each segment's last step, plus the start), so each run still has an evaluation per segment to plot.
 SMALL = ["allocator.train_batch=8", "allocator.n=16", "allocator.n_pilot=4", "allocator.pilot_wave=2",
          "allocator.commit_mean=12", "training.ppo_minibatch=4",
-         "training.eval_every=1"]
+         "training.eval_every=2", "training.eval_samples=1"]
 
 
 def run_demo(tmp_path, home, policy_cache) -> subprocess.CompletedProcess:

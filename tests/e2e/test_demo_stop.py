@@ -17,8 +17,9 @@ from pc_pipelines.store import Store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
+# One sample per held-out prompt: the evaluation before the first step (600 prompts) is most of the wait for it.
 SMALL = ["allocator.train_batch=8", "allocator.n=16", "allocator.n_pilot=4", "allocator.pilot_wave=2",
-         "allocator.commit_mean=12", "training.ppo_minibatch=4", "training.eval_every=2"]
+         "allocator.commit_mean=12", "training.ppo_minibatch=4", "training.eval_every=2", "training.eval_samples=1"]
 
 
 @pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])

@@ -31,18 +31,22 @@ from pc_pipelines_dagster.resources.engines import RolloutEngineResource
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-# Small and fast: 8 prompts per step, n=16 as 4+12, two-step segments, evaluation every step.
+# Small and fast: 8 prompts per step, n=16 as 4+12, two-step segments, evaluation every other step (the end of each
+# segment) with one sample of each of the 600 held-out prompts (the evaluations were most of the time at four).
 SMALL = ["allocator.train_batch=8", "allocator.n=16", "allocator.n_pilot=4", "allocator.pilot_wave=2",
          "allocator.commit_mean=12", "training.ppo_minibatch=4",
-         "training.eval_every=2", "training.checkpoint_every=1", "training.keep_checkpoints=1"]
+         "training.eval_every=2", "training.eval_samples=1", "training.checkpoint_every=1",
+         "training.keep_checkpoints=1"]
+# Where no evaluation is looked at (a retried segment equals an uninterrupted one): 5 held-out prompts a length.
+NO_EVAL_LOOKED_AT = ["task.heldout_per_length=5"]
 
 
 def resources(tmp_path, engine: RolloutEngineResource | None = None) -> dict:
     return local_resources(tmp_path, engine=engine)
 
 
-def start(instance, tmp_path, base_policy, name, method="pc", segment_steps=2, total_steps=4, policy=None):
-    return register_run(instance, tmp_path, policy or base_policy, name, SMALL, method=method,
+def start(instance, tmp_path, base_policy, name, method="pc", segment_steps=2, total_steps=4, policy=None, extra=()):
+    return register_run(instance, tmp_path, policy or base_policy, name, [*SMALL, *extra], method=method,
                         segment_steps=segment_steps, total_steps=total_steps)
 
 
@@ -192,8 +196,8 @@ class FlakyEngineResource(TransformersEngineResource):
 
 def test_retried_segment_resumes_from_its_last_checkpoint_and_matches(tmp_path, base_policy):
     instance = DagsterInstance.ephemeral()
-    ref = start(instance, tmp_path, base_policy, "ref", segment_steps=4, total_steps=4)
-    flaky = start(instance, tmp_path, base_policy, "flaky", segment_steps=4, total_steps=4)
+    ref = start(instance, tmp_path, base_policy, "ref", segment_steps=4, total_steps=4, extra=NO_EVAL_LOOKED_AT)
+    flaky = start(instance, tmp_path, base_policy, "flaky", segment_steps=4, total_steps=4, extra=NO_EVAL_LOOKED_AT)
     train(instance, tmp_path, f"{ref}/seg-0000")
     flag = tmp_path / "fail"
     flag.write_text("1")

@@ -42,7 +42,6 @@ from fault_cli import (
     rewrite_manifest,
     run_row,
     stored_rows,
-    train,
     tree_digest,
 )
 from pickle_payload import Payload
@@ -130,11 +129,9 @@ def rezip(path: Path, deflate_zeros: int = 0, numel: int | None = None) -> None:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, base_policy) -> Path:
-    """A finished 4-step run (checkpoints after steps 0..3)."""
-    out = tmp_path_factory.mktemp("loads") / "run4"
-    train(out, "t", base_policy, 4, timeout=900, check_rc=0)
-    return out
+def trained(run4) -> Path:
+    """A finished 4-step run (checkpoints after steps 0..3): the fault suite's ``run4`` (conftest.py)."""
+    return run4
 
 
 def plant(case: str, ck: Path) -> tuple[str, str]:

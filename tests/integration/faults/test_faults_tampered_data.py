@@ -38,8 +38,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 GRPO = ["--method", "grpo", "--set", "allocator.train_batch=8", "--set", "allocator.n=8", "--set", "task.num_prompts=100",
         "--set", "training.ppo_minibatch=4", "--set", "training.eval_every=2", "--set", "training.eval_samples=1",
-        "--set", "training.checkpoint_every=1", "--set", "training.keep_checkpoints=10"]
-"""GRPO trains at every step, so every checkpoint has Adam's two moments in trainer.pt."""
+        "--set", "training.checkpoint_every=1", "--set", "training.keep_checkpoints=10",
+        "--set", "task.heldout_per_length=5"]
+"""GRPO trains at every step, so every checkpoint has Adam's two moments in trainer.pt (5 held-out prompts a length:
+no case reads the evaluations)."""
 NEWEST = "step-00000002"
 
 
