@@ -83,3 +83,12 @@ def test_plan_ranks_budgets_and_prints_the_best_command(store):
 def test_plan_refuses_bad_steps(store):
     res = run_cli("plan", "--store", str(store), "--runs", "g4", "--fit-steps", "0", check_rc=2)
     assert "--fit-steps 0" in res.stderr and "Fix:" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_plan_refuses_fit_steps_beyond_the_runs(store):
+    before = _digest(store)
+    res = run_cli("plan", "--store", str(store), "--runs", "g4", "--fit-steps", "50", check_rc=2)
+    err = res.stderr.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in res.stderr
+    assert "run 'g4' has only 30 steps" in err and "Fix: pass --fit-steps 30" in err
+    assert _digest(store) == before
