@@ -259,10 +259,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for flag, value in (("--fit-steps", args.fit_steps), ("--horizon", args.horizon)):
         if value < 1:
             raise ConfigError(f"{flag} {value}: must be >= 1. Fix: pass a positive number of steps.")
-    store = Store(args.store)
-    store.check_path(read_only=True)
-    if not store.path.exists():
-        raise FileNotFoundError(f"store {args.store} does not exist. Fix: pass the DuckDB file the runs are in.")
+    store = Store(args.store)  # a path that is no store is refused when read_runs opens it
     runs = read_runs(store, args.runs)
     preset = args.preset or runs[0].preset or "bench"
     _, rows = plan(runs, preset, args.fit_steps, args.horizon, args.seeds)

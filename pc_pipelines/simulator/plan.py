@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..config import resolve
+from ..errors import ConfigError, brief
 from ..store.rollouts_to_target import first_reaching
 from .fit import RunObservations, fit_simulator
 from .model import Simulation
@@ -101,6 +102,13 @@ def rank(preset: str, sim_fields: dict, candidates: Sequence[Candidate], seeds: 
 
 def plan(runs: Sequence[RunObservations], preset: str, fit_steps: int, horizon: int, seeds: Sequence[int],
          candidates: Sequence[Candidate] | None = None) -> tuple[dict, list[PlanRow]]:
-    """Fit on the first ``fit_steps`` steps of ``runs``, then :func:`rank` the candidates over ``horizon`` steps."""
+    """Fit on the first ``fit_steps`` steps of ``runs``, then :func:`rank` the candidates over ``horizon`` steps.
+
+    A run with fewer than ``fit_steps`` steps is refused (ConfigError), naming its steps and the fix."""
+    short = [r for r in runs if r.steps < fit_steps]
+    if short:
+        r = min(short, key=lambda x: x.steps)
+        raise ConfigError(f"--fit-steps {fit_steps}: run {brief(r.run_id)} has only {r.steps} steps. "
+                          f"Fix: pass --fit-steps {max(r.steps, 1)} or less, or leave that run out (--runs).")
     fit = fit_simulator([first_steps(r, fit_steps) for r in runs], mix_steps=fit_steps)
     return fit.to_dict(), rank(preset, fit.sim, candidates or default_candidates(), seeds, horizon)

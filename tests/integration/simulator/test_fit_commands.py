@@ -108,3 +108,12 @@ def test_sim_fit_names_a_missing_store_briefly_and_a_missing_runs_fix_pastes(sto
     pasted = subprocess.run(["bash", "-c", fix], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
                             check=True)
     assert {"g4", "g16"} <= set(pasted.stdout.split())
+
+
+def test_plan_refuses_fit_steps_beyond_the_runs(store):
+    before = _digest(store)
+    res = run_cli("plan", "--store", str(store), "--runs", "g4", "--fit-steps", "50", check_rc=2)
+    err = res.stderr.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in res.stderr
+    assert "run 'g4' has only 30 steps" in err and "Fix: pass --fit-steps 30" in err
+    assert _digest(store) == before

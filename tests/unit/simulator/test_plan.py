@@ -41,3 +41,19 @@ def test_rank_follows_the_law():
     rows = rank("bench", {**SIM, "law_noise_scale": 1e8, "law_noise_power": 4.0}, GRPO, seeds=[1], steps=40, eval_every=1)
     assert [r.candidate.name for r in rows] == ["GRPO n=64", "GRPO n=8"]
     assert all(r.reached == 1 for r in rows)
+
+
+def test_plan_refuses_runs_shorter_than_the_fit_steps():
+    import pytest
+
+    from pc_pipelines.errors import ConfigError
+    from pc_pipelines.simulator.plan import plan
+
+    run = RunObservations(run_id="short-run", method="grpo", seed=0, steps=6, group_step=np.array([0, 5]),
+                          group_sigma=np.array([0.1, 0.2]), group_size=np.array([4.0, 4]),
+                          eval_step=np.array([-1, 5]), eval_accuracy=np.array([0.5, 0.6]),
+                          first_step=np.array([0, 1]), first_n=np.array([4, 4]), first_correct=np.array([1, 2]))
+    with pytest.raises(ConfigError) as e:
+        plan([run], "bench", fit_steps=20, horizon=10, seeds=[0])
+    msg = str(e.value)
+    assert "\n" not in msg and "short-run" in msg and "only 6 steps" in msg and "Fix: pass --fit-steps 6" in msg
