@@ -406,11 +406,8 @@ def ratio_table(store: Store, jobs: list[study.StudyJob], best_n: int | None, pc
     curves = study.curves_by_run(store, list(ids.values()))
     seeds = sorted({j.seed for j in jobs})
     cols = {label: (pc, base) for label, pc, base in ratio_columns(best_n, pcs, distinct)}
-
-    def pair(label: str, seed: int):
-        pc, base = cols[label]
-        return curves.get(ids.get((pc, seed), "")), curves.get(ids.get((base, seed), ""))
-    lines, _, medians = study.seed_ratio_table(seeds, list(cols), pair, window=SMOOTH)
+    lines, _, medians = study.seed_ratio_table(seeds, cols, lambda v, s: curves.get(ids.get((v, s), "")),
+                                               window=SMOOTH)
     return lines, medians
 
 

@@ -644,11 +644,7 @@ def ratio_lines(curves: dict[tuple[str, int], RunCurves], seeds: Sequence[int], 
     from research import study
     from research.bench_study import SMOOTH
     pairs = {f"{variant_label(b)} / {variant_label(r)}": (r, b) for r, b in columns}
-
-    def pair(label: str, seed: int):
-        r, b = pairs[label]
-        return curves.get((r, seed)), curves.get((b, seed))
-    return study.seed_ratio_table(seeds, list(pairs), pair, window=SMOOTH)
+    return study.seed_ratio_table(seeds, pairs, lambda v, s: curves.get((v, s)), window=SMOOTH)
 
 
 def heldout_margins(curves: dict[tuple[str, int], RunCurves], variant: str, seeds: Sequence[int]) -> dict[int, float]:

@@ -435,19 +435,20 @@ def baselines(store: Store, family: str) -> dict[tuple[str, int], RunCurves]:
 
 
 # ---- tables ----------------------------------------------------------------------------------------------------
-def seed_ratio_table(seeds: Sequence[int], labels: Sequence[str],
-                     pair: Callable[[str, int], tuple[RunCurves | None, RunCurves | None]], window: int = 1,
+def seed_ratio_table(seeds: Sequence[int], columns: Mapping[str, tuple[Any, Any]],
+                     curve: Callable[[Any, int], RunCurves | None], window: int = 1,
                      ) -> tuple[list[str], dict[str, dict[int, float | None]], dict[str, float | None]]:
     """A markdown table of baseline / run rollouts-to-target ratios, a row per seed and a median row, a column per
-    label. ``pair(label, seed)`` gives the (run, baseline) curves of a cell (either None: the cell is "-"); each
-    ratio is :func:`versus` on curves smoothed over ``window`` evals. Returns the lines, the values by label and
-    seed, and the medians by label."""
+    label of ``columns`` (label -> (run variant, baseline variant)). ``curve(variant, seed)`` gives a variant's curves
+    on a seed (None: the cell is "-"); each ratio is :func:`versus` on curves smoothed over ``window`` evals.
+    Returns the lines, the values by label and seed, and the medians by label."""
+    labels = list(columns)
     per: dict[str, dict[int, float | None]] = {lab: {} for lab in labels}
     rows = []
     for s in seeds:
         cells = []
         for lab in labels:
-            run, base = pair(lab, s)
+            run, base = (curve(v, s) for v in columns[lab])
             v = versus(run, base, window=window).grpo_over if run is not None and base is not None else None
             per[lab][s] = v
             cells.append(format_ratio(v))

@@ -37,7 +37,7 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
 from ..errors import brief, inodes_fix, no_free_inodes, shell_command, sql_string
-from .names import RunIdError, shown_path, validate_run_id
+from .names import RunIdError, shown_path, store_example, store_path_problem, validate_run_id
 from .rollouts_to_target import median
 from .schema import DDL, MIGRATIONS, SCHEMA_VERSION, STEP_TABLES, schema_problem, view_sql
 from .steplog import QUARANTINE, StepLogWriter, list_step_dirs, quarantine_step_dir, verify_step_dir
@@ -143,8 +143,6 @@ class Store:
         """Refuse a store path that cannot work before anything is opened, created or written (a StoreError whose
         fix fits the cause: a device such as /dev/null, a directory, a name too long, no permission; see
         :func:`.names.store_path_problem`). Commands that do other work before opening the store call it first."""
-        from .names import store_path_problem
-
         problem = store_path_problem(self.path, writing=not read_only)
         if problem is not None:
             raise StoreError(problem)
@@ -152,8 +150,6 @@ class Store:
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         self.check_path(read_only)
         if read_only and not self.path.exists():
-            from .names import shown_path
-
             raise StoreError(
                 f"no store at {shown_path(self.path)}. Fix: write one first (e.g. "
                 f"`{shell_command('pilot-commit', 'simulate', '--store', self.path)}`) "
@@ -179,8 +175,6 @@ class Store:
     def _open_failure(self, exc: BaseException, read_only: bool) -> str:
         """The message for a catalog DuckDB would not open, with the fix for its cause (DuckDB's text tells it)."""
         import re
-
-        from .names import shown_path, store_example
 
         text = str(exc)
         low = text.lower()
@@ -238,8 +232,6 @@ class Store:
         """The one-line refusal of a catalog whose schema version is not a whole number, is missing, or does not
         match its tables and columns (see :func:`.schema.schema_problem`), with the fix; None when it is sound."""
         import shlex
-
-        from .names import shown_path
 
         columns: dict[str, set[str]] = {}
         for table, column in con.execute(
