@@ -33,6 +33,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, ClassVar
 
 import numpy as np
@@ -99,6 +100,9 @@ class BufferEntry:
             reward_sq=float(d["reward_sq"]) if "reward_sq" in d else float(np.dot(rewards, rewards)),
             spans=tuple((int(a), int(b)) for a, b in d.get("spans", ())),
         )
+
+
+_STD, _BORN, _TIEBREAK, _PROMPT = (attrgetter(a) for a in ("std", "born", "tiebreak", "prompt_id"))
 
 
 # ---- selection strategies ---------------------------------------------------------------------------------------
@@ -208,13 +212,14 @@ class ReplayBuffer:
         """
         if k <= 0 or not self.entries:
             return []
-        std = np.fromiter((e.std for e in self.entries), np.float64, len(self.entries))
-        born = np.fromiter((e.born for e in self.entries), np.int64, len(self.entries))
-        tb = np.fromiter((e.tiebreak for e in self.entries), np.float64, len(self.entries))
+        entries, m = self.entries, len(self.entries)
+        std = np.fromiter(map(_STD, entries), np.float64, m)  # attrgetter: C-level reads, ~400 entries a step
+        born = np.fromiter(map(_BORN, entries), np.int64, m)
+        tb = np.fromiter(map(_TIEBREAK, entries), np.float64, m)
         order = strategy.order(std, born, tb, rng)
         if exclude:
-            eligible = np.fromiter((e.prompt_id not in exclude for e in self.entries), bool, len(self.entries))
-            order = order[eligible[order]]
+            excluded = np.fromiter(map(exclude.__contains__, map(_PROMPT, entries)), bool, m)
+            order = order[~excluded[order]]
         chosen = order[:k]
         taken = [self.entries[i] for i in chosen.tolist()]
         keep = np.ones(len(self.entries), bool)

@@ -450,24 +450,27 @@ class StepContext:
         lags = np.fromiter((self.step - e.born for e in entries), np.int32, len(entries))
         if int(lags.max()) > self.config.max_age:  # invariant: expire() runs after every step
             raise AllocatorError(f"a buffer entry would train with lag {int(lags.max())} > d={self.config.max_age}")
-        for i, e, lag, start, count in zip(
-            rows.tolist(), entries, lags.tolist(), call.rollout_starts[rows].tolist(), result.counts[rows].tolist()
+        flat = result.flat
+        for e, lag, start, count, o in zip(
+            entries, lags.tolist(), call.rollout_starts[rows].tolist(), result.counts[rows].tolist(),
+            result.offsets[rows].tolist(),
         ):
             if e.prompt_id in self._trained:  # invariant: pop_buffer excludes prompts trained this step
                 raise AllocatorError(f"prompt {e.prompt_id} would train twice in step {self.step}")
             self._trained.add(e.prompt_id)
+            n_pilot = e.rewards.shape[0]
             self._groups.append(
                 TrainedGroup(
                     prompt_id=e.prompt_id,
-                    spans=(*e.pilot_spans, (start, count)),
-                    reward_parts=(*e.reward_parts, result.rewards(i)),
+                    spans=(*e.spans, (start, count)) if e.spans else ((e.rollout_start, n_pilot), (start, count)),
+                    reward_parts=(*e.reward_parts, flat[o : o + count]),
                     born=e.born,
                     lag=lag,
-                    n_pilot=e.n,
+                    n_pilot=n_pilot,
                     n_commit=count,
                 )
             )
-        pilot = np.array([(e.n, e.reward_sum, e.reward_sq) for e in entries], np.float64)
+        pilot = np.array([(e.rewards.shape[0], e.reward_sum, e.reward_sq) for e in entries], np.float64)
         commit = np.stack([result.counts[rows], result.sum[rows], result.sq[rows]], axis=1)
         self._gstats.append(pilot + commit)
         self.observe(result, rows, np.full(rows.shape[0], Decision.TRAINED, np.int8), lag=lags)
@@ -488,26 +491,35 @@ class StepContext:
         rsum = sum(r.sum[w] for r, w in parts)
         rsq = sum(r.sq[w] for r, w in parts)
         std = tied_std(rsum, rsq, sum(r.counts[w] for r, w in parts))
+        # Per-wave columns as Python lists, once: a paper-scale step admits hundreds of entries (docs/BENCHMARKS.md).
+        starts = [r.call.rollout_starts[w].tolist() for r, w in parts]
+        counts = [r.counts[w].tolist() for r, w in parts]
+        offsets = [r.offsets[w].tolist() for r, w in parts]
+        flats = [r.flat for r, _ in parts]
+        prompt_ids = result.call.prompt_ids[rows].tolist()
+        std_l, rsum_l, rsq_l = std.tolist(), rsum.tolist(), rsq.tolist()
+        single = len(parts) == 1
         entries = []
         for j in range(rows.shape[0]):
-            spans = tuple((int(r.call.rollout_starts[w[j]]), int(r.counts[w[j]])) for r, w in parts)
-            rewards = (
-                result.rewards(int(rows[j]))
-                if len(parts) == 1
-                else np.concatenate([r.rewards(int(w[j])) for r, w in parts])
-            )
+            if single:
+                o = offsets[0][j]
+                rewards = flats[0][o : o + counts[0][j]]
+                spans: tuple[tuple[int, int], ...] = ()
+            else:
+                rewards = np.concatenate([f[o[j] : o[j] + c[j]] for f, o, c in zip(flats, offsets, counts)])
+                spans = tuple((s_[j], c[j]) for s_, c in zip(starts, counts))
             entries.append(
                 BufferEntry(
                     entry_id=first_id + j,
-                    prompt_id=int(result.call.prompt_ids[rows[j]]),
+                    prompt_id=prompt_ids[j],
                     born=self.step,
-                    rollout_start=spans[0][0],
+                    rollout_start=starts[0][j],
                     rewards=rewards,
-                    std=float(std[j]),
+                    std=std_l[j],
                     tiebreak=tiebreaks[j],
-                    reward_sum=float(rsum[j]),
-                    reward_sq=float(rsq[j]),
-                    spans=spans if len(parts) > 1 else (),
+                    reward_sum=rsum_l[j],
+                    reward_sq=rsq_l[j],
+                    spans=spans,
                 )
             )
         self._ids.entry += len(entries)
