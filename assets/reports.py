@@ -6,6 +6,8 @@
 * ``pass_rate_timeline``: per run, each prompt's pass rate by step with the allocator's decision at that step
   (trained, kept, skipped, deferred, surplus, evicted, returned) and the decisions of all prompts per step
   (:mod:`pc_pipelines.reports.timeline`), inline in the metadata;
+* ``budget_plan`` (not in the report job: materialized on demand): which budget to train next, from the simulator
+  fitted on the first steps of the store's runs (:mod:`pc_pipelines.simulator.plan`, ``pilot-commit plan``);
 * ``run_comparison``: per family (or the runs named), the runs overlaid by step and by cumulative rollouts (held-out
   accuracy, mean reward), one labelled line per run (:mod:`pc_pipelines.reports.compare`), with the SQL behind the
   plot and the TensorBoard command that overlays the same runs.
@@ -29,7 +31,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from pc_pipelines.errors import installed_command, shell_command
+from pc_pipelines.errors import ConfigError, installed_command, shell_command
 from pc_pipelines.reports import ReportError, build_report, method_label
 from pc_pipelines.reports.compare import (
     CompareError,
@@ -39,8 +41,12 @@ from pc_pipelines.reports.compare import (
     tensorboard_dirs,
     tensorboard_overlay_command,
 )
+from pc_pipelines.reports.plots import save_figure
 from pc_pipelines.reports.tables import format_reached, length_note, significant
 from pc_pipelines.reports.timeline import DEFAULT_TOP, RECENT_RUNS, TimelineError, recent_runs, write_timeline
+from pc_pipelines.simulator.fit import read_runs
+from pc_pipelines.simulator.plan import plan, plan_figure, plannable_runs
+from pc_pipelines.store import StoreError
 from pc_pipelines.store.schema import COMPARED_RUN_RULE
 from pc_pipelines_dagster.resources import StoreResource
 
@@ -263,5 +269,70 @@ def run_comparison(context: AssetExecutionContext, config: ComparisonConfig, sto
             "tensorboard_command": MetadataValue.md(
                 "\n\n".join(f"{n}:\n```\n{c}\n```" for n, c in commands.items())),
             "plot_dir": MetadataValue.path(str(out_dir.resolve())),
+        }
+    )
+
+
+class PlanConfig(Config):
+    run_ids: list[str] | None = Field(
+        default=None, description="The runs whose first steps are fitted (default: every run, or every run of "
+                                  "`family`, with `fit_steps` steps and an evaluation before training and within them).")
+    family: str | None = Field(default=None, description="Without `run_ids`: fit this family's runs only.")
+    fit_steps: int = Field(default=20, ge=1, description="Fit on each run's first this many steps.")
+    horizon: int = Field(default=120, ge=1, description="Simulated steps per candidate budget.")
+    seeds: list[int] = Field(default=[1000, 1001, 1002], min_length=1, description="Simulated seeds.")
+    resamples: int = Field(default=8, ge=0, description="Refits on resampled steps for each budget's 10-90% "
+                                                        "interval and 'first in k' (0: none).")
+    preset: str | None = Field(default=None, description="The preset the candidates train with (default: the first "
+                                                         "run's).")
+    out_dir: str = Field(default="runs/reports", description="Where the plot is written (budget_plan.png).")
+
+
+PLAN_SCHEMA = TableSchema(columns=[
+    TableColumn("rank", "int"),
+    TableColumn("budget", "string", "GRPO at group size n, or PC as p<first wave>+<rest>/c<mean commit>"),
+    TableColumn("sampled_per_step", "float", "predicted sampled rollouts a step (mean over the seeds)"),
+    TableColumn("rollouts_to_target", "float", "predicted sampled rollouts to the common target (median over seeds; "
+                                               "empty: not reached on most seeds)"),
+    TableColumn("low", "float", "10th percentile over the refits on resampled steps"),
+    TableColumn("high", "float", "90th percentile over the refits"),
+    TableColumn("first", "int", "refits that ranked this budget first (of `resamples`)"),
+    TableColumn("reached", "int", "seeds on which it reached the target"),
+])
+PLAN_SCHEMA_NAMES = {c.name for c in PLAN_SCHEMA.columns}
+
+
+@asset(group_name="reports", deps=[segment_eval], kinds={"duckdb"})
+def budget_plan(context: AssetExecutionContext, config: PlanConfig, store: StoreResource) -> MaterializeResult:
+    """Which budget to train next: the simulator fitted on the first steps of the store's runs ranks GRPO group
+    sizes and PC pilot / commit budgets by predicted rollouts to a common target, with an interval from refits on
+    resampled steps (`pilot-commit plan`, :mod:`pc_pipelines.simulator.plan`); the table, the plot and the exact
+    `pilot-commit train` command of the best. Not in the report job: materialize it when a run has its first steps."""
+    st = store.get(vacuum=False)
+    try:
+        run_ids = list(config.run_ids) if config.run_ids else plannable_runs(st, config.fit_steps, config.family)
+        runs = read_runs(st, run_ids)
+        preset = config.preset or runs[0].preset or "bench"
+        result = plan(runs, preset, config.fit_steps, config.horizon, config.seeds, resamples=config.resamples,
+                      progress=lambda msg: context.log.info("budget_plan: %s", msg))
+    except (ConfigError, StoreError) as exc:
+        raise Failure(str(exc)) from exc
+    png = Path(config.out_dir) / "budget_plan.png"
+    png.parent.mkdir(parents=True, exist_ok=True)
+    save_figure(plan_figure(result), png)
+    best = shell_command(installed_command("pilot-commit", from_cwd=False), *result.train_args())
+    context.log.info("budget_plan: best %s: %s", result.best.name, best)
+    return MaterializeResult(
+        metadata={
+            "plan": MetadataValue.md(f"{result.header()}\n\n```\n{result.table()}\n```\n\n{_embedded(png)}"),
+            "table": MetadataValue.table([TableRecord({k: v for k, v in r.items() if k in PLAN_SCHEMA_NAMES})
+                                          for r in result.records()], PLAN_SCHEMA),
+            "best": result.best.name,
+            "best_command": MetadataValue.md(f"```\n{best}\n```"),
+            "runs": MetadataValue.json(list(result.runs)),
+            "fit": MetadataValue.json(result.fit["sim"]),
+            "trust": MetadataValue.md("How far to trust it: docs/STUDIES.md, \"The simulator's fitted law against "
+                                      "the measured benchmark\" (the order of the methods, not their ratios within 25%)."),
+            "plot_path": MetadataValue.path(str(png.resolve())),
         }
     )

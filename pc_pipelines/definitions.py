@@ -15,7 +15,7 @@ from dagster import Definitions
 from pc_pipelines_dagster.assets import arith_task, base_policy
 from pc_pipelines_dagster.assets.data import DATA_ASSETS, DATA_CHECKS
 from pc_pipelines_dagster.assets.evaluation import segment_eval
-from pc_pipelines_dagster.assets.reports import pass_rate_timeline, rollouts_report, run_comparison
+from pc_pipelines_dagster.assets.reports import budget_plan, pass_rate_timeline, rollouts_report, run_comparison
 from pc_pipelines_dagster.assets.training import SEGMENT_PROGRESS, training_segment
 from pc_pipelines_dagster.automation.jobs import report_job, start_run, train_segment_job
 from pc_pipelines_dagster.automation.schedules import ScheduleSettings, build_advance_schedule
@@ -31,7 +31,7 @@ def build_definitions(resources: dict | None = None, max_failures: int = 3,
     advance_schedule = build_advance_schedule(schedule_settings, max_failures=max_failures)
     return Definitions(
         assets=[arith_task, base_policy, *DATA_ASSETS, training_segment, SEGMENT_PROGRESS, segment_eval, rollouts_report,
-                pass_rate_timeline, run_comparison],
+                pass_rate_timeline, run_comparison, budget_plan],
         asset_checks=DATA_CHECKS,
         jobs=[start_run, train_segment_job, report_job],
         sensors=[build_advance_runs_sensor(max_failures=max_failures, defer_to=advance_schedule)],

@@ -253,29 +253,39 @@ def cmd_sim_fit(args: argparse.Namespace) -> int:
 # ---- plan ---------------------------------------------------------------------------------------------------------
 def cmd_plan(args: argparse.Namespace) -> int:
     """Rank candidate budgets by the simulator fitted on the first steps of runs in a store."""
+    from ..durable import OutputRefused
+    from ..reports.plots import save_figure
     from ..simulator.fit import read_runs
-    from ..simulator.plan import plan
+    from ..simulator.plan import plan, plan_figure
 
     for flag, value in (("--fit-steps", args.fit_steps), ("--horizon", args.horizon)):
         if value < 1:
             raise ConfigError(f"{flag} {value}: must be >= 1. Fix: pass a positive number of steps.")
+    if args.resamples < 0:
+        raise ConfigError(f"--resamples {args.resamples}: must be >= 0. Fix: pass 0 (no interval) or more.")
+    if args.plot and Path(args.plot).is_dir():  # refused before a minute of fitting, not after
+        raise ConfigError(f"--plot {brief(args.plot)} is a folder. Fix: name a PNG file, e.g. "
+                          f"{shell_command(str(Path(args.plot) / 'plan.png'))}.")
     store = Store(args.store)  # a path that is no store is refused when read_runs opens it
     runs = read_runs(store, args.runs)
     preset = args.preset or runs[0].preset or "bench"
-    _, rows = plan(runs, preset, args.fit_steps, args.horizon, args.seeds)
+    err = sys.stderr
+    result = plan(runs, preset, args.fit_steps, args.horizon, args.seeds, resamples=args.resamples,
+                  progress=lambda msg: err.write(f"plan: {msg}\n"))
     out = sys.stdout
-    out.write(f"plan: fitted on the first {args.fit_steps} steps of {len(runs)} run(s); preset {preset}, "
-              f"{args.horizon} steps, seeds {' '.join(map(str, args.seeds))}; target = the lowest smoothed peak\n")
-    out.write(f"{'rank':>4} {'budget':<18} {'sampled/step':>12} {'rollouts to target':>18} {'seeds':>5}\n")
-    for i, r in enumerate(rows, 1):
-        to = "never" if r.rollouts_to_target is None else f"{r.rollouts_to_target:,.0f}"
-        out.write(f"{i:>4} {r.candidate.name:<18} {r.sampled_per_step:>12.0f} {to:>18} "
-                  f"{r.reached:>2}/{len(args.seeds)}\n")
-    best = rows[0].candidate
-    exe = installed_command("pilot-commit")
-    out.write("best: " + shell_command(exe, "train", "--preset", preset, "--method", best.method,
-                                       *best.set_flags()) + "\n")
+    out.write(result.header() + "\n" + result.table() + "\n")
+    out.write("best: " + shell_command(installed_command("pilot-commit"), *result.train_args()) + "\n")
     out.write("How far to trust it: docs/STUDIES.md, \"The simulator's fitted law against the measured benchmark\".\n")
+    if args.plot:
+        try:
+            Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+            save_figure(plan_figure(result), args.plot)
+        except OutputRefused as exc:
+            raise ConfigError(f"--plot {exc}.") from exc
+        except OSError as exc:
+            raise ConfigError(f"could not write {shown_path(args.plot)}: {exc.strerror or exc}. Fix: give --plot a PNG "
+                              "file path in a folder you can write to.") from exc
+        out.write(f"plot: {args.plot}\n")
     return 0
 
 
@@ -316,6 +326,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--seeds", type=int_arg, nargs="+", default=[1000, 1001, 1002],
                    help="simulated seeds (default 1000 1001 1002)")
     p.add_argument("--preset", default=None, help="the preset the candidates train with (default: the first run's)")
+    p.add_argument("--resamples", type=int_arg, default=8,
+                   help="refits on resampled steps for each budget's 10-90%% interval and 'first in k' (default 8; "
+                   "0: none)")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the ranked budgets with their intervals as a PNG")
     p.set_defaults(func=cmd_plan)
 
     for name, func, help_ in (

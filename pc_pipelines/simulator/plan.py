@@ -1,23 +1,31 @@
-"""A budget planner (issue 44 point 3, first version): from the first steps of runs in a store, fit the simulator
-(:mod:`.fit`: the pass-rate mix and the ``fitted`` law), then simulate candidate budgets (GRPO at several group
-sizes, PC at several pilot / commit sizes) and rank them by predicted sampled rollouts to a common target: the
-lowest smoothed peak among the candidates (the tuning rule of the studies), per seed, the median over seeds.
+"""The budget planner (issue 44 point 3): from the first steps of runs in a store, fit the simulator (:mod:`.fit`:
+the pass-rate mix and the ``fitted`` law), then simulate candidate budgets (GRPO at several group sizes, PC at
+several pilot / commit sizes) and rank them by predicted sampled rollouts to a common target: the lowest smoothed
+peak among the candidates (the tuning rule of the studies), per seed, the median over seeds. The screening predictor
+(the history prior, issue 42) is a candidate too, with the rule its study tuned (:data:`HISTORY_PRIOR`).
 
-How far to trust it is what docs/STUDIES.md's "The simulator's fitted law against the measured benchmark" measured:
-the order of the methods, not their ratios within 25%, and group sizes outside those the fitted runs trained are an
-extrapolation. Not yet: an interval from refitting on resampled steps, a plot, a Dagster asset.
+**The interval** (``resamples`` B > 0). The fit is repeated on B bootstrap replicates of the runs' first steps
+(:func:`resample_steps`: whole steps drawn with replacement, each bringing the groups it trained and the first
+visits it made; the evaluations stay where they were measured), keeping the law form the full fit chose; each
+replicate's simulator ranks every candidate on one seed (replicate b on ``seeds[b % len(seeds)]``). A row's interval
+is the 10th-90th percentile of its rollouts to target over the replicates, and "first in k/B" counts the replicates
+it won: the fit's uncertainty and the simulation's seed noise together, not the law's error (that is what
+docs/STUDIES.md's "The simulator's fitted law against the measured benchmark" measured: the order of the methods,
+not their ratios within 25%; group sizes outside those the fitted runs trained are an extrapolation).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..config import resolve
 from ..errors import ConfigError, brief
+from ..store import Store, StoreError
+from ..store.names import shown_path
 from ..store.rollouts_to_target import first_reaching
 from .fit import RunObservations, fit_simulator
 from .model import Simulation
@@ -35,19 +43,57 @@ class Candidate:
     def set_flags(self) -> list[str]:
         out = []
         for k, v in self.overrides:
-            out += ["--set", f"{k}={v}"]
+            out += ["--set", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
         return out
 
 
+HISTORY_PRIOR: tuple[tuple[str, object], ...] = (
+    ("allocator.screen_strategy", "posterior"), ("allocator.screen_max_skips", 0), ("allocator.screen_max_unseen", 8),
+    ("allocator.screen_draw_cap", 0), ("allocator.screen_explore", 0.0), ("allocator.screen_prior_strength", 0.3),
+    ("allocator.screen_min_evidence", 4.0), ("allocator.screen_discount", 0.95), ("allocator.screen_threshold", 0.1))
+"""The history prior as issue 42's study tuned it on the benchmark (its candidate A, research/prior_study.py; a test
+keeps the two equal). The package's defaults rarely fire at the benchmark's scale (16 rollouts of evidence)."""
+PC_PRIOR: tuple[tuple[str, object], ...] = (("allocator.screen_early_wave", True), ("allocator.evict", False))
+"""PC's part of that rule: first waves decided with the posterior, strict eviction off."""
+
+
 def default_candidates() -> list[Candidate]:
-    """GRPO at n in {8, 16, 32, 64}; PC with pilots 8 in waves of 2 or 16 in waves of 4, commits of mean 8 or 16."""
+    """GRPO at n in {8, 16, 32, 64}; PC with sequential pilots of 8 in waves of 2 or 16 in waves of 4, commits of mean
+    8 or 16; GRPO n = 8 and PC p2+6/c8 with the history prior (:data:`HISTORY_PRIOR`)."""
     out = [Candidate(f"GRPO n={n}", "grpo", (("allocator.n", n),)) for n in (8, 16, 32, 64)]
     for pilot, wave in ((8, 2), (16, 4)):
         for commit in (8, 16):
             out.append(Candidate(f"PC p{wave}+{pilot - wave}/c{commit}", "pc",
-                                 (("allocator.n_pilot", pilot), ("allocator.pilot_wave", wave),
-                                  ("allocator.commit_mean", commit))))
+                                 (("allocator.pilot_strategy", "sequential"), ("allocator.n_pilot", pilot),
+                                  ("allocator.pilot_wave", wave), ("allocator.commit_mean", commit))))
+    out.append(Candidate("GRPO n=8 + prior", "grpo", (*out[0].overrides, *HISTORY_PRIOR)))
+    out.append(Candidate("PC p2+6/c8 + prior", "pc", (*out[4].overrides, *HISTORY_PRIOR, *PC_PRIOR)))
     return out
+
+
+_PLANNABLE_SQL = """
+SELECT r.run_id FROM runs r
+WHERE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) >= $steps
+  AND EXISTS (SELECT 1 FROM eval_results e WHERE e.run_id = r.run_id AND e.step = -1)
+  AND EXISTS (SELECT 1 FROM eval_results e WHERE e.run_id = r.run_id AND e.step BETWEEN 0 AND $steps - 1)
+  AND ($family IS NULL OR r.family = $family)
+ORDER BY r.seq, r.run_id"""
+
+
+def plannable_runs(store: Store, fit_steps: int, family: str | None = None) -> list[str]:
+    """The runs (of ``family``, or all) a plan can fit on their first ``fit_steps`` steps: at least that many steps,
+    an evaluation before training and one within them; registration order. None: StoreError with the fix."""
+    found = [r["run_id"] for r in store.query(_PLANNABLE_SQL, {"steps": fit_steps, "family": family})]
+    if found:
+        return found
+    longest = store.query("SELECT max(k) AS k FROM (SELECT count(*) AS k FROM steps s JOIN runs r USING (run_id) "
+                          "WHERE $family IS NULL OR r.family = $family GROUP BY run_id)", {"family": family})
+    k = int(longest[0]["k"] or 0) if longest else 0
+    which = "" if family is None else f" of family {brief(family)}"
+    raise StoreError(f"no run{which} in {shown_path(store.path)} has {fit_steps} steps with an evaluation before "
+                     f"training and one within them (the longest has {k} steps). Fix: "
+                     + (f"fit on fewer steps (fit_steps {k} or less, with an evaluation within them), or " if k else "")
+                     + "train a run with evaluations (training.eval_every) first.")
 
 
 def first_steps(run: RunObservations, steps: int) -> RunObservations:
@@ -60,12 +106,33 @@ def first_steps(run: RunObservations, steps: int) -> RunObservations:
                    first_step=run.first_step[f], first_n=run.first_n[f], first_correct=run.first_correct[f])
 
 
+def resample_steps(run: RunObservations, rng: np.random.Generator) -> RunObservations:
+    """A bootstrap replicate of ``run``: ``run.steps`` steps drawn with replacement, step j of the replicate bringing
+    the trained groups and first visits of the step it drew (relabelled j); the evaluations are kept as measured."""
+    draw = rng.integers(0, run.steps, run.steps)
+
+    def pick(step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # (rows of the drawn steps, their new steps)
+        order = np.argsort(step, kind="stable")
+        lo = np.searchsorted(step[order], draw, "left")
+        hi = np.searchsorted(step[order], draw, "right")
+        rows = np.concatenate([order[a:b] for a, b in zip(lo.tolist(), hi.tolist())] or [np.zeros(0, np.int64)])
+        return rows.astype(np.int64), np.repeat(np.arange(run.steps, dtype=np.int64), hi - lo)
+
+    g, gs = pick(run.group_step)
+    f, fs = pick(run.first_step)
+    return replace(run, group_step=gs, group_sigma=run.group_sigma[g], group_size=run.group_size[g],
+                   first_step=fs, first_n=run.first_n[f], first_correct=run.first_correct[f])
+
+
 @dataclass(frozen=True)
 class PlanRow:
     candidate: Candidate
     sampled_per_step: float
     rollouts_to_target: float | None  # median over seeds; None: never reached on most seeds
     reached: int  # seeds on which it reached the target
+    low: float | None = None  # 10th / 90th percentile over the resampled fits (None: reached in under half of them)
+    high: float | None = None
+    first: int = 0  # resampled fits that ranked it first
 
 
 def simulate_curve(preset: str, cand: Candidate, sim_fields: dict, seed: int, steps: int,
@@ -100,9 +167,62 @@ def rank(preset: str, sim_fields: dict, candidates: Sequence[Candidate], seeds: 
     return sorted(rows, key=lambda r: (r.rollouts_to_target is None, r.rollouts_to_target or 0.0))
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`plan` found: the ranked rows, the fit (``SimFit.to_dict()``) and how it was made."""
+
+    runs: tuple[str, ...]
+    preset: str
+    fit_steps: int
+    horizon: int
+    seeds: tuple[int, ...]
+    resamples: int
+    fit: dict
+    rows: list[PlanRow] = field(default_factory=list)
+
+    @property
+    def best(self) -> Candidate:
+        return self.rows[0].candidate
+
+    def train_args(self) -> list[str]:
+        """The ``pilot-commit`` arguments that train the best budget (``train --preset ... --set ...``)."""
+        return ["train", "--preset", self.preset, "--method", self.best.method, *self.best.set_flags()]
+
+    def header(self) -> str:
+        return (f"plan: fitted on the first {self.fit_steps} steps of {len(self.runs)} run(s) ({self.fit['chosen_form']} "
+                f"law); preset {self.preset}, {self.horizon} steps, seeds {' '.join(map(str, self.seeds))}; target = "
+                f"the lowest smoothed peak; interval: 10-90% over {self.resamples} refits on resampled steps")
+
+    def table(self) -> str:
+        """The ranked rows as fixed-width text (what ``pilot-commit plan`` prints)."""
+        lines = [f"{'rank':>4} {'budget':<18} {'sampled/step':>12} {'rollouts to target':>18} {'10-90%':>17} "
+                 f"{'first in':>8} {'seeds':>5}"]
+        for i, r in enumerate(self.rows, 1):
+            lines.append(f"{i:>4} {r.candidate.name:<18} {r.sampled_per_step:>12,.0f} {_num(r.rollouts_to_target):>18} "
+                         f"{_interval(r):>17} {f'{r.first}/{self.resamples}':>8} {f'{r.reached}/{len(self.seeds)}':>5}")
+        return "\n".join(lines)
+
+    def records(self) -> list[dict]:
+        """One dict per row, ranked (the Dagster asset's table and JSON)."""
+        return [{"rank": i, "budget": r.candidate.name, "method": r.candidate.method,
+                 "sampled_per_step": round(r.sampled_per_step, 1), "rollouts_to_target": r.rollouts_to_target,
+                 "low": r.low, "high": r.high, "first": r.first, "resamples": self.resamples,
+                 "reached": r.reached, "seeds": len(self.seeds)} for i, r in enumerate(self.rows, 1)]
+
+
+def _num(v: float | None) -> str:
+    return "never" if v is None else f"{v:,.0f}"
+
+
+def _interval(r: PlanRow) -> str:
+    return "-" if r.low is None or r.high is None else f"{r.low:,.0f}-{r.high:,.0f}"
+
+
 def plan(runs: Sequence[RunObservations], preset: str, fit_steps: int, horizon: int, seeds: Sequence[int],
-         candidates: Sequence[Candidate] | None = None) -> tuple[dict, list[PlanRow]]:
-    """Fit on the first ``fit_steps`` steps of ``runs``, then :func:`rank` the candidates over ``horizon`` steps.
+         candidates: Sequence[Candidate] | None = None, resamples: int = 0, resample_seed: int = 0,
+         progress: Callable[[str], None] | None = None) -> Plan:
+    """Fit on the first ``fit_steps`` steps of ``runs``, :func:`rank` the candidates over ``horizon`` steps, and
+    with ``resamples`` > 0 refit on that many bootstrap replicates for each row's interval (module docstring).
 
     A run with fewer than ``fit_steps`` steps is refused (ConfigError), naming its steps and the fix."""
     short = [r for r in runs if r.steps < fit_steps]
@@ -110,5 +230,58 @@ def plan(runs: Sequence[RunObservations], preset: str, fit_steps: int, horizon: 
         r = min(short, key=lambda x: x.steps)
         raise ConfigError(f"--fit-steps {fit_steps}: run {brief(r.run_id)} has only {r.steps} steps. "
                           f"Fix: pass --fit-steps {max(r.steps, 1)} or less, or leave that run out (--runs).")
-    fit = fit_simulator([first_steps(r, fit_steps) for r in runs], mix_steps=fit_steps)
-    return fit.to_dict(), rank(preset, fit.sim, candidates or default_candidates(), seeds, horizon)
+    say = progress or (lambda _msg: None)
+    cands = list(candidates or default_candidates())
+    cut = [first_steps(r, fit_steps) for r in runs]
+    fit = fit_simulator(cut, mix_steps=fit_steps)
+    say(f"fitted the {fit.chosen} law; simulating {len(cands)} budgets on {len(seeds)} seed(s)")
+    rows = rank(preset, fit.sim, cands, seeds, horizon)
+    costs: dict[str, list[float]] = {c.name: [] for c in cands}
+    firsts: dict[str, int] = {c.name: 0 for c in cands}
+    rng = np.random.default_rng(resample_seed)
+    for b in range(resamples):
+        refit = fit_simulator([resample_steps(r, rng) for r in cut], mix_steps=fit_steps, forms=(fit.chosen,))
+        rep = rank(preset, refit.sim, cands, [seeds[b % len(seeds)]], horizon)
+        if rep[0].rollouts_to_target is not None:
+            firsts[rep[0].candidate.name] += 1
+        for r in rep:
+            if r.rollouts_to_target is not None:
+                costs[r.candidate.name].append(r.rollouts_to_target)
+        say(f"resampled fit {b + 1}/{resamples}: {rep[0].candidate.name} first")
+    out = []
+    for r in rows:
+        c = costs[r.candidate.name]
+        if resamples and 2 * len(c) > resamples:  # reached in most replicates: an interval
+            r = replace(r, low=float(np.percentile(c, 10)), high=float(np.percentile(c, 90)))
+        out.append(replace(r, first=firsts[r.candidate.name]))
+    return Plan(runs=tuple(r.run_id for r in runs), preset=preset, fit_steps=fit_steps, horizon=horizon,
+                seeds=tuple(seeds), resamples=resamples, fit=fit.to_dict(), rows=out)
+
+
+def plan_figure(p: Plan):
+    """The ranked budgets as points with their intervals (rollouts to target), one row each, coloured by method."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import StrMethodFormatter
+
+    from ..reports.style import method_color
+
+    rows = [r for r in p.rows if r.rollouts_to_target is not None]
+    fig = Figure(figsize=(8.0, 0.45 * max(len(p.rows), 2) + 1.6), dpi=90, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for y, r in enumerate(rows):
+        x = r.rollouts_to_target
+        err = None if r.low is None else [[max(x - r.low, 0.0)], [max(r.high - x, 0.0)]]
+        ax.errorbar([x], [y], xerr=err, fmt="o", color=method_color(r.candidate.method), capsize=4, markersize=6)
+        ax.annotate(f"first in {r.first}/{p.resamples}" if r.first else "", (x, y), textcoords="offset points",
+                    xytext=(8, 6), fontsize=8, color="0.3")
+    ax.set_yticks(range(len(rows)), [r.candidate.name for r in rows])
+    ax.invert_yaxis()  # the best on top
+    ax.xaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    ax.set_xlabel("predicted sampled rollouts to the common target (point: all steps; bar: 10-90% of refits)")
+    ax.grid(True, axis="x", alpha=0.3)
+    never = [r.candidate.name for r in p.rows if r.rollouts_to_target is None]
+    ax.set_title(f"pilot-commit plan: {len(p.runs)} run(s), first {p.fit_steps} steps, preset {p.preset}"
+                 + (f"; never reached: {', '.join(never)}" if never else ""), fontsize=10)
+    return fig

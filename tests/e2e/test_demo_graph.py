@@ -1,5 +1,6 @@
 """`make demo`'s driver (python -m pc_pipelines.demo) at a small size: the whole graph, headless, in a
-real Dagster instance; it prints Table 2 and the plots' location, and a second run finds every segment done."""
+real Dagster instance; it prints Table 2 and the plots' location, `pilot-commit plan` ranks budgets from its store,
+and a second run finds every segment done."""
 
 import os
 import subprocess
@@ -9,6 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter, SkipReason, build_sensor_context
+from pilot_cli import run_cli
 from proc_waits import HANG_S
 
 from pc_pipelines.reports import study_headline
@@ -79,6 +81,15 @@ def test_demo_materializes_the_graph_and_prints_the_table(tmp_path, base_policy,
         tick = build_advance_runs_sensor()(build_sensor_context(
             instance=inst, resources={"store": StoreResource(path=str(tmp_path / "runs" / "pc.duckdb"))}))
         assert isinstance(tick, SkipReason) and tick.skip_message.count("skip (run is finished)") == 3
+
+    # `pilot-commit plan` on the demo's store (its runs' first 4 steps, evaluated at -1, 1 and 3): every budget ranked
+    # with its refits' interval, and the train command of the first on the demo's preset.
+    res = run_cli("plan", "--store", str(tmp_path / "runs" / "pc.duckdb"), "--runs", *(r[0] for r in run_ids),
+                  "--fit-steps", "4", "--horizon", "20", "--seeds", "1", "--resamples", "2", check_rc=0)
+    table = [line.split() for line in res.stdout.splitlines() if line[:4].strip().isdigit()]
+    assert [int(r[0]) for r in table] == list(range(1, 11)) and sum(int(r[-2].split("/")[0]) for r in table) <= 2
+    best = next(line for line in res.stdout.splitlines() if line.startswith("best: "))
+    assert f"train --preset bench --method {'grpo' if table[0][1] == 'GRPO' else 'pc'}" in best
 
     again = run_demo(tmp_path, home, policy_cache)
     assert "training + evaluation" not in again.stdout  # every segment was done: only the report is rebuilt

@@ -253,3 +253,18 @@ def test_the_goals_are_open_until_every_seed_ran_then_met_or_missed_by_the_measu
     assert all(g[k]["met"] is None for k in ("sampled", "ratio", "heldout", "thin"))
     missed = m.study_goals(mech, {head: 0.6}, {14: 0.0, 15: 0.0}, 0.9, (14, 15), (14,))["ratio"]
     assert missed["met"] is False and "missed by 0.70x" in missed["detail"]
+
+
+def test_the_planners_history_prior_is_the_rule_the_study_chose():
+    """`pilot-commit plan`'s '+ prior' candidates train with the rule this study froze (PRIOR_BEST), value for
+    value: GRPO's without the PC-only fields, PC's with them."""
+    from pc_pipelines.config import parse_overrides
+    from pc_pipelines.simulator.plan import HISTORY_PRIOR, PC_PRIOR, default_candidates
+
+    m = load()
+    chosen = parse_overrides(m.PRIOR_CANDIDATES[m.PRIOR_BEST])
+    pc_only = {k: v for k, v in chosen.items() if k in ("allocator.screen_early_wave", "allocator.evict")}
+    assert dict(HISTORY_PRIOR) == {k: v for k, v in chosen.items() if k not in pc_only}
+    assert dict(PC_PRIOR) == pc_only
+    grpo, pc = default_candidates()[-2:]
+    assert dict(grpo.overrides).items() >= dict(HISTORY_PRIOR).items() and dict(pc.overrides).items() >= chosen.items()

@@ -1,8 +1,8 @@
 """The report assets materialized by Dagster on a real store of simulated runs: ``pass_rate_timeline`` (PNGs of the
 newest runs, or of one run and chosen prompts, inline in the metadata with their run ids and counts; refusals as a
 Failure with the fix) and ``rollouts_report``'s tables (rollouts to target and the per-method summary, next to the
-Markdown) and ``run_comparison`` (the runs overlaid by step and by rollouts, one labelled line per run, the SQL
-behind it). Expected values are read from the store's views with plain SQL."""
+Markdown), ``run_comparison`` (the runs overlaid by step and by rollouts, one labelled line per run, the SQL
+behind it) and ``budget_plan`` (budgets ranked by the simulator fitted on the runs' first steps). Expected values are read from the store's views with plain SQL."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pc_pipelines.config import resolve
 from pc_pipelines.reports import DEFAULT_TOP
 from pc_pipelines.simulator import record_simulation
 from pc_pipelines.store import RunRecord, Store
-from pc_pipelines_dagster.assets.reports import pass_rate_timeline, rollouts_report, run_comparison
+from pc_pipelines_dagster.assets.reports import budget_plan, pass_rate_timeline, rollouts_report, run_comparison
 from pc_pipelines_dagster.resources import StoreResource
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -202,3 +202,31 @@ def test_run_comparison_of_named_runs_and_its_refusal(sim, tmp_path):
     bad = materialized(run_comparison, sim, tmp_path / "bad", raise_on_error=False, run_ids=["pc-s1", "nope"])
     assert not bad.success and "no run 'nope'" in failure_description(bad) and "Fix:" in failure_description(bad)
     assert not (tmp_path / "bad").exists()
+
+
+def test_budget_plan_ranks_budgets_from_the_runs_first_steps(sim, tmp_path):
+    """Fitted on every run with 10 steps (the six of seeds 0 and 1; the 5-step run and the empty one are left out):
+    ten budgets ranked by predicted rollouts to target, each with its refits' interval, the plot inline, and the
+    train command of the first; asking for more steps than any run has is a Failure with the fix."""
+    res = materialized(budget_plan, sim, tmp_path, fit_steps=10, horizon=20, seeds=[1], resamples=2)
+    md = metadata(res, budget_plan)
+    ten = [r["run_id"] for r in sim["store"].query(
+        "SELECT r.run_id FROM runs r JOIN steps s USING (run_id) GROUP BY r.run_id, r.seq HAVING count(*) = 10 "
+        "ORDER BY r.seq")]
+    assert md["runs"].value == ten and len(ten) == 6 and "old-grpo-s0" not in ten
+    rows = [r.data for r in md["table"].value.records]
+    assert [r["rank"] for r in rows] == list(range(1, 11))
+    reached = [r["rollouts_to_target"] for r in rows if r["rollouts_to_target"] is not None]
+    assert reached == sorted(reached) and reached  # ranked by predicted rollouts, the reached ones first
+    assert sum(r["first"] for r in rows) <= 2
+    for r in rows:
+        assert (r["low"] is None) == (r["high"] is None) and (r["low"] is None or r["low"] <= r["high"])
+    assert md["best"].value == rows[0]["budget"]
+    method = "grpo" if rows[0]["budget"].startswith("GRPO") else "pc"
+    assert f"train --preset simulator --method {method}" in md["best_command"].value
+    png = tmp_path / "budget_plan.png"
+    (image,) = re.findall(r"\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", md["plan"].value)
+    assert base64.b64decode(image) == png.read_bytes() and png.read_bytes()[:8] == PNG_MAGIC
+    bad = materialized(budget_plan, sim, tmp_path / "bad", raise_on_error=False, fit_steps=11)
+    text = failure_description(bad)
+    assert not bad.success and "the longest has 10 steps" in text and "Fix: fit on fewer steps" in text

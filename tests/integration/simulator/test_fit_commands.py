@@ -1,7 +1,8 @@
 """``pilot-commit sim-fit`` and ``plan`` end to end on a store the test builds with ``pilot-commit simulate --store``.
 ``sim-fit`` reads the runs (read-only: the store's files are unchanged), recovers the population the runs were
 simulated with, writes the fit and its residuals as JSON, and refuses a run the store lacks in one line with the fix
-(exit 2); ``plan`` ranks the candidate budgets and prints the train command of the best."""
+(exit 2); ``plan`` ranks the candidate budgets with their intervals over refits on resampled steps, draws them, and prints the
+train command of the best."""
 
 import hashlib
 import json
@@ -69,20 +70,30 @@ def test_sim_fit_refuses_an_out_folder_that_does_not_exist(store, tmp_path):
     assert not out.parent.exists()
 
 
-def test_plan_ranks_budgets_and_prints_the_best_command(store):
+def test_plan_ranks_budgets_and_prints_the_best_command(store, tmp_path):
     before = _digest(store)
+    plot = tmp_path / "plan.png"
     res = run_cli("plan", "--store", str(store), "--runs", "g4", "g16", "--fit-steps", "20", "--horizon", "30",
-                  "--seeds", "1", "--preset", "simulator", check_rc=0)
+                  "--seeds", "1", "--preset", "simulator", "--resamples", "3", "--plot", str(plot), check_rc=0)
     assert _digest(store) == before
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"plot: {plot}" in res.stdout
+    assert res.stderr.count("plan: resampled fit ") == 3  # progress, one line per refit
     lines = res.stdout.splitlines()
     table = [line for line in lines if line[:4].strip().isdigit()]
-    assert [int(line.split()[0]) for line in table] == list(range(1, 9))  # 8 candidates, ranked
+    assert [int(line.split()[0]) for line in table] == list(range(1, 11))  # 10 candidates, ranked
     names = {" ".join(line.split()[1:3]) for line in table}
     assert {"GRPO n=8", "GRPO n=64", "PC p2+6/c8"} <= names
     best = next(line for line in lines if line.startswith("best: "))
     first = " ".join(table[0].split()[1:3])
     assert "train --preset simulator --method" in best
     assert ("--method grpo" in best) == first.startswith("GRPO")
+    # each row: its 10-90% interval over the refits ('-': reached in under half of them) and 'first in k/3'
+    firsts = [int(line.split()[-2].split("/")[0]) for line in table]
+    assert all(line.split()[-2].endswith("/3") for line in table) and sum(firsts) <= 3
+    for line in table:
+        interval = line.split()[-3]
+        assert interval == "-" or float(interval.split("-")[0].replace(",", "")) <= float(
+            interval.split("-")[1].replace(",", ""))
 
 
 def test_plan_refuses_bad_steps(store):
@@ -117,3 +128,9 @@ def test_plan_refuses_fit_steps_beyond_the_runs(store):
     assert len(err.splitlines()) == 1 and "Traceback" not in res.stderr
     assert "run 'g4' has only 30 steps" in err and "Fix: pass --fit-steps 30" in err
     assert _digest(store) == before
+
+
+def test_plan_refuses_a_plot_path_that_is_a_folder_before_fitting(store, tmp_path):
+    res = run_cli("plan", "--store", str(store), "--runs", "g4", "--plot", str(tmp_path), check_rc=2)
+    assert "is a folder" in res.stderr and "Fix: name a PNG file" in res.stderr and "Traceback" not in res.stderr
+    assert "plan: fitted" not in res.stderr  # refused before any fitting

@@ -4,7 +4,7 @@ the fitted simulator's rollouts to the common target, the way the law says."""
 import numpy as np
 
 from pc_pipelines.simulator.fit import RunObservations
-from pc_pipelines.simulator.plan import Candidate, default_candidates, first_steps, rank
+from pc_pipelines.simulator.plan import Candidate, default_candidates, first_steps, rank, resample_steps
 
 
 def test_first_steps_keeps_only_what_the_run_had_measured():
@@ -21,9 +21,10 @@ def test_first_steps_keeps_only_what_the_run_had_measured():
 def test_default_candidates_cover_grpo_sizes_and_pc_budgets():
     names = [c.name for c in default_candidates()]
     assert names[:4] == ["GRPO n=8", "GRPO n=16", "GRPO n=32", "GRPO n=64"]
-    assert "PC p2+6/c8" in names and len(names) == 8
+    assert "PC p2+6/c8" in names and names[-2:] == ["GRPO n=8 + prior", "PC p2+6/c8 + prior"] and len(names) == 10
     best = next(c for c in default_candidates() if c.name == "PC p2+6/c8")
-    assert best.set_flags() == ["--set", "allocator.n_pilot=8", "--set", "allocator.pilot_wave=2",
+    assert best.set_flags() == ["--set", "allocator.pilot_strategy=sequential", "--set", "allocator.n_pilot=8",
+                                "--set", "allocator.pilot_wave=2",
                                 "--set", "allocator.commit_mean=8"]
 
 
@@ -57,3 +58,24 @@ def test_plan_refuses_runs_shorter_than_the_fit_steps():
         plan([run], "bench", fit_steps=20, horizon=10, seeds=[0])
     msg = str(e.value)
     assert "\n" not in msg and "short-run" in msg and "only 6 steps" in msg and "Fix: pass --fit-steps 6" in msg
+
+
+def test_resample_steps_draws_whole_steps_and_keeps_the_evaluations():
+    # step 0 trained two groups, step 1 one, step 2 none; first visits at steps 0 and 2
+    run = RunObservations(run_id="r", method="grpo", seed=0, steps=3, group_step=np.array([1, 0, 0]),
+                          group_sigma=np.array([0.3, 0.1, 0.2]), group_size=np.array([8.0, 4, 4]),
+                          eval_step=np.array([-1, 2]), eval_accuracy=np.array([0.5, 0.6]),
+                          first_step=np.array([0, 2]), first_n=np.array([4, 8]), first_correct=np.array([1, 5]))
+    seen = set()
+    for seed in range(20):
+        rep = resample_steps(run, np.random.default_rng(seed))
+        draw = np.random.default_rng(seed).integers(0, 3, 3).tolist()  # the steps it drew, in order
+        by_step = {0: [0.1, 0.2], 1: [0.3], 2: []}
+        assert rep.group_sigma.tolist() == [x for d in draw for x in by_step[d]]
+        assert rep.group_step.tolist() == [j for j, d in enumerate(draw) for _ in by_step[d]]
+        assert rep.group_size.tolist() == [{0.1: 4, 0.2: 4, 0.3: 8}[x] for x in rep.group_sigma.tolist()]
+        firsts = {0: [(4, 1)], 1: [], 2: [(8, 5)]}
+        assert list(zip(rep.first_n.tolist(), rep.first_correct.tolist())) == [v for d in draw for v in firsts[d]]
+        assert rep.eval_step.tolist() == [-1, 2] and rep.eval_accuracy.tolist() == [0.5, 0.6] and rep.steps == 3
+        seen.add(tuple(draw))
+    assert len(seen) > 5  # the draws vary with the generator
