@@ -168,8 +168,8 @@ def _demo(args: argparse.Namespace, res: dict, instance: DagsterInstance, say, s
     rep_dir = f"{root}/reports"
     stop.check()
     report = build_definitions(res).resolve_job_def(report_job.name)
-    report_config = {"ops": {name: {"config": {"out_dir": rep_dir}}
-                             for name in ("rollouts_report", "pass_rate_timeline")}, **QUIET}
+    report_config = {"ops": {name: {"config": {"out_dir": rep_dir}}  # every asset of the job: nothing outside --root
+                             for name in ("rollouts_report", "pass_rate_timeline", "run_comparison")}, **QUIET}
     for tags in [sensor_run_tags(r) for r in reports] or [{REPORT_TAG: ",".join(run_ids)}]:
         out = report.execute_in_process(instance=instance, tags=tags, run_config=report_config)
     md = out.asset_materializations_for_node("rollouts_report")[0].metadata["rollouts_to_target"].value

@@ -9,7 +9,8 @@ peak among the candidates (the tuning rule of the studies), per seed, the median
 visits it made; the evaluations stay where they were measured), keeping the law form the full fit chose; each
 replicate's simulator ranks every candidate on one seed (replicate b on ``seeds[b % len(seeds)]``). A row's interval
 is the 10th-90th percentile of its rollouts to target over the replicates, and "first in k/B" counts the replicates
-it won: the fit's uncertainty and the simulation's seed noise together, not the law's error (that is what
+it won (a tie counts for each tied budget: GRPO n = 8 with and without the prior often reach the target at the same
+step): the fit's uncertainty and the simulation's seed noise together, not the law's error (that is what
 docs/STUDIES.md's "The simulator's fitted law against the measured benchmark" measured: the order of the methods,
 not their ratios within 25%; group sizes outside those the fitted runs trained are an extrapolation).
 """
@@ -132,7 +133,7 @@ class PlanRow:
     reached: int  # seeds on which it reached the target
     low: float | None = None  # 10th / 90th percentile over the resampled fits (None: reached in under half of them)
     high: float | None = None
-    first: int = 0  # resampled fits that ranked it first
+    first: int = 0  # resampled fits that ranked it first (ties included)
 
 
 def simulate_curve(preset: str, cand: Candidate, sim_fields: dict, seed: int, steps: int,
@@ -242,12 +243,13 @@ def plan(runs: Sequence[RunObservations], preset: str, fit_steps: int, horizon: 
     for b in range(resamples):
         refit = fit_simulator([resample_steps(r, rng) for r in cut], mix_steps=fit_steps, forms=(fit.chosen,))
         rep = rank(preset, refit.sim, cands, [seeds[b % len(seeds)]], horizon)
-        if rep[0].rollouts_to_target is not None:
-            firsts[rep[0].candidate.name] += 1
+        best = [r.candidate.name for r in rep if r.rollouts_to_target == rep[0].rollouts_to_target]  # ties: all
+        for name in best:
+            firsts[name] += 1
         for r in rep:
             if r.rollouts_to_target is not None:
                 costs[r.candidate.name].append(r.rollouts_to_target)
-        say(f"resampled fit {b + 1}/{resamples}: {rep[0].candidate.name} first")
+        say(f"resampled fit {b + 1}/{resamples}: {' = '.join(best)} first")
     out = []
     for r in rows:
         c = costs[r.candidate.name]

@@ -54,6 +54,8 @@ def test_demo_materializes_the_graph_and_prints_the_table(tmp_path, base_policy,
     assert study_headline() in out.stdout
     for name in ("accuracy_vs_rollouts", "accuracy_vs_steps", "reward_std_per_step", "informative_share_per_step"):
         assert (tmp_path / "runs" / "reports" / f"{name}.png").stat().st_size > 10_000
+    # the report job's every plot goes under --root (run_comparison's too: it once went to the working folder)
+    assert (tmp_path / "runs" / "reports" / "compare_bench.png").stat().st_size > 10_000
     con = duckdb.connect(str(tmp_path / "runs" / "pc.duckdb"), read_only=True)
     try:
         runs = con.execute("SELECT method, status FROM runs ORDER BY method").fetchall()
@@ -87,7 +89,7 @@ def test_demo_materializes_the_graph_and_prints_the_table(tmp_path, base_policy,
     res = run_cli("plan", "--store", str(tmp_path / "runs" / "pc.duckdb"), "--runs", *(r[0] for r in run_ids),
                   "--fit-steps", "4", "--horizon", "20", "--seeds", "1", "--resamples", "2", check_rc=0)
     table = [line.split() for line in res.stdout.splitlines() if line[:4].strip().isdigit()]
-    assert [int(r[0]) for r in table] == list(range(1, 11)) and sum(int(r[-2].split("/")[0]) for r in table) <= 2
+    assert [int(r[0]) for r in table] == list(range(1, 11)) and 1 <= max(int(r[-2].split("/")[0]) for r in table) <= 2
     best = next(line for line in res.stdout.splitlines() if line.startswith("best: "))
     assert f"train --preset bench --method {'grpo' if table[0][1] == 'GRPO' else 'pc'}" in best
 

@@ -218,7 +218,7 @@ def test_budget_plan_ranks_budgets_from_the_runs_first_steps(sim, tmp_path):
     assert [r["rank"] for r in rows] == list(range(1, 11))
     reached = [r["rollouts_to_target"] for r in rows if r["rollouts_to_target"] is not None]
     assert reached == sorted(reached) and reached  # ranked by predicted rollouts, the reached ones first
-    assert sum(r["first"] for r in rows) <= 2
+    assert 1 <= max(r["first"] for r in rows) <= 2  # every refit ranks a first (a tie counts for each)
     for r in rows:
         assert (r["low"] is None) == (r["high"] is None) and (r["low"] is None or r["low"] <= r["high"])
     assert md["best"].value == rows[0]["budget"]

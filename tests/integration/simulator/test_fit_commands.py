@@ -89,7 +89,8 @@ def test_plan_ranks_budgets_and_prints_the_best_command(store, tmp_path):
     assert ("--method grpo" in best) == first.startswith("GRPO")
     # each row: its 10-90% interval over the refits ('-': reached in under half of them) and 'first in k/3'
     firsts = [int(line.split()[-2].split("/")[0]) for line in table]
-    assert all(line.split()[-2].endswith("/3") for line in table) and sum(firsts) <= 3
+    assert all(line.split()[-2].endswith("/3") for line in table)
+    assert 1 <= max(firsts) <= 3  # every refit ranks a first (a tie counts for each)
     for line in table:
         interval = line.split()[-3]
         assert interval == "-" or float(interval.split("-")[0].replace(",", "")) <= float(
