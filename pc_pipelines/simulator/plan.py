@@ -229,8 +229,9 @@ def plan(runs: Sequence[RunObservations], preset: str, fit_steps: int, horizon: 
     short = [r for r in runs if r.steps < fit_steps]
     if short:
         r = min(short, key=lambda x: x.steps)
-        raise ConfigError(f"--fit-steps {fit_steps}: run {brief(r.run_id)} has only {r.steps} steps. "
-                          f"Fix: pass --fit-steps {max(r.steps, 1)} or less, or leave that run out (--runs).")
+        raise ConfigError(f"fit steps {fit_steps}: run {brief(r.run_id)} has only {r.steps} steps. Fix: fit on "
+                          f"{max(r.steps, 1)} steps or fewer (`plan --fit-steps`, the budget_plan asset's fit_steps), "
+                          "or leave that run out.")
     say = progress or (lambda _msg: None)
     cands = list(candidates or default_candidates())
     cut = [first_steps(r, fit_steps) for r in runs]

@@ -127,7 +127,7 @@ def test_plan_refuses_fit_steps_beyond_the_runs(store):
     res = run_cli("plan", "--store", str(store), "--runs", "g4", "--fit-steps", "50", check_rc=2)
     err = res.stderr.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in res.stderr
-    assert "run 'g4' has only 30 steps" in err and "Fix: pass --fit-steps 30" in err
+    assert "run 'g4' has only 30 steps" in err and "Fix: fit on 30 steps or fewer (`plan --fit-steps`" in err
     assert _digest(store) == before
 
 

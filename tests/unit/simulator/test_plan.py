@@ -57,7 +57,8 @@ def test_plan_refuses_runs_shorter_than_the_fit_steps():
     with pytest.raises(ConfigError) as e:
         plan([run], "bench", fit_steps=20, horizon=10, seeds=[0])
     msg = str(e.value)
-    assert "\n" not in msg and "short-run" in msg and "only 6 steps" in msg and "Fix: pass --fit-steps 6" in msg
+    assert "\n" not in msg and "short-run" in msg and "only 6 steps" in msg and "Fix: fit on 6 steps or fewer" in msg
+    assert "--fit-steps" in msg and "fit_steps" in msg  # the command's flag and the asset's field
 
 
 def test_resample_steps_draws_whole_steps_and_keeps_the_evaluations():
