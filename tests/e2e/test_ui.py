@@ -285,8 +285,10 @@ PARTITION_PAGE = """query($path: [String!]!, $key: String!) { assetOrError(asset
 STEP_FIELDS = {"segment_step", "segment_steps", "run_step", "run_steps", "segment", "segments", "mean_reward",
                "reward_std", "informative_share", "step_rollouts", "cumulative_rollouts", "seconds_per_step", "eta_s",
                "eta", "progress"}
+# Evaluations are most of a segment's time here and nothing below reads their numbers: one sample a prompt.
 LIVE_OVERRIDES = ["allocator.train_batch=8", "allocator.n=16", "allocator.n_pilot=4", "allocator.pilot_wave=2",
-                  "allocator.commit_mean=12", "training.ppo_minibatch=4", "training.eval_every=100"]
+                  "allocator.commit_mean=12", "training.ppo_minibatch=4", "training.eval_every=100",
+                  "training.eval_samples=1"]
 
 
 def gql(server: Server, query: str, **variables) -> dict:
