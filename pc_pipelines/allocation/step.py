@@ -458,19 +458,18 @@ class StepContext:
             if e.prompt_id in self._trained:  # invariant: pop_buffer excludes prompts trained this step
                 raise AllocatorError(f"prompt {e.prompt_id} would train twice in step {self.step}")
             self._trained.add(e.prompt_id)
-            n_pilot = e.rewards.shape[0]
             self._groups.append(
                 TrainedGroup(
                     prompt_id=e.prompt_id,
-                    spans=(*e.spans, (start, count)) if e.spans else ((e.rollout_start, n_pilot), (start, count)),
+                    spans=(*e.pilot_spans, (start, count)),
                     reward_parts=(*e.reward_parts, flat[o : o + count]),
                     born=e.born,
                     lag=lag,
-                    n_pilot=n_pilot,
+                    n_pilot=e.n,
                     n_commit=count,
                 )
             )
-        pilot = np.array([(e.rewards.shape[0], e.reward_sum, e.reward_sq) for e in entries], np.float64)
+        pilot = np.array([(e.n, e.reward_sum, e.reward_sq) for e in entries], np.float64)
         commit = np.stack([result.counts[rows], result.sum[rows], result.sq[rows]], axis=1)
         self._gstats.append(pilot + commit)
         self.observe(result, rows, np.full(rows.shape[0], Decision.TRAINED, np.int8), lag=lags)
