@@ -443,7 +443,7 @@ class StepContext:
 
     def train_commits(self, result: CallResult, rows: np.ndarray, entries: list[BufferEntry]) -> None:
         """PC: each commit request joins its buffer entry's pilot rollouts into one trained group (and its row is
-        recorded, ``trained`` with its lag). ``entries`` are the :meth:`pop_buffer` entries, aligned with ``rows``."""
+        recorded, ``trained`` with its lag); with ``train_pilots`` off the group is the commit's rollouts alone. ``entries`` are the :meth:`pop_buffer` entries, aligned with ``rows``."""
         if not entries:
             return
         call = result.call
@@ -451,6 +451,7 @@ class StepContext:
         if int(lags.max()) > self.config.max_age:  # invariant: expire() runs after every step
             raise AllocatorError(f"a buffer entry would train with lag {int(lags.max())} > d={self.config.max_age}")
         flat = result.flat
+        with_pilots = self.config.train_pilots  # False: commits only (the pilots screened, they do not train)
         for e, lag, start, count, o in zip(
             entries, lags.tolist(), call.rollout_starts[rows].tolist(), result.counts[rows].tolist(),
             result.offsets[rows].tolist(),
@@ -458,20 +459,22 @@ class StepContext:
             if e.prompt_id in self._trained:  # invariant: pop_buffer excludes prompts trained this step
                 raise AllocatorError(f"prompt {e.prompt_id} would train twice in step {self.step}")
             self._trained.add(e.prompt_id)
+            pilots = e.pilot_spans if with_pilots else ()
             self._groups.append(
                 TrainedGroup(
                     prompt_id=e.prompt_id,
-                    spans=(*e.pilot_spans, (start, count)),
-                    reward_parts=(*e.reward_parts, flat[o : o + count]),
+                    spans=(*pilots, (start, count)),
+                    reward_parts=(*(e.reward_parts if with_pilots else ()), flat[o : o + count]),
                     born=e.born,
                     lag=lag,
-                    n_pilot=e.n,
+                    n_pilot=e.n if with_pilots else 0,
                     n_commit=count,
                 )
             )
-        pilot = np.array([(e.n, e.reward_sum, e.reward_sq) for e in entries], np.float64)
         commit = np.stack([result.counts[rows], result.sum[rows], result.sq[rows]], axis=1)
-        self._gstats.append(pilot + commit)
+        if with_pilots:
+            commit = commit + np.array([(e.n, e.reward_sum, e.reward_sq) for e in entries], np.float64)
+        self._gstats.append(commit)
         self.observe(result, rows, np.full(rows.shape[0], Decision.TRAINED, np.int8), lag=lags)
 
     # ---- the replay buffer and the stream ----------------------------------------------------------------------

@@ -20,7 +20,7 @@ STRATEGY_KINDS = ("band", "sampling", "pilot", "commit", "eviction")
 OVERSAMPLE_MAX = 100.0
 """The largest oversample s: b_g = ceil(s * b_t) prompts are drawn per round (the paper uses 3)."""
 
-PC_ONLY_FIELDS = ("n_pilot", "eviction_strategy", "return_share")
+PC_ONLY_FIELDS = ("n_pilot", "eviction_strategy", "return_share", "train_pilots")
 """Allocator settings that only Pilot-Commit reads: a run of another method given one of them explicitly is
 refused (it would be ignored), and a preset's value of them is dropped for such a run."""
 
@@ -54,6 +54,11 @@ class AllocatorConfig:
     binding). False runs the pilot call, the filter, then a separate commit call (two calls per round)."""
     selection: str = "max_variance"
     """PC replay-buffer selection strategy: ``max_variance`` (default), ``most_recent``, ``random``."""
+    train_pilots: bool = True
+    """PC: a kept prompt's trained group is its pilot rollouts plus its commits (the paper). False: commits only,
+    the pilots only screen (an ablation: the pilots that kept a prompt were chosen for landing in the band, so
+    training on them conditions the group's baseline on that choice; commits-only groups are unconditioned draws).
+    Each commit then needs at least 2 rollouts to have an advantage."""
     seed: int = 0
     """Seeds the prompt stream (shared by every method: common random numbers) and the buffer tie-breaks."""
 
@@ -241,6 +246,17 @@ class AllocatorConfig:
             raise field_error(self, "screen_max_skips", "is 0 with screen_max_unseen 0: the prior would have no "
                               "exploration floor and could starve a prompt for the whole run",
                               "set screen_max_unseen=10 (steps) or screen_max_skips=3")
+        if not isinstance(self.train_pilots, bool):
+            raise field_error(self, "train_pilots", "must be true or false",
+                              "set train_pilots=true (the paper) or train_pilots=false (commits only)")
+        if not self.train_pilots and self.method == "pc":
+            fewest = self.commit_min if self.commit_strategy == "variance" else self.commit_n
+            if fewest < 2:
+                field = "commit_min" if self.commit_strategy == "variance" else "n"
+                raise field_error(self, "train_pilots", f"is false, so a trained group is its commits alone, and "
+                                  f"{field} allows a commit of {fewest} rollout: a group of one has no advantage",
+                                  "give every commit at least 2 rollouts (commit_min >= 2 with variance commits, "
+                                  "n - n_pilot >= 2 with uniform ones), or set train_pilots=true")
         for name in ("commit_mean", "commit_max"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

@@ -109,7 +109,7 @@ ALL_SECTIONS = {**SECTIONS, **OPTIONAL_SECTIONS}
 NOT_BEHAVIOUR = {"training": ("checkpoint_every", "keep_checkpoints", "keep_every")}
 # Fields added after the config format's first version: hashed only when they differ from their default.
 ADDED_FIELDS = {
-    "training": ("torch_threads", "eval_samples", "dtype"),
+    "training": ("torch_threads", "eval_samples", "dtype", "eval_every_rollouts"),
     "sim": (
         "law", "law_rate", "law_noise_floor", "law_noise_scale", "law_noise_power", "law_step_noise", "law_skill_cap",
         "difficulty_mix_weight", "difficulty_mean_2", "difficulty_spread_2", "eval_difficulty_mean",
@@ -120,7 +120,7 @@ ADDED_FIELDS = {
         "commit_strategy", "commit_mean", "commit_min", "commit_max", "eviction_strategy", "return_share",
         "screen_strategy", "screen_discount", "screen_threshold", "screen_min_evidence", "screen_max_skips",
         "screen_explore", "screen_prior_strength", "screen_draw_cap", "screen_max_unseen", "screen_early_wave",
-        "screen_early_threshold",
+        "screen_early_threshold", "train_pilots",
     ),
 }
 

@@ -46,7 +46,12 @@ class TrainingConfig:
     overlong_reward: float = 0.0
     """Reward of a truncated response."""
     eval_every: int = 5
-    """Evaluate every this many training steps."""
+    """Evaluate every this many training steps (unless ``eval_every_rollouts`` is set)."""
+    eval_every_rollouts: int = 0
+    """Evaluate after each step whose sampled rollouts cross a multiple of this count (0: off, ``eval_every`` steps
+    decide). Runs whose steps sample different counts (PC against GRPO, groups of 4 against 64) are then evaluated
+    at the same cadence in what they spend, so "first evaluation at or above the target" charges every arm the same
+    granularity. Replaces ``eval_every`` when set."""
     prompt_template: str = "{question} Let's think step by step and output the final answer within \\boxed{{}}."
     """Prompt template; {question} is the dataset question."""
     torch_threads: int = 1
@@ -75,7 +80,8 @@ class TrainingConfig:
                      "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise field_error(self, name, "must be >= 1", f"set {name} to a positive count")
-        for name in ("lr", "weight_decay", "grad_clip", "clip_low", "clip_high", "kl_coef", "warmup_steps", "keep_every"):
+        for name in ("lr", "weight_decay", "grad_clip", "clip_low", "clip_high", "kl_coef", "warmup_steps", "keep_every",
+                     "eval_every_rollouts"):
             if getattr(self, name) < 0:
                 raise field_error(self, name, "must be >= 0", f"set {name} >= 0")
         if self.dtype not in DTYPES:
@@ -100,6 +106,15 @@ class TrainingConfig:
             if not 0 < getattr(self, name) <= 1:
                 raise field_error(self, name, "must lie in (0, 1]", "use 1.0 to disable nucleus sampling")
         self._check_prompt_template()
+
+    def evaluates_after(self, step: int, rollouts_before: int, rollouts_after: int) -> bool:
+        """Whether the schedule evaluates after 0-based ``step``, which took the run's cumulative sampled rollouts
+        from ``rollouts_before`` to ``rollouts_after``: every ``eval_every_rollouts`` sampled rollouts when set,
+        else every ``eval_every`` steps. One rule for the driver and the simulator."""
+        k = self.eval_every_rollouts
+        if k:
+            return rollouts_after // k > rollouts_before // k
+        return (step + 1) % self.eval_every == 0
 
     def _check_prompt_template(self) -> None:
         """The template is formatted with ``question=`` only: any other placeholder (``{x}``, ``{}``, ``{0}``,

@@ -359,8 +359,9 @@ def _train_segment(opened: OpenRun, steps: int | None, until_step: int | None, f
         for _ in range(steps):
             if stop is not None:
                 stop.check()
+            before = opened.totals.sampled_rollouts
             rec = opened.step()
-            scheduled = (rec.step + 1) % cfg.eval_every == 0
+            scheduled = cfg.evaluates_after(rec.step, before, opened.totals.sampled_rollouts)
             if scheduled or (evaluate_last and rec.step == last):
                 acc = opened.evaluate(rec.step) if scheduled else opened.evaluate_off_schedule(rec.step)
                 rec.eval_by_set = acc

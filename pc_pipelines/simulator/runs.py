@@ -1,6 +1,6 @@
 """Simulated runs recorded in the store, exactly as real training runs will be: a ``runs`` row with the resolved
 config, one atomic step directory per step, eval results (the simulator's expected held-out accuracy, benchmark
-``sim_heldout``) before training and every ``training.eval_every`` steps and at the last step. A finished run is
+``sim_heldout``) before training, on the ``training`` schedule (``evaluates_after``) and at the last step. A finished run is
 compacted into the catalog (see ``store.schema``), so queries over it open no step files.
 
 Eval rows go to the catalog in short transactions, batched at most every ``flush_every_s`` seconds so a
@@ -90,7 +90,8 @@ def _record(config: RunConfig, store: Store, steps: int, run_id: str, flush_ever
     # A simulated run always starts from step 0: forget whatever an earlier attempt of the same id wrote.
     store.reopen_after(run_id, -2)
     writer = store.writer(run_id)
-    every = config.training.eval_every
+    schedule = config.training
+    sampled = 0
     pending = [_eval_row(run_id, -1, sim.population.accuracy(), config)]
     last_flush = time.monotonic()
     done = 0
@@ -103,7 +104,8 @@ def _record(config: RunConfig, store: Store, steps: int, run_id: str, flush_ever
             writer.write_step(st.outcome.step, step_tables(run_id, st.outcome))
             dt = time.perf_counter() - t0
             done = i + 1
-            evaluated = (st.outcome.step + 1) % every == 0 or i == steps - 1
+            before, sampled = sampled, sampled + st.outcome.ledger.sampled_rollouts
+            evaluated = schedule.evaluates_after(st.outcome.step, before, sampled) or i == steps - 1
             if evaluated:
                 pending.append(_eval_row(run_id, st.outcome.step, st.accuracy, config))
             if pending and (time.monotonic() - last_flush > flush_every_s or i == steps - 1):

@@ -1,0 +1,101 @@
+"""research/small_groups.py (issue 52): the grid resolves to valid configs with the trained group it names, every arm
+has the same measurement, the chunked budget and the tuning rule, and only the tuning seeds tune."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load():
+    sys.path.insert(0, str(ROOT))
+    return importlib.import_module("research.small_groups")
+
+
+def _config(job):
+    from pc_pipelines.allocation import check_config
+    from pc_pipelines.config.presets import parse_overrides, resolve
+
+    cfg = resolve(job.preset, parse_overrides(list(job.overrides)), method=job.method, seed=job.seed,
+                  family=job.family)
+    check_config(cfg.allocator)
+    return cfg
+
+
+def test_every_candidate_resolves_with_its_trained_group_and_the_common_measurement():
+    sg = load()
+    groups = {}
+    for name in sg.CANDIDATES:
+        cfg = _config(sg.pc_job(name, 100))
+        a = cfg.allocator
+        trained = (a.pilot_n if a.train_pilots else 0) + a.commit_n
+        assert trained <= 8, f"{name}: trained group {trained}"
+        assert cfg.training.eval_every_rollouts == sg.EVAL_EVERY and cfg.training.dtype == "float64"
+        assert a.train_pilots == (not name.endswith("-co"))
+        assert (a.screen_strategy == "posterior") == name.endswith("-prior")
+        groups[name] = (trained, a.train_batch)
+    assert groups["p2c2"] == (4, 16) and groups["p2c2-b32"] == (4, 32) and groups["p4c4"] == (8, 16)
+    assert groups["p2s2c4"] == (8, 16) and groups["p2s2c4-co"] == (4, 16) and groups["p2c2-co"] == (2, 16)
+    grpo = _config(sg.grpo_job(100))
+    assert grpo.allocator.n == 4 and grpo.training.eval_every_rollouts == sg.EVAL_EVERY
+
+
+def test_only_tuning_seeds_tune_and_the_study_waits_for_the_choice():
+    sg = load()
+    assert {j.seed for j in sg.tune_jobs()} == set(sg.TUNE_SEEDS)
+    with pytest.raises(ValueError, match="only"):
+        sg.tune_jobs([19])
+    assert not set(sg.STUDY_SEEDS) & (set(range(19)) | set(sg.TUNE_SEEDS))
+    if sg.PC_SMALL_BEST is None:
+        with pytest.raises(ValueError, match="not frozen"):
+            sg.study_jobs()
+
+
+def test_next_steps_reaches_the_budget_and_always_grows():
+    sg = load()
+    assert sg.next_steps(0, 0, 1000, first_guess=10) == 10
+    assert sg.next_steps(10, 500, 1000) == 20
+    assert sg.next_steps(10, 999, 1000) == 11
+    assert sg.next_steps(10, 1000, 1000) is None
+
+
+def _row(rollouts, acc):
+    sg = load()
+    return {"rollouts": rollouts, sg.EQUAL_BUDGETS[1]: acc}
+
+
+def test_rule_lowest_median_cost_then_accuracy_and_waits_for_missing_runs():
+    sg = load()
+    rows = {("a", 100): _row(10_000, 0.70), ("a", 101): _row(30_000, 0.70),
+            ("b", 100): _row(20_000, 0.71), ("b", 101): _row(20_000, 0.72),
+            ("c", 100): _row(None, 0.74), ("c", 101): _row(1_000, 0.74)}
+    assert sg.choose(rows, ["a", "b", "c"]) == "b"  # a ties b on the median cost (20,000): b is more accurate
+    rows[("b", 101)] = _row(None, 0.72)
+    assert sg.choose(rows, ["a", "b", "c"]) == "a"  # b never reaches it on one seed: infinite median
+    del rows[("a", 100)]
+    assert sg.choose(rows, ["a", "b", "c"]) is None
+
+
+def test_cost_row_reads_the_smoothed_curve_at_the_fixed_target_and_budgets():
+    from pc_pipelines.reports import RunCurves
+
+    sg = load()
+    accs = (0.70, 0.71, 0.72, 0.73, 0.74, 0.74)
+    evals = tuple(range(0, 6 * 12_800, 12_800))
+    curve = RunCurves(run_id="r", family="f", method="pc", seed=100, eval_step=tuple(range(-1, 5)),
+                      eval_rollouts=evals, eval_accuracy=accs, step=tuple(range(5)),
+                      cumulative_sampled=tuple(12_800 * (i + 1) for i in range(5)),
+                      cumulative_trained=tuple(3_200 * (i + 1) for i in range(5)),
+                      reward_std=(0.1,) * 5, informative_share=(1.0,) * 5)
+    row = sg.cost_row(curve)
+    # smoothed over 3: .70 .705 .71 .72 .73 .7367; first >= .725 is the fifth eval, at 51,200 rollouts
+    assert row["rollouts"] == 51_200
+    assert row[15_360] == pytest.approx((0.70 + 0.71 + 0.72) / 3)  # the first eval at or past 15,360: 25,600
+    assert row["sampled_per_trained"] == pytest.approx(4.0)
+    assert not math.isnan(row["peak"])
