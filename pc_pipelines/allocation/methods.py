@@ -241,12 +241,13 @@ class PilotCommit(AllocationMethod):
         ctx.admit(last, rows[kept], [(r, w[kept]) for r, w in parts[:-1]])
         ctx.evict(last, rows[evicted], epochs[evicted])
         self.eviction.settle(ctx, last, rows, epochs, evicted, returned)
-        ctx.record(
+        ctx.record(  # the last wave's own rollouts; the decision read every wave's (its evidence)
             prompt_id=last.call.prompt_ids[rows],
             call=last.call,
             stage=last.call.stages[rows],
-            n=n,
-            n_correct=n_correct,
+            n=last.counts[rows],
+            n_correct=last.sum[rows],
+            evidence=(n, n_correct),
             decision=decision,
             evicted=evicted,
             lag=None,
@@ -287,7 +288,8 @@ class PilotCommit(AllocationMethod):
                 ctx.ledger.pilot_rollouts_saved += int(e_rows.shape[0]) * sum(waves[1:])
             u_rows = rows[~early]
             kept = 0
-            if u_rows.shape[0]:
+            if u_rows.shape[0]:  # the first wave's own row (every wave is its own observation), then the later wave
+                ctx.observe(first, u_rows, np.full(u_rows.shape[0], Decision.CONTINUED, np.int8))
                 second = yield ctx.make_call([(first.call.prompt_ids[u_rows], waves[1], Stage.PILOT)], wave=1)
                 kept = self.screen(ctx, [(first, u_rows), (second, np.arange(len(second)))], epochs[~early], need,
                                    returned[~early])

@@ -72,6 +72,8 @@ REASONS: tuple[ReasonTemplate, ...] = (
                    decision=Decision.SCREENED_BY_PRIOR),
     ReasonTemplate("first pilot wave all {outcome} ({n} rollouts): p_hat={p_hat:.3f} outside the band, "
                    "decided without the second wave", rule=Rule.EARLY_WAVE),
+    ReasonTemplate("first pilot wave ({n} rollouts, p_hat={p_hat:.3f}) decided nothing: sent on to the later wave, "
+                   "whose row holds the decision", decision=Decision.CONTINUED),
     ReasonTemplate("p_hat={p_hat:.3f} in the widened band [{band_lower:.4g}, {band_upper:.4g}] (the batch was short)",
                    decision=Decision.KEPT, rule=Rule.ADAPTIVE_BAND),
     ReasonTemplate("p_hat={p_hat:.3f} in band [{band_lower:.4g}, {band_upper:.4g}]", decision=Decision.KEPT),

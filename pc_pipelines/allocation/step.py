@@ -295,6 +295,8 @@ class StepContext:
                 stage=np.full(k, Stage.PILOT if screen.pilots else Stage.FULL, np.int8),
                 n=np.zeros(k, np.int32),
                 n_correct=np.zeros(k, np.float64),
+                evidence_n=np.zeros(k, np.int32),
+                evidence_correct=np.zeros(k, np.float64),
                 decision=np.full(k, Decision.SCREENED_BY_PRIOR, np.int8),
                 evicted=np.zeros(k, bool),
                 lag=np.zeros(k, np.int32),
@@ -379,20 +381,27 @@ class StepContext:
         wave: np.ndarray,
         rule: Rule | np.ndarray,
         returned: np.ndarray | None = None,
+        evidence: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        """Append observation rows (``call`` is the last call the rows' rollouts came from) and count decisions.
-        ``returned`` (default none): rows whose prompt came back from the easy pool."""
+        """Append observation rows (``call`` is the call the rows' rollouts came from, ``n`` / ``n_correct`` their
+        counts) and count decisions. ``returned`` (default none): rows whose prompt came back from the easy pool;
+        ``evidence`` (default ``n``, ``n_correct``): the rollouts and correct ones each row's decision read."""
         k = prompt_id.shape[0]
         if k == 0:
             return
+        n = np.asarray(n).astype(np.int32)
+        n_correct = np.asarray(n_correct, np.float64)
+        evidence_n, evidence_correct = (n, n_correct) if evidence is None else evidence
         self._append(
             Observations(
                 prompt_id=np.asarray(prompt_id, np.int64),
                 round=np.full(k, call.round, np.int16),
                 call=np.full(k, call.index, np.int16),
                 stage=np.asarray(stage, np.int8),
-                n=np.asarray(n).astype(np.int32),
-                n_correct=np.asarray(n_correct, np.float64),
+                n=n,
+                n_correct=n_correct,
+                evidence_n=np.asarray(evidence_n).astype(np.int32),
+                evidence_correct=np.asarray(evidence_correct, np.float64),
                 decision=decision.astype(np.int8, copy=False),
                 evicted=np.zeros(k, bool) if evicted is None else evicted,
                 lag=np.zeros(k, np.int32) if lag is None else lag.astype(np.int32),

@@ -44,6 +44,8 @@ class Decision(enum.IntEnum):
     TRAINED = 3  # the group is part of this step's training batch
     SURPLUS = 4  # DAPO: informative, but b_t groups were already kept this step (sampled, never trained)
     SCREENED_BY_PRIOR = 5  # drawn, then skipped without a rollout: the history prior predicted it useless (n = 0)
+    CONTINUED = 6  # a sequential pilot's first wave that decided nothing: the prompt went on to its later wave, whose
+    #                row holds the decision (over every wave's rollouts: its ``evidence_n`` and ``p_hat``)
 
     @property
     def label(self) -> str:
@@ -164,8 +166,11 @@ class Observations:
     round: np.ndarray  # int16
     call: np.ndarray  # int16
     stage: np.ndarray  # int8 Stage
-    n: np.ndarray  # int32 rollouts observed in this row
+    n: np.ndarray  # int32 rollouts observed in this row (its own wave's only: a row per pilot wave)
     n_correct: np.ndarray  # float64: sum of rewards (the number correct for binary rewards)
+    evidence_n: np.ndarray  # int32: rollouts the row's decision read: n, except a later pilot wave's row, whose
+    #                         decision read every wave of its round (the first wave's own row is ``continued``)
+    evidence_correct: np.ndarray  # float64: their sum of rewards
     decision: np.ndarray  # int8 Decision
     evicted: np.ndarray  # bool: marked solved, leaves the pool from the next epoch
     lag: np.ndarray  # int32: for TRAINED rows, trained step - born; else 0
@@ -183,7 +188,9 @@ class Observations:
 
     @property
     def p_hat(self) -> np.ndarray:
-        return np.divide(self.n_correct, self.n, out=np.zeros_like(self.n_correct), where=self.n > 0)
+        """The pass rate the row's decision read (over ``evidence_n`` rollouts; 0 for a row without rollouts)."""
+        return np.divide(self.evidence_correct, self.evidence_n, out=np.zeros_like(self.evidence_correct),
+                         where=self.evidence_n > 0)
 
     @staticmethod
     def concat(parts: list[Observations]) -> Observations:
@@ -200,6 +207,8 @@ class Observations:
             stage=np.zeros(0, np.int8),
             n=np.zeros(0, np.int32),
             n_correct=np.zeros(0, np.float64),
+            evidence_n=np.zeros(0, np.int32),
+            evidence_correct=np.zeros(0, np.float64),
             decision=np.zeros(0, np.int8),
             evicted=np.zeros(0, bool),
             lag=np.zeros(0, np.int32),

@@ -16,7 +16,8 @@ epoch boundary); a cell folds them:
   commit rollouts: the pilot's were counted in its own step);
 * **marker** = the step's decision of highest precedence, ``trained`` > ``kept`` > ``surplus`` > ``skipped_easy`` >
   ``deferred_hard`` > ``screened_by_prior`` (:data:`DECISIONS`): whether the prompt reached the update first, then
-  whether it was kept for it, then why not (a cell with only a prior skip has a marker on white: no rollout). Precedence, not time: a PC round's commits and pilots come from one engine call;
+  whether it was kept for it, then why not (a cell with only a prior skip has a marker on white: no rollout; a first
+  pilot wave's ``continued`` row is never a marker: its later wave's row holds the decision). Precedence, not time: a PC round's commits and pilots come from one engine call;
 * **frames**, added to the marker: ``evicted`` (red: some row of the step marked the prompt solved) and
   ``returned`` (magenta: it came back from the easy pool that step);
 * **blank** (white): the prompt was not sampled at that step.

@@ -2,7 +2,7 @@
 first evaluation, and the ``fitted`` learning law (:mod:`.model`) from what each step trained against the held-out
 accuracy it measured. Numpy only; the store is read once, by :func:`read_runs`, and every fit takes arrays.
 
-**The pass-rate mix** (:func:`fit_mix`). Each prompt's first visit in a run (its first pilot or full group, within
+**The pass-rate mix** (:func:`fit_mix`). Each prompt's first visit in a run (its first pilot wave or full group, within
 the first ``mix_steps`` steps: the policy has barely moved) gives ``k`` correct of ``n``. The difficulty logit is
 a Normal (one component) or a mix of two; the marginal likelihood of ``k`` integrates the binomial over it by
 Gauss-Hermite quadrature, maximized by Nelder-Mead. Both are fitted; the two-component mix is kept only when it lowers
@@ -84,7 +84,8 @@ class RunObservations:
 
 
 _GROUPS_SQL = """
-SELECT o.step, o.prompt_id, max(o.n + coalesce(k.n, 0)) AS n, max(o.n_correct + coalesce(k.n_correct, 0)) AS c
+SELECT o.step, o.prompt_id, max(o.n + coalesce(k.evidence_n, 0)) AS n,
+       max(o.n_correct + coalesce(k.p_hat * k.evidence_n, 0)) AS c
 FROM pass_rate_history o
 LEFT JOIN pass_rate_history k ON k.run_id = o.run_id AND k.prompt_id = o.prompt_id AND o.stage = 'commit'
      AND k.stage = 'pilot' AND k.decision = 'kept' AND k.step = o.step - o.lag

@@ -45,7 +45,7 @@ COMPARED_RUN_RULE = ("the finished run with the most steps for each family, meth
                      "unfinished run only where none is finished)")
 """What the ``compared_runs`` view picks, in words (``pilot-commit report`` and the report asset print it)."""
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 STEP_TABLES: dict[str, pa.Schema] = {
     "steps": pa.schema(
@@ -111,7 +111,7 @@ STEP_TABLES: dict[str, pa.Schema] = {
             ("n", pa.int32()),
             ("n_correct", pa.float64()),
             ("p_hat", pa.float64()),
-            ("decision", pa.string()),  # kept | skipped_easy | deferred_hard | trained | surplus
+            ("decision", pa.string()),  # kept | skipped_easy | deferred_hard | trained | surplus | continued | ...
             ("evicted", pa.bool_()),  # independent of decision
             ("lag", pa.int32()),
             ("wave", pa.int16()),  # v4: last pilot wave of the row's rollouts (sequential pilots), else 0
@@ -123,6 +123,11 @@ STEP_TABLES: dict[str, pa.Schema] = {
             ("prior_mean", pa.float64()),
             ("prior_evidence", pa.float64()),
             ("prior_observations", pa.int32()),
+            # v10: every pilot wave is its own row (a first wave that decided nothing is ``continued``; n and
+            # n_correct are the row's own rollouts) and evidence_n counts the rollouts its decision read (every wave
+            # of the round on a later wave's row, else n; p_hat is their pass rate). NULL before v10, where a later
+            # wave's row pooled the earlier waves into its n (read as n there).
+            ("evidence_n", pa.int32()),
         ]
     ),
     "buffer_state": pa.schema(
@@ -280,6 +285,10 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS prior_mean DOUBLE",
         "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS prior_evidence DOUBLE",
         "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS prior_observations INTEGER"],
+    # v10 (every pilot wave its own row): observations count the rollouts behind their decision. Older rows hold
+    # NULL, read as n: their later-wave rows pooled every wave into n (a first wave that decided nothing has no row of
+    # its own there, and cannot be split out again).
+    9: ["ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS evidence_n INTEGER"],
 }
 
 
@@ -293,6 +302,7 @@ _STEP_COLUMNS_ADDED = {
     8: {"compacted_steps": ("returned",), "compacted_prompt_observations": ("returned",)},
     9: {"compacted_steps": ("screened_by_prior", "prior_rollouts_saved"),
         "compacted_prompt_observations": ("prior_useful", "prior_mean", "prior_evidence", "prior_observations")},
+    10: {"compacted_prompt_observations": ("evidence_n",)},
 }
 _LATER_STEP_COLUMNS = {(t, c) for added in _STEP_COLUMNS_ADDED.values() for t, cols in added.items() for c in cols}
 CATALOG_ADDED: dict[int, dict[str, tuple[str, ...]]] = {
@@ -312,6 +322,7 @@ CATALOG_ADDED: dict[int, dict[str, tuple[str, ...]]] = {
     7: {"runs": ("seq",)},
     8: _STEP_COLUMNS_ADDED[8],
     9: _STEP_COLUMNS_ADDED[9],
+    10: _STEP_COLUMNS_ADDED[10],
 }
 
 
@@ -433,18 +444,23 @@ def view_sql(files: dict[str, str] | None = None, compacted: bool = True, waterm
 
     sqls = [step_view(t) for t in STEP_TABLES]
     sqls += [
+        # Every observed group, a row per pilot wave (v10; before it a later wave's row pooled the earlier ones):
+        # n / n_correct the row's own rollouts, evidence_n and p_hat what its decision read.
         f"""{create} pass_rate_history AS
            SELECT run_id, prompt_id, step, round, stage, n, n_correct, p_hat, decision, evicted, lag, wave, rule,
-                  returned
+                  returned, coalesce(evidence_n, n) AS evidence_n
            FROM prompt_observations""",
         # Why each observed group was kept, skipped, deferred, trained or evicted, in words, with the band the
-        # step actually used (adaptive bands move per step). Rows written before v4 have no rule: read as band.
+        # step actually used (adaptive bands move per step): one decision per prompt per round, n the rollouts it
+        # read (a first wave that went on to its later wave is that decision's evidence, not a row here). Rows
+        # written before v4 have no rule: read as band.
         f"""{create} decision_reasons AS
            SELECT o.run_id, o.step, o.round, o.prompt_id, o.stage, o.n, o.p_hat, o.decision, o.evicted, o.rule,
                   o.returned, o.prior_useful, o.prior_mean, o.prior_evidence, o.prior_observations,
                   {_REASON} AS reason
-           FROM (SELECT * REPLACE (coalesce(rule, CASE WHEN stage = 'pilot' THEN 'band' ELSE 'none' END) AS rule)
-                 FROM prompt_observations) o
+           FROM (SELECT * REPLACE (coalesce(rule, CASE WHEN stage = 'pilot' THEN 'band' ELSE 'none' END) AS rule,
+                                   coalesce(evidence_n, n) AS n)
+                 FROM prompt_observations WHERE decision <> 'continued') o
            LEFT JOIN steps s USING (run_id, step)""",
         # Where each run's sampled rollouts went: every one in exactly one part (trained + early_screen +
         # screened_out + surplus + kept_unused = sampled). kept_unused: pilots kept for the buffer that never reached
@@ -455,7 +471,7 @@ def view_sql(files: dict[str, str] | None = None, compacted: bool = True, waterm
                              sum(trained_rollouts) AS trained FROM steps GROUP BY run_id),
                 o AS (SELECT run_id,
                              coalesce(sum(n) FILTER (WHERE rule = 'early_wave'), 0) AS early_screen,
-                             coalesce(sum(n) FILTER (WHERE coalesce(rule, '') <> 'early_wave'
+                             coalesce(sum(coalesce(evidence_n, n)) FILTER (WHERE coalesce(rule, '') <> 'early_wave'
                                                      AND decision IN ('skipped_easy', 'deferred_hard')), 0) AS screened_out,
                              coalesce(sum(n) FILTER (WHERE decision = 'surplus'), 0) AS surplus
                       FROM prompt_observations GROUP BY run_id)

@@ -272,6 +272,7 @@ def step_tables(run_id: str, outcome: StepOutcome, *, extra: dict[str, Any] | No
             "n": obs.n,
             "n_correct": obs.n_correct,
             "p_hat": obs.p_hat,
+            "evidence_n": obs.evidence_n,
             "decision": _DECISION_LABELS[obs.decision].tolist() if k else [],
             "evicted": obs.evicted,
             "lag": obs.lag,

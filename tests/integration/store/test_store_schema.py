@@ -79,8 +79,8 @@ def columns(path, table: str) -> list[str]:
         con.close()
 
 
-def test_schema_version_is_nine():
-    assert SCHEMA_VERSION == 9
+def test_schema_version_is_ten():
+    assert SCHEMA_VERSION == 10
     assert sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
 
 
@@ -104,7 +104,7 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
     assert columns(path, "compacted_steps") == []
 
     st = Store(path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 9
+    assert st.schema_version() == SCHEMA_VERSION == 10
     assert {"status_reason", "compacted_through", "seq"} <= set(columns(path, "runs"))
     assert columns(path, "segments")[:5] == ["run_id", "segment", "first_step", "last_step", "status"]
     for table in STEP_TABLES:
@@ -274,7 +274,7 @@ def test_version_8_catalog_gains_the_prior_columns_and_older_rows_read_null(tmp_
     assert "prior_useful" not in columns(st.path, "compacted_prompt_observations")
 
     st = Store(st.path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 9
+    assert st.schema_version() == SCHEMA_VERSION == 10
     for table in ("steps", "prompt_observations"):
         assert columns(st.path, f"compacted_{table}") == list(STEP_TABLES[table].names)
     tables = observation_tables("r", 3, returned=False)
@@ -300,6 +300,63 @@ def test_version_8_catalog_gains_the_prior_columns_and_older_rows_read_null(tmp_
         assert reasons[0] == "p_hat=1.000 > band upper 0.75; evicted: p_hat=1.000 reached p_solve"
         assert reasons[3] == ("skipped by prior, easy side: P(pilot in band) 0.03 from 11 observations "
                               "(discounted 6.2 rollouts), posterior mean 0.97")
+
+
+def _pilot_row(step: int, prompt: int, n: int, correct: float, decision: str, wave: int, rule: str,
+               evidence: tuple[int, float] | None) -> dict:
+    n_ev, c_ev = evidence or (n, correct)
+    return {"run_id": "r", "step": step, "round": 1, "call": wave, "prompt_id": prompt, "stage": "pilot", "n": n,
+            "n_correct": correct, "p_hat": c_ev / n_ev, "decision": decision, "evicted": False, "lag": 0, "wave": wave,
+            "rule": rule, "returned": False, "evidence_n": n_ev if evidence else None}
+
+
+def test_version_9_catalog_gains_evidence_and_every_later_first_wave_has_its_row(tmp_path):
+    """v10 (issue 52, every pilot wave its own row): a v9 row of a later wave pooled both waves into n and has no
+    evidence (read as n); a v10 step has the first wave's own ``continued`` row and the later wave's row with its own
+    n and the decision's evidence. decision_reasons reads one decision with its evidence from both; pass_rate_history
+    has every v10 first wave with its true n and n_correct (a v9 pooled first wave has no row of its own)."""
+    st = Store(tmp_path / "v9.duckdb").init()
+    st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
+                              kind="simulate"))
+    old = [_pilot_row(0, 40, 8, 4.0, "kept", 1, "band", None), _pilot_row(0, 41, 2, 2.0, "skipped_easy", 0,
+                                                                            "early_wave", None)]
+    tables = observation_tables("r", 0, returned=False)
+    tables["prompt_observations"] = pa.Table.from_pylist(old, schema=STEP_TABLES["prompt_observations"])
+    st.writer("r").write_step(0, tables)
+    for f in sorted((st.runs_root / "r").glob("step-*/prompt_observations.parquet")):  # as a v9 writer wrote them
+        pq.write_table(pq.read_table(f).drop_columns(["evidence_n"]), f)
+    for m in (st.runs_root / "r").glob("step-*/MANIFEST.json"):
+        m.unlink()
+    assert st.compact("r", through=0) == 1
+    con = duckdb.connect(str(st.path))
+    as_version(con, 9)
+    con.close()
+    assert "evidence_n" not in columns(st.path, "compacted_prompt_observations")
+
+    st = Store(st.path).init()
+    assert st.schema_version() == SCHEMA_VERSION == 10
+    assert columns(st.path, "compacted_prompt_observations") == list(STEP_TABLES["prompt_observations"].names)
+    new = [_pilot_row(1, 50, 2, 1.0, "continued", 0, "none", None),
+           _pilot_row(1, 50, 6, 2.0, "kept", 1, "band", (8, 3.0))]
+    tables = observation_tables("r", 1, returned=False)
+    tables["prompt_observations"] = pa.Table.from_pylist(new, schema=STEP_TABLES["prompt_observations"])
+    st.writer("r").write_step(1, tables)
+    for compacted_through in (0, 1):
+        if compacted_through == 1:
+            assert st.compact("r") == 1
+        reasons = st.query("SELECT step, prompt_id, n, p_hat, decision, reason FROM decision_reasons ORDER BY step, "
+                           "prompt_id")
+        assert [(r["step"], r["prompt_id"], r["n"], r["decision"]) for r in reasons] == [
+            (0, 40, 8, "kept"), (0, 41, 2, "skipped_easy"), (1, 50, 8, "kept")]
+        assert reasons[0]["reason"] == "p_hat=0.500 in band [0.125, 0.75]"
+        assert reasons[2]["reason"] == "p_hat=0.375 in band [0.125, 0.75]"  # 1 of 2, then 2 of 6
+        first = st.query("SELECT step, prompt_id, n, n_correct, evidence_n FROM pass_rate_history WHERE wave = 0 "
+                         "ORDER BY step, prompt_id")
+        assert first == [{"step": 0, "prompt_id": 41, "n": 2, "n_correct": 2.0, "evidence_n": 2},
+                         {"step": 1, "prompt_id": 50, "n": 2, "n_correct": 1.0, "evidence_n": 2}]
+        assert st.query("SELECT sum(n) AS n FROM pass_rate_history WHERE step = 1") == [{"n": 8}]
+        parts = st.query("SELECT screened_out, early_screen FROM rollout_breakdown")
+        assert parts == [{"screened_out": 0, "early_screen": 2}]
 
 
 def test_newer_catalog_is_refused_and_left_unchanged(tmp_path):

@@ -308,3 +308,16 @@ def graded_rule(rates: np.ndarray, seed: int = 0) -> RewardRule:
         return np.clip(u + rates[prompts] - 0.5, 0.0, 1.0)
 
     return rule
+
+
+def pooled_observations(obs):
+    """``obs`` in the layout before every pilot wave had its own row (store v10): the ``continued`` first-wave rows
+    dropped and each row's n / n_correct its decision's evidence (a later wave's row then pools every wave, as it
+    did). The bit-for-bit tests hash this, so they show that the split changed what is recorded, nothing else."""
+    from dataclasses import replace as _replace
+
+    from pc_pipelines.allocation import Decision
+
+    keep = obs.decision != Decision.CONTINUED
+    cut = {f: getattr(obs, f)[keep] for f in obs.__dataclass_fields__}
+    return _replace(obs, **{**cut, "n": cut["evidence_n"], "n_correct": cut["evidence_correct"]})

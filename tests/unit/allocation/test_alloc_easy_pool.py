@@ -20,7 +20,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from alloc_fakes import FakeEngine, bernoulli_rule, constant_rule, drive_step, make_rates, outcome_key, pc_config
+from alloc_fakes import (
+    FakeEngine,
+    bernoulli_rule,
+    constant_rule,
+    drive_step,
+    make_rates,
+    outcome_key,
+    pc_config,
+    pooled_observations,
+)
 
 from pc_pipelines.allocation import (
     SELECTION_STRATEGIES,
@@ -262,7 +271,8 @@ def test_strict_eviction_is_bit_for_bit_what_it_was(case):
         assert led.pop("returned") == 0 and not out.observations.returned.any()
         assert led.pop("screened_by_prior") == 0 and led.pop("prior_rollouts_saved") == 0  # the prior is off
         assert led.pop("prior_continued") == 0 and led.pop("prior_draw_capped") == 0
-        obs = {k: getattr(out.observations, k).tolist() for k in OBS}
+        pooled = pooled_observations(out.observations)  # the layout these digests were taken in (before v10)
+        obs = {k: getattr(pooled, k).tolist() for k in OBS}
         h.update(json.dumps([led, obs, out.evicted_prompts, out.evicted_epochs.tolist()], sort_keys=True).encode())
         evicted += len(out.evicted_prompts)
     for r in eng.records:

@@ -20,7 +20,7 @@ import pytest
 from pc_pipelines.allocation import Allocator, AllocatorConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from alloc_fakes import FakeEngine, bernoulli_rule, run_steps
+from alloc_fakes import FakeEngine, bernoulli_rule, pooled_observations, run_steps
 
 STEPS = 25
 POOL = 300
@@ -66,7 +66,7 @@ def outcome_hash(cfg: dict) -> str:
             h.update(json.dumps([g.prompt_id, g.spans, g.born, g.lag, g.n_pilot, g.n_commit]).encode())
             h.update(g.rewards.tobytes())
         for f in OBS_FIELDS:
-            h.update(np.ascontiguousarray(getattr(out.observations, f)).tobytes())
+            h.update(np.ascontiguousarray(getattr(pooled_observations(out.observations), f)).tobytes())
         led = out.ledger.to_dict()
         h.update(json.dumps([led[f] for f in LEDGER_FIELDS]).encode())
         h.update(json.dumps([out.expired, out.evicted_prompts, out.evicted_epochs.tolist(), out.replaced]).encode())

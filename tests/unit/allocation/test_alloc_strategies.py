@@ -189,8 +189,25 @@ def test_sequential_pilots_decide_flat_first_waves_early():
     # every always-right / always-wrong prompt piloted was decided early (its wave is always flat)
     certain = np.isin(obs.prompt_id, np.flatnonzero(rates != 0.5)) & (obs.stage == Stage.PILOT)
     assert np.all(early[certain])
-    late = (obs.stage == Stage.PILOT) & ~early
-    assert np.all(obs.n[late] == 8) and np.all(obs.wave[late] == 1)
+    # every other first wave has its own row (continued), then its later wave's row holds the decision over both
+    went_on = obs.decision == Decision.CONTINUED
+    late = (obs.stage == Stage.PILOT) & ~early & ~went_on
+    assert went_on.sum() == late.sum() > 0
+    assert np.all(obs.n[went_on] == 2) and np.all(obs.wave[went_on] == 0)
+    assert np.all(obs.n[late] == 6) and np.all(obs.evidence_n[late] == 8) and np.all(obs.wave[late] == 1)
+    assert sorted(obs.prompt_id[went_on]) == sorted(obs.prompt_id[late])
+    both = {p: obs.n_correct[went_on][obs.prompt_id[went_on] == p].sum() for p in obs.prompt_id[late]}
+    np.testing.assert_allclose(obs.evidence_correct[late], [both[p] + c for p, c in
+                                                            zip(obs.prompt_id[late], obs.n_correct[late])])
+    assert "sent on to the later wave" in observation_reason(obs, int(np.flatnonzero(went_on)[0]), 0.125, 0.75)
+    # every first wave's row holds exactly what the engine returned for that wave (n and the number correct)
+    first_waves = (obs.stage == Stage.PILOT) & (obs.wave == 0)
+    assert first_waves.sum() == out.ledger.prompts_consumed
+    calls = {r.index: r for r in engine.calls_of_step(out.step)}
+    for i in np.flatnonzero(first_waves):
+        rec = calls[int(obs.call[i])]
+        j = int(np.flatnonzero((rec.prompt_ids == obs.prompt_id[i]) & (rec.stages == Stage.PILOT))[0])
+        assert (obs.n[i], obs.n_correct[i]) == (rec.n[j], rec.rewards[j].sum()) == (2, rec.rewards[j].sum())
     assert "first pilot wave all correct" in observation_reason(obs, int(np.flatnonzero(early & (obs.p_hat == 1))[0]), 0.125, 0.75)
 
 
@@ -213,7 +230,12 @@ def test_ledger_and_groups_with_strategies(scenario, fmt):
         assert led.pilot_rollouts + led.pilot_rollouts_saved == led.prompts_consumed * cfg.pilot_n
         assert led.pilot_rollouts_saved == led.early_decided * sum(waves[1:])
         pilots = obs.stage == Stage.PILOT
-        assert pilots.sum() == led.prompts_consumed, "one observation row per piloted prompt"
+        went_on = obs.decision == Decision.CONTINUED
+        assert (pilots & ~went_on).sum() == led.prompts_consumed, "one decision row per piloted prompt"
+        assert (pilots & (obs.wave == 0)).sum() == led.prompts_consumed, "every first wave has its own row"
+        assert obs.n[pilots].sum() == led.pilot_rollouts, "each pilot rollout in exactly one row"
+        if cfg.pilot_strategy == "single":
+            assert not went_on.any()
         assert led.kept + led.skipped_easy + led.deferred_hard == led.prompts_consumed
         assert led.buffer_adds == led.kept
         assert led.widened == int((obs.rule == Rule.ADAPTIVE_BAND).sum()) <= led.kept
