@@ -138,7 +138,7 @@ def test_adaptive_band_fills_batches_the_static_band_leaves_short():
     obs = adaptive[0].observations
     pilots = obs.stage == Stage.PILOT
     assert np.all(obs.rule[pilots & (obs.decision == Decision.KEPT)] == Rule.ADAPTIVE_BAND)
-    assert "widened band [0.125, 0.875]" in observation_reason(obs, int(np.flatnonzero(pilots)[0]), 0.125, 0.875)
+    assert "widened band [0.125, 0.875]" in observation_reason(obs, int(np.flatnonzero(pilots)[0]))
 
 
 # ---- survival sampling ----------------------------------------------------------------------------------------------
@@ -191,7 +191,7 @@ def test_sequential_pilots_decide_flat_first_waves_early():
     assert np.all(early[certain])
     late = (obs.stage == Stage.PILOT) & ~early
     assert np.all(obs.n[late] == 8) and np.all(obs.wave[late] == 1)
-    assert "first pilot wave all correct" in observation_reason(obs, int(np.flatnonzero(early & (obs.p_hat == 1))[0]), 0.125, 0.75)
+    assert "first pilot wave all correct" in observation_reason(obs, int(np.flatnonzero(early & (obs.p_hat == 1))[0]))
 
 
 # ---- the generic invariants with every strategy drawn -----------------------------------------------------------------
