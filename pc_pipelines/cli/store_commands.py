@@ -321,11 +321,14 @@ def _is_stdout(path: str) -> bool:
 def _print_report(report: dict) -> None:
     """Table 2 per family, as the CLI's readable table, with the runs it compares."""
     from ..reports import format_ratio
-    from ..reports.tables import compared_runs_lines, format_reached, format_target
+    from ..reports.tables import compared_runs_lines, family_smoke_test, format_reached, format_target
     from ..store.schema import COMPARED_RUN_RULE
 
     for family, fam in report.items():
         sys.stdout.write(f"\nfamily {family}: cumulative sampled rollouts to reach the target accuracy\n")
+        caveat = family_smoke_test(fam)  # the same rule and words as the report asset and the demo
+        if caveat:
+            sys.stdout.write(f"{caveat}.\n")
         cols = ["seed", "target", "grpo", "dapo", "pc", "grpo/pc", "dapo/pc"]
         rows = [
             (s["seed"], format_target(s["target"]),
