@@ -42,7 +42,7 @@ from pc_pipelines.reports.compare import (
     tensorboard_overlay_command,
 )
 from pc_pipelines.reports.plots import save_figure
-from pc_pipelines.reports.tables import format_reached, length_note, significant
+from pc_pipelines.reports.tables import family_smoke_test, format_reached, length_note, significant
 from pc_pipelines.reports.timeline import DEFAULT_TOP, RECENT_RUNS, TimelineError, recent_runs, write_timeline
 from pc_pipelines.simulator.fit import read_runs
 from pc_pipelines.simulator.plan import plan, plan_figure, plannable_runs
@@ -74,18 +74,19 @@ TARGET_SCHEMA = TableSchema(columns=[
     TableColumn("grpo_over_pc", "float", "GRPO's rollouts over PC's (4 significant digits)"),
     TableColumn("dapo_over_pc", "float", "DAPO's rollouts over PC's (4 significant digits)"),
     TableColumn("runs_compared", "string", f"the run of each method and its steps ({COMPARED_RUN_RULE})"),
-    TableColumn("note", "string", "when the compared runs differ in length"),
+    TableColumn("note", "string", "a smoke test (fewer seeds or steps than the study), or compared runs that differ "
+                "in length"),
     TableColumn("missing_steps", "int", "> 0: a compared run lacks steps, its counts are lower bounds"),
 ])
 SUMMARY_SCHEMA = TableSchema(columns=[
     TableColumn("family"),
     TableColumn("method"),
     TableColumn("seeds"),
-    TableColumn("steps", "float", "mean over the seeds' runs"),
-    TableColumn("sampled_rollouts", "float", "mean total sampled rollouts"),
-    TableColumn("trained_rollouts", "float", "mean total trained rollouts"),
-    TableColumn("final_accuracy", "float", "the last eval's mean accuracy (mean over seeds)"),
-    TableColumn("peak_accuracy", "float", "the best eval's mean accuracy (mean over seeds)"),
+    TableColumn("steps", "int", "mean over the seeds' runs (rounded)"),
+    TableColumn("sampled_rollouts", "int", "mean total sampled rollouts (rounded)"),
+    TableColumn("trained_rollouts", "int", "mean total trained rollouts (rounded)"),
+    TableColumn("final_accuracy", "float", "the last eval's mean accuracy (mean over seeds; 4 significant digits)"),
+    TableColumn("peak_accuracy", "float", "the best eval's mean accuracy (mean over seeds; 4 significant digits)"),
     TableColumn("run_ids"),
 ])
 
@@ -94,6 +95,7 @@ def target_records(report: dict) -> list[TableRecord]:
     """``Store.report()``'s rows (family, seed) as table records, each family closed by its median row."""
     rows = []
     for family, fam in report.items():
+        caveat = family_smoke_test(fam)  # a smoke test says so on each row that shows a ratio
         for s in fam["seeds"]:
             r, runs, steps = s["rollouts"], s.get("runs") or {}, s.get("steps") or {}
             rows.append(TableRecord({
@@ -102,12 +104,12 @@ def target_records(report: dict) -> list[TableRecord]:
                 "grpo_over_pc": significant(s["grpo_over_pc"]), "dapo_over_pc": significant(s["dapo_over_pc"]),
                 "runs_compared": ", ".join(f"{m}: {runs[m]} ({steps[m]} steps)" if runs.get(m) else f"{m}: no run"
                                            for m in ("grpo", "dapo", "pc")),
-                "note": length_note(s) or "", "missing_steps": s.get("missing_steps") or 0,
+                "note": "; ".join(n for n in (caveat, length_note(s)) if n), "missing_steps": s.get("missing_steps") or 0,
             }))
         rows.append(TableRecord({
             "family": family, "seed": "median", "target": None, "grpo": "", "dapo": "", "pc": "",
             "grpo_over_pc": significant(fam["median_grpo_over_pc"]),
-            "dapo_over_pc": significant(fam["median_dapo_over_pc"]), "runs_compared": "", "note": "",
+            "dapo_over_pc": significant(fam["median_dapo_over_pc"]), "runs_compared": "", "note": caveat or "",
             "missing_steps": max([s.get("missing_steps") or 0 for s in fam["seeds"]], default=0),
         }))
     return rows
@@ -117,10 +119,24 @@ def summary_records(rows: list[dict]) -> list[TableRecord]:
     """The per-method summary (``Report.summary_rows()``) as table records."""
     return [TableRecord({
         "family": r["family"], "method": method_label(r["method"]), "seeds": ", ".join(map(str, r["seeds"])),
-        "steps": r["steps"], "sampled_rollouts": r["total_sampled_rollouts"],
-        "trained_rollouts": r["total_trained_rollouts"], "final_accuracy": r["final_accuracy"],
-        "peak_accuracy": r["peak_accuracy"], "run_ids": ", ".join(r["run_ids"]),
+        **{k: v for k, v in readable_summary(r).items() if k in SUMMARY_COLUMNS}, "run_ids": ", ".join(r["run_ids"]),
     }) for r in rows]
+
+
+def readable_summary(r: dict) -> dict:
+    """A summary row's numbers rounded for reading (whole steps and rollouts, 4 significant digits of accuracy:
+    no ``17538.8`` rollouts, no ``0.6900000000000001``); SQL over the store keeps them exact."""
+    def whole(v):
+        return None if v is None else round(v)
+
+    out = {**r, "steps": whole(r["steps"]), "total_sampled_rollouts": whole(r["total_sampled_rollouts"]),
+           "total_trained_rollouts": whole(r["total_trained_rollouts"]),
+           "final_accuracy": significant(r["final_accuracy"]), "peak_accuracy": significant(r["peak_accuracy"])}
+    out["sampled_rollouts"], out["trained_rollouts"] = out["total_sampled_rollouts"], out["total_trained_rollouts"]
+    return out
+
+
+SUMMARY_COLUMNS = ("steps", "sampled_rollouts", "trained_rollouts", "final_accuracy", "peak_accuracy")
 
 
 @asset(group_name="reports", deps=[segment_eval], kinds={"duckdb"})
@@ -141,8 +157,11 @@ def rollouts_report(context: AssetExecutionContext, config: ReportConfig, store:
             "runs": len(rep.curves),
             # the summary as a table the UI shows; the same rows as JSON under summary_json (was: summary)
             "summary": MetadataValue.table(summary_records(summary), SUMMARY_SCHEMA),
-            "summary_json": MetadataValue.json(summary),
-            "ratios": MetadataValue.json({fam: {k: significant(v) for k, v in d.items() if k.startswith("median_")}
+            "summary_json": MetadataValue.json([{k: v for k, v in readable_summary(r).items() if k in r}
+                                                for r in summary]),
+            # each family's median ratios, and beside them whether they come from a smoke test (None: they do not)
+            "ratios": MetadataValue.json({fam: {**{k: significant(v) for k, v in d.items() if k.startswith("median_")},
+                                                "smoke_test": family_smoke_test(d)}
                                           for fam, d in rep.report.items()}),
         }
     )

@@ -38,7 +38,7 @@ from .cli.train import transformers_bars_off
 from .config import PC_ONLY_FIELDS, parse_overrides, resolve
 from .definitions import build_definitions
 from .errors import ConfigError, installed_command, shell_command
-from .reports import smoke_test_note, study_headline
+from .reports import study_headline
 from .run.stopping import StopFlag, StopRequested, stop_on_signals
 
 # Dagster's console logger at INFO: the run's narrative and the per-step lines, not its DEBUG engine events (the UI
@@ -174,9 +174,7 @@ def _demo(args: argparse.Namespace, res: dict, instance: DagsterInstance, say, s
         out = report.execute_in_process(instance=instance, tags=tags, run_config=report_config)
     md = out.asset_materializations_for_node("rollouts_report")[0].metadata["rollouts_to_target"].value
     print()
-    print(smoke_test_note(args.segments * args.segment_steps))  # what the table is, before the table
-    print()
-    print(md)
+    print(md)  # a smoke test says so under each family's heading, before its table (reports.smoke_test)
     print()
     print(study_headline())
     print()

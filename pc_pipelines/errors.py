@@ -113,8 +113,18 @@ def shell_word(arg: object) -> str:
 def shell_command(*argv: object) -> str:
     """A command for a person to paste into a shell, each argument quoted by :func:`shell_word`: every command a
     message, hint or Dagster metadata value shows is built here, so a path holding a quote, a space, ``$(...)``, a
-    backtick or a newline is one argument when pasted, and runs nothing. Placeholders such as ``...`` stay bare."""
+    backtick or a newline is one argument when pasted, and runs nothing. Placeholders such as ``...`` stay bare.
+    A command whose first word is one of this install's console scripts (``pilot-commit``, ``tensorboard``) gets the
+    form this shell reaches it by (:func:`installed_command`: ``.venv/bin/pilot-commit`` after ``make demo``, as the
+    README types it): the one place every printed command's program name is decided."""
+    if argv and argv[0] in CONSOLE_SCRIPTS:
+        argv = (installed_command(str(argv[0])), *argv[1:])
     return " ".join(shell_word(a) for a in argv)
+
+
+CONSOLE_SCRIPTS = ("pilot-commit", "tensorboard")
+"""The console scripts a printed command may start with by name (:func:`shell_command` writes them as
+:func:`installed_command` does)."""
 
 
 def sql_string(text: object) -> str:

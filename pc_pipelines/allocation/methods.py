@@ -254,6 +254,7 @@ class PilotCommit(AllocationMethod):
             wave=last.call.waves[rows],
             rule=np.where(widened, Rule.ADAPTIVE_BAND, Rule.BAND),
             returned=returned,
+            band=(lo, hi),
         )
         led = ctx.ledger
         led.widened += int(widened.sum())

@@ -1,7 +1,8 @@
 """Why each observed group got its decision, in words: one table of templates, rendered two ways.
 
 The record is the columns (``decision``, ``stage``, ``rule``, ``n``, ``p_hat``, ``lag``, ``evicted``, ``returned`` and
-the step's band);
+the row's own ``band_lower`` / ``band_upper``: the band in force when the row was decided, which an adaptive band
+widens between a step's rounds, so a step's widest band would contradict the rows decided before it widened);
 the reason is text computed from them on demand, in Python by :func:`observation_reason` and in SQL by the store's
 ``decision_reasons`` view. Both come from ``REASONS`` below (``render`` and ``reason_sql``), so a wording change is
 made once and the two cannot drift; ``tests/integration/store/test_store_reasons.py`` checks them row for row.
@@ -9,13 +10,15 @@ made once and the two cannot drift; ``tests/integration/store/test_store_reasons
 The first template whose ``decision`` / ``stage`` / ``rule`` all match (``None`` matches anything) is used. Worked
 example: a PC pilot with 4 rollouts, all correct, decided by the first sequential wave, is
 ``(SKIPPED_EASY, PILOT, EARLY_WAVE)``; the first template (``rule=EARLY_WAVE``) matches, giving
-``first pilot wave all correct (4 rollouts): p_hat=1.000 outside the band, decided without the second wave``; if the
-prompt was also evicted, ``; evicted: p_hat=1.000 reached p_solve`` follows. A prompt back from the easy pool
+``first pilot wave all correct (4 rollouts): p_hat=1 outside the band, decided without the second wave``; if the
+prompt was also evicted, ``; evicted: p_hat=1 reached p_solve`` follows. A prompt back from the easy pool
 (``returned``, ``easy_pool`` eviction) has ``returned from the easy pool; `` in front, and when it was not solved again
 ``; not solved again: back in the stream from the next epoch`` at the end (where ``; evicted: ...`` would be).
 
 Fields a template may use, each with the one format spec it is written with (Python ``str.format`` and DuckDB
-``printf`` agree on these): ``p_hat`` (``.3f``), ``band_lower`` / ``band_upper`` (``.4g``), ``n`` and ``lag``
+``printf`` agree on these): ``p_hat``, ``band_lower`` / ``band_upper`` (all three ``.4g``, so that a pass rate and a
+band edge print alike: any two distinct pass rates of up to 64 rollouts print differently, and a text's comparison
+reads as the decision was taken, ``tests/unit/allocation/test_alloc_reasons.py``), ``n`` and ``lag``
 (integers) and ``outcome`` (``correct`` when ``p_hat > 0.5``, else ``wrong``); a ``screened_by_prior`` row's
 ``prior_useful`` and ``prior_mean`` (``.2f``), ``prior_evidence`` (``.1f``), ``prior_observations`` (integer) and
 ``side`` (``easy`` when its rule is ``prior_easy``, else ``hard``).
@@ -23,6 +26,7 @@ Fields a template may use, each with the one format spec it is written with (Pyt
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,7 +35,7 @@ from .types import Decision, Observations, Rule, Stage
 
 # field -> (format spec in the templates, printf conversion)
 _FIELDS: dict[str, tuple[str, str]] = {
-    "p_hat": (".3f", "%.3f"),
+    "p_hat": (".4g", "%.4g"),
     "band_lower": (".4g", "%.4g"),
     "band_upper": (".4g", "%.4g"),
     "n": ("", "%d"),
@@ -70,21 +74,21 @@ REASONS: tuple[ReasonTemplate, ...] = (
                    decision=Decision.SCREENED_BY_PRIOR, stage=Stage.PILOT),
     ReasonTemplate("skipped by prior, {side} side: P(informative group) " + _PRIOR_VIEW,
                    decision=Decision.SCREENED_BY_PRIOR),
-    ReasonTemplate("first pilot wave all {outcome} ({n} rollouts): p_hat={p_hat:.3f} outside the band, "
+    ReasonTemplate("first pilot wave all {outcome} ({n} rollouts): p_hat={p_hat:.4g} outside the band, "
                    "decided without the second wave", rule=Rule.EARLY_WAVE),
-    ReasonTemplate("first pilot wave ({n} rollouts, p_hat={p_hat:.3f}) decided nothing: sent on to the later wave, "
+    ReasonTemplate("first pilot wave ({n} rollouts, p_hat={p_hat:.4g}) decided nothing: sent on to the later wave, "
                    "whose row holds the decision", decision=Decision.CONTINUED),
-    ReasonTemplate("p_hat={p_hat:.3f} in the widened band [{band_lower:.4g}, {band_upper:.4g}] (the batch was short)",
+    ReasonTemplate("p_hat={p_hat:.4g} in the widened band [{band_lower:.4g}, {band_upper:.4g}] (the batch was short)",
                    decision=Decision.KEPT, rule=Rule.ADAPTIVE_BAND),
-    ReasonTemplate("p_hat={p_hat:.3f} in band [{band_lower:.4g}, {band_upper:.4g}]", decision=Decision.KEPT),
-    ReasonTemplate("p_hat={p_hat:.3f} > band upper {band_upper:.4g}", decision=Decision.SKIPPED_EASY, stage=Stage.PILOT),
+    ReasonTemplate("p_hat={p_hat:.4g} in band [{band_lower:.4g}, {band_upper:.4g}]", decision=Decision.KEPT),
+    ReasonTemplate("p_hat={p_hat:.4g} > band upper {band_upper:.4g}", decision=Decision.SKIPPED_EASY, stage=Stage.PILOT),
     ReasonTemplate("all rollouts correct (no signal)", decision=Decision.SKIPPED_EASY),
-    ReasonTemplate("p_hat={p_hat:.3f} < band lower {band_lower:.4g}", decision=Decision.DEFERRED_HARD, stage=Stage.PILOT),
+    ReasonTemplate("p_hat={p_hat:.4g} < band lower {band_lower:.4g}", decision=Decision.DEFERRED_HARD, stage=Stage.PILOT),
     ReasonTemplate("all rollouts wrong (no signal)", decision=Decision.DEFERRED_HARD),
     ReasonTemplate("informative, but the batch already had b_t groups", decision=Decision.SURPLUS),
     ReasonTemplate("trained with lag {lag} on {n} rollouts", decision=Decision.TRAINED),
 )
-EVICTED = "; evicted: p_hat={p_hat:.3f} reached p_solve"
+EVICTED = "; evicted: p_hat={p_hat:.4g} reached p_solve"
 """Appended to the reason of a group whose prompt was evicted (marked solved) by it."""
 RETURNED = "returned from the easy pool; "
 """Put in front of the reason of a pilot whose prompt came back from the easy pool (``easy_pool`` eviction)."""
@@ -120,12 +124,14 @@ def render(decision: Decision, stage: Stage, rule: Rule, *, p_hat: float, n: int
     return text + REJOINED if returned else text
 
 
-def observation_reason(obs: Observations, i: int, band_lower: float, band_upper: float) -> str:
-    """The reason for row ``i`` of ``obs``; ``band_lower`` / ``band_upper`` are the band the step used (its
-    ledger's)."""
+def observation_reason(obs: Observations, i: int) -> str:
+    """The reason for row ``i`` of ``obs``, with the band in force when the row was decided (its own
+    ``band_lower`` / ``band_upper``: an adaptive band widens between a step's rounds)."""
+    lo, hi = float(obs.band_lower[i]), float(obs.band_upper[i])
     return render(Decision(int(obs.decision[i])), Stage(int(obs.stage[i])), Rule(int(obs.rule[i])),
-                  p_hat=float(obs.p_hat[i]), n=int(obs.n[i]), lag=int(obs.lag[i]), band_lower=band_lower,
-                  band_upper=band_upper, evicted=bool(obs.evicted[i]), returned=bool(obs.returned[i]),
+                  p_hat=float(obs.p_hat[i]), n=int(obs.n[i]), lag=int(obs.lag[i]),
+                  band_lower=None if math.isnan(lo) else lo, band_upper=None if math.isnan(hi) else hi,
+                  evicted=bool(obs.evicted[i]), returned=bool(obs.returned[i]),
                   prior_useful=float(obs.prior_useful[i]), prior_mean=float(obs.prior_mean[i]),
                   prior_evidence=float(obs.prior_evidence[i]), prior_observations=int(obs.prior_observations[i]))
 

@@ -307,6 +307,8 @@ class StepContext:
                 prior_mean=info["mean"].astype(np.float64),
                 prior_evidence=info["evidence"].astype(np.float64),
                 prior_observations=info["observations"].astype(np.int32),
+                band_lower=np.full(k, np.nan),
+                band_upper=np.full(k, np.nan),
             )
         )
         self.ledger.prior_rollouts_saved += k * screen.skip_cost
@@ -382,10 +384,12 @@ class StepContext:
         rule: Rule | np.ndarray,
         returned: np.ndarray | None = None,
         evidence: tuple[np.ndarray, np.ndarray] | None = None,
+        band: tuple[float, float] | None = None,
     ) -> None:
         """Append observation rows (``call`` is the call the rows' rollouts came from, ``n`` / ``n_correct`` their
         counts) and count decisions. ``returned`` (default none): rows whose prompt came back from the easy pool;
-        ``evidence`` (default ``n``, ``n_correct``): the rollouts and correct ones each row's decision read."""
+        ``evidence`` (default ``n``, ``n_correct``): the rollouts and correct ones each row's decision read;
+        ``band``: the keep band that decided the rows (PC's screen; None: no band decided them)."""
         k = prompt_id.shape[0]
         if k == 0:
             return
@@ -412,6 +416,8 @@ class StepContext:
                 prior_mean=np.full(k, np.nan),
                 prior_evidence=np.full(k, np.nan),
                 prior_observations=np.zeros(k, np.int32),
+                band_lower=np.full(k, np.nan if band is None else float(band[0])),
+                band_upper=np.full(k, np.nan if band is None else float(band[1])),
             )
         )
 

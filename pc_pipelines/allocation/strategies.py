@@ -23,7 +23,8 @@ just enough to admit the ``need`` highest-variance outside pilots (largest ``p (
 then every pilot inside the widened band is kept. Bounds: the widened band always contains the static one (a
 prompt the static band keeps is never dropped), and a pilot with ``p_hat`` exactly 0 or 1 is never kept (its group
 has no signal). When the static band already fills the batch nothing changes: the buffer's ``max_variance``
-selection is what then picks the best of the survivors. The band actually used is recorded per step
+selection is what then picks the best of the survivors. The band actually used is recorded per pilot row
+(``prompt_observations.band_lower`` / ``band_upper``: its round's, the one its reason quotes) and per step
 (``steps.band_lower`` / ``band_upper``: the widest of the step's rounds).
 
 **Survival sampling.** The paper pilots b_g = s * b_t prompts every round. ``survival`` keeps an exponential

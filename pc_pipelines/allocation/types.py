@@ -182,6 +182,10 @@ class Observations:
     prior_mean: np.ndarray  # float64: posterior mean pass rate
     prior_evidence: np.ndarray  # float64: the prompt's own discounted rollouts behind the posterior
     prior_observations: np.ndarray  # int32: observed groups of the prompt behind the posterior (undiscounted)
+    # The keep band in force when the row was decided (PC pilot rows screened by the band, NaN on every other row):
+    # an adaptive band can widen between a step's rounds, so a row's band is its round's, not the step's widest.
+    band_lower: np.ndarray  # float64
+    band_upper: np.ndarray  # float64
 
     def __len__(self) -> int:
         return int(self.prompt_id.shape[0])
@@ -219,6 +223,8 @@ class Observations:
             prior_mean=np.zeros(0, np.float64),
             prior_evidence=np.zeros(0, np.float64),
             prior_observations=np.zeros(0, np.int32),
+            band_lower=np.zeros(0, np.float64),
+            band_upper=np.zeros(0, np.float64),
         )
 
 

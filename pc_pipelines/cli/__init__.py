@@ -26,7 +26,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shell_command
 from ..run.stopping import StopRequested
 from ..store import RunBusyError, StoreError
 from ..store.names import RunIdError
@@ -49,6 +49,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _with_store(argv: list[str], nearby: list[str] | None) -> str | None:
+    """The command typed, with its --store replaced by the nearest existing store (a missing store's likely
+    meaning), as a command to paste; None when there is none or the command gave no --store."""
+    if not nearby:
+        return None
+    for i, a in enumerate(argv):
+        if a == "--store" and i + 1 < len(argv):
+            return shell_command("pilot-commit", *argv[:i + 1], nearby[0], *argv[i + 2:])
+        if a.startswith("--store="):
+            return shell_command("pilot-commit", *argv[:i], f"--store={nearby[0]}", *argv[i + 1:])
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -66,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"pilot-commit: {exc}\n")
         return exit_status(exc)
     except (StoreError, RunIdError) as exc:
-        sys.stderr.write(f"pilot-commit: store error: {exc}\n")
+        again = _with_store(list(sys.argv[1:] if argv is None else argv), getattr(exc, "nearby", None))
+        sys.stderr.write(f"pilot-commit: store error: {exc}" + (f" Did you mean `{again}`?" if again else "") + "\n")
         return exit_status(exc)
     except StopRequested as exc:  # a stop before any run was opened (still deciding what to do)
         sys.stderr.write(f"pilot-commit: {exc.reason}\n")

@@ -18,7 +18,7 @@ import typing
 
 from ..allocation import METHODS, SELECTION_STRATEGIES, check_config, training_methods
 from ..config import ALL_SECTIONS, PC_ONLY_FIELDS, RunConfig, parse_overrides, resolve
-from ..errors import ConfigError, brief, brief_text
+from ..errors import ConfigError, brief, brief_text, shell_command
 from ..store.names import RunIdError, run_id_for, validate_run_id
 
 
@@ -42,9 +42,33 @@ class CliParser(argparse.ArgumentParser):
     (:func:`~pc_pipelines.errors.brief_text`: a 100,000-character ``--run`` is not echoed whole), and the usage
     block gives way to a pointer to ``--help``. Exit status 2, as argparse's."""
 
+    def parse_known_args(self, args=None, namespace=None):
+        self._typed = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def _command_parser(self) -> argparse.ArgumentParser:
+        """The subcommand's parser the typed words chose (this parser when none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for word in getattr(self, "_typed", []):
+                    if word in action.choices:
+                        return action.choices[word]
+        return self
+
     def error(self, message: str) -> typing.NoReturn:
+        import difflib
+
         text = brief_text(message).rstrip(".")
-        fix = "" if "Fix:" in text else f". Fix: see `{self.prog} --help`."
+        target = self._command_parser()
+        words = target.prog.split()[1:]  # the subcommand, for its --help
+        help_cmd = shell_command("pilot-commit", *words, "--help")
+        fix = "" if "Fix:" in text else f". Fix: see `{help_cmd}`."
+        if message.startswith("unrecognized arguments:"):  # a mistyped flag: the option it most looks like
+            options = [o for a in target._actions for o in a.option_strings if o.startswith("--")]
+            guesses = [g for w in message.split(":", 1)[1].split() if w.startswith("-")
+                       for g in difflib.get_close_matches(w.split("=")[0], options, n=1, cutoff=0.6)]
+            if guesses:
+                fix = f". Fix: did you mean {' and '.join(dict.fromkeys(guesses))}? (`{help_cmd}` lists them)"
         self.exit(2, f"{self.prog}: error: {text}{fix}\n")
 
 

@@ -185,14 +185,28 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ..reports import ReportError, write_plots
 
     store = Store(args.store)
+    families = [r["family"] for r in store.query("SELECT DISTINCT family FROM runs ORDER BY family")]
+    if args.family is not None and args.family not in families:  # a typo: an empty report would read as "no result"
+        import difflib
+
+        close = difflib.get_close_matches(args.family, families, n=1)
+        fix = (f"`{shell_command('pilot-commit', 'report', '--store', args.store, '--family', close[0])}`"
+               if close else "give --family one of them, or drop it to report every family")
+        sys.stderr.write(f"pilot-commit report: no family {args.family!r} in {args.store} (its families: "
+                         f"{', '.join(families) or 'none, it holds no run'}). Fix: {fix}.\n")
+        return 2
     report = store.report(args.family)
     _warn_problems(store, args.store)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=1) + "\n")
     elif not report:
+        # the advice records runs into a store of their own: simulated runs never go into the store named here
         sys.stdout.write(
             "no family has both a GRPO and a PC run with eval results yet (the target is min(GRPO peak, PC peak)). "
-            f"Record them first, e.g. `{shell_command('pilot-commit', 'simulate-demo', '--store', args.store)}`.\n"
+            "Fix: train a GRPO and a PC run of one family into it "
+            f"(`{shell_command('pilot-commit', 'train', '--store', args.store, '--method', 'grpo')}`, then "
+            f"`--method pc`); `{shell_command('pilot-commit', 'simulate-demo')}` shows such a table on simulated "
+            "runs without writing any store.\n"
         )
     else:
         _print_report(report)
@@ -321,11 +335,14 @@ def _is_stdout(path: str) -> bool:
 def _print_report(report: dict) -> None:
     """Table 2 per family, as the CLI's readable table, with the runs it compares."""
     from ..reports import format_ratio
-    from ..reports.tables import compared_runs_lines, format_reached, format_target
+    from ..reports.tables import compared_runs_lines, family_smoke_test, format_reached, format_target
     from ..store.schema import COMPARED_RUN_RULE
 
     for family, fam in report.items():
         sys.stdout.write(f"\nfamily {family}: cumulative sampled rollouts to reach the target accuracy\n")
+        caveat = family_smoke_test(fam)  # the same rule and words as the report asset and the demo
+        if caveat:
+            sys.stdout.write(f"{caveat}.\n")
         cols = ["seed", "target", "grpo", "dapo", "pc", "grpo/pc", "dapo/pc"]
         rows = [
             (s["seed"], format_target(s["target"]),
@@ -359,18 +376,19 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("runs", help="list a store's runs with steps, cumulative rollouts, status and damaged steps")
-    p.add_argument("--store", required=True)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--store", required=True, help="the store's DuckDB file (`runs/pc.duckdb` after `make demo`)")
+    p.add_argument("--json", action="store_true", help="a JSON array of runs on stdout, with each run's status "
+                   "reason and damaged or missing steps")
     p.set_defaults(func=cmd_runs)
 
     p = sub.add_parser("check", help="verify every step against its manifest; list damaged or missing steps with "
                        "how to repair them (exit 1 when there is any)")
-    p.add_argument("--store", required=True)
+    p.add_argument("--store", required=True, help="the store's DuckDB file (`runs/pc.duckdb` after `make demo`)")
     p.add_argument("--json", action="store_true", help="a JSON object: runs, steps_checked, problems")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("report", help="rollouts-to-target table per family and seed (paper Table 2)")
-    p.add_argument("--store", required=True)
+    p.add_argument("--store", required=True, help="the store's DuckDB file (`runs/pc.duckdb` after `make demo`)")
     p.add_argument("--family", help="only this family")
     p.add_argument("--json", action="store_true", help="per family and seed: target, rollouts per method, ratios")
     p.add_argument("--plots", metavar="DIR", help="also write PNG plots per family into DIR (accuracy vs rollouts and "
@@ -380,7 +398,7 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("timeline", help="one run's pass rate per prompt and step, with the allocator's decision "
                        "(trained, kept, skipped, deferred, surplus, evicted, returned), as a PNG; below it, the "
                        "decisions of all the run's prompts per step")
-    p.add_argument("--store", required=True)
+    p.add_argument("--store", required=True, help="the store's DuckDB file (`runs/pc.duckdb` after `make demo`)")
     p.add_argument("--run", required=True, metavar="RUN", help="the run's id (`pilot-commit runs --store ...`)")
     p.add_argument("--out", required=True, metavar="FILE.png", help="the PNG to write (its folder is created)")
     rows = p.add_mutually_exclusive_group()
@@ -394,7 +412,7 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("compare", help="runs overlaid by step and by cumulative rollouts (held-out accuracy, mean "
                        "reward), one labelled line per run, as a PNG; prints the SQL behind it and the TensorBoard "
                        "command overlaying the same runs")
-    p.add_argument("--store", required=True)
+    p.add_argument("--store", required=True, help="the store's DuckDB file (`runs/pc.duckdb` after `make demo`)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--runs", nargs="+", metavar="RUN", help="the runs to compare (default: every run)")
     which.add_argument("--family", help="compare this family's runs")

@@ -188,6 +188,23 @@ def cmd_train(args: argparse.Namespace) -> int:
             return exit_status(exc)
 
 
+def refuse_resume_of_unknown_run(store, run_id: str) -> None:
+    """``--resume`` of a run the store does not hold (a typo in --run-name, another --store) would train a new run
+    from scratch and exit 0: refused, naming the runs the store holds and the command that starts it new."""
+    from ..store.names import shown_path
+
+    held = [r["run_id"] for r in store.list_runs()] if store.path.exists() else []
+    if run_id in held:
+        return
+    where = shown_path(store.path)
+    listed = (f"it holds {', '.join(held[:8])}" + (f" and {len(held) - 8} more" if len(held) > 8 else "")
+              if held else "it holds no run")
+    again = [a for a in sys.argv[1:] if a != "--resume"] if sys.argv[1:2] == ["train"] else []
+    start = f" (`{shell_command('pilot-commit', *again)}`)" if again else ""
+    raise ConfigError(f"--resume: the store {where} holds no run {run_id!r} to resume ({listed}). Fix: drop "
+                      f"--resume to start {run_id} as a new run{start}, or give --run-name a run it holds.")
+
+
 def _train(args: argparse.Namespace, stop) -> int:
     from ..run import latest_checkpoint, run_segment
     from ..run.start import start_training_run
@@ -203,6 +220,8 @@ def _train(args: argparse.Namespace, stop) -> int:
     out = Path(args.out)
     store = Store(args.store or out / "pc.duckdb")
     store.check_path(read_only=False)  # /dev/null, a directory, a name too long: refused before the run is prepared
+    if args.resume:
+        refuse_resume_of_unknown_run(store, args.run_name or cfg.default_run_id())
     show = not args.quiet and not args.json
     stdout_gone = threading.Event()
 

@@ -19,11 +19,20 @@ Every public name is importable from the package: ``from pc_pipelines.reports im
 """
 
 from .curves import MethodSummary, ReportError, RunCurves, load_curves, summarize
-from .headline import STUDY_RESULTS, smoke_test_note, study_headline
+from .headline import study_headline
 from .plots import PLOT_NAMES, RUN_GID, TARGET_GID, make_figures, new_figure, save_figure, write_plots
 from .report import Report, build_report
 from .style import METHOD_COLORS, METHOD_LABELS, METHOD_ORDER, OTHER_COLORS, method_color, method_label
-from .tables import TARGET_NOTE, format_count, format_ratio, rollouts_to_target_markdown, summary_markdown
+from .tables import (
+    STUDY_RESULTS,
+    TARGET_NOTE,
+    family_smoke_test,
+    format_count,
+    format_ratio,
+    rollouts_to_target_markdown,
+    smoke_test,
+    summary_markdown,
+)
 from .timeline import (
     DECISIONS,
     DEFAULT_TOP,
@@ -68,7 +77,8 @@ __all__ = [
     "recent_runs",
     "rollouts_to_target_markdown",
     "save_figure",
-    "smoke_test_note",
+    "smoke_test",
+    "family_smoke_test",
     "study_headline",
     "summarize",
     "summary_markdown",

@@ -176,11 +176,10 @@ def _no_data_message(store: Store, family: str | None, what: str) -> str:
     scope = f" for family {family!r}" if family else ""
     store_arg = ("--store", store.path)
     return (
-        f"no {what} in {store.path}{scope} yet, so there is nothing to report. Fix: record runs first, e.g. "
-        f"`{shell_command('pilot-commit', 'simulate-demo', *store_arg)}` (GRPO, DAPO and PC in the simulator), "
-        f"`{shell_command('pilot-commit', 'simulate', *store_arg, '--method', 'grpo')}` (then dapo and pc), or "
-        f"`{shell_command('pilot-commit', 'train', *store_arg, '...')}`; see "
-        f"`{shell_command('pilot-commit', 'runs', *store_arg)}`."
+        f"no {what} in {store.path}{scope} yet, so there is nothing to report. Fix: record runs into it first "
+        f"(`{shell_command('pilot-commit', 'train', *store_arg, '--method', 'grpo')}`, then dapo and pc; "
+        f"`{shell_command('pilot-commit', 'simulate-demo')}` shows a report of simulated runs without writing any "
+        f"store); see `{shell_command('pilot-commit', 'runs', *store_arg)}`."
     )
 
 

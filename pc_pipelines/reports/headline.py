@@ -1,16 +1,12 @@
-"""The efficiency study's headline (:func:`study_headline`, read from the results file the package ships) and the note
-short runs print above it beside their own table (:func:`smoke_test_note`)."""
+"""The efficiency study's headline (:func:`study_headline`, read from the results file the package ships), which short
+runs print beside their own table; one rule every report of a rollout ratio applies to its own runs (:func:`.tables.smoke_test`: fewer seeds or steps
+than the study's is a smoke test, and says so beside the ratio)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .tables import format_ratio
-
-# The efficiency study's committed result on the `bench` preset: data the package ships (package-data), read here with
-# no research code; written only when asked, by `research/bench_study.py --results` (`make study-bench`): its medians,
-# seeds and reproducibility row. Short runs such as `make demo` print it beside their own table.
-STUDY_RESULTS = Path(__file__).resolve().parent / "bench_study_results.json"
+from .tables import STUDY_RESULTS, format_ratio
 
 
 def study_headline(path: str | Path = STUDY_RESULTS) -> str:
@@ -54,11 +50,3 @@ def _regime_sentence(name: str, r: dict) -> str:
     seeds = ", ".join(map(str, r.get("seeds") or []))
     return (f" Regime `{name}` (seeds {seeds}" + (f"; tuned on other seeds: {tuned}" if tuned else "") + "): "
             + "; ".join(f"{pc} {', '.join(v)}" for pc, v in by_pc.items()) + ".")
-
-
-def smoke_test_note(steps: int) -> str:
-    """What a short run's table is and is not (``make demo`` prints it just before that table)."""
-    return (f"The table below is a SMOKE TEST, not a comparison: each method trained {steps} steps, far too few for "
-            "rollout efficiency to show (the study runs 120 steps x 3 seeds per method and reads the medians). It "
-            "shows that every part of the pipeline ran end to end and what the store records.")
-

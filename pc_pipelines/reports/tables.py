@@ -4,11 +4,17 @@ studies) and the Markdown tables, rollouts to target (paper Table 2) and the per
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..store.schema import COMPARED_RUN_RULE
 from .curves import MethodSummary
 from .style import method_label
+
+# The efficiency study's committed result on the `bench` preset: data the package ships (package-data), read with no
+# research code; written only when asked, by `research/bench_study.py --results` (`make study-bench`): its medians,
+# seeds and reproducibility row. Short runs such as `make demo` print it beside their own table.
+STUDY_RESULTS = Path(__file__).resolve().parent / "bench_study_results.json"
 
 
 def format_count(v: Any) -> str:
@@ -80,6 +86,7 @@ def rollouts_to_target_markdown(report: Mapping[str, Any]) -> str:
         lines = [
             f"### Family `{family}`: sampled rollouts to reach the target accuracy",
             "",
+            *([f"**{caveat}.**", ""] if (caveat := family_smoke_test(fam)) else []),
             "| seed | target | GRPO | DAPO | PC | GRPO/PC | DAPO/PC |",
             "|---:|---:|---:|---:|---:|---:|---:|",
         ]
@@ -116,3 +123,34 @@ def summary_markdown(summary: Sequence[MethodSummary]) -> str:
         )
     return "\n".join(lines) + "\n\nMeans over a method's seeds; accuracy = mean eval accuracy over the benchmarks.\n"
 
+
+def study_scale(path: str | Path = STUDY_RESULTS) -> tuple[int, int]:
+    """(seeds, steps a run) the committed study reads its medians from; (3, 120) when no study is committed."""
+    import json
+
+    try:
+        res = json.loads(Path(path).read_text())
+        return len(res.get("core_seeds") or res["seeds"]), int(res["steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 3, 120
+
+
+def smoke_test(seeds: int, steps: int | tuple[int, int], path: str | Path = STUDY_RESULTS) -> str | None:
+    """THE rule for every screen that shows a rollout ratio (``pilot-commit report``, the ``rollouts_report`` asset,
+    ``make demo``): a ratio read from fewer seeds, or from shorter runs, than the committed study's is a smoke test,
+    and this is what the screen says beside it; None when the runs are as many and as long as the study's.
+    ``steps``: the compared runs' steps a run (or its shortest and longest)."""
+    lo, hi = (steps, steps) if isinstance(steps, int) else steps
+    want_seeds, want_steps = study_scale(path)
+    if seeds >= want_seeds and lo >= want_steps:
+        return None
+    length = f"{lo} steps" if lo == hi else f"{lo} to {hi} steps"
+    return (f"SMOKE TEST, not a comparison: each method trained {length} on {seeds} seed{'s' if seeds != 1 else ''}, "
+            f"too few for rollout efficiency to show (the study runs {want_steps} steps x {want_seeds} seeds per "
+            "method and reads the medians)")
+
+
+def family_smoke_test(fam: Mapping[str, Any], path: str | Path = STUDY_RESULTS) -> str | None:
+    """:func:`smoke_test` of one family of ``Store.report()``: its seeds, and its compared runs' steps."""
+    steps = [n for s in fam.get("seeds") or [] for n in (s.get("steps") or {}).values() if n is not None] or [0]
+    return smoke_test(len(fam.get("seeds") or []), (min(steps), max(steps)), path)

@@ -37,7 +37,7 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
 from ..errors import brief, inodes_fix, no_free_inodes, shell_command, sql_string
-from .names import RunIdError, shown_path, store_example, store_path_problem, validate_run_id
+from .names import RunIdError, nearby_stores, shown_path, store_example, store_path_problem, validate_run_id
 from .rollouts_to_target import median
 from .schema import DDL, MIGRATIONS, SCHEMA_VERSION, STEP_TABLES, schema_problem, view_sql
 from .steplog import QUARANTINE, StepLogWriter, list_step_dirs, quarantine_step_dir, verify_step_dir
@@ -47,6 +47,15 @@ log = logging.getLogger(__name__)
 
 class StoreError(RuntimeError):
     """The store cannot do what was asked; the message says why and how to fix it."""
+
+
+class MissingStore(StoreError):
+    """A store path read where no store is; ``nearby``: the stores near it (a typo's likely meaning), most alike
+    first, as :func:`.names.nearby_stores` shows them."""
+
+    def __init__(self, nearby: list[str], message: str) -> None:
+        super().__init__(message)
+        self.nearby = nearby
 
 
 @dataclass(frozen=True)
@@ -150,10 +159,11 @@ class Store:
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         self.check_path(read_only)
         if read_only and not self.path.exists():
-            raise StoreError(
-                f"no store at {shown_path(self.path)}. Fix: write one first (e.g. "
-                f"`{shell_command('pilot-commit', 'simulate', '--store', self.path)}`) "
-                "or check the --store path."
+            near = nearby_stores(self.path)
+            raise MissingStore(near,
+                f"no store at {shown_path(self.path)}. Fix: check the --store path"
+                + (f" (stores near it: {', '.join(near)})" if near else "")
+                + "; a store is made by the first run recorded into it (`train --store`, `simulate --store`)."
             )
         deadline = time.monotonic() + self.lock_timeout_s
         delay = 0.01

@@ -181,3 +181,29 @@ def _missing_store_problem(path: Path, anchor: Path, writing: bool) -> str | Non
         return (f"store path {shown_path(path)}: permission denied creating it in {shown_path(anchor, 100)}. Fix: "
                 "give yourself write access to that directory, or choose a store path of your own.")
     return None
+
+
+def nearby_stores(path: object, limit: int = 3) -> list[str]:
+    """The DuckDB stores near a store path that does not exist (a typo: ``run/pc.duckdb`` for ``runs/pc.duckdb``),
+    most alike first, as a person types them (relative to the working folder when under it): the ``.duckdb`` files
+    of the working folder and its subfolders, and of the path's nearest existing folder. Reads folder listings only."""
+    import difflib
+
+    p = Path(os.path.abspath(os.fspath(path)))
+    anchor = p.parent
+    while not anchor.exists() and anchor != anchor.parent:
+        anchor = anchor.parent
+    found: set[Path] = set()
+    for folder in {Path.cwd(), anchor}:
+        try:
+            found.update(f for pattern in ("*.duckdb", "*/*.duckdb") for f in folder.glob(pattern) if f.is_file())
+        except OSError:
+            continue
+    shown = {}
+    for f in found:
+        try:
+            shown[str(f.relative_to(Path.cwd()))] = f
+        except ValueError:
+            shown[str(f)] = f
+    typed = os.fspath(path)
+    return sorted(shown, key=lambda s: (-difflib.SequenceMatcher(None, typed, s).ratio(), s))[:limit]

@@ -45,7 +45,7 @@ COMPARED_RUN_RULE = ("the finished run with the most steps for each family, meth
                      "unfinished run only where none is finished)")
 """What the ``compared_runs`` view picks, in words (``pilot-commit report`` and the report asset print it)."""
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 STEP_TABLES: dict[str, pa.Schema] = {
     "steps": pa.schema(
@@ -128,6 +128,10 @@ STEP_TABLES: dict[str, pa.Schema] = {
             # of the round on a later wave's row, else n; p_hat is their pass rate). NULL before v10, where a later
             # wave's row pooled the earlier waves into its n (read as n there).
             ("evidence_n", pa.int32()),
+            # v11: the keep band in force when a PC pilot row was decided by it (NULL on every other row, and in
+            # older rows: the decision_reasons view derives theirs from the round's widened rows and the config)
+            ("band_lower", pa.float64()),
+            ("band_upper", pa.float64()),
         ]
     ),
     "buffer_state": pa.schema(
@@ -289,6 +293,10 @@ MIGRATIONS: dict[int, list[str]] = {
     # NULL, read as n: their later-wave rows pooled every wave into n (a first wave that decided nothing has no row of
     # its own there, and cannot be split out again).
     9: ["ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS evidence_n INTEGER"],
+    # v11 (issue 55): each PC pilot row holds the band that decided it (an adaptive band widens between a step's
+    # rounds; the step's band is its widest). Older rows hold NULL: decision_reasons derives their band.
+    10: ["ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS band_lower DOUBLE",
+        "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS band_upper DOUBLE"],
 }
 
 
@@ -303,6 +311,7 @@ _STEP_COLUMNS_ADDED = {
     9: {"compacted_steps": ("screened_by_prior", "prior_rollouts_saved"),
         "compacted_prompt_observations": ("prior_useful", "prior_mean", "prior_evidence", "prior_observations")},
     10: {"compacted_prompt_observations": ("evidence_n",)},
+    11: {"compacted_prompt_observations": ("band_lower", "band_upper")},
 }
 _LATER_STEP_COLUMNS = {(t, c) for added in _STEP_COLUMNS_ADDED.values() for t, cols in added.items() for c in cols}
 CATALOG_ADDED: dict[int, dict[str, tuple[str, ...]]] = {
@@ -323,6 +332,7 @@ CATALOG_ADDED: dict[int, dict[str, tuple[str, ...]]] = {
     8: _STEP_COLUMNS_ADDED[8],
     9: _STEP_COLUMNS_ADDED[9],
     10: _STEP_COLUMNS_ADDED[10],
+    11: _STEP_COLUMNS_ADDED[11],
 }
 
 
@@ -405,8 +415,8 @@ def schema_problem(versions: list[str] | None, columns: dict[str, set[str]]) -> 
 
 _REASON = reason_sql(decision="o.decision", stage="o.stage", rule="o.rule", evicted="o.evicted",
                      returned="o.returned",
-                     columns={"p_hat": "o.p_hat", "n": "o.n", "lag": "o.lag", "band_lower": "s.band_lower",
-                              "band_upper": "s.band_upper", "prior_useful": "o.prior_useful",
+                     columns={"p_hat": "o.p_hat", "n": "o.n", "lag": "o.lag", "band_lower": "o.band_lower",
+                              "band_upper": "o.band_upper", "prior_useful": "o.prior_useful",
                               "prior_mean": "o.prior_mean", "prior_evidence": "o.prior_evidence",
                               "prior_observations": "o.prior_observations"})
 """``decision_reasons.reason``: the SQL rendering of ``pc_pipelines/allocation/reasons.py``'s templates."""
@@ -450,18 +460,33 @@ def view_sql(files: dict[str, str] | None = None, compacted: bool = True, waterm
            SELECT run_id, prompt_id, step, round, stage, n, n_correct, p_hat, decision, evicted, lag, wave, rule,
                   returned, coalesce(evidence_n, n) AS evidence_n
            FROM prompt_observations""",
-        # Why each observed group was kept, skipped, deferred, trained or evicted, in words, with the band the
-        # step actually used (adaptive bands move per step): one decision per prompt per round, n the rollouts it
-        # read (a first wave that went on to its later wave is that decision's evidence, not a row here). Rows
-        # written before v4 have no rule: read as band.
+        # Why each observed group was kept, skipped, deferred, trained or evicted, in words: one decision per prompt
+        # per round, n the rollouts it read (a first wave that went on to its later wave is that decision's evidence,
+        # not a row here), with the band in force when the row was decided (an adaptive band widens between a step's
+        # rounds). Rows written before v4 have no rule: read as band. Rows written before v11 hold no band: a round's
+        # band is the config's (the step's where the config has none), widened to the pass rates the round kept only
+        # by widening (AdaptiveBand.keep: a widened band's edges are such rows' pass rates).
         f"""{create} decision_reasons AS
+           WITH r AS (SELECT * REPLACE (coalesce(rule, CASE WHEN stage = 'pilot' THEN 'band' ELSE 'none' END) AS rule,
+                                        coalesce(evidence_n, n) AS n)
+                      FROM prompt_observations WHERE decision <> 'continued'),
+           o AS (
+               SELECT r.* REPLACE (
+                      CASE WHEN r.stage = 'pilot' AND r.rule IN ('band', 'adaptive_band') THEN coalesce(r.band_lower,
+                          least(coalesce(TRY_CAST(json_extract_string(c.config_json, '$.allocator.p_lower') AS DOUBLE),
+                                         s.band_lower),
+                                min(CASE WHEN r.rule = 'adaptive_band' THEN r.p_hat END)
+                                    OVER (PARTITION BY r.run_id, r.step, r.round))) END AS band_lower,
+                      CASE WHEN r.stage = 'pilot' AND r.rule IN ('band', 'adaptive_band') THEN coalesce(r.band_upper,
+                          greatest(coalesce(TRY_CAST(json_extract_string(c.config_json, '$.allocator.p_upper') AS DOUBLE),
+                                            s.band_upper),
+                                   max(CASE WHEN r.rule = 'adaptive_band' THEN r.p_hat END)
+                                       OVER (PARTITION BY r.run_id, r.step, r.round))) END AS band_upper)
+               FROM r LEFT JOIN runs c USING (run_id) LEFT JOIN steps s USING (run_id, step))
            SELECT o.run_id, o.step, o.round, o.prompt_id, o.stage, o.n, o.p_hat, o.decision, o.evicted, o.rule,
                   o.returned, o.prior_useful, o.prior_mean, o.prior_evidence, o.prior_observations,
-                  {_REASON} AS reason
-           FROM (SELECT * REPLACE (coalesce(rule, CASE WHEN stage = 'pilot' THEN 'band' ELSE 'none' END) AS rule,
-                                   coalesce(evidence_n, n) AS n)
-                 FROM prompt_observations WHERE decision <> 'continued') o
-           LEFT JOIN steps s USING (run_id, step)""",
+                  o.band_lower, o.band_upper, {_REASON} AS reason
+           FROM o""",
         # Where each run's sampled rollouts went: every one in exactly one part (trained + early_screen +
         # screened_out + surplus + kept_unused = sampled). kept_unused: pilots kept for the buffer that never reached
         # a trained batch (those expired for age, those replaced by a newer pilot of their prompt, and those still

@@ -284,6 +284,9 @@ def step_tables(run_id: str, outcome: StepOutcome, *, extra: dict[str, Any] | No
             "prior_mean": pa.array(obs.prior_mean, pa.float64(), mask=~prior),
             "prior_evidence": pa.array(obs.prior_evidence, pa.float64(), mask=~prior),
             "prior_observations": pa.array(obs.prior_observations, pa.int32(), mask=~prior),
+            # NULL but on the rows a keep band decided (PC's screen): the band in force then
+            "band_lower": pa.array(obs.band_lower, pa.float64(), mask=np.isnan(obs.band_lower)),
+            "band_upper": pa.array(obs.band_upper, pa.float64(), mask=np.isnan(obs.band_upper)),
         },
         schema=STEP_TABLES["prompt_observations"],
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from pilot_cli import MODULE, run_cli
+from reason_checks import disagreements
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pc_pipelines.errors import installed_command, shell_command
@@ -60,6 +61,11 @@ def test_train_json_out_of_the_box(base_policy, policy_cache, tmp_path):
     evals = json.loads(q.stdout)
     assert [(e["step"], e["sets"]) for e in evals] == [(-1, 6), (1, 6), (2, 6)]
     assert evals[2]["acc"] == pytest.approx(rows[2]["eval_accuracy"])
+    # a real PC run (the embedded preset: adaptive band, sequential pilots; here pilots of 1 + 1, so the first wave
+    # decides most): each reason agrees with its own numbers
+    reasons = json.loads(cli("sql", "--store", str(tmp_path / "pc.duckdb"), "--json",
+                             "SELECT * FROM decision_reasons WHERE run_id = 'r1'").stdout)
+    assert len(reasons) > 20 and disagreements(reasons) == []
 
 
 def test_train_human_output_and_resume_past_the_end(base_policy, tmp_path):

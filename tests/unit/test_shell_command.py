@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pc_pipelines.errors import shell_command, shell_word, sql_string
+from pc_pipelines.errors import installed_command, shell_command, shell_word, sql_string
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,9 @@ def test_a_word_stays_on_one_line_and_outside_any_code_span(text):
 
 def test_words_read_plainly():
     assert shell_command("pilot-commit", "runs", "--store", "/tmp/runs/s.duckdb", "...") == \
-        "pilot-commit runs --store /tmp/runs/s.duckdb ..."
+        f"{installed_command('pilot-commit')} runs --store /tmp/runs/s.duckdb ..."
+    # the program's name is this install's form of it (issue 55: a bare pilot-commit is not on PATH after a demo)
+    assert shell_command("git", "status") == "git status"
     assert shell_command("rm", "-r", "/tmp/my runs/step-00000002") == "rm -r '/tmp/my runs/step-00000002'"
     assert shell_word("/tmp/Bob's and Al's runs") == '"/tmp/Bob\'s and Al\'s runs"'
     assert shell_word("SELECT * FROM runs WHERE run_id = 'r'") == "\"SELECT * FROM runs WHERE run_id = 'r'\""

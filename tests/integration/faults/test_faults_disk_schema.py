@@ -214,8 +214,9 @@ SCHEMA_CASES = {
     "compacted_steps.returned dropped": (["ALTER TABLE compacted_steps DROP COLUMN returned"],
                                          f"does not match its version {SCHEMA_VERSION}: it lacks compacted_steps.returned", None),
     "version 6 while runs.seq exists": ([SET_VERSION.format(6)],
-                                        "does not match its version 6: it has compacted_prompt_observations.prior_evidence "
-                                        "(version 9), compacted_prompt_observations.prior_mean (version 9)", SCHEMA_VERSION),
+                                        "does not match its version 6: it has compacted_prompt_observations.band_lower "
+                                        "(version 11), compacted_prompt_observations.band_upper (version 11), "
+                                        "compacted_prompt_observations.evidence_n (version 10)", SCHEMA_VERSION),
 }
 
 

@@ -68,7 +68,7 @@ CUT = "a" * 80 + "'... (100,000 characters)"
     (("timeline", "--store", "{store}", "--run", HUGE, "--out", "{dir}/t.png"),
      ("pilot-commit timeline: no run 'aaaa", CUT, "Fix: name one of its runs, e.g. kept.")),
     (("report", "--store", "{store}", "--run", HUGE),
-     ("unrecognized arguments: --run aaaa", "a... (100,000 characters). Fix: see `pilot-commit --help`.")),
+     ("unrecognized arguments: --run aaaa", "a... (100,000 characters). Fix: see `", "pilot-commit report --help`.")),
     (("simulate", "--store", "{store}", "--run-name", HUGE, "--steps", "2", *SMALL),
      ("argument --run-name: --run-name 'aaaa", "is 100000 characters long (at most 128)", "Fix: choose a name")),
     (("train", "--out", "{dir}/runs", "--run-name", HUGE, "--steps", "1"),
@@ -76,7 +76,7 @@ CUT = "a" * 80 + "'... (100,000 characters)"
     (("train-segment", "--store", "{store}", "--runs-root", "{dir}/runs", "--until-step", "1", "--run-id", HUGE),
      ("pilot-commit train-segment: error: argument --run-id: --run-id 'aaaa", "Fix: choose a name")),
     (("simulate", "--steps", "2", "--method", HUGE),
-     ("argument --method: invalid choice: 'aaaa", "... (100,002 characters)", "Fix: see `pilot-commit simulate --help`")),
+     ("argument --method: invalid choice: 'aaaa", "... (100,002 characters)", "Fix: see `", "pilot-commit simulate --help`")),
     (("timeline", "--store", "{store}", "--run", "kept", "--out", "{dir}/" + HUGE + "/t.png"),
      ("could not write", "(100,", "characters): File name too long. Fix: give --out a PNG file path")),
 ])

@@ -3,6 +3,9 @@ rendered from pc_pipelines/allocation/reasons.py, and this checks the SQL render
 
 from __future__ import annotations
 
+from pilot_cli import run_cli, sql
+from reason_checks import disagreements
+
 from pc_pipelines.allocation import Decision, Rule, Stage
 from pc_pipelines.allocation.reasons import REASONS, render, template_for
 from pc_pipelines.config import resolve
@@ -35,13 +38,12 @@ def test_every_reason_in_the_view_is_the_python_rendering(tmp_path):
         assert len(list(record_simulation(cfg, st, 12, run_id=run_id, compact_every=5))) == 12
     # lag is a trained row's only (0 elsewhere); PC trains a prompt at most once a step, GRPO twice only where a
     # small pool's draw holds it twice (a batch straddling an epoch boundary), both times with lag 0: one lag each
-    rows = st.query("""SELECT o.*, coalesce(t.lag, 0) AS lag, s.band_lower, s.band_upper
+    rows = st.query("""SELECT o.*, coalesce(t.lag, 0) AS lag
                        FROM decision_reasons o
                        LEFT JOIN (SELECT run_id, step, prompt_id, max(lag) AS lag FROM prompt_observations
                                   WHERE decision = 'trained' GROUP BY ALL) t
                          ON o.decision = 'trained' AND t.run_id = o.run_id AND t.step = o.step
-                            AND t.prompt_id = o.prompt_id
-                       JOIN steps s ON s.run_id = o.run_id AND s.step = o.step""")
+                            AND t.prompt_id = o.prompt_id""")
     assert st.query("SELECT count(*) AS n FROM prompt_observations WHERE decision <> 'trained' AND lag <> 0") == [
         {"n": 0}]
     # one decision per prompt per round: every row but a first pilot wave that went on to its later wave
@@ -87,3 +89,36 @@ def test_every_reason_in_the_view_is_the_python_rendering(tmp_path):
         {"run_id": r, "steps_count": n, "rows": n}
         for r, n in [(r, sum(1 for x in rows if x["run_id"] == r and x["decision"] == "screened_by_prior"))
                      for r in ("grpo-prior", "pc-prior")]]
+
+
+def test_every_reason_agrees_with_its_own_numbers_over_adaptive_band_runs(tmp_path):
+    """Issue 55: a whole PC run with the adaptive band, recorded by ``pilot-commit simulate --store`` through the real
+    store: each ``decision_reasons`` row's text shows the band in force for that row when it was decided (rounds
+    widen the band during a step), its p_hat as the comparison reads true, and agrees with its decision."""
+    store = tmp_path / "s.duckdb"
+    common = ["simulate", "--store", str(store), "--method", "pc", "--train-batch", "16", "--prompts", "1500",
+              "--spread", "3", "--steps", "30", "--set", "allocator.band_strategy=adaptive"]
+    run_cli(*common, "--run-name", "adaptive", "--seed", "3", check_rc=0)
+    run_cli(*common, "--run-name", "all-on", "--seed", "5",
+            *[a for k, v in ALL_ON.items() if k != "allocator.band_strategy" for a in ("--set", f"{k}={v}")],
+            check_rc=0)
+    rows = sql(store, "SELECT * FROM decision_reasons")
+    assert len(rows) > 2000
+    assert disagreements(rows) == []
+    # the runs hold what the old text got wrong: pilots skipped as easy in a round before the step widened its band
+    # past their p_hat (the step's band would have said "p_hat > band upper" of a band that contains it)
+    old = sql(store, """SELECT o.run_id, count(*) AS n FROM decision_reasons o JOIN steps s USING (run_id, step)
+                        WHERE o.decision = 'skipped_easy' AND o.rule = 'band' AND o.p_hat <= s.band_upper
+                        GROUP BY ALL ORDER BY ALL""")
+    assert [r["run_id"] for r in old] == ["adaptive", "all-on"] and min(r["n"] for r in old) > 0, old
+    # and the same p_hat kept in one round of a step (the band widened: the batch was short) and skipped in another:
+    # each text gives the band of its own round
+    pairs = sql(store, """SELECT k.run_id, k.step, k.p_hat, s.reason AS skipped, k.reason AS kept
+                          FROM decision_reasons k JOIN decision_reasons s
+                            ON s.run_id = k.run_id AND s.step = k.step AND s.p_hat = k.p_hat AND s.round <> k.round
+                          WHERE k.decision = 'kept' AND k.rule = 'adaptive_band' AND s.decision = 'skipped_easy'
+                            AND s.rule = 'band' LIMIT 1""")
+    assert pairs, "no step kept a p_hat in one round and skipped it in another"
+    p = format(pairs[0]["p_hat"], ".4g")
+    assert pairs[0]["skipped"].startswith(f"p_hat={p} > band upper ") and f"p_hat={p} in the widened band [" in \
+        pairs[0]["kept"], pairs[0]

@@ -79,8 +79,8 @@ def columns(path, table: str) -> list[str]:
         con.close()
 
 
-def test_schema_version_is_ten():
-    assert SCHEMA_VERSION == 10
+def test_schema_version_is_eleven():
+    assert SCHEMA_VERSION == 11
     assert sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
 
 
@@ -104,7 +104,7 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
     assert columns(path, "compacted_steps") == []
 
     st = Store(path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 10
+    assert st.schema_version() == SCHEMA_VERSION == 11
     assert {"status_reason", "compacted_through", "seq"} <= set(columns(path, "runs"))
     assert columns(path, "segments")[:5] == ["run_id", "segment", "first_step", "last_step", "status"]
     for table in STEP_TABLES:
@@ -195,6 +195,7 @@ def test_version_5_catalog_gains_buffer_replaced_keeping_its_rows(tmp_path):
 
 PRIOR_STEPS = ["screened_by_prior", "prior_rollouts_saved"]
 PRIOR_OBS = ["prior_useful", "prior_mean", "prior_evidence", "prior_observations"]
+BAND_OBS = ["band_lower", "band_upper"]  # v10
 
 
 def observation_tables(run_id: str, step: int, returned: bool) -> dict[str, pa.Table]:
@@ -219,14 +220,14 @@ def test_version_7_catalog_gains_returned_and_older_rows_read_as_not_returned(tm
     w = st.writer("r")
     for step in range(3):
         w.write_step(step, observation_tables("r", step, returned=False))
-    for table, cols in (("steps", PRIOR_STEPS), ("prompt_observations", PRIOR_OBS)):  # as a v7 writer wrote them:
+    for table, cols in (("steps", PRIOR_STEPS), ("prompt_observations", PRIOR_OBS + BAND_OBS)):  # as a v7 writer wrote them:
         for f in sorted((st.runs_root / "r").glob(f"step-*/{table}.parquet")):  # no returned, no prior columns
             pq.write_table(pq.read_table(f).drop_columns(["returned", *cols]), f)
     for m in (st.runs_root / "r").glob("step-*/MANIFEST.json"):
         m.unlink()
     assert st.compact("r", through=1) == 2
     con = duckdb.connect(str(st.path))
-    as_version(con, 7)  # drops v8's returned and v9's prior columns
+    as_version(con, 7)  # drops v8's returned, v9's prior, v10's evidence and v11's band columns
     con.close()
     reader = Store(st.path)  # a v7 catalog read before any upgrade: the step files bring the column
     assert reader.query("SELECT step, returned FROM prompt_observations ORDER BY step") == [
@@ -248,7 +249,7 @@ def test_version_7_catalog_gains_returned_and_older_rows_read_as_not_returned(tm
             {"step": 0, "returned": None}, {"step": 1, "returned": None}, {"step": 2, "returned": None},
             {"step": 3, "returned": 1}]
         reasons = {r["step"]: r["reason"] for r in st.query("SELECT step, reason FROM decision_reasons")}
-        assert reasons[0] == "p_hat=1.000 > band upper 0.75; evicted: p_hat=1.000 reached p_solve"
+        assert reasons[0] == "p_hat=1 > band upper 0.75; evicted: p_hat=1 reached p_solve"
         assert reasons[3] == "returned from the easy pool; " + reasons[0]
         assert st.query("SELECT count(*) AS n FROM pass_rate_history WHERE returned") == [{"n": 1}]
 
@@ -262,19 +263,19 @@ def test_version_8_catalog_gains_the_prior_columns_and_older_rows_read_null(tmp_
     w = st.writer("r")
     for step in range(3):
         w.write_step(step, observation_tables("r", step, returned=False))
-    for table, cols in (("steps", PRIOR_STEPS), ("prompt_observations", PRIOR_OBS)):  # as a v8 writer wrote them
+    for table, cols in (("steps", PRIOR_STEPS), ("prompt_observations", PRIOR_OBS + BAND_OBS)):  # as a v8 writer wrote them
         for f in sorted((st.runs_root / "r").glob(f"step-*/{table}.parquet")):
             pq.write_table(pq.read_table(f).drop_columns(cols), f)
     for m in (st.runs_root / "r").glob("step-*/MANIFEST.json"):
         m.unlink()
     assert st.compact("r", through=1) == 2
     con = duckdb.connect(str(st.path))
-    as_version(con, 8)  # drops v9's prior columns
+    as_version(con, 8)  # drops v9's prior, v10's evidence and v11's band columns
     con.close()
     assert "prior_useful" not in columns(st.path, "compacted_prompt_observations")
 
     st = Store(st.path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 10
+    assert st.schema_version() == SCHEMA_VERSION == 11
     for table in ("steps", "prompt_observations"):
         assert columns(st.path, f"compacted_{table}") == list(STEP_TABLES[table].names)
     tables = observation_tables("r", 3, returned=False)
@@ -297,7 +298,7 @@ def test_version_8_catalog_gains_the_prior_columns_and_older_rows_read_null(tmp_
             {"step": s, "prior_useful": None, "prior_observations": None} for s in range(3)] + [
             {"step": 3, "prior_useful": 0.031, "prior_observations": 11}]
         reasons = {r["step"]: r["reason"] for r in st.query("SELECT step, reason FROM decision_reasons")}
-        assert reasons[0] == "p_hat=1.000 > band upper 0.75; evicted: p_hat=1.000 reached p_solve"
+        assert reasons[0] == "p_hat=1 > band upper 0.75; evicted: p_hat=1 reached p_solve"
         assert reasons[3] == ("skipped by prior, easy side: P(pilot in band) 0.03 from 11 observations "
                               "(discounted 6.2 rollouts), posterior mean 0.97")
 
@@ -334,7 +335,7 @@ def test_version_9_catalog_gains_evidence_and_every_later_first_wave_has_its_row
     assert "evidence_n" not in columns(st.path, "compacted_prompt_observations")
 
     st = Store(st.path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 10
+    assert st.schema_version() == SCHEMA_VERSION == 11
     assert columns(st.path, "compacted_prompt_observations") == list(STEP_TABLES["prompt_observations"].names)
     new = [_pilot_row(1, 50, 2, 1.0, "continued", 0, "none", None),
            _pilot_row(1, 50, 6, 2.0, "kept", 1, "band", (8, 3.0))]
@@ -348,7 +349,7 @@ def test_version_9_catalog_gains_evidence_and_every_later_first_wave_has_its_row
                            "prompt_id")
         assert [(r["step"], r["prompt_id"], r["n"], r["decision"]) for r in reasons] == [
             (0, 40, 8, "kept"), (0, 41, 2, "skipped_easy"), (1, 50, 8, "kept")]
-        assert reasons[0]["reason"] == "p_hat=0.500 in band [0.125, 0.75]"
+        assert reasons[0]["reason"] == "p_hat=0.5 in band [0.125, 0.75]"
         assert reasons[2]["reason"] == "p_hat=0.375 in band [0.125, 0.75]"  # 1 of 2, then 2 of 6
         first = st.query("SELECT step, prompt_id, n, n_correct, evidence_n FROM pass_rate_history WHERE wave = 0 "
                          "ORDER BY step, prompt_id")
@@ -445,3 +446,36 @@ def test_the_latest_run_is_the_last_registered_whatever_the_clocks_say(new_store
     st.add_eval_results([{"run_id": r, "step": 0, "benchmark": "b", "accuracy": 0.5} for r in ("first", "second")])
     assert [c.run_id for c in load_curves(st, "fam")] == ["second"]
     assert [c.run_id for c in load_curves(st, "fam", latest_only=False)] == ["first", "second"]
+
+
+def test_version_10_catalog_reads_each_rows_own_band_from_its_round(tmp_path):
+    """v11 (issue 55): a PC pilot row holds the band that decided it. Rows a v10 writer wrote (compacted and in step
+    files) hold none; after the upgrade decision_reasons derives each one's band from its round (the config's band
+    widened to the round's widened rows), the very band and text a v11 writer records."""
+    from pc_pipelines.config import resolve
+    from pc_pipelines.simulator import record_simulation
+
+    st = Store(tmp_path / "v9.duckdb").init()
+    cfg = resolve("simulator", {"allocator.train_batch": 16, "sim.num_prompts": 1500, "sim.difficulty_spread": 3.0,
+                                "allocator.band_strategy": "adaptive", "allocator.pilot_strategy": "sequential",
+                                "allocator.pilot_wave": 4}, method="pc", seed=3)
+    assert len(list(record_simulation(cfg, st, 20, run_id="pc", compact_every=8))) == 20
+    q = "SELECT step, round, prompt_id, stage, band_lower, band_upper, reason FROM decision_reasons ORDER BY ALL"
+    recorded = st.query(q)
+    assert st.get_run("pc")["compacted_through"] is not None  # both compacted rows and step files
+    assert sum(r["band_upper"] is not None for r in recorded) > 100
+    assert any("widened band" in r["reason"] for r in recorded)
+    for f in sorted((st.runs_root / "pc").glob("step-*/prompt_observations.parquet")):  # as a v9 writer wrote them
+        pq.write_table(pq.read_table(f).drop_columns(BAND_OBS), f)
+    for m in (st.runs_root / "pc").glob("step-*/MANIFEST.json"):
+        m.unlink()
+    con = duckdb.connect(str(st.path))
+    as_version(con, 10)  # drops v11's band columns (and the compacted rows' bands with them)
+    con.close()
+    assert "band_lower" not in columns(st.path, "compacted_prompt_observations")
+    assert Store(st.path).query(q) == recorded  # read before any upgrade
+    st = Store(st.path).init()
+    assert st.schema_version() == SCHEMA_VERSION
+    assert columns(st.path, "compacted_prompt_observations") == list(STEP_TABLES["prompt_observations"].names)
+    assert st.query("SELECT count(*) AS n FROM prompt_observations WHERE band_lower IS NOT NULL") == [{"n": 0}]
+    assert st.query(q) == recorded

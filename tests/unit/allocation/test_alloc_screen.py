@@ -101,7 +101,7 @@ def test_skips_both_sides_with_their_reasons_and_never_a_middling_prompt():
     from pc_pipelines.allocation.reasons import observation_reason
     last = outs[-1].observations
     i = int(np.flatnonzero(last.rule == Rule.PRIOR_EASY)[0])
-    text = observation_reason(last, i, 0.125, 0.75)
+    text = observation_reason(last, i)
     assert text.startswith(f"skipped by prior, easy side: P(pilot in band) {last.prior_useful[i]:.2f} from ")
     assert f"from {int(last.prior_observations[i])} observations (discounted {last.prior_evidence[i]:.1f} rollouts)" \
         in text and text.endswith(f"posterior mean {last.prior_mean[i]:.2f}")

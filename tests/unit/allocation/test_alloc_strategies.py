@@ -138,7 +138,7 @@ def test_adaptive_band_fills_batches_the_static_band_leaves_short():
     obs = adaptive[0].observations
     pilots = obs.stage == Stage.PILOT
     assert np.all(obs.rule[pilots & (obs.decision == Decision.KEPT)] == Rule.ADAPTIVE_BAND)
-    assert "widened band [0.125, 0.875]" in observation_reason(obs, int(np.flatnonzero(pilots)[0]), 0.125, 0.875)
+    assert "widened band [0.125, 0.875]" in observation_reason(obs, int(np.flatnonzero(pilots)[0]))
 
 
 # ---- survival sampling ----------------------------------------------------------------------------------------------
@@ -199,7 +199,7 @@ def test_sequential_pilots_decide_flat_first_waves_early():
     both = {p: obs.n_correct[went_on][obs.prompt_id[went_on] == p].sum() for p in obs.prompt_id[late]}
     np.testing.assert_allclose(obs.evidence_correct[late], [both[p] + c for p, c in
                                                             zip(obs.prompt_id[late], obs.n_correct[late])])
-    assert "sent on to the later wave" in observation_reason(obs, int(np.flatnonzero(went_on)[0]), 0.125, 0.75)
+    assert "sent on to the later wave" in observation_reason(obs, int(np.flatnonzero(went_on)[0]))
     # every first wave's row holds exactly what the engine returned for that wave (n and the number correct)
     first_waves = (obs.stage == Stage.PILOT) & (obs.wave == 0)
     assert first_waves.sum() == out.ledger.prompts_consumed
@@ -208,7 +208,7 @@ def test_sequential_pilots_decide_flat_first_waves_early():
         rec = calls[int(obs.call[i])]
         j = int(np.flatnonzero((rec.prompt_ids == obs.prompt_id[i]) & (rec.stages == Stage.PILOT))[0])
         assert (obs.n[i], obs.n_correct[i]) == (rec.n[j], rec.rewards[j].sum()) == (2, rec.rewards[j].sum())
-    assert "first pilot wave all correct" in observation_reason(obs, int(np.flatnonzero(early & (obs.p_hat == 1))[0]), 0.125, 0.75)
+    assert "first pilot wave all correct" in observation_reason(obs, int(np.flatnonzero(early & (obs.p_hat == 1))[0]))
 
 
 # ---- the generic invariants with every strategy drawn -----------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 from pc_pipelines.allocation import Allocator, check_config
 from pc_pipelines.cli import build_parser
 from pc_pipelines.config import OVERSAMPLE_MAX, AllocatorConfig, TrainingConfig, available_presets, resolve
-from pc_pipelines.errors import ConfigError, brief_text, field_error
+from pc_pipelines.errors import ConfigError, brief_text, field_error, shell_command
 from pc_pipelines_dagster.automation.jobs import StartRunConfig, check_start_run
 
 
@@ -139,4 +139,4 @@ def test_an_argparse_error_is_one_short_line_with_the_fix(capsys):
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and len(err) < 300
     assert err == ("pilot-commit: error: unrecognized arguments: --run " + "r" * 80 + "... (100,000 characters). "
-                   "Fix: see `pilot-commit --help`.\n")
+                   f"Fix: see `{shell_command('pilot-commit', 'report', '--help')}`.\n")

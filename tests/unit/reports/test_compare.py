@@ -13,6 +13,7 @@ import shlex
 import pytest
 
 from pc_pipelines.config import resolve
+from pc_pipelines.errors import installed_command
 from pc_pipelines.reports.compare import (
     PANELS,
     CompareError,
@@ -119,7 +120,7 @@ def test_named_runs_across_families_and_the_query_the_metadata_prints(store):
 
 
 def test_unknown_runs_and_empty_families_are_refused_with_the_fix(store):
-    with pytest.raises(CompareError, match=r"no run 'nope' in the store .*Fix: name runs that `pilot-commit runs"):
+    with pytest.raises(CompareError, match=r"no run .nope. in the store .*Fix: name runs that `\S*pilot-commit runs"):
         load_comparison(store, run_ids=["fam-pc", "nope"])
     with pytest.raises(CompareError, match=r"family 'zz' .* no recorded step yet.*Fix:"):
         load_comparison(store, family="zz")
@@ -171,6 +172,6 @@ def test_the_tensorboard_overlay_names_each_run_and_pastes_as_one_argument(store
     assert set(dirs) == {"fam-grpo", "fam-pc"}  # a simulated run has no TensorBoard logs
     cmd = tensorboard_overlay_command(dirs)
     argv = shlex.split(cmd)
-    assert argv[:2] == ["tensorboard", "--logdir_spec"] and len(argv) == 3
+    assert argv[:2] == [installed_command("tensorboard"), "--logdir_spec"] and len(argv) == 3
     assert argv[2] == f"fam-grpo:{dirs['fam-grpo']},fam-pc:{dirs['fam-pc']}" and "it's pc" in argv[2]
     assert tensorboard_overlay_command({}) is None

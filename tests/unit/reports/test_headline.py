@@ -7,7 +7,7 @@ import json
 
 
 def test_study_headline_reads_the_committed_results_and_says_when_there_are_none(tmp_path):
-    from pc_pipelines.reports import STUDY_RESULTS, smoke_test_note, study_headline
+    from pc_pipelines.reports import STUDY_RESULTS, study_headline
 
     res = {"preset": "bench", "steps": 120, "seeds": [0, 1, 2], "grpo_best_n": 16,
            "medians": {"GRPO64 / paper PC": 1.234, "GRPO16 / paper PC": 0.5, "DAPO / paper PC": None,
@@ -26,7 +26,6 @@ def test_study_headline_reads_the_committed_results_and_says_when_there_are_none
     path.write_text(json.dumps({**res, "dtype": "float64"}))  # the float64 study says its precision
     assert "preset `bench` in float64, 120 steps a run" in study_headline(path)
     assert study_headline(tmp_path / "missing.json").startswith("No efficiency study is committed yet")
-    assert "20 steps" in smoke_test_note(20) and "SMOKE TEST, not a comparison" in smoke_test_note(20)
     if STUDY_RESULTS.exists():  # the committed file parses and names the frozen preset
         assert "preset `bench`" in study_headline()
 
@@ -49,3 +48,23 @@ def test_study_headline_adds_each_regime_of_the_results_file(tmp_path):
     assert "Goals" not in text and "missed" not in text  # the goals' wording lives in docs/STUDIES.md
     path.write_text(json.dumps({**res, "regimes": {}}))
     assert "Regime" not in study_headline(path)
+
+
+def test_one_rule_says_when_a_ratio_is_a_smoke_test(tmp_path):
+    """Issue 55: fewer seeds, or shorter runs, than the committed study's: the CLI report, the report asset and the
+    demo say "SMOKE TEST" beside the ratio, in these words (reports.smoke_test, the one rule)."""
+    from pc_pipelines.reports import family_smoke_test, smoke_test
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"preset": "bench", "steps": 120, "seeds": [8, 9, 10], "medians": {}}))
+    assert smoke_test(1, 20, path) == (
+        "SMOKE TEST, not a comparison: each method trained 20 steps on 1 seed, too few for rollout efficiency to "
+        "show (the study runs 120 steps x 3 seeds per method and reads the medians)")
+    assert smoke_test(3, 120, path) is None and smoke_test(5, 200, path) is None
+    assert "trained 120 steps on 2 seeds" in smoke_test(2, 120, path)
+    assert "trained 100 to 120 steps on 3 seeds" in smoke_test(3, (100, 120), path)
+    fam = {"seeds": [{"seed": s, "steps": {"grpo": 120, "dapo": None, "pc": 120}} for s in (0, 1, 2)]}
+    assert family_smoke_test(fam, path) is None
+    fam["seeds"][1]["steps"]["pc"] = 20  # one short compared run makes the family's ratios a smoke test
+    assert "trained 20 to 120 steps on 3 seeds" in family_smoke_test(fam, path)
+    assert "120 steps x 3 seeds" in smoke_test(1, 20, tmp_path / "missing.json")  # no study committed: its scale

@@ -312,7 +312,9 @@ def test_an_empty_store_says_what_to_run_first(tmp_path):
     for call in (lambda: build_report(store, tmp_path / "p"), lambda: write_plots(store, tmp_path / "p")):
         with pytest.raises(ReportError, match="no runs") as exc:
             call()
-        assert "pilot-commit simulate-demo --store" in str(exc.value) and "Fix" in str(exc.value)
+        # the fix records runs into this store by training; simulated runs are never advised into it (issue 55)
+        assert "pilot-commit train --store" in str(exc.value) and "Fix" in str(exc.value)
+        assert "simulate-demo --store" not in str(exc.value) and "simulate --store" not in str(exc.value)
     assert not (tmp_path / "p").exists()
     with pytest.raises(ReportError, match="for family 'nope'"):
         build_report(store, family="nope")
@@ -327,7 +329,7 @@ def test_runs_without_eval_results_say_so(tmp_path):
         con.execute("DELETE FROM eval_results")
     with pytest.raises(ReportError, match="no eval results") as exc:
         write_plots(store, tmp_path / "p")
-    assert "pilot-commit simulate --store" in str(exc.value)
+    assert "pilot-commit train --store" in str(exc.value)
 
 
 # ---- CLI ----------------------------------------------------------------------------------------------------------
@@ -355,7 +357,7 @@ def test_cli_report_plots_on_an_empty_store(tmp_path, capsys):
     assert "no family has both" in capsys.readouterr().out
     assert cli.main(["report", "--store", path, "--plots", str(tmp_path / "p")]) == 2
     err = capsys.readouterr().err
-    assert "pilot-commit report: no runs" in err and "pilot-commit simulate-demo --store" in err and "Traceback" not in err
+    assert "pilot-commit report: no runs" in err and "pilot-commit train --store" in err and "Traceback" not in err
     assert not (tmp_path / "p").exists()
 
 
