@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..durable import OutputRefused
+from ..durable import OutputRefused, check_user_output
 from ..errors import installed_command, shell_command
 from ..reports.timeline import DEFAULT_TOP
 from ..store import Store
@@ -198,6 +198,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         _print_report(report)
     if args.plots:
         try:
+            check_user_output(args.plots, store.own_paths(), folder=True)  # never into the store it reads
             paths = write_plots(store, args.plots, args.family)
         except ReportError as exc:
             sys.stderr.write(f"pilot-commit report: {exc}\n")
@@ -246,6 +247,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     onto_stdout = _is_stdout(args.out)  # --out /dev/stdout: the PNG is stdout, what was written goes to stderr
     sys.stdout.flush()
     try:
+        check_user_output(args.out, store.own_paths())  # never over the store it reads
         result = write_timeline(store, args.run, args.out, prompts=args.prompts, top=args.top)
     except TimelineError as exc:
         sys.stderr.write(f"pilot-commit timeline: {exc}\n")
@@ -281,9 +283,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     store = Store(args.store)
     try:
+        check_user_output(args.out, store.own_paths())  # never over the store it reads
         lines = load_comparison(store, args.family, args.runs)
     except CompareError as exc:
         sys.stderr.write(f"pilot-commit compare: {exc}\n")
+        return 2
+    except OutputRefused as exc:
+        sys.stderr.write(f"pilot-commit compare: --out {exc}.\n")
         return 2
     which = f"family {args.family}" if args.family is not None and not args.runs else (
         "the runs named" if args.runs else "every run")
