@@ -138,9 +138,11 @@ def check_segment_request(store: Store, run_id: str, segment: int | None, from_s
     ok_from = from_step is None or first - 1 <= from_step < last
     if until_step != last or not ok_from:
         resume = "" if first == last else f" (or --from-step S with S from {first - 1} to {last - 1}: resume after step S)"
+        would = (f"steps {from_step + 1}..{until_step}" if from_step is not None else
+                 f"from the newest checkpoint through step {until_step}")
         raise RunError(f"--segment {segment} of run {run_id} is steps {first}..{last}, but {flags(from_step, until_step)} "
-                       f"would train steps {'from the newest checkpoint' if from_step is None else from_step + 1}.."
-                       f"{until_step}; nothing was trained or recorded. Fix: pass {flags(first - 1, last)}{resume}.")
+                       f"would train {would}; nothing was trained or recorded. Fix: pass {flags(first - 1, last)}"
+                       f"{resume}.")
 
 
 def missing_segment_steps(store: Store, run_id: str, first: int, last: int) -> list[int]:

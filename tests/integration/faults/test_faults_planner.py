@@ -69,6 +69,22 @@ def test_sim_fit_and_plan_on_a_training_run_that_trained_no_group(untrained):
     assert tree_digest(untrained) == before
 
 
+def test_sim_fit_and_plan_outputs_into_a_checkpoint_are_refused(untrained):
+    """`sim-fit --out` and `plan --plot` into a folder of the run's checkpoints (which the store lists): refused before
+    the fit, one line naming the run's checkpoint folder; every checkpoint file byte for byte the same."""
+    store, ckpts = untrained / "pc.duckdb", untrained / "u" / "checkpoints"
+    before = tree_digest(untrained)
+    for args in (["sim-fit", "--out", str(ckpts / "step-00000001" / "fit.json")],
+                 ["plan", "--fit-steps", "1", "--horizon", "5", "--resamples", "0", "--plot",
+                  str(ckpts / "plan.png")]):
+        res = cli(args[0], "--store", str(store), "--runs", "u", *args[1:])
+        no_traceback(res.stderr)
+        lines = messages(res.stderr)
+        assert res.returncode == 2 and len(lines) == 1 and res.stdout == "", res.stderr[-2000:]
+        assert f"is inside the checkpoints of run u {ckpts.resolve()}, which this command reads" in lines[0], lines[0]
+    assert tree_digest(untrained) == before
+
+
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory) -> Path:
     """A simulated 30-step PC run ``r``, its steps compacted into the catalog (a finished run)."""
