@@ -11,7 +11,11 @@ machine) instead of calling :func:`~.run.run_segment` in the orchestrator's proc
    run directory is ``<runs-root>/<run-id>`` (checkpoints, TensorBoard), and the run's writer lock is taken;
 2. with ``--segment`` (the asset passes it, and ``--attempt``, its Dagster run) the segment's row records this
    attempt's start, and at the end done, stopped or failed (:func:`~.run.lifecycle.record_segment_attempt`, the
-   same the asset uses in process): the process that trains a segment owns its row;
+   same the asset uses in process): the process that trains a segment owns its row. Before that (before the lock,
+   the model or any record) the flags are checked against the run's plan
+   (:func:`~.run.lifecycle.check_segment_request`: ``--segment K`` trains exactly segment K's steps), and so are
+   ``--device`` (``cuda`` where torch sees none) and ``--runs-root`` (a file); a segment is recorded done only when
+   every one of its steps is in the store;
 3. the task is rebuilt (embedded, or the prepared dataset under ``--data-dir``) and ``run_segment`` trains steps
    ``--from-step + 1 .. --until-step``, writing the step logs to the store;
 4. each step is reported, and at the end the segment's materialization.
