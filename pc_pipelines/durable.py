@@ -168,7 +168,8 @@ class OutputRefused(OSError):
         return self.strerror
 
 
-READ_FIX = "name a new file outside what the command reads (the store's catalog, its <catalog>.runs/ folder, the runs' checkpoints and its inputs)"
+READ_FIX = ("name a new file outside what the command reads (the store's catalog, its <catalog>.runs/ folder, the "
+            "runs' checkpoints and its inputs)")
 
 
 def _same_file(a: str | Path, b: str | Path) -> bool:
@@ -193,6 +194,12 @@ def read_clash(path: str | Path, reads: Iterable[tuple[str | Path, str]]) -> str
     return None
 
 
+def _refuse_clash(path: str | Path, reads: Iterable[tuple[str | Path, str]]) -> None:
+    clash = read_clash(path, reads)
+    if clash is not None:
+        raise OutputRefused(path, f"{clash}, which this command reads", errno.EPERM, READ_FIX)
+
+
 def _refuse_kind(path: str | Path, mode: int) -> None:
     """Raise :class:`OutputRefused` unless ``mode`` is a regular file, a character device or a FIFO."""
     if stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
@@ -215,9 +222,7 @@ def check_user_output(path: str | Path, reads: Iterable[tuple[str | Path, str]] 
     :func:`read_clash`), or when what is there cannot take a file (a folder, a block device, a socket: the rule of
     :func:`write_user_output`). ``folder``: ``path`` is a folder the command writes files into (a report's plots):
     only the clash is checked. :func:`write_user_output` checks the same before it writes."""
-    clash = read_clash(path, reads)
-    if clash is not None:
-        raise OutputRefused(path, f"{clash}, which this command reads", errno.EPERM, READ_FIX)
+    _refuse_clash(path, reads)
     if folder or _descriptor(path)[1] is not None:
         return
     try:
@@ -302,9 +307,7 @@ def write_user_output(path: str | Path, data: bytes, reads: Iterable[tuple[str |
     the OSError they are. ``reads``: what the command reads; a path among them (or inside one) is refused before
     anything is written (:func:`check_user_output`)."""
     path = Path(path)
-    clash = read_clash(path, reads)
-    if clash is not None:
-        raise OutputRefused(path, f"{clash}, which this command reads", errno.EPERM, READ_FIX)
+    _refuse_clash(path, reads)
     through, own_fd = _descriptor(path)
     if own_fd is not None:  # this process's own stdout (or other descriptor): written as print would
         try:
