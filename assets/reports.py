@@ -31,6 +31,7 @@ from dagster import (
 )
 from pydantic import Field
 
+from pc_pipelines.durable import OutputRefused, check_user_output
 from pc_pipelines.errors import ConfigError, installed_command, shell_command
 from pc_pipelines.reports import ReportError, build_report, method_label
 from pc_pipelines.reports.compare import (
@@ -56,6 +57,16 @@ from .evaluation import segment_eval
 class ReportConfig(Config):
     family: str | None = Field(default=None, description="Report one run family only (default: every family).")
     out_dir: str = Field(default="runs/reports", description="Where the PNG plots are written.")
+
+
+def _out_dir(store, out_dir: str | Path) -> Path:
+    """A report's ``out_dir``, refused (a :class:`Failure` with the fix, before anything is computed or written) when
+    it is, or lies inside, what the asset reads: the store's catalog, its step logs, a run's checkpoints."""
+    try:
+        check_user_output(out_dir, store.own_paths(), folder=True)
+    except OutputRefused as exc:
+        raise Failure(f"out_dir {exc}.") from exc
+    return Path(out_dir)
 
 
 def _embedded(path) -> str:
@@ -142,8 +153,10 @@ SUMMARY_COLUMNS = ("steps", "sampled_rollouts", "trained_rollouts", "final_accur
 @asset(group_name="reports", deps=[segment_eval], kinds={"duckdb"})
 def rollouts_report(context: AssetExecutionContext, config: ReportConfig, store: StoreResource) -> MaterializeResult:
     """Rollouts to target per family and seed (GRPO/PC and DAPO/PC ratios), a summary per method, and the plots."""
+    st = store.get(vacuum=False)
+    _out_dir(st, config.out_dir)
     try:
-        rep = build_report(store.get(vacuum=False), config.out_dir, config.family)
+        rep = build_report(st, config.out_dir, config.family)
     except ReportError as exc:
         raise Failure(str(exc)) from exc
     context.log.info("report: %d runs, plots in %s", len(rep.curves), config.out_dir)
@@ -204,7 +217,7 @@ def pass_rate_timeline(context: AssetExecutionContext, config: TimelineConfig,
                 "train a run first "
                 f"(`{shell_command('pilot-commit', 'simulate', '--store', st.path, '--method', 'pc')}`, or the "
                 "start_run job), then materialize again.")
-        out_dir = Path(config.out_dir)
+        out_dir = _out_dir(st, config.out_dir)
         results = [write_timeline(st, rid, out_dir / f"timeline_{rid}.png", config.prompts, config.top)
                    for rid in runs]
     except TimelineError as exc:
@@ -256,7 +269,7 @@ def run_comparison(context: AssetExecutionContext, config: ComparisonConfig, sto
         raise Failure(f"the store {st.path} has no run to compare. Fix: train or simulate runs first "
                       f"(`{shell_command('pilot-commit', 'simulate', '--store', st.path, '--method', 'pc')}`, or the "
                       "start_run job), then materialize again.")
-    out_dir = Path(config.out_dir)
+    out_dir = _out_dir(st, config.out_dir)
     sections, sql, labels, commands = [], {}, {}, {}
     for name, (family, run_ids) in groups.items():
         try:
@@ -328,6 +341,7 @@ def budget_plan(context: AssetExecutionContext, config: PlanConfig, store: Store
     resampled steps (`pilot-commit plan`, :mod:`pc_pipelines.simulator.plan`); the table, the plot and the exact
     `pilot-commit train` command of the best. Not in the report job: materialize it when a run has its first steps."""
     st = store.get(vacuum=False)
+    png = _out_dir(st, config.out_dir) / "budget_plan.png"
     try:
         run_ids = list(config.run_ids) if config.run_ids else plannable_runs(st, config.fit_steps, config.family)
         runs = read_runs(st, run_ids)
@@ -336,9 +350,11 @@ def budget_plan(context: AssetExecutionContext, config: PlanConfig, store: Store
                       progress=lambda msg: context.log.info("budget_plan: %s", msg))
     except (ConfigError, StoreError) as exc:
         raise Failure(str(exc)) from exc
-    png = Path(config.out_dir) / "budget_plan.png"
     png.parent.mkdir(parents=True, exist_ok=True)
-    save_figure(plan_figure(result), png)
+    try:
+        save_figure(plan_figure(result), png, st.own_paths())
+    except OutputRefused as exc:
+        raise Failure(f"out_dir: {exc}.") from exc
     best = shell_command(installed_command("pilot-commit", from_cwd=False), *result.train_args())
     context.log.info("budget_plan: best %s: %s", result.best.name, best)
     return MaterializeResult(

@@ -24,7 +24,10 @@ The answer is None or what is wrong, in one line.
 path decides how it is written, and nothing but a regular file is ever replaced. A new path or a regular file is
 written whole (temporary sibling, fsync, rename); a symlink is written through to its target (the link stays); a
 character device or FIFO (``/dev/null``, ``/dev/stdout``, a named pipe) is opened and written to; a block device, a
-socket or a folder is refused with the fix (:class:`OutputRefused`).
+socket or a folder is refused with the fix (:class:`OutputRefused`). What the command reads (the store's catalog,
+its ``.runs/`` tree, a checkpoint, an input) is never an output: :func:`check_user_output` refuses such a path before
+anything is written, and before the work that makes the output (issue 54: `timeline --out` onto the catalog replaced
+it with a PNG).
 
 Manifest formats (:class:`JsonManifest`, :class:`Sha256Sums`) write byte-for-byte what their callers always wrote.
 Standard library only: this is the package's bottom layer.
@@ -147,19 +150,86 @@ def write_file(path: str | Path, data: bytes, replace: bool = False) -> None:
 
 
 class OutputRefused(OSError):
-    """A user-named output path that is not written (a folder, a block device, a socket): ``str(exc)`` says what it
-    is and the fix, in one line. An OSError, so a caller's handler of write failures reports it too."""
+    """A user-named output path that is not written (a folder, a block device, a socket, or what the command reads:
+    :func:`check_user_output`): ``str(exc)`` says what it is and the fix, in one line. An OSError, so a caller's
+    handler of write failures reports it too."""
 
-    def __init__(self, path: str | Path, what: str, err: int) -> None:
-        self.path, self.what = Path(path), what
-        super().__init__(err, f"{path} is {what}; it is not written over. Fix: name a new file or a regular file (a "
-                              "symlink to one is written through), or a character device or FIFO to stream into")
+    KIND_FIX = ("name a new file or a regular file (a symlink to one is written through), or a character device or "
+                "FIFO to stream into")
+
+    def __init__(self, path: str | Path, what: str, err: int, fix: str | None = None) -> None:
+        self.path, self.what, self.fix = Path(path), what, fix or self.KIND_FIX
+        super().__init__(err, f"{path} is {what}; it is not written over. Fix: {self.fix}")
 
     def __reduce__(self):
-        return type(self), (self.path, self.what, self.errno)
+        return type(self), (self.path, self.what, self.errno, self.fix)
 
     def __str__(self) -> str:
         return self.strerror
+
+
+READ_FIX = ("name a new file outside what the command reads (the store's catalog, its <catalog>.runs/ folder, the "
+            "runs' checkpoints and its inputs)")
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    try:
+        return os.path.samestat(os.stat(a), os.stat(b))
+    except (OSError, ValueError):
+        return False
+
+
+def read_clash(path: str | Path, reads: Iterable[tuple[str | Path, str]]) -> str | None:
+    """What ``path`` (after its symlinks) is among ``reads`` (``(path, what it is)`` pairs: files and folders the
+    command reads or keeps, e.g. ``(catalog, "the store's catalog")``): ``"<what> <real path>"`` when it is one of
+    them (the same name, a link to it or a hard link of it), ``"inside <what> <real path>"`` when it lies under one of
+    those folders; None when it is none of them."""
+    real = os.path.realpath(path)
+    for read, what in reads:
+        target = os.path.realpath(read)
+        if real == target or _same_file(path, read):
+            return f"{what} {target}"
+        if real.startswith(target.rstrip(os.sep) + os.sep):
+            return f"inside {what} {target}"
+    return None
+
+
+def _refuse_clash(path: str | Path, reads: Iterable[tuple[str | Path, str]]) -> None:
+    clash = read_clash(path, reads)
+    if clash is not None:
+        raise OutputRefused(path, f"{clash}, which this command reads", errno.EPERM, READ_FIX)
+
+
+def _refuse_kind(path: str | Path, mode: int) -> None:
+    """Raise :class:`OutputRefused` unless ``mode`` is a regular file, a character device or a FIFO."""
+    if stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise OutputRefused(path, "a directory", errno.EISDIR)
+    if stat.S_ISBLK(mode):
+        raise OutputRefused(path, "a block device (a disk: a file's bytes written onto it destroy what it holds)",
+                            errno.EPERM)
+    if stat.S_ISSOCK(mode):
+        raise OutputRefused(path, "a socket (it takes connections, not a file)", errno.ENXIO)
+    raise OutputRefused(path, f"not a file (mode {stat.filemode(mode)})", errno.EPERM)
+
+
+def check_user_output(path: str | Path, reads: Iterable[tuple[str | Path, str]] = (), *,
+                      folder: bool = False) -> None:
+    """Where a command may write a file the user named, checked before anything is written (and before the work
+    that makes it): :class:`OutputRefused` with the fix when ``path`` (after symlinks) is, or lies inside, anything
+    of ``reads`` (the store's catalog and its ``.runs/`` tree, a checkpoint, an input of the same command; see
+    :func:`read_clash`), or when what is there cannot take a file (a folder, a block device, a socket: the rule of
+    :func:`write_user_output`). ``folder``: ``path`` is a folder the command writes files into (a report's plots):
+    only the clash is checked. :func:`write_user_output` checks the same before it writes."""
+    _refuse_clash(path, reads)
+    if folder or _descriptor(path)[1] is not None:
+        return
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # nothing there yet (or a dangling link): written as a new file
+    _refuse_kind(path, st.st_mode)
 
 
 def _link_hops(path: str | Path) -> list[str]:
@@ -218,7 +288,7 @@ def _replace_file(final: Path, data: bytes, mode: int | None) -> None:
     fsync_dir(final.parent)
 
 
-def write_user_output(path: str | Path, data: bytes) -> str:
+def write_user_output(path: str | Path, data: bytes, reads: Iterable[tuple[str | Path, str]] = ()) -> str:
     """Write ``data`` to the path a user named, by what is there (following symlinks):
 
     * nothing (a new path, or a symlink whose target does not exist yet): created whole through a temporary sibling
@@ -234,8 +304,10 @@ def write_user_output(path: str | Path, data: bytes) -> str:
 
     Nothing but a regular file is ever unlinked or renamed over. Returns how it was written: ``"created"``,
     ``"replaced"``, ``"streamed"`` (into a device, a FIFO or a descriptor) or ``"appended"``. Write failures raise
-    the OSError they are."""
+    the OSError they are. ``reads``: what the command reads; a path among them (or inside one) is refused before
+    anything is written (:func:`check_user_output`)."""
     path = Path(path)
+    _refuse_clash(path, reads)
     through, own_fd = _descriptor(path)
     if own_fd is not None:  # this process's own stdout (or other descriptor): written as print would
         try:
@@ -264,14 +336,8 @@ def write_user_output(path: str | Path, data: bytes) -> str:
     if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
         _stream_into(path, data, 0)
         return "streamed"
-    if stat.S_ISDIR(mode):
-        raise OutputRefused(path, "a directory", errno.EISDIR)
-    if stat.S_ISBLK(mode):
-        raise OutputRefused(path, "a block device (a disk: a file's bytes written onto it destroy what it holds)",
-                            errno.EPERM)
-    if stat.S_ISSOCK(mode):
-        raise OutputRefused(path, "a socket (it takes connections, not a file)", errno.ENXIO)
-    raise OutputRefused(path, f"not a file (mode {stat.filemode(mode)})", errno.EPERM)
+    _refuse_kind(path, mode)
+    raise AssertionError("unreachable: _refuse_kind refuses every other kind")
 
 
 def seal(directory: str | Path, fmt: ManifestFormat, fields: Mapping[str, Any] | None = None,

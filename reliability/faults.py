@@ -33,7 +33,8 @@ AREAS = {"test_faults_inputs": "inputs, configs, --set values, store paths",
          "test_faults_loads": "loads bounded by the manifest (allocating pickles, deflated entries, storages)",
          "test_faults_tampered_data": "tampered plain data (RNG states, trainer state, safetensors, meta.json)",
          "test_faults_disk_schema": "full disks (blocks, inodes), hand-altered schema versions",
-         "test_faults_hostile_inputs": "huge values, schedule windows, ignored settings, bad step counts"}
+         "test_faults_hostile_inputs": "huge values, schedule windows, ignored settings, bad step counts",
+         "test_faults_planner": "sim-fit / plan on untrained runs, odd but legal rows, a run being written"}
 
 
 def run_suite(workers: int) -> tuple[list[dict], float]:

@@ -11,7 +11,11 @@ machine) instead of calling :func:`~.run.run_segment` in the orchestrator's proc
    run directory is ``<runs-root>/<run-id>`` (checkpoints, TensorBoard), and the run's writer lock is taken;
 2. with ``--segment`` (the asset passes it, and ``--attempt``, its Dagster run) the segment's row records this
    attempt's start, and at the end done, stopped or failed (:func:`~.run.lifecycle.record_segment_attempt`, the
-   same the asset uses in process): the process that trains a segment owns its row;
+   same the asset uses in process): the process that trains a segment owns its row. Before that (before the lock,
+   the model or any record) the flags are checked against the run's plan
+   (:func:`~.run.lifecycle.check_segment_request`: ``--segment K`` trains exactly segment K's steps), and so are
+   ``--device`` (``cuda`` where torch sees none) and ``--runs-root`` (a file); a segment is recorded done only when
+   every one of its steps is in the store;
 3. the task is rebuilt (embedded, or the prepared dataset under ``--data-dir``) and ``run_segment`` trains steps
    ``--from-step + 1 .. --until-step``, writing the step logs to the store;
 4. each step is reported, and at the end the segment's materialization.
@@ -59,7 +63,7 @@ from ..run import (
     run_segment,
     with_task,
 )
-from ..run.lifecycle import record_segment_attempt
+from ..run.lifecycle import check_segment_request, record_segment_attempt
 from ..run.stopping import StopRequested, stop_on_signals
 from ..store import RunBusyError, Store, StoreError, hold_run
 from ..store.names import RunIdError, shown_path, validate_run_id
@@ -116,9 +120,49 @@ class PipesReporter:
         self.pipes.report_custom_message({REFUSED: {"message": str(exc), "holder": exc.holder}})
 
 
+def _check_device(device: str) -> None:
+    """Refuse (:class:`RunError`, before the store is touched) a ``--device`` torch cannot use on this machine:
+    not a device name, or ``cuda`` where torch sees no CUDA device (issue 54: a traceback from deep in the model's
+    load)."""
+    if device == "cpu":
+        return
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise RunError(f"--device {brief(device)} is not a torch device. Fix: pass cpu or cuda (cuda:N for one "
+                       "GPU).") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise RunError(f"--device {brief(device)}: torch sees no CUDA device on this machine (torch "
+                           f"{torch.__version__}); nothing was trained or recorded. Fix: run it where a GPU is (the "
+                           "GPU image, a pod with a GPU), or pass --device cpu.")
+        if dev.index is not None and dev.index >= count:
+            raise RunError(f"--device {brief(device)}: this machine has {count} CUDA device(s) (cuda:0..cuda:"
+                           f"{count - 1}). Fix: pass one of them.")
+
+
+def _check_runs_root(runs_root: str) -> None:
+    """Refuse a ``--runs-root`` that cannot hold run folders (a file, or a file above it) before anything is
+    recorded."""
+    path = Path(runs_root).absolute()
+    for p in (path, *path.parents):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                what = "is" if p == path else f"lies under {p}, which is"
+                raise RunError(f"--runs-root {brief(runs_root)} {what} a file, not a folder, so no run folder "
+                               "(checkpoints, TensorBoard) can go there; nothing was trained or recorded. Fix: pass "
+                               "the folder holding <run-id>/ (the checkpoint resource's root), or a new path.")
+            return
+
+
 def _load(args: argparse.Namespace) -> tuple[Store, RunSpec]:
     """The store and the spec of the registered run the arguments name (``RunError`` with the fix when either is
-    missing)."""
+    missing, or when ``--device`` or ``--runs-root`` cannot work here)."""
+    _check_device(args.device)
+    _check_runs_root(args.runs_root)
     store = Store(args.store)
     if not store.path.exists():
         raise RunError(f"no store at {shown_path(store.path)}. Fix: pass the store the run was registered in (--store).")
@@ -132,6 +176,8 @@ def _load(args: argparse.Namespace) -> tuple[Store, RunSpec]:
 
 def _run(args: argparse.Namespace, reporter: Callable[[], Any], stop=None) -> SegmentResult:
     store, spec = _load(args)
+    # the steps asked for must be the segment's (or within the plan) before anything is trained or recorded
+    check_segment_request(store, spec.run_id, args.segment, args.from_step, args.until_step, args.attempt)
     rep = reporter()
     engines = engine_factory(args.engine, args.device)
 

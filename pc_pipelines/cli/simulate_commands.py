@@ -222,7 +222,7 @@ def cmd_simulate_demo(args: argparse.Namespace) -> int:
 # ---- sim-fit ------------------------------------------------------------------------------------------------------
 def cmd_sim_fit(args: argparse.Namespace) -> int:
     """Fit the simulator's mix and learning law to runs in a store (read-only); write the fit as JSON."""
-    from ..durable import write_user_output
+    from ..durable import OutputRefused, check_user_output, write_user_output
     from ..simulator.fit import fit_simulator, read_runs
 
     if args.mix_steps < 1:
@@ -232,6 +232,11 @@ def cmd_sim_fit(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out {brief(args.out)}: its folder does not exist. Fix: create the folder, or write the "
                           "fit elsewhere.")
     store = Store(args.store)  # a path that is no store is refused when read_runs opens it
+    if args.out:  # refused before the fit: never over the store it reads, never a folder, a disk or a socket
+        try:
+            check_user_output(args.out, store.own_paths())
+        except OutputRefused as exc:
+            raise ConfigError(f"--out {exc}.") from exc
     fit = fit_simulator(read_runs(store, args.runs), mix_steps=args.mix_steps)
     out = sys.stdout
     law = fit.laws[fit.chosen]
@@ -245,7 +250,13 @@ def cmd_sim_fit(args: argparse.Namespace) -> int:
     for r in law.per_run:
         out.write(f"{r['run_id']:<40} {r['evaluations']:>5} {r['rmse']:>7.4f} {r['bias']:>+8.4f}\n")
     if args.out:
-        write_user_output(args.out, (json.dumps(fit.to_dict(), indent=1) + "\n").encode())
+        try:
+            write_user_output(args.out, (json.dumps(fit.to_dict(), indent=1) + "\n").encode(), store.own_paths())
+        except OutputRefused as exc:
+            raise ConfigError(f"--out {exc}.") from exc
+        except OSError as exc:  # a read-only folder, a full disk, ...
+            raise ConfigError(f"could not write {shown_path(args.out)}: {exc.strerror or exc}; the fit above is "
+                              "not saved. Fix: give --out a JSON file path in a folder you can write to.") from exc
         out.write(f"fit and residuals written to {args.out}\n")
     return 0
 
@@ -253,7 +264,7 @@ def cmd_sim_fit(args: argparse.Namespace) -> int:
 # ---- plan ---------------------------------------------------------------------------------------------------------
 def cmd_plan(args: argparse.Namespace) -> int:
     """Rank candidate budgets by the simulator fitted on the first steps of runs in a store."""
-    from ..durable import OutputRefused
+    from ..durable import OutputRefused, check_user_output
     from ..reports.plots import save_figure
     from ..simulator.fit import read_runs
     from ..simulator.plan import plan, plan_figure
@@ -267,6 +278,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError(f"--plot {brief(args.plot)} is a folder. Fix: name a PNG file, e.g. "
                           f"{shell_command(str(Path(args.plot) / 'plan.png'))}.")
     store = Store(args.store)  # a path that is no store is refused when read_runs opens it
+    if args.plot:  # refused before the fit: never over the store it reads, never a disk or a socket
+        try:
+            check_user_output(args.plot, store.own_paths())
+        except OutputRefused as exc:
+            raise ConfigError(f"--plot {exc}.") from exc
     runs = read_runs(store, args.runs)
     preset = args.preset or runs[0].preset or "bench"
     err = sys.stderr
@@ -279,7 +295,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.plot:
         try:
             Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
-            save_figure(plan_figure(result), args.plot)
+            save_figure(plan_figure(result), args.plot, store.own_paths())
         except OutputRefused as exc:
             raise ConfigError(f"--plot {exc}.") from exc
         except OSError as exc:

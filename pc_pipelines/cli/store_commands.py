@@ -12,12 +12,12 @@ import re
 import sys
 from pathlib import Path
 
-from ..durable import OutputRefused
+from ..durable import OutputRefused, check_user_output
 from ..errors import installed_command, shell_command
 from ..reports.timeline import DEFAULT_TOP
 from ..store import Store
 from ..store.names import shown_path
-from ..store.runlock import with_live_status
+from ..store.runlock import damaged_reason, with_live_status
 from .args import int_arg
 
 
@@ -132,7 +132,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if any(r["planned_steps"] is not None for r in runs):
         sys.stdout.write("steps: done/planned (a Dagster run's segment plan, or train's --steps)\n")
     for r in runs:  # below the table: one line per run that did not end well or waits, with its reason and fix
-        if r["status"] in ("stopped", "failed", "paused", "waiting") and r["status_reason"]:
+        if r["status"] in ("stopped", "failed", "paused", "waiting", "damaged") and r["status_reason"]:
             sys.stdout.write(f"{r['run_id']} {r['status']}: {r['status_reason']}\n")
     _warn_problems(store, args.store)
     return 0
@@ -152,17 +152,27 @@ def cmd_check(args: argparse.Namespace) -> int:
     scan, running = store.check(with_running=True)
     live = with_live_status(store, running)
     stale = [r for r in live if r["status"] == "stopped"]
+    # a run recorded finished that lacks steps is damaged, never finished (issue 54)
+    lacking: dict[str, list[str]] = {}
+    for p in scan.problems:
+        lacking.setdefault(p.run_id, []).append(f"step {p.step} {p.kind}")
+    damaged = [{"run_id": rid, "status": "damaged",
+                "status_reason": damaged_reason(store, {"problems": ", ".join(what)})}
+               for rid, what in lacking.items() if (store.get_run(rid) or {}).get("status") == "finished"]
     if args.json:
         sys.stdout.write(json.dumps({"store": args.store, "runs": scan.runs, "steps_checked": scan.steps_checked,
                                      "problems": [p.to_dict() for p in scan.problems],
                                      "stopped_runs": [{k: r[k] for k in ("run_id", "status", "status_reason")}
                                                       for r in stale],
                                      "waiting_runs": [{k: r[k] for k in ("run_id", "status", "status_reason")}
-                                                      for r in live if r["status"] == "waiting"]},
+                                                      for r in live if r["status"] == "waiting"],
+                                     "damaged_runs": damaged},
                                     indent=1) + "\n")
         return 1 if scan.problems else 0
     for r in stale:
         sys.stdout.write(f"run {r['run_id']}: stopped: {r['status_reason']}\n")
+    for r in damaged:
+        sys.stdout.write(f"run {r['run_id']}: damaged: {r['status_reason']}\n")
     for r in live:
         if r["status"] == "waiting":  # a Dagster run between segments: not crashed, nothing to repair
             sys.stdout.write(f"run {r['run_id']}: waiting: {r['status_reason']}\n")
@@ -212,6 +222,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         _print_report(report)
     if args.plots:
         try:
+            check_user_output(args.plots, store.own_paths(), folder=True)  # never into the store it reads
             paths = write_plots(store, args.plots, args.family)
         except ReportError as exc:
             sys.stderr.write(f"pilot-commit report: {exc}\n")
@@ -260,6 +271,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     onto_stdout = _is_stdout(args.out)  # --out /dev/stdout: the PNG is stdout, what was written goes to stderr
     sys.stdout.flush()
     try:
+        check_user_output(args.out, store.own_paths())  # never over the store it reads
         result = write_timeline(store, args.run, args.out, prompts=args.prompts, top=args.top)
     except TimelineError as exc:
         sys.stderr.write(f"pilot-commit timeline: {exc}\n")
@@ -295,9 +307,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     store = Store(args.store)
     try:
+        check_user_output(args.out, store.own_paths())  # never over the store it reads
         lines = load_comparison(store, args.family, args.runs)
     except CompareError as exc:
         sys.stderr.write(f"pilot-commit compare: {exc}\n")
+        return 2
+    except OutputRefused as exc:
+        sys.stderr.write(f"pilot-commit compare: --out {exc}.\n")
         return 2
     which = f"family {args.family}" if args.family is not None and not args.runs else (
         "the runs named" if args.runs else "every run")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -129,13 +129,14 @@ def _safe_name(family: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", family).strip("._") or "family"
 
 
-def save_figure(fig: Figure, path: str | Path) -> Path:
+def save_figure(fig: Figure, path: str | Path, reads: Iterable[tuple[str | Path, str]] = ()) -> Path:
     """Write ``fig`` as a PNG at ``path`` by :func:`~pc_pipelines.durable.write_user_output`'s rule (a file written
     whole, a symlink written through, ``/dev/stdout`` or a FIFO streamed into, a folder or a disk refused with
-    :class:`~pc_pipelines.durable.OutputRefused`); returns ``path``."""
+    :class:`~pc_pipelines.durable.OutputRefused`, and so is a path among ``reads``, what the command reads, e.g.
+    ``Store.own_paths()``); returns ``path``."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
-    write_user_output(path, buf.getvalue())
+    write_user_output(path, buf.getvalue(), reads)
     return Path(path)
 
 

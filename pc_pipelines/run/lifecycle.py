@@ -99,6 +99,59 @@ def segments_finished(store: Store, run_id: str) -> bool:
     return record_finished(store, run_id, complete=all(r["status"] == "done" for r in store.segments(run_id)))
 
 
+def check_segment_request(store: Store, run_id: str, segment: int | None, from_step: int | None, until_step: int,
+                          attempt: str | None) -> None:
+    """Refuse (:class:`RunError`, nothing recorded, nothing trained) a request to train steps ``from_step + 1 ..
+    until_step`` of ``run_id`` (``from_step`` None: from the newest checkpoint) that does not fit the run's segment
+    plan in the store: ``segment`` must be a segment of the plan, ``until_step`` its last step and ``from_step``
+    the step before its first or a checkpoint inside it; without ``segment``, the steps must lie within the plan (when
+    the run has one); ``attempt`` goes with a ``segment`` (issue 54: ``--segment 1`` with ``--until-step 0`` trained
+    step 0 and recorded segment 1 done). Store step numbers, as the flags take them."""
+    def flags(f: int | None, u: int) -> str:
+        return (f"--from-step {f} " if f is not None else "") + f"--until-step {u}"
+
+    if attempt is not None and segment is None:
+        raise RunError(f"--attempt {attempt[:80]!r} names an attempt at a segment, but no --segment is given. Fix: "
+                       "pass the segment it attempts (--segment K), or drop --attempt.")
+    if attempt is not None and not attempt.strip():
+        raise RunError("--attempt is empty. Fix: pass the Dagster run making the attempt, or drop --attempt.")
+    if from_step is not None and from_step < -1:
+        raise RunError(f"--from-step {from_step}: must be >= -1 (-1: the base policy). Fix: pass -1 or a step "
+                       "whose checkpoint exists.")
+    if from_step is not None and until_step <= from_step:
+        raise RunError(f"{flags(from_step, until_step)} trains no step (steps from_step + 1 .. until_step). Fix: "
+                       "pass an --until-step after --from-step.")
+    plan = store.segments(run_id)
+    if segment is None:
+        if plan and until_step > max(int(r["last_step"]) for r in plan):
+            last = max(int(r["last_step"]) for r in plan)
+            raise RunError(f"--until-step {until_step} is past run {run_id}'s plan, which ends at step {last}. Fix: "
+                           f"pass --until-step {last} or less.")
+        return
+    row = next((r for r in plan if int(r["segment"]) == segment), None)
+    if row is None:
+        have = (f"its plan has segments 0..{len(plan) - 1}" if plan else "it has no segment plan (not a run "
+                "registered by the start_run job)")
+        raise RunError(f"--segment {segment}: run {run_id} has no such segment; {have}. Fix: pass a segment of the "
+                       "plan (`pilot-commit sql ... \"SELECT * FROM segments\"` lists them), or drop --segment.")
+    first, last = int(row["first_step"]), int(row["last_step"])
+    ok_from = from_step is None or first - 1 <= from_step < last
+    if until_step != last or not ok_from:
+        resume = "" if first == last else f" (or --from-step S with S from {first - 1} to {last - 1}: resume after step S)"
+        would = (f"steps {from_step + 1}..{until_step}" if from_step is not None else
+                 f"from the newest checkpoint through step {until_step}")
+        raise RunError(f"--segment {segment} of run {run_id} is steps {first}..{last}, but {flags(from_step, until_step)} "
+                       f"would train {would}; nothing was trained or recorded. Fix: pass {flags(first - 1, last)}"
+                       f"{resume}.")
+
+
+def missing_segment_steps(store: Store, run_id: str, first: int, last: int) -> list[int]:
+    """The steps ``first..last`` of ``run_id`` that the store does not hold (none: the segment is whole)."""
+    have = {r["step"] for r in store.query("SELECT DISTINCT step FROM steps WHERE run_id = ? AND step BETWEEN ? AND ?",
+                                          [run_id, first, last])}
+    return [n for n in range(first, last + 1) if n not in have]
+
+
 def record_segment_attempt(store: Store, run_id: str, segment: int, attempt: str | None, train: Callable[[], T],
                            totals: Callable[[T], tuple[int, float | None, float | None]]) -> T:
     """``train()`` as one attempt at ``segment`` of ``run_id`` (``attempt``: the Dagster run making it); the caller
@@ -130,6 +183,16 @@ def record_segment_attempt(store: Store, run_id: str, segment: int, attempt: str
         _logged(earlier_result_stands, run_id)
         _logged(lambda: segments_finished(store, run_id), run_id)
         raise
+    row = next((r for r in store.segments(run_id) if int(r["segment"]) == segment), None)
+    missing = [] if row is None else missing_segment_steps(store, run_id, int(row["first_step"]), int(row["last_step"]))
+    if missing:  # done only when every step of the segment is in the store (issue 54)
+        shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+        reason = (f"segment {segment} of run {run_id} (steps {row['first_step']}..{row['last_step']}) ended without "
+                  f"step(s) {shown} in the store; it is not recorded done. Fix: train it again (re-materialize its "
+                  "partition, or `pilot-commit train-segment` with its own --from-step and --until-step).")
+        _logged(lambda: store.segment_failed(run_id, segment, reason[:2000], orchestrator_run_id=attempt), run_id)
+        _logged(earlier_result_stands, run_id)
+        raise RunError(reason)
     store.segment_done(run_id, segment, *totals(result))
     segments_finished(store, run_id)
     return result

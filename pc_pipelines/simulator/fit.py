@@ -44,10 +44,11 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
-from ..errors import brief, shell_command
+from ..errors import brief, shell_command, sql_string
 from ..store import Store, StoreError
 from ..store.names import shown_path
 from .model import signal_share
@@ -99,40 +100,70 @@ WHERE visit = 1 ORDER BY step"""
 
 
 def read_runs(store: Store, run_ids: Sequence[str]) -> list[RunObservations]:
-    """The fits' data of ``run_ids`` from ``store``, read-only (a run that is missing or has no steps is refused)."""
-    out = []
-    for run_id in run_ids:
-        meta = store.query("SELECT method, seed, config_json FROM runs WHERE run_id = ?", [run_id])
-        steps = store.query("SELECT count(*) AS k, avg(sampled_rollouts) AS s FROM steps WHERE run_id = ?", [run_id])
-        if not meta or not steps[0]["k"]:
-            raise StoreError(f"run {brief(run_id)} is not in {shown_path(store.path)} or has no steps. Fix: name a "
-                             f"run that `{shell_command('pilot-commit', 'runs', '--store', store.path)}` lists with "
-                             "steps.")
-        g = store.query_table(_GROUPS_SQL, [run_id])[1]
-        n = np.array([r[2] for r in g], dtype=np.float64)
-        p = np.array([r[3] for r in g], dtype=np.float64) / np.maximum(n, 1)
-        ev = store.query("SELECT step, avg(accuracy) AS a FROM eval_results WHERE run_id = ? GROUP BY step "
-                         "ORDER BY step", [run_id])
-        bench = store.query("SELECT benchmark, accuracy FROM eval_results WHERE run_id = ? AND step = -1", [run_id])
-        first = store.query_table(_FIRST_SQL, [run_id])[1]
-        out.append(RunObservations(
-            run_id=run_id, method=meta[0]["method"], seed=int(meta[0]["seed"]), steps=int(steps[0]["k"]),
-            group_step=np.array([r[0] for r in g], dtype=np.int64), group_sigma=np.sqrt(p * (1 - p)),
-            group_size=n, eval_step=np.array([r["step"] for r in ev], dtype=np.int64),
-            eval_accuracy=np.array([r["a"] for r in ev], dtype=np.float64),
-            first_step=np.array([r[0] for r in first], dtype=np.int64),
-            first_n=np.array([r[1] for r in first], dtype=np.int64),
-            first_correct=np.rint([r[2] for r in first]).astype(np.int64),
-            benchmark_start={r["benchmark"]: float(r["accuracy"]) for r in bench},
-            sampled_per_step=float(steps[0]["s"]), num_prompts=_pool(meta[0]["config_json"]),
-            preset=str(json.loads(meta[0]["config_json"]).get("preset", "")),
-        ))
-    return out
+    """The fits' data of ``run_ids`` from ``store``, read-only (a run that is missing or has no steps is refused).
+
+    One reading session for all of it, and every array cut at the last step counted: a run still writing (issue 54:
+    its next step and evaluation landed between two queries, and the law indexed an evaluation past its steps) is
+    read as it stood when the session opened."""
+    return store.reading(lambda con: [_read_run(store, con, run_id) for run_id in run_ids])
 
 
-def _pool(config_json: str) -> int:
-    cfg = json.loads(config_json)
-    return int((cfg.get("task") or cfg["sim"])["num_prompts"])
+def _read_run(store: Store, con: Any, run_id: str) -> RunObservations:
+    def query(sql: str) -> list[tuple]:
+        return con.execute(sql, [run_id]).fetchall()
+
+    meta = query("SELECT method, seed, config_json FROM runs WHERE run_id = ?")
+    (k, last, sampled), = query("SELECT count(*), max(step), avg(sampled_rollouts) FROM steps WHERE run_id = ?")
+    if not meta or not k:
+        raise StoreError(f"run {brief(run_id)} is not in {shown_path(store.path)} or has no steps. Fix: name a "
+                         f"run that `{shell_command('pilot-commit', 'runs', '--store', store.path)}` lists with "
+                         "steps.")
+    pool, preset = _config(store, run_id, meta[0][2])
+    steps = int(last) + 1  # a step left out as damaged still has its place on the step axis
+    g = [r for r in query(_GROUPS_SQL) if r[0] < steps]
+    n = np.array([r[2] for r in g], dtype=np.float64)
+    p = np.array([r[3] for r in g], dtype=np.float64) / np.maximum(n, 1)
+    ev = query("SELECT step, avg(accuracy) FROM eval_results WHERE run_id = ? GROUP BY step ORDER BY step")
+    ev = [r for r in ev if r[0] < steps]
+    bench = query("SELECT benchmark, accuracy FROM eval_results WHERE run_id = ? AND step = -1")
+    first = [r for r in query(_FIRST_SQL) if r[0] < steps]
+    return RunObservations(
+        run_id=run_id, method=meta[0][0], seed=int(meta[0][1]), steps=steps,
+        group_step=np.array([r[0] for r in g], dtype=np.int64), group_sigma=np.sqrt(p * (1 - p)),
+        group_size=n, eval_step=np.array([r[0] for r in ev], dtype=np.int64),
+        eval_accuracy=np.array([r[1] for r in ev], dtype=np.float64),
+        first_step=np.array([r[0] for r in first], dtype=np.int64),
+        first_n=np.array([r[1] for r in first], dtype=np.int64),
+        first_correct=np.rint([r[2] for r in first]).astype(np.int64),
+        benchmark_start={r[0]: float(r[1]) for r in bench},
+        sampled_per_step=float(sampled or 0.0), num_prompts=pool, preset=preset,
+    )
+
+
+def _config(store: Store, run_id: str, config_json: Any) -> tuple[int, str]:
+    """(the training pool's size: task.num_prompts, else sim.num_prompts; the preset) of a run's recorded config,
+    or a StoreError with the fix when the config is not a JSON object naming a pool (issue 54: a traceback)."""
+    try:
+        cfg = json.loads(config_json) if isinstance(config_json, str) else None
+    except ValueError:
+        cfg = None
+    pool = None
+    if isinstance(cfg, dict):
+        for part in ("task", "sim"):
+            value = cfg.get(part) if isinstance(cfg.get(part), dict) else {}
+            if isinstance(value.get("num_prompts"), int) and not isinstance(value.get("num_prompts"), bool) \
+                    and value["num_prompts"] >= 1:
+                pool = value["num_prompts"]
+                break
+    if pool is None:
+        what = "is not a JSON object" if not isinstance(cfg, dict) else "names no training pool (task.num_prompts or sim.num_prompts)"
+        query = "SELECT run_id, config_json FROM runs WHERE run_id = " + sql_string(run_id)
+        raise StoreError(f"run {brief(run_id)}: its recorded config in {shown_path(store.path)} {what}; the fit "
+                         "needs its pool size. Fix: fit on runs whose config the store holds whole (see "
+                         f"`{shell_command('pilot-commit', 'sql', '--store', store.path, query)}`), or record the run "
+                         "again.")
+    preset = cfg.get("preset", "")
+    return int(pool), preset if isinstance(preset, str) else ""
 
 
 # ---- a small optimizer ------------------------------------------------------------------------------------------
@@ -171,7 +202,8 @@ def nelder_mead(f: Callable[[np.ndarray], float], x0: Sequence[float], step: flo
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+    with np.errstate(over="ignore"):  # exp(-x) past float64's range is inf: the sigmoid is 0, no warning printed
+        return 1.0 / (1.0 + np.exp(-x))
 
 
 # ---- the pass-rate mix ------------------------------------------------------------------------------------------
@@ -195,9 +227,18 @@ class MixFit:
                                               "difficulty_mean_2", "difficulty_spread_2")}
 
 
+def _log_fact(upto: int) -> np.ndarray:
+    """log(i!) for i in 0..``upto`` (at least): the table, grown when a group is larger than 4096 rollouts."""
+    global _LOG_FACT
+    if upto >= _LOG_FACT.shape[0]:
+        _LOG_FACT = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, upto + 1, dtype=np.float64)))])
+    return _LOG_FACT
+
+
 def _binom_logpmf(k: np.ndarray, n: np.ndarray, p: np.ndarray) -> np.ndarray:
     p = np.clip(p, 1e-12, 1 - 1e-12)
-    log_choose = _LOG_FACT[n] - _LOG_FACT[k] - _LOG_FACT[n - k]
+    table = _log_fact(int(n.max()) if n.size else 0)  # an observation of 5,000 rollouts is legal (issue 54)
+    log_choose = table[n] - table[k] - table[n - k]
     return log_choose[:, None] + k[:, None] * np.log(p) + (n - k)[:, None] * np.log1p(-p)
 
 
@@ -309,11 +350,12 @@ class LawFit:
 def _gains(run: RunObservations, form: str, p: dict) -> tuple[np.ndarray, np.ndarray]:
     """Per step: the law's mean gain and its noise share V / (S^2 + V)."""
     steps = run.steps
-    s = np.bincount(run.group_step, weights=run.group_sigma, minlength=steps)[:steps]
+    # float even when no group trained in these steps (numpy's bincount of nothing is int64: issue 54)
+    s = np.bincount(run.group_step, weights=run.group_sigma, minlength=steps)[:steps].astype(np.float64)
     if form == "linear":
         return p["global_rate"] * s, np.zeros(steps)
     noise = p["law_noise_floor"] + p["law_noise_scale"] / np.maximum(run.group_size, 1) ** p["law_noise_power"]
-    v = np.bincount(run.group_step, weights=run.group_sigma ** 2 * noise, minlength=steps)[:steps]
+    v = np.bincount(run.group_step, weights=run.group_sigma ** 2 * noise, minlength=steps)[:steps].astype(np.float64)
     share = signal_share(s, v)
     noise_share = np.divide(v, s * s + v, out=np.zeros_like(v), where=(s * s + v) > 0)
     return p["law_rate"] * share, noise_share
@@ -369,7 +411,8 @@ def fit_law(runs: Sequence[RunObservations], eval_mean: float, eval_spread: floa
     at_bound = [names[i] for i, t in enumerate(best) if abs(t) >= THETA_BOUND - 0.05 and i != 3]
     if form == "snr" and (best[3] <= 0.01 or best[3] >= 5.99):
         at_bound.append("law_noise_power")
-    return LawFit(form=form, params=p, sse=f, aic=m * math.log(f / m) + 2 * len(best), evaluations=m,
+    # a law that replays every evaluation exactly (every one 1.0, say) has sse 0: its AIC is the floor's
+    return LawFit(form=form, params=p, sse=f, aic=m * math.log(max(f, 1e-300) / m) + 2 * len(best), evaluations=m,
                   per_run=per_run, at_bound=at_bound)
 
 

@@ -479,6 +479,29 @@ class Store:
         with self.connect() as con:
             return int(con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
 
+    def own_paths(self) -> list[tuple[Path, str]]:
+        """What a command reading this store must never write over (``reads`` of
+        :func:`pc_pipelines.durable.check_user_output`), as ``(path, what it is)``: the catalog, its write-ahead log,
+        the step logs (``<catalog>.runs/``) and the folders of the checkpoints the catalog lists (read when the
+        catalog opens; a catalog that does not is refused by the command's own read)."""
+        own = [(self.path, "the store's catalog"), (self.path.with_name(self.path.name + ".wal"),
+                                                    "the store's write-ahead log"),
+               (self.runs_root, "the store's step logs")]
+        try:
+            con = self._open(True)
+        except (duckdb.Error, StoreError, OSError):
+            return own
+        try:
+            rows = con.execute("SELECT run_id, path FROM checkpoints ORDER BY run_id, step").fetchall()
+        except duckdb.Error:
+            rows = []
+        finally:
+            con.close()
+        folders: dict[Path, str] = {}
+        for run_id, path in rows:  # a run's checkpoints sit side by side: their folder is the run's checkpoint tree
+            folders.setdefault(Path(path).parent, f"the checkpoints of run {run_id}")
+        return own + list(folders.items())
+
     # ---- runs -----------------------------------------------------------------------------------------------------
     def run_dir(self, run_id: str) -> Path:
         """The step-log directory of an existing run. Runs registered before run ids were validated keep their

@@ -370,6 +370,8 @@ def with_live_status(store: Store, runs: list[dict[str, Any]]) -> list[dict[str,
     out = []
     segments: dict[str, list[dict[str, Any]]] | None = None
     for r in runs:
+        if r.get("status") == "finished" and r.get("missing_steps"):  # never "finished" with a step missing
+            r = {**r, "status": "damaged", "status_reason": damaged_reason(store, r)}
         if r.get("status") == "running":
             why = writer_gone(store, r["run_id"])
             if why is not None:
@@ -387,6 +389,14 @@ def with_live_status(store: Store, runs: list[dict[str, Any]]) -> list[dict[str,
                 r = {**r, "status": "stopped", "status_reason": f"recorded as running, but {why}. Fix: {fix}."}
         out.append(r)
     return out
+
+
+def damaged_reason(store: Store, run: dict[str, Any]) -> str:
+    """Why a run recorded ``finished`` is shown ``damaged``: the steps it lacks (``Store.list_runs``' ``problems``,
+    or how many) and the fix (issue 54: a segment recorded done without its step left the run "finished")."""
+    what = run.get("problems") or f"{run.get('missing_steps')} step(s)"
+    return (f"recorded finished, but the store lacks {what}; its figures are lower bounds. Fix: "
+            f"`{shell_command('pilot-commit', 'check', '--store', store.path)}` says how to repair each step.")
 
 
 # ---- overwrite ----------------------------------------------------------------------------------------------------

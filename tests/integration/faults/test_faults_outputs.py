@@ -269,3 +269,75 @@ def test_convert_refuses_both_faults_and_runs_once_both_are_fixed(tmp_path):
         part.meta_info["seen"] = [7]
         part.save_to_disk(folder / f"{start}.pkl")
     converted(folder, [0, 5])
+
+
+# ---- what the command reads is never its output (issue 54) ----------------------------------------------------------
+def one_line_refusal(res: subprocess.CompletedProcess, *needles: str) -> str:
+    err = res.stderr.decode()
+    assert res.returncode == 2 and "Traceback" not in err, err[-3000:]
+    assert len(err.splitlines()) == 1 and "it is not written over. Fix: name a new file outside what the command " \
+        "reads" in err, err
+    for n in needles:
+        assert n in err, (n, err)
+    return err
+
+
+@pytest.mark.parametrize("command", ["timeline", "sim-fit", "plan", "compare"])
+def test_an_output_onto_the_store_it_reads_is_refused_before_anything_is_written(store, untouched, command,
+                                                                               tmp_path):
+    """`timeline --out`, `sim-fit --out`, `plan --plot`, `compare --out` given the store's own catalog (one slip of
+    the tab key): before, the catalog was replaced by a PNG / the fit's JSON, exit 0, every run gone. Now exit 2,
+    one line naming the clash and the fix; the catalog and every step file byte for byte the same (``untouched``).
+    Also through a symlink to the catalog and a hard link of it."""
+    catalog = store / "runs.duckdb"
+    link = tmp_path / "fit.out"
+    link.symlink_to(catalog)
+    hard = tmp_path / "hard.out"
+    os.link(catalog, hard)
+    try:
+        for out in (catalog, link, hard):
+            args = {"timeline": ["timeline", "--run", "pc-run", "--out"], "sim-fit": ["sim-fit", "--runs", "pc-run",
+                                                                                     "--out"],
+                    "plan": ["plan", "--runs", "pc-run", "--fit-steps", "5", "--horizon", "5", "--resamples", "0",
+                             "--plot"], "compare": ["compare", "--out"]}[command]
+            res = cli(args[0], "--store", str(catalog), *args[1:], str(out))
+            one_line_refusal(res, f"{out} is the store's catalog {catalog.resolve()}, which this command reads")
+            assert res.stdout == b""  # refused before the fit / the plot: nothing computed, nothing printed
+        assert link.is_symlink() and os.readlink(link) == str(catalog)
+    finally:
+        hard.unlink()
+
+
+def test_an_output_into_the_store_step_logs_is_refused(store, untouched, tmp_path):
+    """A plot or a report folder inside ``<catalog>.runs/`` (where the step logs live): refused the same way;
+    nothing is created there."""
+    runs_root = store / "runs.duckdb.runs"
+    before = sorted(p.relative_to(runs_root) for p in runs_root.rglob("*"))
+    res = cli("timeline", "--store", str(store / "runs.duckdb"), "--run", "pc-run", "--out",
+              str(runs_root / "pc-run" / "timeline.png"))
+    one_line_refusal(res, f"inside the store's step logs {runs_root.resolve()}")
+    res = cli("report", "--store", str(store / "runs.duckdb"), "--plots", str(runs_root / "plots"))
+    one_line_refusal(res, f"--plots: {runs_root / 'plots'} is inside the store's step logs {runs_root.resolve()}")
+    assert sorted(p.relative_to(runs_root) for p in runs_root.rglob("*")) == before
+
+
+def test_a_report_asset_out_dir_inside_the_store_is_refused(store):
+    """The report assets' ``out_dir`` (a Dagster run config) inside the store's step logs: the materialization
+    fails with the clash and the fix, nothing written there (every step file byte for byte the same; the catalog
+    is the resource's to open for writing, as any materialization does)."""
+    from dagster import materialize
+
+    from pc_pipelines_dagster.assets.reports import pass_rate_timeline, run_comparison
+    from pc_pipelines_dagster.resources import StoreResource
+
+    runs_root = store / "runs.duckdb.runs"
+    before = tree_digest(runs_root)
+    for asset in (pass_rate_timeline, run_comparison):
+        res = materialize([asset], resources={"store": StoreResource(path=str(store / "runs.duckdb"))},
+                          run_config={"ops": {asset.key.path[-1]: {"config": {"out_dir": str(runs_root / "pc-run")}}}},
+                          raise_on_error=False)
+        assert not res.success
+        failure = next(e for e in res.all_events if e.is_step_failure).step_failure_data.error.message
+        assert f"out_dir {runs_root / 'pc-run'} is inside the store's step logs {runs_root.resolve()}" in failure
+        assert "Fix: name a new file outside" in failure
+    assert tree_digest(runs_root) == before

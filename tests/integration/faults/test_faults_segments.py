@@ -22,11 +22,13 @@ store's rows hold each step exactly once.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import pytest
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, SkipReason, build_sensor_context, materialize
 from dagster_runs import local_resources, register_run
@@ -454,3 +456,126 @@ def test_a_segment_whose_dagster_run_died_is_not_failed_while_its_process_still_
     assert (seg["status"], seg["attempts"], seg["consecutive_failures"]) == ("failed", 1, 1)
     assert seg["error"] == f"segment did not record a result: its run {dr.run_id} ended FAILURE"
     assert steps(store, run_id) == []
+
+
+# ---- (f) a segment trains exactly its steps or refuses (issue 54) -------------------------------------------------
+def pilot(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`pilot-commit` as a process."""
+    return subprocess.run([sys.executable, "-m", "pc_pipelines.cli", *args], check=False, capture_output=True,
+                          text=True, env=env or ENV, timeout=900)
+
+
+def segment_cli(tmp: Path, run_id: str, *args: str, env: dict | None = None,
+                runs_root: Path | None = None) -> subprocess.CompletedProcess:
+    """`pilot-commit train-segment` of ``run_id`` by hand (no Pipes), with the code location's paths."""
+    return pilot("train-segment", "--store", str(tmp / "pc.duckdb"), "--run-id", run_id, "--runs-root",
+                 str(runs_root or tmp / "runs"), "--data-dir", str(tmp / "data"), *args, env=env)
+
+
+def one_line(res: subprocess.CompletedProcess, *needles: str) -> str:
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip() and "%|" not in ln]
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert len(lines) == 1 and "Fix:" in lines[0], res.stderr[-3000:]
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+def test_train_segment_refuses_steps_that_are_not_its_segment(tmp_path, base_policy):
+    """`--segment 1` (steps 1..1 of a two-segment plan) with `--from-step -1 --until-step 0`: before, it trained step
+    0, exit 0, and recorded segment 1 done with step 1 never trained. Now refused before anything is trained or
+    recorded, naming the segment's steps and the flags that train them; so are a segment the plan lacks, an
+    `--attempt` without `--segment` and an `--until-step` past the plan. Then the right flags train it."""
+    instance = DagsterInstance.ephemeral()
+    run_id = start(instance, tmp_path, base_policy, "seg")
+    store = Store(tmp_path / "pc.duckdb")
+    assert train(instance, tmp_path, "seg/seg-0000", by_sensor(run_id, "seg/0")).success
+    plan = store.segments(run_id)
+    rows = store.query("SELECT * FROM steps WHERE run_id = ? ORDER BY step", [run_id])
+    checkpoints = sorted(p.name for p in (tmp_path / "runs" / run_id / "checkpoints").iterdir())
+
+    one_line(segment_cli(tmp_path, run_id, "--segment", "1", "--from-step", "-1", "--until-step", "0",
+                         "--attempt", "manual"),
+             f"--segment 1 of run {run_id} is steps 1..1, but --from-step -1 --until-step 0 would train steps 0..0",
+             "Fix: pass --from-step 0 --until-step 1")
+    one_line(segment_cli(tmp_path, run_id, "--segment", "7", "--until-step", "7"),
+             f"--segment 7: run {run_id} has no such segment; its plan has segments 0..1")
+    one_line(segment_cli(tmp_path, run_id, "--attempt", "manual", "--until-step", "1"),
+             "--attempt 'manual' names an attempt at a segment, but no --segment is given")
+    one_line(segment_cli(tmp_path, run_id, "--until-step", "5"),
+             f"--until-step 5 is past run {run_id}'s plan, which ends at step 1")
+    assert store.segments(run_id) == plan  # nothing recorded: segment 1 planned, no attempt
+    assert (plan[1]["status"], plan[1]["attempts"]) == ("planned", 0)
+    assert store.query("SELECT * FROM steps WHERE run_id = ? ORDER BY step", [run_id]) == rows
+    assert sorted(p.name for p in (tmp_path / "runs" / run_id / "checkpoints").iterdir()) == checkpoints
+
+    res = segment_cli(tmp_path, run_id, "--segment", "1", "--from-step", "0", "--until-step", "1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert steps(store, run_id) == [0, 1]
+    assert [s["status"] for s in store.segments(run_id)] == ["done", "done"]
+    assert store.get_run(run_id)["status"] == "finished"
+
+
+def test_a_finished_run_missing_a_step_is_damaged_and_its_segment_is_not_done_again(tmp_path, base_policy):
+    """A finished two-segment run whose step 1 is gone (what a segment recorded done without its step left): `runs`
+    and `check` show it damaged, never finished, with the fix; and a train-segment of segment 1 that trains nothing
+    (from its newest checkpoint, already after step 1) is not recorded done over the missing step: exit 2, the
+    segment's error says which step is missing."""
+    instance = DagsterInstance.ephemeral()
+    run_id = start(instance, tmp_path, base_policy, "gone")
+    store = Store(tmp_path / "pc.duckdb")
+    for k in (0, 1):
+        assert train(instance, tmp_path, f"gone/seg-000{k}", by_sensor(run_id, f"gone/{k}")).success
+    assert store.get_run(run_id)["status"] == "finished"
+    # step 1 removed from the catalog and its directory, as a segment recorded done without it left the run
+    con = duckdb.connect(str(tmp_path / "pc.duckdb"))
+    try:
+        for t in ("steps", "prompt_observations", "buffer_state", "evictions"):
+            con.execute(f"DELETE FROM compacted_{t} WHERE run_id = ? AND step = 1", [run_id])
+        con.execute("UPDATE runs SET compacted_through = least(compacted_through, 0) WHERE run_id = ?", [run_id])
+    finally:
+        con.close()
+    for d in store.run_dir(run_id).glob("step-00000001"):
+        shutil.rmtree(d)
+    assert steps(store, run_id) == [0]
+
+    res = pilot("runs", "--store", str(tmp_path / "pc.duckdb"))
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith(run_id + " "))
+    assert row.split()[-4:] == ["damaged", "step", "1", "missing"], row  # status, then its problems
+    assert f"{run_id} damaged: recorded finished, but the store lacks step 1 missing" in res.stdout
+    assert "Fix: `pilot-commit check --store" in res.stdout
+    res = pilot("check", "--store", str(tmp_path / "pc.duckdb"))
+    assert res.returncode == 1 and f"run {run_id}: damaged: recorded finished" in res.stdout, res.stdout[-3000:]
+
+    res = segment_cli(tmp_path, run_id, "--segment", "1", "--until-step", "1")
+    line = one_line(res)
+    assert f"segment 1 of run {run_id} (steps 1..1) ended without step(s) 1 in the store; it is not recorded done" \
+        in line, line
+    assert steps(store, run_id) == [0]
+    assert "ended without step(s) 1" in store.segments(run_id)[1]["error"]
+
+
+def test_train_segment_on_a_device_or_runs_root_it_cannot_use_is_one_line(tmp_path, base_policy):
+    """`train-segment` with `--device cuda` where torch sees no CUDA device (CUDA_VISIBLE_DEVICES empty), and with a
+    runs root that is a file: before, tracebacks; now one line each with the fix, exit 2, before the store is
+    touched: the segment planned, no attempt, no step, no checkpoint folder, the file as it was."""
+    instance = DagsterInstance.ephemeral()
+    run_id = start(instance, tmp_path, base_policy, "dev")
+    store = Store(tmp_path / "pc.duckdb")
+    plan = store.segments(run_id)
+    one_line(segment_cli(tmp_path, run_id, "--segment", "0", "--from-step", "-1", "--until-step", "0",
+                         "--device", "cuda", env={**ENV, "CUDA_VISIBLE_DEVICES": ""}),
+             "--device 'cuda': torch sees no CUDA device on this machine", "Fix: run it where a GPU is")
+    not_a_folder = tmp_path / "runs-root"
+    not_a_folder.write_text("a file the user keeps")
+    one_line(segment_cli(tmp_path, run_id, "--segment", "0", "--from-step", "-1", "--until-step", "0",
+                         runs_root=not_a_folder),
+             f"--runs-root '{not_a_folder}' is a file, not a folder")
+    one_line(segment_cli(tmp_path, run_id, "--segment", "0", "--from-step", "-1", "--until-step", "0",
+                         runs_root=not_a_folder / "below"),
+             f"lies under {not_a_folder}, which is a file")
+    assert not_a_folder.read_text() == "a file the user keeps"
+    assert store.segments(run_id) == plan and plan[0]["attempts"] == 0
+    assert steps(store, run_id) == []
+    assert not (tmp_path / "runs" / run_id / "checkpoints").exists()
