@@ -14,7 +14,10 @@ UI_HOME ?= $(CURDIR)/.dagster_home
 UI_HOST ?= 127.0.0.1
 UI_PORT ?= 3000
 # `make test` workers (pytest-xdist): one test file per worker. 2 suits CI's 2 cores; `make test TEST_WORKERS=0` runs
-# in one process (easier to debug).
+# in one process (easier to debug). Not `--dist worksteal`: it splits a file's tests over both workers, and each builds
+# the file's module fixtures (a trained run, a Ray cluster, the UI test's live server): measured on 6 files, 89 tests
+# (tests/unit/reports, test_fit_commands, test_store_views, test_faults_outputs), worksteal built 2 of their 7 module
+# fixtures twice (+30 s of setup) for the same wall time (270 s against 277 s, load average 11).
 TEST_WORKERS ?= 2
 # The scale path's real engines on CPU (`make test-scale`): a virtual environment of its own, so that `make demo` and
 # `make test` stay light. Versions: etc/scale/constraints.txt (one place; the GPU image installs the same vLLM release).

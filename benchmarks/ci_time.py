@@ -35,7 +35,8 @@ PARTS = {  # part -> (what runs in the clone, what it is)
     "test-scale": (["make", "test-scale"], "`make test-scale`: the scale environment's install, then `-m scale`"),
     "standalone": ([".ci/standalone"], "`.ci/standalone`: the demo's data and a one-segment run in a bare copy"),
 }
-ROW = re.compile(r"^\| (?P<part>[^|]+?) \| (?P<load>idle|under load) \|")
+IDLE, LOADED = "no load added", "beside a second `make test`"
+ROW = re.compile(rf"^\| (?P<part>[^|]+?) \| (?P<load>{re.escape(IDLE)}|{re.escape(LOADED)}) \|")
 
 
 def fresh_clone(dest: Path) -> Path:
@@ -95,25 +96,27 @@ def main() -> int:
     parts = [p for p in PARTS if p in args.parts]
     if parts and parts[0] != "install":
         ap.error(f"--parts {' '.join(parts)}: the parts after install run in the clone `install` made; add install")
-    load_word = "under load" if args.load else "idle"
+    load_word = LOADED if args.load else IDLE
+    flags = ("" if parts == list(PARTS) else " --parts " + " ".join(parts)) + (" --load" if args.load else "")
     tmp = Path(tempfile.mkdtemp(prefix="ci-time-"))
     env = {**os.environ, "UV_CACHE_DIR": str(tmp / "uv-cache"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("VIRTUAL_ENV", None)
     load = start_load(tmp / "load", env) if args.load else None
-    start_machine = machine()
-    measured: list[tuple[str, str, float]] = []  # (part, what, seconds)
+    measured: list[tuple[str, str, float, str]] = []  # (part, what, seconds, the machine at its start)
     try:
         repo = fresh_clone(tmp / "main")
         for part in parts:
             cmd, what = PARTS[part]
+            at = machine()
             seconds = timed(cmd, repo, env, tmp / f"{part}.log")
             print(f"ci_time: {part}: {seconds:.0f} s", flush=True)
-            measured.append((part, what, seconds))
+            measured.append(("install, empty uv cache" if part == "install" else part, what, seconds, at))
             if part == "install":  # the same install again in a second clone, the uv cache now filled
                 again = fresh_clone(tmp / "again")
+                at = machine()
                 seconds = timed(cmd, again, env, tmp / "install-again.log")
                 print(f"ci_time: install, uv cache filled: {seconds:.0f} s", flush=True)
-                measured.append(("install, uv cache filled", what + " (a second fresh clone)", seconds))
+                measured.append(("install, uv cache filled", what + " (a second fresh clone)", seconds, at))
     finally:
         if load is not None:
             os.killpg(load.pid, signal.SIGTERM)
@@ -125,27 +128,26 @@ def main() -> int:
 
     day = time.strftime("%Y-%m-%d")
     rows = existing_rows(args.write)
-    for part, what, seconds in measured:
-        label = "install, empty uv cache" if part == "install" else part
+    for label, what, seconds, at in measured:
         rows[(label, load_word)] = (f"| {label} | {load_word} | {seconds:.0f} | {seconds / 60:.1f} | {what} | "
-                                    f"{day}; {start_machine} |")
+                                    f"{day}, `ci_time.py{flags}`; {at} |")
     order = ["install, empty uv cache", "install, uv cache filled", *list(PARTS)[1:]]
-    ordered = sorted(rows.items(), key=lambda kv: (kv[0][1] != "idle", order.index(kv[0][0])
+    ordered = sorted(rows.items(), key=lambda kv: (kv[0][1] != IDLE, order.index(kv[0][0])
                                                    if kv[0][0] in order else len(order)))
-    flags = "" if parts == list(PARTS) else " --parts " + " ".join(parts)
     lines = [
         "## CI time",
         "",
-        f"Command: `.venv/bin/python benchmarks/ci_time.py{flags}{' --load' if args.load else ''} --write "
-        "docs/BENCHMARKS.md` (each run replaces the rows of the parts it timed; `--load`: a second `make test` "
-        "beside them)",
+        "Command: `.venv/bin/python benchmarks/ci_time.py --write docs/BENCHMARKS.md` (every part, about an hour; "
+        "`--parts install ...` times some, `--load` beside a second `make test`; a run replaces the rows of the parts "
+        "it timed and keeps the others, each row says which run measured it)",
         "",
         ".ci/run's parts on a fresh clone of HEAD (`git clone`, ../shared beside it), one after the other in one clone. "
         "The install's first row starts with an empty uv cache (every wheel downloaded, torch from /opt/wheels); "
         "the second is another fresh clone with the cache the first filled (what a machine that installed once "
-        "gets). Targets (issue 53): install under 3 minutes; .ci/run under 25 minutes idle, under 50 under load.",
+        "gets). The machine's load average at each part's start is in its row. Targets (issue 53): install under 3 "
+        "minutes; .ci/run under 25 minutes idle, under 50 beside a second `make test`.",
         "",
-        "| part | machine load | seconds | minutes | what runs | measured; machine |",
+        "| part | load | seconds | minutes | what runs | measured; machine |",
         "|---|---|---:|---:|---|---|",
         *[line for _, line in ordered],
     ]
