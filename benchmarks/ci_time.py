@@ -7,8 +7,8 @@
 Parts, in .ci/run's order and in one clone (a part after `install` needs it): `install` (`make install` in the fresh
 clone with an empty uv cache, then `make install` of a second fresh clone with the cache the first one filled),
 `test` (`make test`), `test-scale` (`make test-scale`, its own environment's install included), `standalone`
-(`.ci/standalone`). The clone gets the checkout's ../shared beside it, as CI's does. ``--load``: a second `make test`
-in another clone (installed first, not timed) runs beside the measured parts. Each part's row of the "CI time"
+(`.ci/standalone`). The clone has nothing beside it, as a user's. ``--load``: a second `make test` in another clone
+(installed first, not timed) runs beside the measured parts. Each part's row of the "CI time"
 section is replaced, the other rows are kept (parts measured on other days say when).
 """
 
@@ -40,13 +40,9 @@ ROW = re.compile(rf"^\| (?P<part>[^|]+?) \| (?P<load>{re.escape(IDLE)}|{re.escap
 
 
 def fresh_clone(dest: Path) -> Path:
-    """A clone of HEAD (committed files only, as CI's) at ``dest/pc-pipelines``, with ../shared beside it when the
-    checkout has one."""
+    """A clone of HEAD (committed files only, as CI's) at ``dest/pc-pipelines``, nothing beside it."""
     repo = dest / "pc-pipelines"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
-    shared = ROOT.parent / "shared"
-    if shared.is_dir():
-        (dest / "shared").symlink_to(shared)
     return repo
 
 
@@ -141,7 +137,7 @@ def main() -> int:
         "`--parts install ...` times some, `--load` beside a second `make test`; a run replaces the rows of the parts "
         "it timed and keeps the others, each row says which run measured it)",
         "",
-        ".ci/run's parts on a fresh clone of HEAD (`git clone`, ../shared beside it), one after the other in one clone. "
+        ".ci/run's parts on a fresh clone of HEAD (`git clone`, nothing beside it), one after the other in one clone. "
         "The install's first row starts with an empty uv cache (every wheel downloaded, torch from /opt/wheels); "
         "the second is another fresh clone with the cache the first filled (what a machine that installed once "
         "gets). The machine's load average at each part's start is in its row. Targets (issue 53): install under 3 "
