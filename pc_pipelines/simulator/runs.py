@@ -86,7 +86,8 @@ def _record(config: RunConfig, store: Store, steps: int, run_id: str, flush_ever
             compact_every: int | None, on_step: Callable[[RecordedStep], None] | None,
             stop: StopFlag | None, reserve: SpaceReserve) -> Iterator[RecordedStep]:
     sim = Simulation(config.allocator, config.sim)  # checks the config: refused before the run is registered
-    store.register_run(RunRecord.for_config(config, run_id, "simulate"))
+    # lineage ``steps``: how many it was asked for, so a fix that records it again asks for as many
+    store.register_run(RunRecord.for_config(config, run_id, "simulate", {"steps": int(steps)}))
     # A simulated run always starts from step 0: forget whatever an earlier attempt of the same id wrote.
     store.reopen_after(run_id, -2)
     writer = store.writer(run_id)

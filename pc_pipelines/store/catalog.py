@@ -37,6 +37,7 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
 from ..errors import brief, inodes_fix, no_free_inodes, shell_command, sql_string
+from .again import again_fix
 from .names import RunIdError, nearby_stores, shown_path, store_example, store_path_problem, validate_run_id
 from .rollouts_to_target import median
 from .schema import DDL, MIGRATIONS, SCHEMA_VERSION, STEP_TABLES, schema_problem, view_sql
@@ -313,9 +314,11 @@ class Store:
         """List and verify every step directory above its run's watermark; find the gaps in each run's steps."""
         runs: dict[str, dict[str, Any]] = {}
         if "runs" in tables:
-            cols = "run_id, kind" + (", compacted_through" if watermark else ", NULL")
-            for run_id, kind, mark in con.execute(f"SELECT {cols} FROM runs").fetchall():
-                runs[run_id] = {"kind": kind, "mark": -1 if mark is None else int(mark)}
+            cols = "run_id, kind, config_json, lineage_json" + (", compacted_through" if watermark else ", NULL")
+            for run_id, kind, config_json, lineage_json, mark in con.execute(f"SELECT {cols} FROM runs").fetchall():
+                runs[run_id] = {"kind": kind, "mark": -1 if mark is None else int(mark),
+                                "row": {"run_id": run_id, "kind": kind, "config_json": config_json,
+                                        "lineage_json": lineage_json}}
         present: dict[str, set[int]] = {}
         if compacted:
             for run_id, n, lo, hi in con.execute(
@@ -360,7 +363,6 @@ class Store:
             seen = present.get(run_id, set())
             bad = damaged.get(run_id, {})
             last = max([*seen, *bad, expected_last.get(run_id, -1)], default=-1)
-            kind = runs.get(run_id, {}).get("kind")
             quarantined = self._quarantined(run_dirs.get(run_id))
             for n in range(last + 1):
                 if n in seen:
@@ -368,12 +370,12 @@ class Store:
                 if n in bad:
                     detail, d = bad[n]
                     problems.append(StepProblem(run_id, n, "damaged", f"{detail}; left out of every query",
-                                                str(d), self._fix(run_id, n, kind, d)))
+                                                str(d), self._fix(run_id, n, runs.get(run_id), d)))
                 else:
                     q = quarantined.get(n)
                     detail = ("no step directory and no catalog rows"
                               + (f"; a damaged copy was quarantined in {q}" if q else ""))
-                    fix = self._fix(run_id, n, kind, None)
+                    fix = self._fix(run_id, n, runs.get(run_id), None)
                     if q:
                         fix += ("; the quarantined copy is kept for inspection only: "
                                 f"`{shell_command('rm', '-r', q)}` deletes it")
@@ -392,16 +394,15 @@ class Store:
                 continue
         return out
 
-    def _fix(self, run_id: str, step: int, kind: str | None, step_dir: Path | None) -> str:
-        if kind == "simulate":
-            again = shell_command("pilot-commit", "simulate", "--store", self.path, "--run-name", run_id, "...")
-            redo = (f"re-record the run: repeat its `{again}` command with the same flags and --overwrite (a "
-                    "simulation replays every step; its config is in "
-                    f"`SELECT config_json FROM runs WHERE run_id = {sql_string(run_id)}`)")
+    def _fix(self, run_id: str, step: int, run: dict[str, Any] | None, step_dir: Path | None) -> str:
+        # the whole command (store, run folder, run, flags): pasted anywhere it acts on this run (issue 54)
+        row = (run or {}).get("row") or {"run_id": run_id}
+        again = again_fix(self.path, row)
+        if (run or {}).get("kind") == "simulate":
+            redo = f"re-record the run (a simulation replays every step): {again}"
         else:
             redo = (f"replay it from a checkpoint before step {step}: re-materialize the run's Dagster segment "
-                    f"partition that holds step {step}, or "
-                    f"`{shell_command('pilot-commit', 'train', '--run-name', run_id, '--resume')}` when the run's "
+                    f"partition that holds step {step}, or {again} when the run's "
                     f"latest checkpoint is before step {step} (`SELECT step FROM checkpoints WHERE run_id = "
                     f"{sql_string(run_id)}`)")
         if step_dir is not None:

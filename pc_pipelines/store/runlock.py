@@ -43,6 +43,7 @@ from typing import Any
 
 from ..errors import shell_command
 from ..steps import display_segment, step_range
+from .again import again_fix
 from .catalog import Store, StoreError
 from .schema import STEP_TABLES
 
@@ -381,11 +382,11 @@ def with_live_status(store: Store, runs: list[dict[str, Any]]) -> list[dict[str,
                 if waiting is not None:
                     out.append({**r, "status": "waiting", "status_reason": waiting})
                     continue
-                fix = (f"`{shell_command('pilot-commit', 'train', '--run-name', r['run_id'], '--resume')}` (or "
-                       "re-materialize its Dagster segment) continues it" if r.get("kind") != "simulate" else
-                       "re-record it with "
-                       f"`{shell_command('pilot-commit', 'simulate', '--run-name', r['run_id'], '--overwrite')}` and "
-                       "its flags")
+                # the whole command: the store, the run folder, the run and its flags (issue 54: a fix without
+                # them, pasted elsewhere, started a new run in ./runs/pc.duckdb)
+                again = again_fix(store.path, {**r, **(store.get_run(r["run_id"]) or {})})
+                fix = (f"{again} (or re-materialize its Dagster segment) continues it" if r.get("kind") != "simulate"
+                       else f"re-record it with {again}")
                 r = {**r, "status": "stopped", "status_reason": f"recorded as running, but {why}. Fix: {fix}."}
         out.append(r)
     return out

@@ -7,6 +7,10 @@ damaged step is gone, the query printed the store's rows, TensorBoard was given 
 in the path ran (no ``pwned`` file anywhere), and that nothing outside the store changed: a sibling ``Bobs`` and an
 ``and`` where the paste runs are what a command broken at the first quote (``rm -r '/x/Bob's and Al's runs/...'``)
 deleted before.
+
+Issue 54 case 3: the fix `runs` and `check` print for a stopped run (its writer killed) names the store, the run
+folder, the run and its flags: pasted in another directory it continues that run in its store (a killed `train --out
+exp` resumes; a killed `simulate --store S` is recorded again) and creates nothing where it is pasted.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, materialize
 from dagster_runs import local_resources, register_run
-from fault_cli import ENV, cli, no_traceback
+from fault_cli import ENV, EXE, SIM, TRAIN, cli, no_traceback, run_row, steps_of
 
 from pc_pipelines.store import Store
 from pc_pipelines_dagster.assets.training import training_segment
@@ -220,3 +224,90 @@ def test_a_dagster_segment_s_sql_and_tensorboard_commands_paste_whole(tmp_path, 
     assert table[2][0] == "0" and table[2][4] == str(rows[0]["sampled_rollouts"]) and table[3] == ["(1", "row)"]
     assert opened.returncode == 0, opened.stderr
     assert (stand_in / "argv").read_bytes().split(b"\0")[:-1] == [b"--logdir", os.fsencode(str(logdir))]
+
+
+# ---- issue 54 case 3: a stopped run's fix, pasted in another directory, acts on that run ----------------------------
+FIX_NAME = NAMES["command-substitution"]  # "Bob's and Al's $(touch pwned) runs"
+
+
+def killed(argv: list[str], cwd: Path, after: int) -> list[int]:
+    """``pilot-commit *argv`` (its steps as JSON lines) in ``cwd``, SIGKILLed once it has printed ``after`` steps."""
+    proc = subprocess.Popen([*EXE, *argv], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ENV)
+    printed: list[int] = []
+    try:
+        while len(printed) < after:
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read()
+            with contextlib.suppress(ValueError):
+                printed.append(json.loads(line)["step"])
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        proc.stdout.close()
+        proc.stderr.close()
+    return printed
+
+
+def the_fix(store: Path, run: str, subcommand: str) -> str:
+    """The command ``runs`` prints for the stopped ``run`` (``check`` prints the same), between backticks."""
+    shown = cli("runs", "--store", str(store), check_rc=0)
+    checked = cli("check", "--store", str(store))
+    no_traceback(shown.stderr + checked.stderr)
+    line, = [ln for ln in shown.stdout.splitlines() if ln.startswith(f"{run} stopped:")]
+    found = re.findall(rf"`([^`]* {subcommand} --store [^`]*)`", line)
+    assert len(found) == 1, line
+    assert found[0] in checked.stdout, checked.stdout  # `check` names the same command
+    return found[0]
+
+
+def assert_nothing_else(place: Place, outside: dict[str, str], store: Path) -> None:
+    place.assert_no_code_ran()
+    assert place.outside() == outside  # no ./runs, no cache, no decoy touched where the paste ran
+    assert sorted(place.tmp.rglob("*.duckdb")) == [store]
+
+
+def test_a_stopped_train_runs_fix_resumes_it_from_another_directory(tmp_path, base_policy):
+    """``train --out exp`` (a relative folder, as typed), killed after 2 of 4 steps; the fix pasted elsewhere
+    resumes it in its own store and folder to its 4 steps."""
+    place = Place(tmp_path, FIX_NAME)
+    store = place.store_dir / "exp" / "pc.duckdb"
+    argv = ["train", "--method", "pc", "--steps", "4", "--out", "exp", "--run-name", "t", "--policy",
+            str(base_policy), "--json", "--quiet", "--seed", "3", *TRAIN]
+    assert killed(argv, place.store_dir, after=2) == [0, 1]
+    before = steps_of(store, "t")
+    command = the_fix(store, "t", "train")
+    assert "\n" not in command
+    outside = place.outside()
+
+    pasted = place.paste(command)
+
+    assert pasted.returncode == 0, pasted.stderr[-3000:]
+    no_traceback(pasted.stderr)
+    assert steps_of(store, "t") == [0, 1, 2, 3] and len(before) >= 2  # that run, grown to the steps it asked for
+    assert run_row(store, "t")["status"] == "finished"
+    assert (place.store_dir / "exp" / "t" / "checkpoints").is_dir()  # its own run folder
+    assert_nothing_else(place, outside, store)
+
+
+def test_a_stopped_simulations_fix_records_it_again_from_another_directory(tmp_path):
+    """``simulate --store S`` killed after 4 of 40 steps; the fix pasted elsewhere records it again in S."""
+    place = Place(tmp_path, FIX_NAME)
+    store = place.store_dir / "s.duckdb"
+    argv = ["simulate", "--store", str(store), "--run-name", "r", "--steps", "40", "--json", *SIM,
+            "--set", "allocator.p_upper=0.875"]
+    assert killed(argv, place.tmp, after=4) == [0, 1, 2, 3]
+    config = run_row(store, "r")["config_hash"]
+    command = the_fix(store, "r", "simulate")
+    assert "\n" not in command
+    outside = place.outside()
+
+    pasted = place.paste(command)
+
+    assert pasted.returncode == 0, pasted.stderr[-3000:]
+    no_traceback(pasted.stderr)
+    assert steps_of(store, "r") == list(range(40))  # recorded again, whole, in its store
+    row = run_row(store, "r")
+    assert (row["status"], row["config_hash"]) == ("finished", config)  # the same run: its flags came with it
+    assert_nothing_else(place, outside, store)
