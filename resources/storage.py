@@ -17,7 +17,8 @@ class StoreResource(ConfigurableResource):
     path: str = Field(default="runs/pc.duckdb", description="The store's DuckDB catalog file.")
 
     def get(self, vacuum: bool = True) -> Store:
-        """The store, created or upgraded if needed (``vacuum=False`` for processes that only look)."""
+        """The store, created or upgraded if needed. ``vacuum`` deletes compacted step files only of the runs this
+        process holds the writer lock of (``Store.init``), never another run's (issue 54's vacuum race)."""
         store = Store(self.path)
         store.init(vacuum=vacuum)
         return store

@@ -38,6 +38,7 @@ import pyarrow.fs as pafs
 
 from ..errors import brief, inodes_fix, no_free_inodes, shell_command, sql_string
 from .again import again_fix
+from .held import holds
 from .names import RunIdError, nearby_stores, shown_path, store_example, store_path_problem, validate_run_id
 from .rollouts_to_target import median
 from .schema import DDL, MIGRATIONS, SCHEMA_VERSION, STEP_TABLES, schema_problem, view_sql
@@ -427,8 +428,10 @@ class Store:
     def init(self, vacuum: bool = True) -> Store:
         """Create or upgrade the catalog, refresh its views. Idempotent; safe while runs write step logs.
 
-        ``vacuum`` also deletes step files already compacted; processes that only look (sensors, reports) pass
-        False, so they never race a segment that is replaying compacted steps into fresh step files."""
+        ``vacuum`` also deletes the compacted step files of the runs whose writer lock THIS process holds
+        (:meth:`vacuum`), never another run's: a session opened for one run (a Dagster asset's, a writer's) used to
+        delete every run's files at or below its watermark, among them the fresh files of a segment replaying
+        compacted steps before :meth:`replace_steps` swapped them in (issue 54)."""
         try:
             self._init_catalog()
         except (duckdb.Error, OSError) as exc:  # a disk that fills under the upgrade or the views' commit
@@ -436,7 +439,9 @@ class Store:
                 raise
             raise StoreError(self._open_failure(exc, read_only=False)) from None
         if vacuum:
-            self.vacuum()  # step files of earlier runs that compaction left for later
+            for run_dir in self._run_dirs():  # the runs this process writes; their writers vacuum the others
+                if holds(run_dir):
+                    self.vacuum(run_dir.name)
         return self
 
     def _init_catalog(self) -> None:
@@ -643,12 +648,17 @@ class Store:
             raise StoreError(f"no run {brief(run_id)} in {shown_path(self.path)}. Fix: check the run id (`pilot-commit runs`).")
         return -1 if row[0] is None else int(row[0])
 
-    def vacuum(self, run_id: str | None = None) -> int:
-        """Delete step directories already compacted into the catalog (all runs, or one). Returns how many."""
+    def vacuum(self, run_id: str) -> int:
+        """Delete ``run_id``'s step directories already compacted into the catalog; returns how many. Only the
+        process holding the run's writer lock may (:func:`~.runlock.hold_run`; :class:`StoreError` otherwise): a
+        replay writes fresh files at or below the watermark and swaps them in at its end (:meth:`replace_steps`),
+        and any other process deleting them meanwhile lost the replayed steps (issue 54)."""
+        if not holds(self.run_dir(run_id)):
+            raise StoreError(f"vacuum({brief(run_id)}): this process does not hold the run's writer lock, and its "
+                             "writer may be replaying compacted steps into fresh files. Fix: call it inside "
+                             "hold_run(run_id, store.run_dir(run_id)), or leave it to the run's writer.")
         runs = self.query(
-            "SELECT run_id, compacted_through FROM runs WHERE compacted_through IS NOT NULL AND (? IS NULL OR run_id = ?)",
-            [run_id, run_id],
-        )
+            "SELECT run_id, compacted_through FROM runs WHERE compacted_through IS NOT NULL AND run_id = ?", [run_id])
         removed = 0
         for r in runs:
             for n, d in list_step_dirs(self.run_dir(r["run_id"])):

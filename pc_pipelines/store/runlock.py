@@ -35,9 +35,7 @@ import os
 import shutil
 import socket
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +43,7 @@ from ..errors import shell_command
 from ..steps import display_segment, step_range
 from .again import again_fix
 from .catalog import Store, StoreError
+from .held import GUARD, HELD, Held, holds
 from .schema import STEP_TABLES
 
 log = logging.getLogger(__name__)
@@ -144,14 +143,7 @@ def _record(command: str | None) -> dict[str, Any]:
 
 
 # ---- the lock -----------------------------------------------------------------------------------------------------
-@dataclass
-class _Held:
-    fd: int
-    count: int
-
-
-_HELD: dict[str, _Held] = {}
-_GUARD = threading.Lock()
+_HELD, _GUARD, _Held = HELD, GUARD, Held  # the registry lives below the catalog (.held), which consults it to vacuum
 
 
 def _try_flock(fd: int) -> bool:
@@ -264,10 +256,6 @@ def hold_run(run_id: str, *directories: str | Path, command: str | None = None) 
                     del _HELD[key]
                     _release(held.fd)
 
-
-def holds(directory: str | Path) -> bool:
-    """Whether this process holds the writer lock of ``directory``."""
-    return str(Path(directory).resolve()) in _HELD
 
 
 # ---- honest status --------------------------------------------------------------------------------------------

@@ -500,3 +500,48 @@ def test_a_rerun_on_a_clock_a_day_behind_is_still_the_run_report_compares(tmp_pa
     assert seed["target"] == pytest.approx(target)
     assert seed["rollouts"]["pc"] == reaches("pc-rerun", target)
     assert reaches("pc-first", min(peak("g"), peak("pc-first"))) != seed["rollouts"]["pc"]  # the old run differs
+
+
+OTHER_SESSION = ("import sys; from pc_pipelines_dagster.resources.storage import StoreResource; "
+                 "StoreResource(path=sys.argv[1]).get()")  # what training_segment, segment_eval and start_run open
+
+
+def test_another_runs_store_session_never_deletes_a_replays_fresh_step_files(tmp_path):
+    """Issue 54, the vacuum race: run ``a`` replays its compacted step 2 (a re-materialized segment: fresh step files
+    at or below its watermark, swapped in at the end by ``Store.replace_steps``) while run ``b``'s process opens the
+    store through ``StoreResource.get()``, which vacuumed EVERY run: ``a``'s fresh files were deleted, the swap found
+    nothing (0 steps) and the replayed step was silently lost, the old rows standing. Now only the process holding a
+    run's writer lock vacuums it."""
+    import pyarrow as pa
+
+    from pc_pipelines.store import hold_run
+    from pc_pipelines.store.schema import STEP_TABLES
+
+    path = tmp_path / "pc.duckdb"
+    for name in ("a", "b"):
+        simulate(path, name, 6)  # compacted at its end: step files gone, rows in the catalog
+    st = Store(path)
+    assert [r["compacted_through"] for r in st.query("SELECT compacted_through FROM runs ORDER BY run_id")] == [5, 5]
+    replayed = {}
+    with st.connect(read_only=True) as con:
+        for t, schema in STEP_TABLES.items():
+            replayed[t] = pa.Table.from_pylist(con.execute(
+                f"SELECT {', '.join(schema.names)} FROM compacted_{t} WHERE run_id = 'a' AND step = 2").fetchdf()
+                .to_dict("records"), schema=schema)
+    replayed["steps"] = replayed["steps"].set_column(replayed["steps"].schema.get_field_index("loss"), "loss",
+                                                     pa.array([123.5], pa.float64()))
+    b_before = st.query("SELECT * FROM steps WHERE run_id = 'b' ORDER BY step")
+
+    with hold_run("a", st.run_dir("a")):  # a's writer, as run_segment holds it
+        fresh = st.writer("a").write_step(2, replayed)
+        other = subprocess.run([sys.executable, "-c", OTHER_SESSION, str(path)], capture_output=True, text=True,
+                               timeout=300, check=False)  # b's session opens meanwhile
+        assert other.returncode == 0, other.stderr
+        assert fresh.is_dir()  # before: deleted by b's session
+        assert st.replace_steps("a", 2, 2) == 1  # before: 0, nothing to swap in
+
+    assert [r["loss"] for r in st.query("SELECT loss FROM steps WHERE run_id = 'a' AND step = 2")] == [123.5]
+    assert [r["step"] for r in st.query("SELECT step FROM steps WHERE run_id = 'a' ORDER BY step")] == list(range(6))
+    assert st.query("SELECT * FROM steps WHERE run_id = 'b' ORDER BY step") == b_before  # b untouched
+    with pytest.raises(Exception, match="does not hold the run's writer lock"):
+        st.vacuum("b")  # not this process's run: refused, nothing deleted
