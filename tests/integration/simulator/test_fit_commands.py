@@ -6,15 +6,13 @@ train command of the best."""
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from pilot_cli import run_cli
 
+from pc_pipelines.errors import installed_command
 from pc_pipelines.simulator.fit import LAW_FORMS
 
 POP = ("--set", "sim.num_prompts=400", "--set", "sim.difficulty_mean=0.5", "--set", "sim.difficulty_spread=1.2",
@@ -115,10 +113,9 @@ def test_sim_fit_names_a_missing_store_briefly_and_a_missing_runs_fix_pastes(sto
     copy = odd / store.name
     res = run_cli("sim-fit", "--store", str(copy), "--runs", "nope", check_rc=2)
     fix = res.stderr.split("`")[1]
-    assert fix.startswith("pilot-commit runs --store ")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    pasted = subprocess.run(["bash", "-c", fix], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-                            check=True)
+    # the program as this install reaches it from where the command ran (.venv/bin/pilot-commit in a checkout)
+    assert fix.startswith(f"{installed_command('pilot-commit')} runs --store ")
+    pasted = subprocess.run(["bash", "-c", fix], capture_output=True, text=True, timeout=300, check=True)  # same cwd
     assert {"g4", "g16"} <= set(pasted.stdout.split())
 
 
