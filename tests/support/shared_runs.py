@@ -37,12 +37,12 @@ simulator."""
 DIGEST_FILE = ".shared-run-digest.json"
 
 
-def code_digest(roots: Iterable[str] = SHAPING) -> str:
-    """sha256 over every file below ``roots`` (relative to the repository), their paths included, ``NOT_SHAPING``
-    left out."""
+def code_digest(roots: Iterable[str] = SHAPING, repo: Path = REPO) -> str:
+    """sha256 over every file below ``roots`` (relative to ``repo``), their paths included, ``NOT_SHAPING`` left
+    out."""
     h = hashlib.sha256()
     for root in roots:
-        base = REPO / root
+        base = repo / root
         for p in sorted(base.rglob("*")):
             rel = p.relative_to(base)
             if not p.is_file() or any(part in NOT_SHAPING for part in rel.parts) or p.suffix == ".pyc":
@@ -60,13 +60,13 @@ def tree_digest(folder: Path) -> dict[str, str]:
 class SharedRuns:
     """The session's shared runs, in ``root``."""
 
-    def __init__(self, root: Path):
-        self.root = Path(root)
+    def __init__(self, root: Path, repo: Path = REPO):
+        self.root, self.repo = Path(root), repo
         self.root.mkdir(parents=True, exist_ok=True)
         self.built: list[Path] = []  # what this process built or read: checked unchanged at its end
 
     def key(self, recipe, roots: Iterable[str] = SHAPING) -> str:
-        blob = json.dumps({"code": code_digest(roots), "recipe": recipe}, sort_keys=True, default=str)
+        blob = json.dumps({"code": code_digest(roots, self.repo), "recipe": recipe}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def get(self, name: str, recipe, build: Callable[[Path], None], roots: Iterable[str] = SHAPING) -> Path:
