@@ -6,7 +6,10 @@ shipped with the package (``pc_pipelines/warm_starts/``), exactly what ``pilot-c
 on every machine, so no test depends on which CPU kernels (AVX2 or AVX-512) built it. Builds of other recipes (tests
 that shrink the SFT) go to a temporary cache, never the user's ``~/.cache``.
 
-``PC_PIPELINES_TEST_CACHE=DIR`` reuses that cache across sessions while developing (CI leaves it unset)."""
+``shared_runs`` (``tests/support/shared_runs.py``): trained runs several files read, built once per session for every
+xdist worker under a file lock, in a folder keyed by a hash of the code and the recipe that shape them.
+
+``PC_PIPELINES_TEST_CACHE=DIR`` reuses those caches across sessions while developing (CI leaves it unset)."""
 
 import os
 import sys
@@ -15,6 +18,7 @@ from types import SimpleNamespace
 
 import proc_waits
 import pytest
+from shared_runs import SharedRuns
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +33,21 @@ def procs():
 def policy_cache(tmp_path_factory) -> Path:
     reuse = os.environ.get("PC_PIPELINES_TEST_CACHE")
     return Path(reuse) if reuse else tmp_path_factory.mktemp("policy-cache")
+
+
+@pytest.fixture(scope="session")
+def shared_runs(tmp_path_factory):
+    """Trained runs built once per session and read by every worker (``SharedRuns.get``); a test copies one before it
+    changes it. At the session's end, every shared run this worker read must be as its builder left it."""
+    reuse = os.environ.get("PC_PIPELINES_TEST_CACHE")
+    base = tmp_path_factory.getbasetemp()
+    if reuse:
+        root = Path(reuse) / "runs"
+    else:  # an xdist worker's base is <session>/popen-gwN: its parent is the session's, shared by every worker
+        root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-runs"
+    runs = SharedRuns(root)
+    yield runs
+    assert runs.changed() == {}, "a test wrote into a shared run: copy it first (shared_runs.copy_of)"
 
 
 @pytest.fixture(scope="session")

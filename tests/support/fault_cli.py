@@ -30,9 +30,14 @@ def cli(*args, timeout=600, check_rc=None, stdin_text=None, env=None):
     return run_cli(*args, exe=EXE, timeout=timeout, check_rc=check_rc, stdin_text=stdin_text, env=env or ENV)
 
 
+def train_recipe(name: str, policy: Path, steps: int, *extra: str) -> list[str]:
+    """``train``'s arguments but ``--out``: what shapes the run (the key of a shared run, tests/support/shared_runs.py)."""
+    return ["train", "--method", "pc", "--steps", str(steps), "--run-name", name, "--policy", str(policy), "--json",
+            "--quiet", "--seed", "3", *TRAIN, *extra]
+
+
 def train(out: Path, name: str, policy: Path, steps: int, *extra: str, **kw):
-    return cli("train", "--method", "pc", "--steps", str(steps), "--out", str(out), "--run-name", name, "--policy",
-               str(policy), "--json", "--quiet", "--seed", "3", *TRAIN, *extra, **kw)
+    return cli(*train_recipe(name, policy, steps, *extra), "--out", str(out), **kw)
 
 
 def steps_of(store: Path, run: str) -> list[int]:

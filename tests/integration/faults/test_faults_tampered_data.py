@@ -51,11 +51,11 @@ def train(out: Path, steps: int, policy: Path, *extra: str, **kw):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, base_policy) -> Path:
-    """A finished 3-step GRPO run (checkpoints after steps 0, 1 and 2), shared by every case (each works on a copy)."""
-    out = tmp_path_factory.mktemp("trained") / "run"
-    train(out, 3, base_policy, check_rc=0)
-    return out
+def trained(shared_runs, base_policy) -> Path:
+    """A finished 3-step GRPO run (checkpoints after steps 0, 1 and 2), shared by every case (each works on a copy),
+    built once per session (``shared_runs``)."""
+    return shared_runs.get("faults-grpo3", ["train", "--steps", "3", "--policy", str(base_policy), *GRPO],
+                           lambda out: train(out, 3, base_policy, check_rc=0))
 
 
 def everything(store: Path) -> dict:
