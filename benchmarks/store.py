@@ -27,7 +27,7 @@ from _report import machine, write_section
 
 from pc_pipelines.config import resolve
 from pc_pipelines.simulator import record_simulation
-from pc_pipelines.store import Store
+from pc_pipelines.store import Store, hold_run
 
 
 def _timed(fn, repeats: int) -> tuple[float, float]:
@@ -83,7 +83,8 @@ def main() -> int:
     t0 = time.perf_counter()
     store.compact("bench-pc")
     compact_s = time.perf_counter() - t0
-    store.vacuum("bench-pc")  # compaction leaves the newest batch's files for a later pass; count the steady state
+    with hold_run("bench-pc", store.run_dir("bench-pc")):  # only the run's writer may vacuum it (issue 54)
+        store.vacuum("bench-pc")  # compaction leaves the newest batch's files for a later pass; count the steady state
     hist_ms, cost_ms = _timed(history, 10), _timed(cost, 5)
     rows = store.query("SELECT count(*) AS n FROM prompt_observations")[0]["n"]
     size_runs = du(store.runs_root)
