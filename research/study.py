@@ -92,11 +92,13 @@ class StudyJob:
     def cost(self) -> float:
         return self.steps * STEP_COST.get(self.method, 1.5)
 
-    def argv(self, store: Path, out_dir: Path, cache_dir: Path | None = None) -> list[str]:
+    def argv(self, store: Path, out_dir: Path, cache_dir: Path | None = None, resume: bool = True) -> list[str]:
+        """The run's ``pilot-commit train`` command; ``resume``: the store holds the run already (``train`` refuses
+        ``--resume`` of a run it does not hold, so a study's first start of a run leaves it out)."""
         cmd = [
             sys.executable, "-m", "pc_pipelines.cli", "train", "--preset", self.preset, "--method", self.method,
             "--seed", str(self.seed), "--family", self.family, "--steps", str(self.steps), "--run-name", self.run_id,
-            "--out", str(out_dir), "--store", str(store), "--resume", "--json", "--quiet",
+            "--out", str(out_dir), "--store", str(store), *(["--resume"] if resume else []), "--json", "--quiet",
             "--no-final-eval",  # the study's held-out curve is its training.eval_every schedule, nothing more
         ]
         for kv in self.overrides:
@@ -171,7 +173,8 @@ def run_jobs(
     def start(job: StudyJob) -> None:
         log_path = logs / f"{job.run_id}.log"
         with open(log_path, "ab") as err:  # the child gets its own copy of the descriptor
-            proc = subprocess.Popen(job.argv(store.path, out, Path(cache_dir) if cache_dir else None),
+            known = store.get_run(job.run_id) is not None  # resumed (its checkpoints), or started new
+            proc = subprocess.Popen(job.argv(store.path, out, Path(cache_dir) if cache_dir else None, resume=known),
                                     stdout=subprocess.PIPE, stderr=err, text=True, env={**env, **dict(job.env)})
         running[job.run_id] = (job, proc, time.monotonic(), log_path)
         threading.Thread(target=reader, args=(job, proc), daemon=True).start()

@@ -69,7 +69,7 @@ def test_compare_refuses_unknown_runs_in_one_line_and_writes_nothing(store, tmp_
     res = run("compare", "--store", store, "--runs", "pc-run", "no-such-run", "--out", str(out), check_rc=None)
     assert res.returncode == 2 and res.stdout == "" and not out.exists()
     assert res.stderr == (f"pilot-commit compare: no run 'no-such-run' in the store {store}. Fix: name runs that "
-                          f"`pilot-commit runs --store {store}` lists.\n")
+                          f"`{installed_command('pilot-commit')} runs --store {store}` lists.\n")
     res = run("compare", "--store", store, "--family", "f9", "--out", str(out), check_rc=None)
     assert res.returncode == 2 and "Traceback" not in res.stderr and not out.exists()
     assert res.stderr.startswith("pilot-commit compare: family 'f9' in the store ") and "Fix:" in res.stderr

@@ -9,6 +9,7 @@ import shlex
 import pytest
 from dagster import DagsterInstance
 
+from pc_pipelines.errors import installed_command
 from pc_pipelines.store import Store
 from pc_pipelines_dagster.automation.jobs import OP, start_run
 from pc_pipelines_dagster.resources import DataResource, LocalCheckpointResource, StoreResource
@@ -49,7 +50,7 @@ def test_a_run_name_taken_by_another_config_is_refused_with_the_fix(tmp_path):
             assert needle in msg and "--run-name" not in msg and "\n" not in msg
             assert "Fix: set start_run config run_name to a name not in the store (e.g. 'dup-2')" in msg
             see = msg.split("(see it: ")[1].rsplit(")", 1)[0]
-            assert shlex.split(see)[:4] == ["pilot-commit", "sql", "--store", str(tmp_path / "pc.duckdb")]
+            assert shlex.split(see)[:4] == [installed_command("pilot-commit"), "sql", "--store", str(tmp_path / "pc.duckdb")]
             assert "run_id = 'dup'" in shlex.split(see)[4]
             assert state(tmp_path) == before  # nothing written: the run's row and its segment plan as they were
 

@@ -125,10 +125,15 @@ def runs_json(store: Path) -> dict[str, dict]:
 
 
 # ---- 1. glob characters ------------------------------------------------------------------------------------------
+# Long enough that the five refused attempts (a process start each) end while it writes, on a loaded machine too:
+# 300 steps finished first under CI load (2026-11-29).
+VICTIM_STEPS = 1500
+
+
 def test_glob_run_names_are_refused_while_victim_is_live_and_victim_keeps_exactly_its_steps(tmp_path):
     store = tmp_path / "s.duckdb"
     log, err = (tmp_path / "victim.out").open("w"), (tmp_path / "victim.err").open("w")
-    victim = subprocess.Popen([EXE, "simulate", "--store", str(store), "--run-name", "victim", "--steps", "300",
+    victim = subprocess.Popen([EXE, "simulate", "--store", str(store), "--run-name", "victim", "--steps", str(VICTIM_STEPS),
                                "--prompts", "20000", "--train-batch", "32", "--n", "16", "--json"],
                               stdout=log, stderr=err, text=True)
     try:
@@ -141,7 +146,7 @@ def test_glob_run_names_are_refused_while_victim_is_live_and_victim_keeps_exactl
             assert "--run-name" in out.stderr and RUN_ID_PATTERN in out.stderr and "Fix:" in out.stderr, out.stderr
             assert len(out.stderr) < 2000  # the 300-character name is not echoed whole
         assert victim.poll() is None, "victim finished before the attempts: make it longer"
-        victim.wait(timeout=300)
+        victim.wait(timeout=1200)
     finally:
         if victim.poll() is None:
             victim.kill()
@@ -150,9 +155,9 @@ def test_glob_run_names_are_refused_while_victim_is_live_and_victim_keeps_exactl
         err.close()
     assert victim.returncode == 0, (tmp_path / "victim.err").read_text()
     recorded = [json.loads(ln) for ln in (tmp_path / "victim.out").read_text().splitlines()]
-    assert len(recorded) == 300
+    assert len(recorded) == VICTIM_STEPS
     rows = sql(store, "SELECT run_id, count(*) AS n, count(DISTINCT step) AS d, max(step) AS m FROM steps GROUP BY ALL")
-    assert rows == [{"run_id": "victim", "n": 300, "d": 300, "m": 299}]
+    assert rows == [{"run_id": "victim", "n": VICTIM_STEPS, "d": VICTIM_STEPS, "m": VICTIM_STEPS - 1}]
     assert [r["run_id"] for r in sql(store, "SELECT run_id FROM runs")] == ["victim"]
     assert sorted(p.name for p in Path(str(store) + ".runs").iterdir()) == ["victim"]
     total = sql(store, "SELECT sum(sampled_rollouts) AS s FROM steps")[0]["s"]
