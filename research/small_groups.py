@@ -118,8 +118,14 @@ CANDIDATES = candidates()
 RULE = (f"lowest median over seeds {TUNE_SEEDS[0]} and {TUNE_SEEDS[1]} of sampled rollouts to the fixed target "
         f"{TARGET} (first evaluation, smoothed over {SMOOTH}, at or above it; never within {BUDGET:,}: infinity); "
         f"ties to the higher median smoothed accuracy at {EQUAL_BUDGETS[1]:,}")
-PC_SMALL_BEST: str | None = None
-"""Frozen after the tuning runs: the candidate :data:`RULE` picks (``tune --no-run``)."""
+# Frozen after the tuning runs (`small_groups.py tune --no-run`, store /work/s52/s52.duckdb, 2026-11-29): median
+# sampled rollouts to 0.725 over seeds 100 / 101 (GRPO-4: 26,880 / 25,600):
+#   p2c2-prior 16,736 / 23,222 (19,979; 5.7x sampled a trained rollout)   p2s2c4-prior 20,548 / 20,620 (20,584; 3.2x)
+#   p4c4 24,644 / 23,308 (23,976)   p2c2 24,320 / 24,672 (24,496)   p2c2-b32-prior 26,112 / 22,592 (24,352)
+#   p4c4-prior 24,728 / 32,132   p2s2c4 25,738 / 34,956   p2c2-b32 44,800 / 38,016; commits only: p2s2c4-co
+#   42,448 / 27,178, p4c4-co 43,900 / never, p2c2-co and p2c2-b32-co never within 40,960.
+PC_SMALL_BEST: str | None = "p2c2-prior"
+"""Frozen after the tuning runs: the candidate :data:`RULE` picked (``tune --no-run``)."""
 
 
 # ---- jobs ---------------------------------------------------------------------------------------------------------

@@ -55,6 +55,12 @@ def test_only_tuning_seeds_tune_and_the_study_waits_for_the_choice():
     if sg.PC_SMALL_BEST is None:
         with pytest.raises(ValueError, match="not frozen"):
             sg.study_jobs()
+    else:  # per fresh seed: GRPO-4, the choice and its twin with the other prior setting, nothing on a tuning seed
+        jobs = sg.study_jobs()
+        assert {j.seed for j in jobs} == set(sg.STUDY_SEEDS) and len(jobs) == 3 * len(sg.STUDY_SEEDS)
+        names = {j.run_id.rsplit("-s", 1)[0] for j in jobs}
+        base = sg.PC_SMALL_BEST.removesuffix("-prior")
+        assert any(n.endswith(f"-{base}-prior") for n in names) and any(n.endswith(f"-{base}-ne") for n in names)
 
 
 def test_next_steps_reaches_the_budget_and_always_grows():
