@@ -3,6 +3,7 @@
 
     .venv/bin/python research/small_groups.py tune [--store S] [--workers N]   # tuning runs, seeds 100 and 101
     .venv/bin/python research/small_groups.py tune --no-run [--write F]        # the rule's table and choice
+    .venv/bin/python research/small_groups.py study [--store S] [--workers N]  # fresh seeds 19-23 (resumable)
     .venv/bin/python research/small_groups.py status [--store S]               # where each run stands
 
 **One measurement for every arm** (fixed here before any run): every run evaluates every :data:`EVAL_EVERY` sampled
@@ -301,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     tu.add_argument("--out", default=OUT, help="the runs' folder (default %(default)s)")
     tu.add_argument("--workers", type=int, default=1, help="runs at a time (one core each)")
     tu.add_argument("--no-run", action="store_true", help="only read the store and apply the rule")
+    sd = sub.add_parser("study", help="the fresh seeds' runs (GRPO-4, the frozen choice, its twin; resumable)")
+    sd.add_argument("--store", default=STORE, help="the study's store (default %(default)s)")
+    sd.add_argument("--out", default=OUT, help="the runs' folder (default %(default)s)")
+    sd.add_argument("--workers", type=int, default=1, help="runs at a time (one core each)")
     st = sub.add_parser("status", help="each tuning run's sampled rollouts so far")
     st.add_argument("--store", default=STORE, help="the study's store (default %(default)s)")
     args = p.parse_args(argv)
@@ -309,6 +314,11 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(status(store)))
         return 0
     t0 = time.monotonic()
+    if args.cmd == "study":
+        Path(args.store).parent.mkdir(parents=True, exist_ok=True)
+        run_to_budget(study_jobs(), store, args.out, args.workers)
+        print(f"the fresh seeds' runs reached {BUDGET:,} sampled rollouts; {time.monotonic() - t0:.0f} s.")
+        return 0
     if not args.no_run:
         Path(args.store).parent.mkdir(parents=True, exist_ok=True)
         run_to_budget(tune_jobs(), store, args.out, args.workers)
