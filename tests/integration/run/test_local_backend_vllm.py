@@ -49,7 +49,8 @@ def test_a_pc_run_on_vllm_trains_resumes_and_evaluates(policy_cache, tmp_path, p
     assert steps[0]["rounds"] >= 2  # PC's step 0 has an empty buffer: a pilot round, then commits
     decisions = {r["decision"] for r in store.query(
         "SELECT DISTINCT decision FROM prompt_observations WHERE run_id = 'on-vllm'")}
-    assert "trained" in decisions and decisions <= {"kept", "skipped_easy", "deferred_hard", "trained", "surplus"}
+    assert "trained" in decisions and decisions <= {
+        "kept", "skipped_easy", "deferred_hard", "trained", "surplus", "continued"}
     evals = store.query("SELECT step, accuracy FROM eval_results WHERE run_id = 'on-vllm' ORDER BY step")
     assert {r["step"] for r in evals} >= {1} and all(0.0 <= r["accuracy"] <= 1.0 for r in evals)
 
