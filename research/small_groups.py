@@ -157,15 +157,22 @@ def tune_jobs(seeds: Sequence[int] = TUNE_SEEDS) -> list:
     return [*(grpo_job(s) for s in seeds), *(pc_job(c, s) for c in CANDIDATES for s in seeds)]
 
 
-def study_jobs(seeds: Sequence[int] = STUDY_SEEDS) -> list:
-    """The fresh seeds' runs: GRPO-4, the frozen choice and its twin with the other prior setting."""
+def study_arms() -> dict[str, str]:
+    """The fresh seeds' arms, label -> candidate: the frozen choice, its twin with the other prior setting, and the
+    commits-only variant of its budget (the ablation: it differs from the twin without the prior only in that kept
+    pilots are not trained). GRPO-4 is the reference of every arm."""
     if PC_SMALL_BEST is None:
         raise ValueError("the PC-small choice is not frozen (PC_SMALL_BEST is None). Fix: run `small_groups.py tune` "
                          "on seeds 100, 101 and freeze its choice first.")
     base = PC_SMALL_BEST.removesuffix("-prior")
     twin = base if PC_SMALL_BEST.endswith("-prior") else f"{base}-prior"
-    return [j for s in seeds for j in (grpo_job(s, STUDY_FAMILY), pc_job(PC_SMALL_BEST, s, STUDY_FAMILY),
-                                       pc_job(twin, s, STUDY_FAMILY))]
+    return {"best": PC_SMALL_BEST, "twin": twin, "commits only": f"{base}-co"}
+
+
+def study_jobs(seeds: Sequence[int] = STUDY_SEEDS) -> list:
+    """The fresh seeds' runs: GRPO-4, the frozen choice, its twin with the other prior setting, commits only."""
+    arms = study_arms()
+    return [j for s in seeds for j in (grpo_job(s, STUDY_FAMILY), *(pc_job(c, s, STUDY_FAMILY) for c in arms.values()))]
 
 
 def sampled_so_far(store: Store, run_id: str) -> tuple[int, int]:
@@ -287,11 +294,285 @@ def tuning_table(rows: dict[tuple[str, int], dict]) -> list[str]:
 
 def status(store: Store) -> list[str]:
     lines = []
-    for j in tune_jobs():
+    for j in [*tune_jobs(), *(study_jobs() if PC_SMALL_BEST else [])]:
         steps, sampled = sampled_so_far(store, j.run_id)
         lines.append(f"{j.run_id}: {steps} steps, {sampled:,} of {BUDGET:,} sampled rollouts"
                      f"{' (done)' if sampled >= BUDGET else ''}")
     return lines
+
+
+# ---- the fresh seeds' report ----------------------------------------------------------------------------------------
+PAYS_RATIO, FAILS_RATIO, ACCURATE_SEEDS = 1.3, 1.0, 4
+DECISION = (f"allocation pays on `bench` if the median over the fresh seeds of GRPO-4 / best PC-small (sampled rollouts "
+            f"to {TARGET}) is >= {PAYS_RATIO}x and the best PC-small's accuracy at equal sampled budget is at least "
+            f"GRPO-4's on {ACCURATE_SEEDS} of {len(STUDY_SEEDS)} seeds (at each of {EQUAL_BUDGETS[0]:,} and "
+            f"{EQUAL_BUDGETS[1]:,}); it fails if the median is <= {FAILS_RATIO}x and PC is not at least as accurate on "
+            f"{ACCURATE_SEEDS} of {len(STUDY_SEEDS)}; otherwise five more seeds")
+"""Issue 52 point 4, stated before the fresh seeds' runs were read (:func:`decide`)."""
+SAMPLED_PER_TRAINED_GOAL = 2.0
+GRPO = f"grpo-n{GRPO_N}"
+STUDY_REGIME = "small-groups"
+REPORT_MARKER = "small-groups-study"
+TUNING_MARKER = "small-groups-tuning"
+
+
+def study_rows(store: Store, seeds: Sequence[int] = STUDY_SEEDS) -> dict[tuple[str, int], dict]:
+    """(arm, seed) -> :func:`cost_row` with the run's curve under ``"curve"``, for every finished run of the fresh
+    seeds (arm: ``grpo-n4`` or a label of :func:`study_arms`)."""
+    from research import study
+    want = {(GRPO, s): grpo_job(s, STUDY_FAMILY).run_id for s in seeds}
+    want |= {(lab, s): pc_job(c, s, STUDY_FAMILY).run_id for lab, c in study_arms().items() for s in seeds}
+    curves = study.curves_by_run(store, list(want.values())) if store.path.exists() else {}
+    return {k: {**cost_row(curves[r]), "curve": curves[r]} for k, r in want.items() if finished(curves.get(r))}
+
+
+def ratio(base: int | None, run: int | None) -> float | None:
+    """``base`` / ``run`` of rollouts to the fixed target: a run that never reaches it costs infinity (0 when only it
+    never does, infinity when only the base never does, None when neither does)."""
+    if run is None and base is None:
+        return None
+    if run is None:
+        return 0.0
+    if base is None:
+        return math.inf
+    return base / run
+
+
+def decide(ratios: Sequence[float | None], grpo_acc: dict[int, Sequence[float | None]],
+           pc_acc: dict[int, Sequence[float | None]], seeds: Sequence[int] = STUDY_SEEDS) -> dict:
+    """:data:`DECISION` on the per-seed ratios (GRPO-4 / best) and accuracies at :data:`EQUAL_BUDGETS` (seed ->
+    one accuracy per budget). ``verdict``: ``pays``, ``fails``, ``five more seeds`` or ``open`` (a run missing)."""
+    from pc_pipelines.store.rollouts_to_target import median
+    complete = (len(ratios) == len(seeds) and all(r is not None for r in ratios)
+                and all(a is not None for s in seeds for a in (*grpo_acc.get(s, (None,)), *pc_acc.get(s, (None,)))))
+    at_least = [sum(1 for s in seeds if s in pc_acc and s in grpo_acc and None not in (pc_acc[s][i], grpo_acc[s][i])
+                    and pc_acc[s][i] >= grpo_acc[s][i]) for i in range(len(EQUAL_BUDGETS))]
+    med = median(list(ratios))
+    if not complete:
+        verdict = "open"
+    else:
+        accurate = min(at_least) >= ACCURATE_SEEDS
+        verdict = ("pays" if med >= PAYS_RATIO and accurate else
+                   "fails" if med <= FAILS_RATIO and not accurate else "five more seeds")
+    return {"verdict": verdict, "median": med, "at_least_as_accurate": dict(zip(map(str, EQUAL_BUDGETS), at_least))}
+
+
+def advice(verdict: str, best: str) -> str:
+    """What the decision means for a user, in a sentence they can act on."""
+    over = " ".join(CANDIDATES[best])
+    return {"pays": f"at groups of 4-8 on a pool like `bench`, use PC at `{best}` ({over}): it reaches the target on "
+                    f"fewer sampled rollouts than GRPO-4 and is as accurate at equal budget",
+            "fails": f"at groups of 4-8 on a pool like `bench`, use GRPO at n = {GRPO_N}: PC's screening at `{best}` "
+                     "costs more rollouts than it saves",
+            "five more seeds": "no answer yet at groups of 4-8 on a pool like `bench`: the five fresh seeds fall "
+                               "between the stated bounds (five more seeds decide)",
+            "open": "no answer yet: the fresh seeds' runs are not all finished"}[verdict]
+
+
+def _ratio_cell(v: float | None) -> str:
+    from pc_pipelines.reports.tables import format_ratio
+    return "inf" if v is not None and math.isinf(v) else format_ratio(v)
+
+
+def study_report(store: Store, seeds: Sequence[int] = STUDY_SEEDS) -> tuple[str, dict]:
+    """The fresh seeds' section of docs/STUDIES.md and the results file's ``small-groups`` regime (a missing run
+    leaves its cells '-' and the decision open, never guessed)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _report import machine
+
+    from pc_pipelines.store.rollouts_to_target import median
+    from research import study
+    from research.bench_study import part_wall
+    arms = study_arms()
+    labels = list(arms)
+    rows = study_rows(store, seeds)
+    b1, b2 = EQUAL_BUDGETS
+    name = {GRPO: f"GRPO-{GRPO_N}", **{lab: f"{c} ({lab})" for lab, c in arms.items()}}
+
+    fixed = [f"| seed | {' | '.join(name[a] for a in (GRPO, *labels))} | "
+             + " | ".join(f"GRPO-{GRPO_N} / {arms[lab]}" for lab in labels) + " |",
+             "|---:|" + "---:|" * (1 + 2 * len(labels))]
+    per: dict[str, dict[int, float | None]] = {lab: {} for lab in labels}
+    for s in seeds:
+        g = rows.get((GRPO, s))
+        cells = [("never" if g["rollouts"] is None else f"{g['rollouts']:,}") if g else "-"]
+        for lab in labels:
+            r = rows.get((lab, s))
+            cells.append(("never" if r["rollouts"] is None else f"{r['rollouts']:,}") if r else "-")
+            per[lab][s] = ratio(g["rollouts"], r["rollouts"]) if g and r else None
+        fixed.append(f"| {s} | " + " | ".join(cells) + " | " + " | ".join(_ratio_cell(per[lab][s]) for lab in labels)
+                     + " |")
+    medians = {lab: median(list(per[lab].values())) for lab in labels}
+    fixed.append("| **median** |" + " |" * (1 + len(labels)) + " "
+                 + " | ".join(f"**{_ratio_cell(medians[lab])}**" for lab in labels) + " |")
+
+    equal = [f"| seed | budget | {' | '.join(name[a] for a in (GRPO, *labels))} |",
+             "|---:|---:|" + "---:|" * (1 + len(labels))]
+    acc = {a: {s: tuple(rows[(a, s)][b] if (a, s) in rows else None for b in EQUAL_BUDGETS) for s in seeds}
+           for a in (GRPO, *labels)}
+    for s in seeds:
+        for i, b in enumerate(EQUAL_BUDGETS):
+            equal.append(f"| {s} | {b:,} | " + " | ".join(_fmt(acc[a][s][i], ".3f") for a in (GRPO, *labels)) + " |")
+    for i, b in enumerate(EQUAL_BUDGETS):
+        equal.append(f"| **median** | {b:,} | " + " | ".join(
+            f"**{_fmt(median([acc[a][s][i] for s in seeds]), '.3f')}**" for a in (GRPO, *labels)) + " |")
+    wins = {lab: [sum(1 for s in seeds if None not in (acc[lab][s][i], acc[GRPO][s][i])
+                      and acc[lab][s][i] >= acc[GRPO][s][i]) for i in range(len(EQUAL_BUDGETS))] for lab in labels}
+
+    def curve(arm: str, s: int):
+        return rows[(arm, s)]["curve"] if (arm, s) in rows else None
+    pair, pair_per, pair_med = study.seed_ratio_table(
+        seeds, {f"GRPO-{GRPO_N} / {arms[lab]}": (lab, GRPO) for lab in labels}, curve, window=SMOOTH)
+
+    mech = ["| arm | sampled / step | trained / step | sampled / trained | steps to the budget | smoothed peak |",
+            "|---|---:|---:|---:|---:|---:|"]
+    spt: dict[str, float | None] = {}
+    for a in (GRPO, *labels):
+        got = [rows[(a, s)] for s in seeds if (a, s) in rows]
+        m = {k: median([r[k] for r in got]) for k in ("sampled_per_step", "trained_per_step", "sampled_per_trained",
+                                                     "steps", "peak")}
+        spt[a] = m["sampled_per_trained"]
+        mech.append(f"| {name[a]} | {_fmt(m['sampled_per_step'], ',.0f')} | {_fmt(m['trained_per_step'], ',.0f')} | "
+                    f"{_fmt(m['sampled_per_trained'], '.2f')} | {_fmt(m['steps'], ',.0f')} | {_fmt(m['peak'], '.3f')} |")
+
+    dec = decide([per["best"][s] for s in seeds if per["best"][s] is not None],
+                 {s: acc[GRPO][s] for s in seeds if (GRPO, s) in rows},
+                 {s: acc["best"][s] for s in seeds if ("best", s) in rows}, seeds)
+    co = [rows[("commits only", s)]["rollouts"] if ("commits only", s) in rows else None for s in seeds]
+    tw = [rows[("twin", s)]["rollouts"] if ("twin", s) in rows else None for s in seeds]
+    co_vs_twin = {s: ratio(t, c) for s, t, c in zip(seeds, tw, co) if (("twin", s) in rows and ("commits only", s) in rows)}
+    done = sorted({s for (_, s) in rows})
+    walls = {"tuning": part_wall(store, [*tune_jobs(), *(evicting_job(c, s) for c in EVICTING for s in TUNE_SEEDS)]),
+             "fresh seeds": part_wall(store, study_jobs(seeds))}
+    goal_ratio = medians["best"]
+    goals = {
+        "ratio": {"goal": f"median GRPO-{GRPO_N} / best PC-small >= {PAYS_RATIO}x (seeds {seeds[0]}-{seeds[-1]})",
+                  "value": goal_ratio, "met": None if dec["verdict"] == "open" else bool(goal_ratio >= PAYS_RATIO)},
+        "sampled_per_trained": {"goal": f"best PC-small's sampled rollouts per trained rollout <= "
+                                        f"{SAMPLED_PER_TRAINED_GOAL}x (median over seeds)",
+                                "value": spt["best"],
+                                "met": None if spt["best"] is None else bool(spt["best"] <= SAMPLED_PER_TRAINED_GOAL)},
+    }
+
+    def status(g):
+        return {True: "met", False: "**missed**", None: "open (runs missing)"}[g["met"]]
+    hours = {k: "-" if v is None else f"{v / 3600:.1f} h" for k, v in walls.items()}
+    body = [
+        "## Allocation at small groups: PC with trained groups of 8 or fewer against GRPO-4 (`research/small_groups.py`, "
+        "issue 52)",
+        "",
+        "Command: `.venv/bin/python research/small_groups.py tune --workers 2`, then `study --workers 2`, then "
+        "`.venv/bin/python research/small_groups.py report --write docs/STUDIES.md --results "
+        "pc_pipelines/reports/bench_study_results.json`",
+        f"Machine: {machine(load_average=False)}",
+        f"Measured: {time.strftime('%Y-%m-%d')}; wall time (union of the runs' running spans): tuning "
+        f"{hours['tuning']}, fresh seeds {hours['fresh seeds']}.",
+        "",
+        f"`bench` preset, float64; every run evaluates every {EVAL_EVERY:,} sampled rollouts and stops at the first step "
+        f"at or past {BUDGET:,}. Fixed target {TARGET} (smoothed over {SMOOTH} evals), chosen before any run. The "
+        f"choice **{PC_SMALL_BEST}** was frozen on seeds {TUNE_SEEDS[0]} and {TUNE_SEEDS[1]} by the rule: {RULE}. "
+        f"Fresh seeds {', '.join(map(str, seeds))} (finished runs on seeds {', '.join(map(str, done)) or 'none'}).",
+        "",
+        f"Sampled rollouts to the fixed target {TARGET} (never: not within {BUDGET:,}), and GRPO-{GRPO_N} / arm "
+        "(> 1: the arm needed fewer):",
+        "",
+        *fixed,
+        "",
+        f"Held-out accuracy (smoothed) at equal sampled budgets (the first evaluation at or past each); the best "
+        f"PC-small at least as accurate as GRPO-{GRPO_N} on "
+        + ", ".join(f"{w} of {len(seeds)} seeds at {b:,}" for w, b in zip(wins["best"], EQUAL_BUDGETS)) + ":",
+        "",
+        *equal,
+        "",
+        "For continuity with the earlier studies, GRPO-4 / arm at the pair's common target (the lower smoothed peak):",
+        "",
+        *pair,
+        "",
+        "Per step (medians over the fresh seeds):",
+        "",
+        *mech,
+        "",
+        f"Commits only (pilots screen, only commits train) against its twin that trains the kept pilots too "
+        f"({arms['twin']}; rollouts to {TARGET}, twin / commits only, > 1: commits only needed fewer): "
+        + (", ".join(f"seed {s} {_ratio_cell(v)}" for s, v in co_vs_twin.items()) or "(runs missing)")
+        + f"; median {_ratio_cell(median(list(co_vs_twin.values())))}.",
+        "",
+        "| goal | measured | status |",
+        "|---|---|---|",
+        *[f"| {g['goal']} | {_ratio_cell(g['value']) if k == 'ratio' else _fmt(g['value'], '.2f') + 'x'} | "
+          f"{status(g)} |" for k, g in goals.items()],
+        "",
+        f"**Decision** (stated before the runs: {DECISION}): **{dec['verdict']}** (median "
+        f"{_ratio_cell(dec['median'])}; at least as accurate on "
+        + ", ".join(f"{w} of {len(seeds)} at {int(b):,}" for b, w in dec["at_least_as_accurate"].items())
+        + f"). In short: {advice(dec['verdict'], PC_SMALL_BEST)}.",
+    ]
+    results = {"preset": PRESET, "dtype": "float64", "family": STUDY_FAMILY, "seeds": done, "core_seeds": list(seeds),
+               "grpo_best_n": GRPO_N, "pc_best": {"name": PC_SMALL_BEST, "overrides": list(CANDIDATES[PC_SMALL_BEST])},
+               "target": TARGET, "eval_every_rollouts": EVAL_EVERY, "budget": BUDGET, "smooth_evals": SMOOTH,
+               "medians": {f"GRPO{GRPO_N} / PC-small {arms[lab]}": medians[lab] for lab in labels},
+               "pair_target_medians": pair_med,
+               "per_seed": {arms[lab]: {str(s): v for s, v in per[lab].items()} for lab in labels},
+               "accuracy_at_budget": {name[a]: {str(b): median([acc[a][s][i] for s in seeds])
+                                                for i, b in enumerate(EQUAL_BUDGETS)} for a in (GRPO, *labels)},
+               "sampled_per_trained": {name[a]: v for a, v in spt.items()},
+               "goals": goals, "decision": dec, "advice": advice(dec["verdict"], PC_SMALL_BEST),
+               "wall_s": walls, "command": "research/small_groups.py report"}
+    results = _plain(results)
+    return "\n".join(body), results
+
+
+def _plain(v):
+    """``v`` with every infinite or NaN float as None, so the results file stays strict JSON (an arm that never
+    reached the target is said in docs/STUDIES.md's table)."""
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def tuning_section(store: Store) -> str:
+    """The tuning runs' table, the rule and its choice: docs/STUDIES.md's tuning section."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _report import machine
+
+    from research.bench_study import part_wall
+    rows = tuning_rows(store)
+    wall = part_wall(store, [*tune_jobs(), *(evicting_job(c, s) for c in EVICTING for s in TUNE_SEEDS)])
+    best = choose(rows, list(CANDIDATES))
+    return "\n".join([
+        "## Allocation at small groups: the tuning runs (`research/small_groups.py tune`, issue 52)",
+        "",
+        "Command: `.venv/bin/python research/small_groups.py tune --workers 2`, then `tune --no-run --write "
+        "docs/STUDIES.md`",
+        f"Machine: {machine(load_average=False)}",
+        f"Wall time (union of the runs' running spans): {'-' if wall is None else f'{wall / 3600:.1f} h'}.",
+        "",
+        f"Seeds {TUNE_SEEDS[0]} and {TUNE_SEEDS[1]} only; every run evaluates every {EVAL_EVERY:,} sampled rollouts and "
+        f"stops at the first step at or past {BUDGET:,}. Candidates: {', '.join(f'`{c}`' for c in CANDIDATES)} "
+        f"(`-prior`: the frozen history prior; `-co`: commits only; eviction off), and, made before the amendment "
+        f"that turned eviction off, {', '.join(f'`{c}`' for c in EVICTING)} with eviction on (never chosen).",
+        "",
+        *tuning_table(rows),
+        "",
+        f"Rule (fixed before any run): {RULE}. Choice: **{best or '(runs missing)'}** (frozen as `PC_SMALL_BEST`).",
+    ])
+
+
+def write_report(store: Store, write: Path | None, results: Path | None) -> str:
+    """Print-ready section; also written into ``write``'s section and ``results``' ``small-groups`` regime."""
+    from types import SimpleNamespace
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _report import STUDIES_HEADER, write_section
+
+    from research.bench_study import write_results
+    body, res = study_report(store)
+    if write:
+        write_section(Path(write), REPORT_MARKER, body, STUDIES_HEADER)
+    if results:
+        write_results(Path(results), SimpleNamespace(name=STUDY_REGIME), res)
+    return body
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -302,16 +583,25 @@ def main(argv: list[str] | None = None) -> int:
     tu.add_argument("--out", default=OUT, help="the runs' folder (default %(default)s)")
     tu.add_argument("--workers", type=int, default=1, help="runs at a time (one core each)")
     tu.add_argument("--no-run", action="store_true", help="only read the store and apply the rule")
+    tu.add_argument("--write", type=Path, help="also write the tuning section into this markdown file (docs/STUDIES.md)")
     sd = sub.add_parser("study", help="the fresh seeds' runs (GRPO-4, the frozen choice, its twin; resumable)")
     sd.add_argument("--store", default=STORE, help="the study's store (default %(default)s)")
     sd.add_argument("--out", default=OUT, help="the runs' folder (default %(default)s)")
     sd.add_argument("--workers", type=int, default=1, help="runs at a time (one core each)")
-    st = sub.add_parser("status", help="each tuning run's sampled rollouts so far")
+    rp = sub.add_parser("report", help="the fresh seeds' tables, the goals and the decision (docs/STUDIES.md)")
+    rp.add_argument("--store", default=STORE, help="the study's store (default %(default)s)")
+    rp.add_argument("--write", type=Path, help="also write the section into this markdown file (docs/STUDIES.md)")
+    rp.add_argument("--results", type=Path, help="also set the regime 'small-groups' in this results file "
+                                                 "(pc_pipelines/reports/bench_study_results.json)")
+    st = sub.add_parser("status", help="each run's sampled rollouts so far (tuning and fresh seeds)")
     st.add_argument("--store", default=STORE, help="the study's store (default %(default)s)")
     args = p.parse_args(argv)
     store = Store(args.store)
     if args.cmd == "status":
         print("\n".join(status(store)))
+        return 0
+    if args.cmd == "report":
+        print(write_report(store, args.write, args.results))
         return 0
     t0 = time.monotonic()
     if args.cmd == "study":
@@ -322,6 +612,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_run:
         Path(args.store).parent.mkdir(parents=True, exist_ok=True)
         run_to_budget(tune_jobs(), store, args.out, args.workers)
+    if args.write:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from _report import STUDIES_HEADER, write_section
+        write_section(Path(args.write), TUNING_MARKER, tuning_section(store), STUDIES_HEADER)
     rows = tuning_rows(store)
     print("\n".join(tuning_table(rows)))
     best = choose(rows, list(CANDIDATES))

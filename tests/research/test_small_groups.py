@@ -55,12 +55,13 @@ def test_only_tuning_seeds_tune_and_the_study_waits_for_the_choice():
     if sg.PC_SMALL_BEST is None:
         with pytest.raises(ValueError, match="not frozen"):
             sg.study_jobs()
-    else:  # per fresh seed: GRPO-4, the choice and its twin with the other prior setting, nothing on a tuning seed
+    else:  # per fresh seed: GRPO-4, the choice, its twin with the other prior setting and commits only
         jobs = sg.study_jobs()
-        assert {j.seed for j in jobs} == set(sg.STUDY_SEEDS) and len(jobs) == 3 * len(sg.STUDY_SEEDS)
+        assert {j.seed for j in jobs} == set(sg.STUDY_SEEDS) and len(jobs) == 4 * len(sg.STUDY_SEEDS)
         names = {j.run_id.rsplit("-s", 1)[0] for j in jobs}
         base = sg.PC_SMALL_BEST.removesuffix("-prior")
         assert any(n.endswith(f"-{base}-prior") for n in names) and any(n.endswith(f"-{base}-ne") for n in names)
+        assert any(n.endswith(f"-{base}-co-ne") for n in names)  # the commits-only ablation, same seeds
 
 
 def test_next_steps_reaches_the_budget_and_always_grows():
@@ -105,3 +106,39 @@ def test_cost_row_reads_the_smoothed_curve_at_the_fixed_target_and_budgets():
     assert row[15_360] == pytest.approx((0.70 + 0.71 + 0.72) / 3)  # the first eval at or past 15,360: 25,600
     assert row["sampled_per_trained"] == pytest.approx(4.0)
     assert not math.isnan(row["peak"])
+
+
+def test_ratio_counts_a_run_that_never_reaches_the_target_as_infinitely_costly():
+    sg = load()
+    assert sg.ratio(20_000, 10_000) == 2.0
+    assert sg.ratio(20_000, None) == 0.0 and sg.ratio(None, 10_000) == math.inf and sg.ratio(None, None) is None
+
+
+def test_the_decision_needs_the_ratio_and_the_accuracy_at_both_budgets_on_four_seeds():
+    sg = load()
+    seeds = sg.STUDY_SEEDS
+    grpo = {s: (0.70, 0.72) for s in seeds}
+    better = {s: (0.71, 0.73) for s in seeds}
+    assert sg.decide([1.5] * 5, grpo, better)["verdict"] == "pays"
+    assert sg.decide([1.2, 1.3, 1.3, 1.4, 1.5], grpo, better)["verdict"] == "pays"  # median 1.3: the bound holds
+    assert sg.decide([1.29] * 5, grpo, better)["verdict"] == "five more seeds"
+    worse_late = {s: (0.71, 0.71) if s in seeds[:2] else (0.71, 0.73) for s in seeds}  # 3 of 5 at 30,720
+    d = sg.decide([1.5] * 5, grpo, worse_late)
+    assert d["verdict"] == "five more seeds" and d["at_least_as_accurate"] == {"15360": 5, "30720": 3}
+    assert sg.decide([0.8] * 5, grpo, worse_late)["verdict"] == "fails"
+    assert sg.decide([0.8] * 5, grpo, better)["verdict"] == "five more seeds"  # cheaper GRPO, but PC more accurate
+    assert sg.decide([1.5] * 4, grpo, better)["verdict"] == "open"  # a seed missing: no verdict
+    assert sg.decide([1.5] * 5, grpo, {**better, seeds[0]: (0.71, None)})["verdict"] == "open"
+    assert "use GRPO at n = 4" in sg.advice("fails", "p2c2-prior") and "p2c2-prior" in sg.advice("pays", "p2c2-prior")
+
+
+def test_the_report_on_a_store_without_the_runs_leaves_every_cell_open(tmp_path):
+    from pc_pipelines.store import Store
+
+    sg = load()
+    body, res = sg.study_report(Store(tmp_path / "none.duckdb"))
+    assert "**open**" in body and "| 19 | - |" in body
+    assert res["decision"]["verdict"] == "open" and res["seeds"] == []
+    assert res["goals"]["ratio"]["met"] is None and res["pc_best"]["name"] == sg.PC_SMALL_BEST
+    assert all(v is None for v in res["medians"].values())
+    assert not (tmp_path / "none.duckdb").exists()  # reading creates no store
