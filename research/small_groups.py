@@ -314,6 +314,7 @@ GRPO = f"grpo-n{GRPO_N}"
 STUDY_REGIME = "small-groups"
 REPORT_MARKER = "small-groups-study"
 TUNING_MARKER = "small-groups-tuning"
+VALIDATION_MARKER = "small-groups-validation"
 
 
 def study_rows(store: Store, seeds: Sequence[int] = STUDY_SEEDS) -> dict[tuple[str, int], dict]:
@@ -560,6 +561,156 @@ def tuning_section(store: Store) -> str:
     ])
 
 
+# ---- the fitted simulator against the fresh seeds (issue 52 point 1) ---------------------------------------------------
+MIX_STEPS = 20
+"""First visits within this many first steps fit the pass-rate mix (``sim-fit``'s default)."""
+MAX_SIM_STEPS = 5_000
+
+
+def fit_on_tuning(store: Store):
+    """``sim-fit`` on every tuning run (seeds 100, 101; the per-wave rows of store v10: first waves uncensored)."""
+    from pc_pipelines.simulator.fit import fit_simulator, read_runs
+    return fit_simulator(read_runs(store, [j.run_id for j in tune_jobs()]), mix_steps=MIX_STEPS)
+
+
+def simulate_arm(job, sim_fields: dict) -> dict:
+    """One fresh-seed job in the simulator with the fitted fields, by the study's protocol (an evaluation before
+    training and every :data:`EVAL_EVERY` sampled rollouts, stop at :data:`BUDGET`): :func:`cost_row`'s numbers."""
+    from pc_pipelines.config import parse_overrides, resolve
+    from pc_pipelines.reports import RunCurves
+    from pc_pipelines.simulator import Simulation
+    over = parse_overrides(list(job.overrides))
+    over.update({f"sim.{k}": v for k, v in sim_fields.items()})
+    cfg = resolve(PRESET, overrides=over, method=job.method, seed=job.seed)
+    sim = Simulation(cfg.allocator, cfg.sim)
+    ev_step, ev_roll, ev_acc = [-1], [0], [sim.population.accuracy()]
+    sampled = trained = step = 0
+    cum_s, cum_t = [], []
+    while sampled < BUDGET and step < MAX_SIM_STEPS:
+        st = sim.step()
+        before = sampled
+        sampled += st.outcome.ledger.sampled_rollouts
+        trained += st.outcome.ledger.trained_rollouts
+        cum_s.append(sampled)
+        cum_t.append(trained)
+        if cfg.training.evaluates_after(step, before, sampled):
+            ev_step.append(step)
+            ev_roll.append(sampled)
+            ev_acc.append(st.accuracy)
+        step += 1
+    curve = RunCurves(run_id=job.run_id, family="sim", method=job.method, seed=job.seed, eval_step=tuple(ev_step),
+                      eval_rollouts=tuple(ev_roll), eval_accuracy=tuple(ev_acc), step=tuple(range(step)),
+                      cumulative_sampled=tuple(cum_s), cumulative_trained=tuple(cum_t),
+                      reward_std=(0.0,) * step, informative_share=(0.0,) * step)
+    return cost_row(curve)
+
+
+def first_wave_shares(store: Store, sim_fields: dict) -> list[tuple[str, float | None, float]]:
+    """First waves of 2 at a prompt's first visit in the first :data:`MIX_STEPS` steps of the tuning runs with pilots
+    of 2 and no prior: the share with 0, 1 and 2 of 2 correct, measured (the store's per-wave rows) and predicted
+    by the fitted mix (``(1-p)^2``, ``2p(1-p)``, ``p^2`` over the simulated pool's pass rates before training)."""
+    import numpy as np
+
+    from pc_pipelines.config import parse_overrides, resolve
+    from pc_pipelines.simulator import Simulation
+    runs = [pc_job(c, s).run_id for c in ("p2c2", "p2s2c4", "p2c2-co", "p2s2c4-co", "p2c2-b32", "p2c2-b32-co")
+            for s in TUNE_SEEDS]
+    got = {0: 0, 1: 0, 2: 0}
+    if store.path.exists():
+        for r in store.query(
+                "WITH first AS (SELECT run_id, prompt_id, min(step) AS step FROM pass_rate_history "
+                "WHERE list_contains(?, run_id) GROUP BY run_id, prompt_id) "
+                "SELECT h.n_correct AS k, count(*) AS c FROM pass_rate_history h JOIN first f USING (run_id, prompt_id, "
+                "step) WHERE h.stage = 'pilot' AND h.wave = 0 AND h.n = 2 AND h.step < ? GROUP BY 1", [runs, MIX_STEPS]):
+            got[int(r["k"])] = int(r["c"])
+    total = sum(got.values())
+    over = parse_overrides([])
+    over.update({f"sim.{k}": v for k, v in sim_fields.items()})
+    cfg = resolve(PRESET, overrides=over, method="pc", seed=TUNE_SEEDS[0])
+    p = Simulation(cfg.allocator, cfg.sim).population.pass_rates()
+    pred = {0: float(np.mean((1 - p) ** 2)), 1: float(np.mean(2 * p * (1 - p))), 2: float(np.mean(p ** 2))}
+    return [(f"{k} of 2 correct", got[k] / total if total else None, pred[k]) for k in (0, 1, 2)]
+
+
+def validation_section(store: Store, seeds: Sequence[int] = STUDY_SEEDS) -> tuple[str, dict]:
+    """The fit on the tuning seeds against the fresh seeds' measurements: docs/STUDIES.md's validation section."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _report import machine
+
+    from pc_pipelines.store.rollouts_to_target import median
+    t0 = time.monotonic()
+    fit = fit_on_tuning(store)
+    arms = study_arms()
+    measured = study_rows(store, seeds)
+    jobs = {GRPO: {s: grpo_job(s, STUDY_FAMILY) for s in seeds},
+            **{lab: {s: pc_job(c, s, STUDY_FAMILY) for s in seeds} for lab, c in arms.items()}}
+    pred = {a: {s: simulate_arm(j, fit.sim) for s, j in by_seed.items()} for a, by_seed in jobs.items()}
+    name = {GRPO: f"GRPO-{GRPO_N}", **{lab: f"{c} ({lab})" for lab, c in arms.items()}}
+    b2 = EQUAL_BUDGETS[1]
+
+    def row(a: str, s: int, which: str) -> dict | None:
+        return pred[a][s] if which == "predicted" else measured.get((a, s))
+
+    def med(a: str, key: str, which: str) -> float | None:
+        """Median over seeds of one number (rollouts to target: a run that never reaches it counts infinity)."""
+        vals = [r[key] for s in seeds if (r := row(a, s, which)) is not None]
+        return median([math.inf if v is None else v for v in vals] if key == "rollouts" else vals)
+
+    def ratios(which: str) -> dict[str, float | None]:
+        return {lab: median([ratio(g["rollouts"], r["rollouts"]) for s in seeds
+                             if (g := row(GRPO, s, which)) is not None and (r := row(lab, s, which)) is not None])
+                for lab in arms}
+    pr, mr = ratios("predicted"), ratios("measured")
+    lines = ["| arm | rollouts to target: predicted | measured | GRPO-4 / arm: predicted | measured | error | "
+             f"accuracy at {b2:,}: predicted | measured | sampled / trained: predicted | measured |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for a in (GRPO, *arms):
+        cells = [_cnt(med(a, "rollouts", "predicted")), _cnt(med(a, "rollouts", "measured"))]
+        if a == GRPO:
+            cells += ["", "", ""]
+        else:
+            err = (pr[a] / mr[a] - 1) if pr[a] and mr[a] and math.isfinite(pr[a]) and math.isfinite(mr[a]) else None
+            cells += [_ratio_cell(pr[a]), _ratio_cell(mr[a]), "-" if err is None else f"{err:+.0%}"]
+        cells += [_fmt(med(a, b2, "predicted"), ".3f"), _fmt(med(a, b2, "measured"), ".3f"),
+                  _fmt(med(a, "sampled_per_trained", "predicted"), ".2f"),
+                  _fmt(med(a, "sampled_per_trained", "measured"), ".2f")]
+        lines.append(f"| {name[a]} | " + " | ".join(cells) + " |")
+    waves = first_wave_shares(store, fit.sim)
+    body = [
+        "## The simulator fitted on the small-groups tuning runs against the fresh seeds (`research/small_groups.py "
+        "validate`, issue 52 point 1)",
+        "",
+        "Command: `.venv/bin/python research/small_groups.py validate --write docs/STUDIES.md`",
+        f"Machine: {machine(load_average=False)}; {time.monotonic() - t0:.0f} s.",
+        "",
+        f"`sim-fit` on every tuning run (seeds {TUNE_SEEDS[0]}, {TUNE_SEEDS[1]}; store v10's per-wave rows, so a first "
+        f"wave of 2 that decided nothing is read as the n = 2 draw it was, no longer pooled with its second wave): law "
+        f"form **{fit.chosen}**, fitted fields " + ", ".join(f"`{k}={v:.4g}`" if isinstance(v, float) else f"`{k}={v}`"
+                                                          for k, v in fit.sim.items()) + ".",
+        "Then each fresh-seed arm simulated on seeds " + ", ".join(map(str, seeds)) + " by the study's protocol "
+        f"(an evaluation before training and every {EVAL_EVERY:,} sampled rollouts, smoothed over {SMOOTH}, stop at "
+        f"{BUDGET:,}; rollouts to the fixed target {TARGET}, never = infinity) beside the measured runs (medians over "
+        "seeds; error = predicted / measured - 1):",
+        "",
+        *lines,
+        "",
+        f"First waves of 2 at a prompt's first visit (the tuning runs with pilots of 2 and no prior, first {MIX_STEPS} "
+        "steps), measured against the fitted mix:",
+        "",
+        "| first wave | measured | fitted mix |", "|---|---:|---:|",
+        *[f"| {k} | {_fmt(m, '.3f')} | {p:.3f} |" for k, m, p in waves],
+    ]
+    res = {"fit": fit.to_dict()["sim"], "law": fit.chosen, "predicted_ratios": pr, "measured_ratios": mr,
+           "first_waves": {k: {"measured": m, "fitted": p} for k, m, p in waves}}
+    return "\n".join(body), _plain(res)
+
+
+def _cnt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return "never" if math.isinf(v) else f"{v:,.0f}"
+
+
 def write_report(store: Store, write: Path | None, results: Path | None) -> str:
     """Print-ready section; also written into ``write``'s section and ``results``' ``small-groups`` regime."""
     from types import SimpleNamespace
@@ -593,12 +744,23 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--write", type=Path, help="also write the section into this markdown file (docs/STUDIES.md)")
     rp.add_argument("--results", type=Path, help="also set the regime 'small-groups' in this results file "
                                                  "(pc_pipelines/reports/bench_study_results.json)")
+    va = sub.add_parser("validate", help="the simulator fitted on the tuning runs against the fresh seeds")
+    va.add_argument("--store", default=STORE, help="the study's store (default %(default)s)")
+    va.add_argument("--write", type=Path, help="also write the section into this markdown file (docs/STUDIES.md)")
     st = sub.add_parser("status", help="each run's sampled rollouts so far (tuning and fresh seeds)")
     st.add_argument("--store", default=STORE, help="the study's store (default %(default)s)")
     args = p.parse_args(argv)
     store = Store(args.store)
     if args.cmd == "status":
         print("\n".join(status(store)))
+        return 0
+    if args.cmd == "validate":
+        body, _ = validation_section(store)
+        if args.write:
+            sys.path.insert(0, str(ROOT / "benchmarks"))
+            from _report import STUDIES_HEADER, write_section
+            write_section(Path(args.write), VALIDATION_MARKER, body, STUDIES_HEADER)
+        print(body)
         return 0
     if args.cmd == "report":
         print(write_report(store, args.write, args.results))

@@ -142,3 +142,25 @@ def test_the_report_on_a_store_without_the_runs_leaves_every_cell_open(tmp_path)
     assert res["goals"]["ratio"]["met"] is None and res["pc_best"]["name"] == sg.PC_SMALL_BEST
     assert all(v is None for v in res["medians"].values())
     assert not (tmp_path / "none.duckdb").exists()  # reading creates no store
+
+
+def test_a_simulated_arm_follows_the_studys_protocol_to_the_budget():
+    sg = load()
+    fields = {"difficulty_mean": 2.0, "difficulty_spread": 6.0, "eval_difficulty_mean": -1.4,
+              "eval_difficulty_spread": 2.4, "eval_noise": 0.0, "law": "linear", "global_rate": 0.001,
+              "law_skill_cap": 4.0}
+    row = sg.simulate_arm(sg.grpo_job(19, sg.STUDY_FAMILY), fields)
+    assert row["steps"] == sg.BUDGET // 64 and row["sampled_per_trained"] == pytest.approx(1.0)  # GRPO-4: 64 a step
+    assert row["peak"] > 0.5 and row[sg.EQUAL_BUDGETS[1]] is not None
+    pc = sg.simulate_arm(sg.pc_job(sg.PC_SMALL_BEST, 19, sg.STUDY_FAMILY), fields)
+    assert pc["sampled_per_trained"] > 1.0  # pilots screened out cost rollouts nobody trains on
+
+
+def test_the_first_wave_shares_of_the_fitted_mix_sum_to_one_and_an_empty_store_measures_nothing(tmp_path):
+    from pc_pipelines.store import Store
+
+    sg = load()
+    rows = sg.first_wave_shares(Store(tmp_path / "none.duckdb"), {"difficulty_mean": 2.0, "difficulty_spread": 6.0})
+    assert [k for k, _, _ in rows] == ["0 of 2 correct", "1 of 2 correct", "2 of 2 correct"]
+    assert all(m is None for _, m, _ in rows) and sum(p for _, _, p in rows) == pytest.approx(1.0)
+    assert rows[0][2] > rows[1][2]  # a pool this spread out: few first waves split
