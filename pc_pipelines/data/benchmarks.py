@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from pc_pipelines.rewards.extract import extract_boxed
 
-from .prepare import PreparedDataset, parse_number, prepare_rows
+from .prepare import PreparedDataset, gold_cache_dir, parse_number, prepare_rows
 from .readers import DatasetError, as_text, read_json_rows
 from .spec import EVAL, DatasetSpec
 
@@ -202,6 +202,7 @@ def prepare_benchmark(directory: str | os.PathLike | None, name: str, grader=Non
         split="eval",
         dedupe=False,
         id_of=lambda i, _problem: f"{name}-{i}",
+        gold_cache=gold_cache_dir(),  # the same golds with the same grading code: checked once per machine
     )
     prepared.stats["path"] = str(path)
     prepared.stats["expected_rows"] = spec.expected_rows

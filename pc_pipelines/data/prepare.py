@@ -46,6 +46,7 @@ __all__ = [
     "PreparedDataset",
     "binary_part",
     "check_golds",
+    "gold_cache_dir",
     "normalize_final_answer",
     "parse_number",
     "prepare_rows",
@@ -171,14 +172,79 @@ def _usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+GOLD_CACHE_ENV = "PC_PIPELINES_CACHE"
+"""A folder for :func:`check_golds`' cached verdicts (default ``$XDG_CACHE_HOME/pc-pipelines``, else
+``~/.cache/pc-pipelines``); ``off`` turns the cache off."""
+_GRADING_CODE = ("rewards/_verify.py", "rewards/math.py", "rewards/normalize.py", "data/prepare.py")
+_GRADING_PACKAGES = ("math-verify", "latex2sympy2_extended", "sympy", "antlr4-python3-runtime")
+
+
+def gold_cache_dir() -> Path | None:
+    """Where :func:`check_golds` keeps verdicts it has computed (None: the cache is off, ``PC_PIPELINES_CACHE=off``)."""
+    env = os.environ.get(GOLD_CACHE_ENV, "")
+    if env.strip().lower() == "off":
+        return None
+    if env:
+        return Path(env) / "golds"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pc-pipelines" / "golds"
+
+
+def _grading_fingerprint(timeout_s: float) -> str:
+    """What decides a gold's verdict: the grading code's bytes, the parsing packages' versions, the timeout. A change
+    to any of them is another cache key, so a cached verdict is always the one a fresh check would give."""
+    from importlib import metadata
+
+    h = hashlib.sha256(f"timeout={timeout_s!r}".encode())
+    root = Path(__file__).resolve().parent.parent
+    for rel in _GRADING_CODE:
+        h.update(rel.encode() + b"\0" + (root / rel).read_bytes())
+    for pkg in _GRADING_PACKAGES:
+        try:
+            h.update(f"{pkg}=={metadata.version(pkg)}".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{pkg} absent".encode())
+    return h.hexdigest()
+
+
+def _cached_golds(cache: Path, unique: list[str], timeout_s: float) -> tuple[Path, dict | None]:
+    key = hashlib.sha256(json.dumps([_grading_fingerprint(timeout_s), unique]).encode()).hexdigest()
+    path = cache / f"{key}.json"
+    try:
+        got = json.loads(path.read_text())
+        if isinstance(got, dict) and set(got.get("verdicts", {})) == set(unique):
+            return path, got
+    except (OSError, ValueError):
+        pass  # absent, unreadable or damaged: checked again and written anew
+    return path, None
+
+
+def _store_golds(path: Path, verdicts: dict[str, str | None], forms: dict[str, str]) -> None:
+    """Write the verdicts whole or not at all (a temporary file renamed over); a cache that cannot be written is
+    only slower next time."""
+    from pc_pipelines.durable import write_file
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        write_file(tmp, json.dumps({"verdicts": verdicts, "forms": forms}).encode(), replace=True)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.info("gold verdicts not cached at %s (%s)", path, exc)
+
+
 def check_golds(
-    golds: Iterable[str], grader=None, *, workers: int | None = None, forms: dict[str, str] | None = None
+    golds: Iterable[str], grader=None, *, workers: int | None = None, forms: dict[str, str] | None = None,
+    cache: Path | None = None,
 ) -> dict[str, str | None]:
     """For each distinct gold: None if the grader can parse it, else the grader's message (why, and the fix).
     ``forms``, if given, is filled with gold -> the string the grader grades against (``MathGrader.graded_gold``:
     the gold itself, or its normalized form when math-verify reads nothing from it as written).
 
-    Uses ``MathGrader.check_gold`` (the grader caches each parse; duplicates are checked once). One grader in this
+    Uses ``MathGrader.check_gold`` (the grader caches each parse; duplicates are checked once). ``cache`` (a folder,
+    :func:`gold_cache_dir`; with a plain ``MathGrader``, its timeout in the key): the verdicts and forms of the same golds, checked before
+    by the same grading code and package versions, are read from it instead (the benchmarks' ~1,500 golds: ~20 s of
+    LaTeX parsing, paid once per machine); a missing or damaged entry is checked and written anew. One grader in this
     process (``grader``, or a new ``MathGrader()``) when ``workers`` is 1, or by default for fewer than 4,000
     distinct golds; otherwise the golds are split over ``workers`` (default: the usable CPUs minus one, at most 8)
     graders with ``isolation="process"``, each driven from its own thread (each has its own worker process and
@@ -191,9 +257,20 @@ def check_golds(
     100K distinct golds take a few minutes on one core. Two worker processes on that busy 2-core VM were slower
     (25.6 s vs 19.7 s for the 10,000): parallelism only pays with idle cores.
     """
+    unique = list(dict.fromkeys(g if isinstance(g, str) else as_text(g) for g in golds))
+    cached_at = None
     from pc_pipelines.rewards import MathGrader
 
-    unique = list(dict.fromkeys(g if isinstance(g, str) else as_text(g) for g in golds))
+    if cache is not None and (grader is None or type(grader) is MathGrader):  # a grader of another class: not cached
+        import inspect
+
+        timeout_s = grader.timeout_s if grader is not None else inspect.signature(MathGrader).parameters["timeout_s"].default
+        cached_at, got = _cached_golds(cache, unique, timeout_s)
+        if got is not None:
+            if forms is not None:
+                forms.update(got.get("forms") or {})
+            log.info("%d distinct golds: verdicts from the cache %s", len(unique), cached_at)
+            return {g: got["verdicts"][g] for g in unique}
     if workers is None:
         workers = 1 if len(unique) < _PARALLEL_FROM else max(1, min(_usable_cpus() - 1, 8))
     if workers < 1:
@@ -231,6 +308,8 @@ def check_golds(
     dt = time.perf_counter() - t0
     bad = sum(v is not None for v in result.values())
     log.info("checked %d distinct golds with %d worker(s) in %.2f s: %d unparsable", len(unique), workers, dt, bad)
+    if cached_at is not None:
+        _store_golds(cached_at, result, {g: f for g, f in (forms or {}).items() if g in result})
     return result
 
 
@@ -299,9 +378,11 @@ def prepare_rows(
     split: str | None = None,
     dedupe: bool = True,
     id_of=None,
+    gold_cache: Path | None = None,
 ) -> PreparedDataset:
     """The shared pipeline for training sets and benchmarks. ``split`` set (benchmarks: "eval") replaces the
-    held-out split; ``dedupe=False`` keeps duplicate problems; ``id_of(row_index, problem)`` overrides the id."""
+    held-out split; ``dedupe=False`` keeps duplicate problems; ``id_of(row_index, problem)`` overrides the id;
+    ``gold_cache``: a folder of :func:`check_golds`' cached verdicts (None: every gold checked anew)."""
     t0 = time.perf_counter()
     n = len(problems)
     if not isinstance(heldout, int) or heldout < 0:
@@ -364,7 +445,7 @@ def prepare_rows(
     # np.arcsin -> \arcsin, ...; rewards/normalize.py): kept with the normalized gold as its answer, quarantined only
     # when that does not parse either.
     forms: dict[str, str] = {}
-    verdicts = check_golds((c[3] for c in candidates), grader, workers=gold_workers, forms=forms)
+    verdicts = check_golds((c[3] for c in candidates), grader, workers=gold_workers, forms=forms, cache=gold_cache)
     gold_seconds = time.perf_counter() - t_gold
     from pc_pipelines.rewards.normalize import normalize
 
