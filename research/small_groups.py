@@ -287,7 +287,7 @@ def tuning_table(rows: dict[tuple[str, int], dict]) -> list[str]:
                 lines.append(f"| {c} | {s} | (not finished) | | | | | | |")
                 continue
             lines.append(f"| {c} | {s} | {r['sampled_per_step']:.0f} | {r['trained_per_step']:.0f} | "
-                         f"{r['sampled_per_trained']:.2f} | {_fmt(r['rollouts'])} | {_fmt(r[b1], '.3f')} | "
+                         f"{r['sampled_per_trained']:.2f} | {_cnt(r['rollouts'] if r['rollouts'] is not None else math.inf)} | {_fmt(r[b1], '.3f')} | "
                          f"{_fmt(r[b2], '.3f')} | {_fmt(r['peak'], '.3f')} |")
     return lines
 
