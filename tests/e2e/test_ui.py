@@ -40,6 +40,10 @@ DOM_WINDOW = (3840, 2160)
 SHOT_WINDOW = (1600, 1000)
 TALL_WINDOW = (1600, 3000)  # an asset page down to the inline plots of its metadata
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+UI_LOG_LEVEL = re.search(r"^UI_LOG_LEVEL \?= (\w+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+"""The level of Dagster's own services on `make ui`'s console (the Makefile's default), which this server uses too."""
+IDLE_TICK_LINES = ("Checking for new runs for sensor", "Sensor advance_runs skipped", "No run requests returned")
+"""What Dagster's daemon logs at info on every sensor tick, twice a minute while nothing happens (issue 55 point 7)."""
 
 
 def chromium_binary() -> str:
@@ -143,7 +147,8 @@ def server(tmp_path_factory):
     # whole process group is stopped in the teardown.
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(port)],
+            [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(port),
+             "--log-level", UI_LOG_LEVEL],  # as `make ui` starts it
             cwd=cwd, env={**os.environ, "DAGSTER_HOME": str(home)}, stdout=out, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,
         )
@@ -386,17 +391,27 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
     def partition_page(path):
         return gql(server, PARTITION_PAGE, path=path, key=key)["assetOrError"]["assetEventHistory"]["results"]
 
+    def labels(event) -> dict:
+        return {e["label"]: entry_value(e) for e in event["metadataEntries"]}
+
     def progress_page_while_started():
         events = partition_page(["segment_progress"])
         status = gql(server, RUN_STATUS, id=seg_run["runId"])["runOrError"]["status"]
         mats = [e for e in events if e["__typename"] == "MaterializationEvent"]
-        if mats and status not in ("STARTED", "STARTING"):
+        stepped = [e for e in mats if "segment_step" in labels(e)]
+        if stepped and status not in ("STARTED", "STARTING"):
             pytest.fail(f"segment_progress {key}: first materialized with its run already {status}")
-        return (mats, partition_page(["training_segment"])) if mats else None
+        return (mats, stepped, partition_page(["training_segment"])) if stepped else None
 
-    mats, training_events = wait_for(f"segment_progress {key} materialized while it trains", progress_page_while_started,
-                                     server, 600)
-    assert {e["partition"] for e in mats} == {key} and {e["runId"] for e in mats} == {seg_run["runId"]}
+    every, mats, training_events = wait_for(f"segment_progress {key} materialized while it trains",
+                                            progress_page_while_started, server, 600)
+    assert {e["partition"] for e in every} == {key} and {e["runId"] for e in every} == {seg_run["runId"]}
+    # Before its first step, the segment's start-up phases (the page was blank for the first ~80 s: issue 55).
+    startup = sorted((e for e in every if "phase" in labels(e)), key=lambda e: int(e["timestamp"]))
+    assert [labels(e)["phase"].split(":")[0] for e in startup] == ["start-up 1 of 2", "start-up 2 of 2"]
+    assert labels(startup[1])["progress"].startswith("ui-live: segment 1 of 2, starting (2 of 2): restoring the base "
+                                                     "policy and starting the rollout engine")
+    assert max(int(e["timestamp"]) for e in startup) <= min(int(e["timestamp"]) for e in mats)
     latest = {e["label"]: entry_value(e) for e in max(mats, key=lambda e: int(e["timestamp"]))["metadataEntries"]}
     assert re.fullmatch(r"ui-live: segment 1 of 2, step [1-4] of 4; run step [1-4] of 8", latest["progress"]), latest
     assert latest["run_id"] == "ui-live" and "mean_reward" in latest and "eta" in latest
@@ -433,6 +448,10 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
         return runs if runs and runs[0]["status"] == "SUCCESS" else None
 
     assert len(wait_for("the report job after the run finished", report_run, server, 900, every_s=3)) == 1
+    # The console, as `make ui` shows it: the runs' own lines, not the daemon's lines of every sensor tick.
+    console = server.log.read_text(errors="replace")
+    assert "ui-live: segment 2 of 2, starting (1 of 2)" in console and "step 4/4 of segment 2/2" in console
+    assert [ln for ln in console.splitlines() if any(t in ln for t in IDLE_TICK_LINES)] == []
     report = latest_materialization(server, ["rollouts_report"])
     assert report["runs"] >= 1 and report["summary"]["records"]  # a table the UI shows without a click
     # The runs compared by step, labelled, with the TensorBoard overlay of the same runs one paste away.
