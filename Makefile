@@ -94,9 +94,10 @@ $(UI_HOME)/dagster.yaml: etc/dagster.yaml
 	cp $< $@
 
 # The README's UI pictures (docs/img/ui-*.png, segment-run-plot.png, timeline.png): the UI test drives a run through
-# the UI's API in a throwaway `dagster dev` and headless Chromium screenshots it, then they are copied here.
+# the UI's API in a throwaway `dagster dev` and headless Chromium screenshots it (and a refused launch's dialog, its
+# Launch Run button pressed over the DevTools protocol), then they are copied here.
 screenshots: $(STAMP) check-chromium
-	PC_PIPELINES_SCREENSHOTS=docs/img $(BIN)/python -m pytest -q tests/e2e/test_ui.py -k progress
+	PC_PIPELINES_SCREENSHOTS=docs/img $(BIN)/python -m pytest -q tests/e2e/test_ui.py -k "progress or refused_launch"
 
 # Speed and memory (benchmarks/), each into its section of docs/BENCHMARKS.md.
 bench: bench-allocator bench-store bench-rewards bench-engine

@@ -475,3 +475,88 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
         Path(out).mkdir(parents=True, exist_ok=True)
         for shot in shots:
             shutil.copy(shot, Path(out) / shot.name)
+
+
+def launchpad_launch(url: str, shot: Path, profile: Path, timeout_s: float = 180) -> str:
+    """Open the Launchpad at ``url`` in headless Chromium (driven over the DevTools protocol), press its Launch Run
+    button as a person does, and return the text of the dialog that opens; a screenshot of it goes to ``shot``."""
+    import asyncio
+    import base64
+
+    import websockets
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [chromium_binary(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+         f"--user-data-dir={profile}", f"--remote-debugging-port={port}", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    async def drive() -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                tabs = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=5).read())
+                page = next(t for t in tabs if t["type"] == "page")
+                break
+            except (OSError, StopIteration, ValueError):
+                if time.monotonic() > deadline:
+                    pytest.fail("chromium's DevTools endpoint did not answer")
+                await asyncio.sleep(0.3)
+        async with websockets.connect(page["webSocketDebuggerUrl"], max_size=2**26) as ws:
+            ids = iter(range(1, 10**6))
+
+            async def call(method: str, **params):
+                n = next(ids)
+                await ws.send(json.dumps({"id": n, "method": method, "params": params}))
+                while (msg := json.loads(await ws.recv())).get("id") != n:
+                    pass
+                return msg.get("result", {})
+
+            async def js(expr: str):
+                return (await call("Runtime.evaluate", expression=expr, returnByValue=True)).get("result", {}).get("value")
+
+            async def until(expr: str, what: str):
+                while not (value := await js(expr)):
+                    if time.monotonic() > deadline:
+                        pytest.fail(f"{url}: {what} not within {timeout_s:.0f} s")
+                    await asyncio.sleep(0.5)
+                return value
+
+            await call("Emulation.setDeviceMetricsOverride", width=SHOT_WINDOW[0], height=SHOT_WINDOW[1],
+                       deviceScaleFactor=1, mobile=False)
+            await call("Page.navigate", url=url)
+            button = "[...document.querySelectorAll('button')].find(b => b.textContent.trim() === 'Launch Run')"
+            await until(f"!!{button} && !{button}.disabled", "an enabled Launch Run button")
+            await asyncio.sleep(2)  # the config editor's validation settles
+            await js(f"{button}.click()")
+            text = await until("(document.querySelector('[role=dialog]') || {}).innerText", "a dialog")
+            await asyncio.sleep(1)
+            shot.write_bytes(base64.b64decode((await call("Page.captureScreenshot", format="png"))["data"]))
+            return text
+
+    try:
+        return asyncio.run(drive())
+    finally:
+        kill_group(proc, grace_s=2)
+
+
+def test_a_refused_launch_shows_one_line_in_the_launchpad(server, tmp_path):
+    """Issue 55 point 6: the Launchpad shows "No errors" for ``total_steps: -10`` (Dagster's schema has no bounds);
+    pressing Launch Run opens a dialog with the refusal's one line and its fix, no traceback (it was
+    ``dagster._core.errors.DagsterInvalidConfigError`` and ~20 lines of stack), and no run is created."""
+    config = "ops:\n  register_training_run:\n    config:\n      method: pc\n      total_steps: -10\n"
+    url = (f"{server.base}/locations/{LOCATION}/jobs/start_run/playground/setup?"
+           f"{urllib.parse.urlencode({'config': config})}")
+    before = gql(server, "{ runsOrError { ... on Runs { results { runId } } } }")["runsOrError"]["results"]
+    shot = tmp_path / "ui-launch-refused.png"
+    text = launchpad_launch(url, shot, tmp_path / "profile")
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    assert lines == ["Error", "configuration error: start_run config total_steps -10: must be >= 1 (training steps of "
+                     "the whole run). Fix: set total_steps to a whole number from 1 to 10,000,000, or leave it out "
+                     "(default 50).", "Copy error", "Copy", "OK"], text
+    after = gql(server, "{ runsOrError { ... on Runs { results { runId } } } }")["runsOrError"]["results"]
+    assert after == before
+    assert shot.read_bytes()[:8] == PNG_MAGIC
+    if out := os.environ.get("PC_PIPELINES_SCREENSHOTS"):
+        Path(out).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(out) / shot.name)
