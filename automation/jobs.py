@@ -370,8 +370,9 @@ def _preset_enum() -> Enum:
 
 def launch_schema() -> dict[str, DagsterField]:
     """The fields the Launchpad validates as you type (Dagster's config schema, no code of ours): the op's own
-    fields, with ``method``, ``preset`` and ``dataset`` as enums of their registries and each bounded whole number an ``Int``
-    whose description gives its range (Dagster's schema has no bounds: :func:`launch_check` refuses those)."""
+    fields, with ``method``, ``preset`` and ``dataset`` as enums of their registries and each bounded whole number
+    an ``Int`` whose description gives its range (Dagster's schema has no bounds: :func:`launch_check` refuses
+    those, before a run exists, in one line)."""
     fields = dict(register_training_run.config_schema.as_field().config_type.fields)
     enums = {"method": _method_enum(), "preset": _preset_enum(), "dataset": _dataset_enum()}
     for name, field in StartRunConfig.model_fields.items():
