@@ -81,18 +81,23 @@ check-chromium:
 
 # Open http://$(UI_HOST):$(UI_PORT). The instance (runs, event logs) lives in $(UI_HOME); its dagster.yaml is
 # copied from etc/dagster.yaml when missing or older than the template, so edit the template. The console is quiet:
-# runs log at INFO (the template's python_logs), the advance_runs sensor one line a tick when something changed.
+# runs log at INFO (the template's python_logs), the advance_runs sensor one line a tick when something changed, and
+# Dagster's own services (webserver, daemon) at UI_LOG_LEVEL: at info the daemon logs two lines every sensor tick,
+# 30 s apart, that decide nothing ("Checking for new runs ...", "... skipped: ..."); `UI_LOG_LEVEL=info make ui`.
+UI_LOG_LEVEL ?= warning
 ui: $(STAMP) $(UI_HOME)/dagster.yaml
-	DAGSTER_HOME=$(UI_HOME) $(BIN)/dagster dev -w workspace.yaml -h $(UI_HOST) -p $(UI_PORT)
+	@echo "Dagster UI: http://$(UI_HOST):$(UI_PORT) (this console: the runs' logs and warnings; UI_LOG_LEVEL=info for Dagster's own)"
+	DAGSTER_HOME=$(UI_HOME) $(BIN)/dagster dev -w workspace.yaml -h $(UI_HOST) -p $(UI_PORT) --log-level $(UI_LOG_LEVEL)
 
 $(UI_HOME)/dagster.yaml: etc/dagster.yaml
 	mkdir -p $(@D)
 	cp $< $@
 
 # The README's UI pictures (docs/img/ui-*.png, segment-run-plot.png, timeline.png): the UI test drives a run through
-# the UI's API in a throwaway `dagster dev` and headless Chromium screenshots it, then they are copied here.
+# the UI's API in a throwaway `dagster dev` and headless Chromium screenshots it (and a refused launch's dialog, its
+# Launch Run button pressed over the DevTools protocol), then they are copied here.
 screenshots: $(STAMP) check-chromium
-	PC_PIPELINES_SCREENSHOTS=docs/img $(BIN)/python -m pytest -q tests/e2e/test_ui.py -k progress
+	PC_PIPELINES_SCREENSHOTS=docs/img $(BIN)/python -m pytest -q tests/e2e/test_ui.py -k "progress or refused_launch"
 
 # Speed and memory (benchmarks/), each into its section of docs/BENCHMARKS.md.
 bench: bench-allocator bench-store bench-rewards bench-engine

@@ -23,6 +23,30 @@ EVAL_DATA = [AssetKey(d.asset_key) for d in datasets()]
 """The assets that prepare what a run trains on and is evaluated with (every dataset of the registry)."""
 
 
+TENSORBOARD_TAG = "segment_eval"
+"""The TensorBoard scalars of the segment-end evaluations: ``segment_eval/accuracy`` (the average, what
+``run_comparison`` plots) and ``segment_eval/<benchmark>``, beside the run's training scalars (``eval/...`` are the
+training loop's own evaluations, every ``training.eval_every`` steps)."""
+
+
+def write_tensorboard(tensorboard_dir, step: int, mean: float, accuracy: dict[str, float]):
+    """The evaluation's scalars at TensorBoard step ``step`` (the step numbers the run's training scalars use), in
+    an event file of their own (``*.segment_eval``) in the run's ``tensorboard_dir``; that folder, or None when
+    the run's directory is not on this machine (a launched process's volume)."""
+    from pathlib import Path
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    tb_dir = Path(tensorboard_dir)
+    if not tb_dir.parent.is_dir():
+        return None
+    with SummaryWriter(log_dir=str(tb_dir), filename_suffix=f".{TENSORBOARD_TAG}") as tb:
+        tb.add_scalar(f"{TENSORBOARD_TAG}/accuracy", mean, step)
+        for name, acc in accuracy.items():
+            tb.add_scalar(f"{TENSORBOARD_TAG}/{name}", acc, step)
+    return tb_dir
+
+
 @asset(
     group_name="evaluation",
     partitions_def=SEGMENTS,
@@ -64,6 +88,7 @@ def segment_eval(
     except RunError as exc:
         raise Failure(str(exc)) from exc
     st.add_eval_results(res.rows(run_id, last))
+    tensorboard = write_tensorboard(tr.tensorboard_dir, display_step(last), res.mean, res.accuracy)
     rows = ["| benchmark | prompts | k | mean@k |", "|---|---|---|---|"]
     rows += [f"| {name} | {res.n_prompts[name]} | {res.k_of(name)} | {acc:.3f} |" for name, acc in res.accuracy.items()]
     rows.append(f"| **average** | {sum(res.n_prompts.values())} | | **{res.mean:.3f}** |")
@@ -77,6 +102,8 @@ def segment_eval(
             "k": res.k,
             "temperature": res.temperature,
             "checkpoint": MetadataValue.path(str(path)),
+            "tensorboard": MetadataValue.path(str(tensorboard)) if tensorboard else MetadataValue.text(
+                f"not written: no run directory {tr.run_dir} on this machine"),
             "compute": type(compute).__name__,
         }
     )

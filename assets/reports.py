@@ -51,6 +51,7 @@ from pc_pipelines.store import StoreError
 from pc_pipelines.store.schema import COMPARED_RUN_RULE
 from pc_pipelines_dagster.resources import StoreResource
 
+from .commands import sql_command
 from .evaluation import segment_eval
 
 
@@ -194,12 +195,12 @@ class TimelineConfig(Config):
 TIMELINE_SCHEMA = TableSchema(columns=[
     TableColumn("run_id"),
     TableColumn("method"),
-    TableColumn("prompts_shown", "int", "the heatmap's rows"),
-    TableColumn("total_prompts", "int", "distinct prompts the run sampled (all in the lower panel)"),
+    TableColumn("prompts", "string", "the heatmap's rows of the prompts the run sampled (which ones: the heading "
+                                     "above its plot in `timelines`)"),
     TableColumn("steps", "int", "the columns (training steps first..last)"),
-    TableColumn("rows", "string", "which prompts the rows are"),
-    TableColumn("path", "path"),
 ])
+"""Four short columns, one row per run: with seven (the rows' description and the PNG's path among them) the UI
+squeezed each to a word's width ("40 mo vi of pr"); the description heads each plot, the PNGs are in ``plot_dir``."""
 
 
 @asset(group_name="reports", deps=[segment_eval], kinds={"duckdb"})
@@ -232,9 +233,9 @@ def pass_rate_timeline(context: AssetExecutionContext, config: TimelineConfig,
             "run_ids": MetadataValue.json([r.run_id for r in results]),
             "runs": len(results),
             "table": MetadataValue.table([TableRecord({
-                "run_id": r.run_id, "method": method_label(r.method), "prompts_shown": len(r.prompts),
-                "total_prompts": r.total_prompts, "steps": r.steps, "rows": r.description,
-                "path": str(r.path.resolve())}) for r in results], TIMELINE_SCHEMA),
+                "run_id": r.run_id, "method": method_label(r.method),
+                "prompts": f"{len(r.prompts):,} of {r.total_prompts:,}", "steps": r.steps}) for r in results],
+                TIMELINE_SCHEMA),
             # one line per run in the UI (a JSON list would take a line per prompt)
             "prompts_shown": MetadataValue.json({r.run_id: ", ".join(map(str, r.prompts)) for r in results}),
             "total_prompts": MetadataValue.json({r.run_id: r.total_prompts for r in results}),
@@ -283,7 +284,7 @@ def run_comparison(context: AssetExecutionContext, config: ComparisonConfig, sto
                               f"{name}: {len(lines)} runs by step and by cumulative rollouts")
         query = compare_query(family, run_ids)
         # pasted into any terminal: the scripts by their absolute path unless PATH finds them
-        sql[name] = shell_command(installed_command("pilot-commit", from_cwd=False), "sql", "--store", st.path, query)
+        sql[name] = sql_command(st.path, query)
         labels[name] = [ln.label for ln in lines]
         tb = tensorboard_overlay_command(tensorboard_dirs(st, [ln.run_id for ln in lines]),
                                          installed_command("tensorboard", from_cwd=False))

@@ -8,6 +8,7 @@ added by hand in the UI carry no config, so the assets refuse any key the store 
 """
 
 import base64
+import time
 from contextlib import ExitStack
 
 from dagster import (
@@ -42,6 +43,7 @@ from pc_pipelines_dagster.resources import (
     StoreResource,
 )
 
+from .commands import sql_command
 from .embedded import base_policy
 
 SEGMENTS = DynamicPartitionsDefinition(name="training_segments")
@@ -132,6 +134,24 @@ def _on_step(context: AssetExecutionContext, progress: SegmentProgress):
     return on_step
 
 
+STARTUP_PHASES = 2
+"""A segment's start-up, reported on its ``segment_progress`` partition before its first step (the model's load
+and the engine's start take a minute or more): 1, loading the run's config and training data; 2, restoring its
+checkpoint (or the base policy) and starting the rollout engine."""
+
+
+def _starting(context: AssetExecutionContext, run_id: str, k: int, segments: int, phase: int, doing: str,
+              started: float) -> None:
+    """Start-up phase ``phase`` of :data:`STARTUP_PHASES` of segment ``k``: a line in the run's log and a
+    materialization of its ``segment_progress`` partition saying what it does now (the step lines follow)."""
+    progress = (f"{run_id}: segment {display_segment(k)} of {segments}, starting ({phase} of {STARTUP_PHASES}): "
+                f"{doing}")
+    context.log.info(progress)
+    context.log_event(AssetMaterialization(asset_key=SEGMENT_PROGRESS.key, partition=context.partition_key, metadata={
+        "progress": progress, "phase": f"start-up {phase} of {STARTUP_PHASES}: {doing}",
+        "since_start": f"{time.monotonic() - started:.1f} s"}))
+
+
 def advanced_by(tags: dict[str, str]) -> str:
     """Who requested this Dagster run: the ``advance_runs`` sensor, a schedule, or a person (UI, CLI, backfill)."""
     if tags.get(ADVANCED_BY_TAG):
@@ -151,7 +171,7 @@ def _progress_metadata(st: Store, tr: RunSpec, first: int, last: int, k: int) ->
 
     out: dict[str, MetadataValue] = {}
     query = run_progress_query(tr.run_id)
-    out["sql"] = MetadataValue.md(f"```\n{shell_command(installed_command('pilot-commit', from_cwd=False), 'sql', '--store', st.path, query)}\n```")
+    out["sql"] = MetadataValue.md(f"```\n{sql_command(st.path, query)}\n```")  # short lines: the table fits
     out["tensorboard_command"] = MetadataValue.md(
         f"```\n{shell_command(installed_command('tensorboard', from_cwd=False), '--logdir', tr.tensorboard_dir)}\n```")
     try:
@@ -225,9 +245,11 @@ def training_segment(
     In the UI: a segment's progress while it trains is on ``segment_progress`` -> Partitions -> ``<run>/seg-NNNN``
     (one materialization per step); this asset's overview shows the latest segment done in any run, its first
     metadata entry naming the run and the segment."""
+    started = time.monotonic()
     st = store.get()
     key, attempt = context.partition_key, context.run.run_id
     run_id, k, run, _ = segment_row(st, key)
+    _starting(context, run_id, k, len(st.segments(run_id)), 1, "loading the run's config and training data", started)
     spec = run_spec(run, checkpoints)
     target = run_for(compute, spec, data)  # in process: the task, loaded before anything is recorded
     lock_dirs = (st.run_dir(run_id), spec.run_dir)
@@ -256,6 +278,12 @@ def training_segment(
         context.log_event(AssetObservation(asset_key=context.asset_key, partition=key, metadata={"state": state}))
         progress = SegmentProgress(run_id, k, len(plan), first, last, run_steps)
         was_finished = (st.get_run(run_id) or {}).get("status") == "finished"
+        restoring = "the base policy" if start < 0 else f"the checkpoint after step {display_step(start)}"
+        _starting(context, run_id, k, len(plan), 2,
+                  (f"launching the training process ({type(compute).__name__}), which restores {restoring} and "
+                   "starts its rollout engine" if compute.launches_process
+                   else f"restoring {restoring} and starting the rollout engine")
+                  + "; each step's progress follows", started)
         if compute.launches_process:
             lock.close()  # the launched process takes the run's lock itself and records the attempt
 

@@ -24,6 +24,8 @@ from dagster import (
     op,
 )
 from dagster import Field as DagsterField
+from dagster._core.errors import DagsterUserCodeProcessError
+from dagster._utils.error import SerializableErrorInfo
 from pydantic import Field
 
 from pc_pipelines.allocation import training_methods
@@ -168,14 +170,16 @@ def registered_as(store_path: str, run_id: str, config_hash: str, plan: SegmentP
 
 
 # ---- start_run's checks at launch ------------------------------------------------------------------------------
-# Dagster's config schema has no bounds and runs no code of ours, and the pydantic checks of a Config run only when
-# the op builds it, seconds into the run. A config mapping's function runs wherever Dagster resolves the run config
+# Dagster's config schema has no bounds and runs no code of ours (the Launchpad checks a config against it alone as
+# you type: types, required fields and the enums below), and the pydantic checks of a Config run only when the op
+# builds it, seconds into the run. A config mapping's function runs wherever Dagster resolves the run config
 # (ResolvedRunConfig.build): in execute_in_process and in the code server when the webserver (the UI, GraphQL)
 # creates a run, both before the run exists, and again in the run worker. So the mapping below runs the checks that
-# need no warm start, no resource and no file, and refuses a bad config with Dagster's config error, one line per
-# field, each naming the field and the fix; it returns the run config unchanged. Its schema is the job's own `ops`
-# section (the launchpad shows the same fields, descriptions and defaults); the other sections (resources, loggers,
-# execution) pass through to the job's schema, which checks them as before.
+# need no warm start and no file but the store (a run name taken by another config), and refuses a bad config with
+# StartRunRefused, one line per field, each naming the field and the fix, shown alone in the UI's dialog; it returns
+# the run config unchanged. Its schema is the job's own `ops` section (the launchpad shows the same fields,
+# descriptions and defaults); the other sections (resources, loggers, execution) pass through to the job's schema,
+# which checks them as before.
 OP = "register_training_run"
 
 
@@ -292,32 +296,57 @@ def _check_start_run(config: StartRunConfig) -> tuple[RunConfig, str]:
     return cfg, dataset
 
 
-def launch_problems(op_config: Mapping[str, Any]) -> dict[str, str]:
+def launch_problems(op_config: Mapping[str, Any], store_path: str | None = None) -> dict[str, str]:
     """field -> message (without "configuration error: ") for each problem of a start_run op config that shows
-    before its warm start: pydantic's bounds and types first (every field at once), then :func:`check_start_run`."""
+    before its warm start: pydantic's bounds and types first (every field at once), then :func:`check_start_run`,
+    then, with ``store_path``, a run name the store holds with another config or plan (:func:`registered_as`)."""
     try:
         config = StartRunConfig(**op_config)
     except pydantic.ValidationError as exc:
         return _pydantic_problems(exc)
     try:
-        check_start_run(config)
+        cfg, _ = check_start_run(config)
     except ConfigError as exc:
         text = str(exc)
         name = text.removeprefix("start_run config ").split(" ", 1)[0].rstrip(":")
         return {name if name in StartRunConfig.model_fields else "config": text}
+    if store_path is not None:
+        run_id = run_id_for(cfg.default_run_id(), config.run_name, field="start_run config run_name")
+        try:
+            registered_as(store_path, run_id, cfg.config_hash, SegmentPlan(config.segment_steps, config.total_steps))
+        except Failure as exc:
+            return {"run_name": (exc.description or "").removeprefix("configuration error: ")}
     return {}
 
 
-def launch_check(run_config: Mapping[str, Any]) -> Mapping[str, Any]:
-    """start_run's config mapping: the run config unchanged, or :class:`DagsterInvalidConfigError` (before any run
-    exists when Dagster resolves it at launch) with one line per refused field, "configuration error: ... Fix: ...",
-    laid out as Dagster's own config errors are. (Its structured ``errors`` stay empty: they are Dagster-private
-    types, and no launch path reads them: execute_in_process raises the error, the webserver answers its message.)"""
-    problems = launch_problems(run_config["ops"][OP]["config"])
+class StartRunRefused(DagsterInvalidConfigError, DagsterUserCodeProcessError):
+    """start_run refused at launch: its message is one line per refused field, "configuration error: start_run
+    config <field> ...: why. Fix: ...", and nothing else.
+
+    A :class:`DagsterInvalidConfigError` where the run config is resolved in process (``execute_in_process`` raises
+    it). It is also a ``DagsterUserCodeProcessError`` carrying its own error info, that message without a stack: the
+    code server answers a launch whose config mapping raised with the error's info, and for this class Dagster
+    forwards the info it carries as it is (``serializable_error_info_from_exc_info`` hoists it), so the webserver
+    answers the lines alone and the Launch button's error dialog shows them, not the mapping callers' ~20 lines of
+    traceback under "dagster._core.errors.DagsterInvalidConfigError"."""
+
+    def __init__(self, lines: list[str], run_config: Mapping[str, Any]) -> None:
+        text = "\n".join(lines)
+        info = SerializableErrorInfo(message=text, stack=[], cls_name=type(self).__name__)
+        super().__init__(text, [], run_config, user_code_process_error_infos=[info])
+
+
+def launch_check(run_config: Mapping[str, Any], store_path: str | None = None) -> Mapping[str, Any]:
+    """start_run's config mapping: the run config unchanged, or :class:`StartRunRefused` (before any run exists
+    when Dagster resolves it at launch) with one line per refused field. ``store_path``: the store the code
+    location's ``store`` resource opens (a ``resources.store.config.path`` in the run config wins), checked for a
+    run of the same name with another config or segment plan."""
+    store = ((run_config.get("resources") or {}).get("store") or {}).get("config") or {}
+    path = store.get("path", store_path) if isinstance(store, Mapping) else store_path
+    problems = launch_problems(run_config["ops"][OP]["config"], path if isinstance(path, str) else None)
     if not problems:
         return run_config
-    lines = "".join(f"\n    Error {i}: configuration error: {text}" for i, text in enumerate(problems.values(), 1))
-    raise DagsterInvalidConfigError(f"Error in config for job start_run{lines}", [], run_config)
+    raise StartRunRefused([f"configuration error: {text}" for text in problems.values()], run_config)
 
 
 def _method_enum() -> Enum:
@@ -329,6 +358,11 @@ def _method_enum() -> Enum:
                                    for m in training_methods()])
 
 
+def _dataset_enum() -> Enum:
+    """start_run's ``dataset`` values (:func:`dataset_choices`, read when the code location loads)."""
+    return Enum("StartRunDataset", [EnumValue(d) for d in dataset_choices()])
+
+
 def _preset_enum() -> Enum:
     """The shipped preset files (``pilot-commit presets``, read when the code location loads)."""
     return Enum("StartRunPreset", [EnumValue(p) for p in available_presets()])
@@ -336,10 +370,11 @@ def _preset_enum() -> Enum:
 
 def launch_schema() -> dict[str, DagsterField]:
     """The fields the Launchpad validates as you type (Dagster's config schema, no code of ours): the op's own
-    fields, with ``method`` and ``preset`` as enums of their registries and each bounded whole number an ``Int``
-    whose description gives its range (Dagster's schema has no bounds: :func:`launch_check` refuses those)."""
+    fields, with ``method``, ``preset`` and ``dataset`` as enums of their registries and each bounded whole number
+    an ``Int`` whose description gives its range (Dagster's schema has no bounds: :func:`launch_check` refuses
+    those, before a run exists, in one line)."""
     fields = dict(register_training_run.config_schema.as_field().config_type.fields)
-    enums = {"method": _method_enum(), "preset": _preset_enum()}
+    enums = {"method": _method_enum(), "preset": _preset_enum(), "dataset": _dataset_enum()}
     for name, field in StartRunConfig.model_fields.items():
         lo, hi = _bounds(name)
         if name not in enums and lo is None:
@@ -356,16 +391,25 @@ def launch_schema() -> dict[str, DagsterField]:
     return fields
 
 
-LAUNCH_CONFIG = ConfigMapping(
-    config_fn=launch_check,
-    config_schema=Permissive({"ops": DagsterField({OP: DagsterField({"config": DagsterField(launch_schema())})})}),
-)
+def build_start_run(store_path: str | None = None):
+    """The ``start_run`` job. ``store_path``: the store its launches are checked against for a run name taken by
+    another config (:func:`registered_as`, at launch, before a run exists); None checks that in the op only."""
+    mapping = ConfigMapping(
+        config_fn=functools.partial(launch_check, store_path=store_path),
+        config_schema=Permissive({"ops": DagsterField({OP: DagsterField({"config": DagsterField(launch_schema())})})}),
+    )
+
+    @job(name="start_run", config=mapping,
+         description="Register a training run in the store and add its segment partitions; the sensor trains them.")
+    def start_run_job():
+        register_training_run()
+
+    return start_run_job
 
 
-@job(config=LAUNCH_CONFIG,
-     description="Register a training run in the store and add its segment partitions; the sensor trains them.")
-def start_run():
-    register_training_run()
+start_run = build_start_run()
+"""``start_run`` without a store to check at launch (in process: the op checks the run name); the code location's
+is :func:`build_start_run` of its ``store`` resource's path."""
 
 
 # ---- train_segment -------------------------------------------------------------------------------------------------

@@ -78,7 +78,7 @@ _SPECIAL_IN_DOUBLE_QUOTES = frozenset('"$`\\!')
 _ANSI_C_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r", "`": "\\x60", "!": "\\x21"}
 
 
-def shell_word(arg: object) -> str:
+def shell_word(arg: object, multiline: bool = False) -> str:
     """``str(arg)`` as one word of a POSIX shell (bash, zsh, ksh) command line, read back exactly as it is.
 
     Plain words stay bare (``--store``, ``/tmp/s.duckdb``); other text is single-quoted (``'/tmp/my runs/s'``), or
@@ -86,11 +86,13 @@ def shell_word(arg: object) -> str:
     ``"/tmp/Bob's runs"``). Text holding a backtick or a character that is not printable (a newline, an escape)
     is written as ``$'...'`` with those characters escaped (a backtick as ``\\x60``, other bytes as ``\\xHH``), so
     the command stays on one line, inside a Markdown code span, and sends nothing to the terminal that it would
-    act on; bash, zsh and ksh read it (POSIX sh since its 2024 edition)."""
+    act on; bash, zsh and ksh read it (POSIX sh since its 2024 edition). ``multiline``: newlines stay newlines
+    inside the single or double quotes (a shell reads them back exactly), for a long SQL query a Dagster page
+    shows on several short lines in a code block."""
     text = str(arg)
     if _SHELL_BARE.fullmatch(text):
         return text
-    if "`" not in text and text.isprintable():
+    if "`" not in text and (text.replace("\n", "") if multiline else text).isprintable():
         if "'" not in text:
             return f"'{text}'"
         if not _SPECIAL_IN_DOUBLE_QUOTES.intersection(text):
@@ -110,16 +112,17 @@ def shell_word(arg: object) -> str:
     return "$'" + "".join(out) + "'"
 
 
-def shell_command(*argv: object) -> str:
+def shell_command(*argv: object, multiline: bool = False) -> str:
     """A command for a person to paste into a shell, each argument quoted by :func:`shell_word`: every command a
     message, hint or Dagster metadata value shows is built here, so a path holding a quote, a space, ``$(...)``, a
     backtick or a newline is one argument when pasted, and runs nothing. Placeholders such as ``...`` stay bare.
     A command whose first word is one of this install's console scripts (``pilot-commit``, ``tensorboard``) gets the
     form this shell reaches it by (:func:`installed_command`: ``.venv/bin/pilot-commit`` after ``make demo``, as the
-    README types it): the one place every printed command's program name is decided."""
+    README types it): the one place every printed command's program name is decided. ``multiline``: see
+    :func:`shell_word`."""
     if argv and argv[0] in CONSOLE_SCRIPTS:
         argv = (installed_command(str(argv[0])), *argv[1:])
-    return " ".join(shell_word(a) for a in argv)
+    return " ".join(shell_word(a, multiline) for a in argv)
 
 
 CONSOLE_SCRIPTS = ("pilot-commit", "tensorboard")

@@ -40,6 +40,10 @@ DOM_WINDOW = (3840, 2160)
 SHOT_WINDOW = (1600, 1000)
 TALL_WINDOW = (1600, 3000)  # an asset page down to the inline plots of its metadata
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+UI_LOG_LEVEL = re.search(r"^UI_LOG_LEVEL \?= (\w+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+"""The level of Dagster's own services on `make ui`'s console (the Makefile's default), which this server uses too."""
+IDLE_TICK_LINES = ("Checking for new runs for sensor", "Sensor advance_runs skipped", "No run requests returned")
+"""What Dagster's daemon logs at info on every sensor tick, twice a minute while nothing happens (issue 55 point 7)."""
 
 
 def chromium_binary() -> str:
@@ -143,7 +147,8 @@ def server(tmp_path_factory):
     # whole process group is stopped in the teardown.
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(port)],
+            [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(port),
+             "--log-level", UI_LOG_LEVEL],  # as `make ui` starts it
             cwd=cwd, env={**os.environ, "DAGSTER_HOME": str(home)}, stdout=out, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,
         )
@@ -386,17 +391,27 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
     def partition_page(path):
         return gql(server, PARTITION_PAGE, path=path, key=key)["assetOrError"]["assetEventHistory"]["results"]
 
+    def labels(event) -> dict:
+        return {e["label"]: entry_value(e) for e in event["metadataEntries"]}
+
     def progress_page_while_started():
         events = partition_page(["segment_progress"])
         status = gql(server, RUN_STATUS, id=seg_run["runId"])["runOrError"]["status"]
         mats = [e for e in events if e["__typename"] == "MaterializationEvent"]
-        if mats and status not in ("STARTED", "STARTING"):
+        stepped = [e for e in mats if "segment_step" in labels(e)]
+        if stepped and status not in ("STARTED", "STARTING"):
             pytest.fail(f"segment_progress {key}: first materialized with its run already {status}")
-        return (mats, partition_page(["training_segment"])) if mats else None
+        return (mats, stepped, partition_page(["training_segment"])) if stepped else None
 
-    mats, training_events = wait_for(f"segment_progress {key} materialized while it trains", progress_page_while_started,
-                                     server, 600)
-    assert {e["partition"] for e in mats} == {key} and {e["runId"] for e in mats} == {seg_run["runId"]}
+    every, mats, training_events = wait_for(f"segment_progress {key} materialized while it trains",
+                                            progress_page_while_started, server, 600)
+    assert {e["partition"] for e in every} == {key} and {e["runId"] for e in every} == {seg_run["runId"]}
+    # Before its first step, the segment's start-up phases (the page was blank for the first ~80 s: issue 55).
+    startup = sorted((e for e in every if "phase" in labels(e)), key=lambda e: int(e["timestamp"]))
+    assert [labels(e)["phase"].split(":")[0] for e in startup] == ["start-up 1 of 2", "start-up 2 of 2"]
+    assert labels(startup[1])["progress"].startswith("ui-live: segment 1 of 2, starting (2 of 2): restoring the base "
+                                                     "policy and starting the rollout engine")
+    assert max(int(e["timestamp"]) for e in startup) <= min(int(e["timestamp"]) for e in mats)
     latest = {e["label"]: entry_value(e) for e in max(mats, key=lambda e: int(e["timestamp"]))["metadataEntries"]}
     assert re.fullmatch(r"ui-live: segment 1 of 2, step [1-4] of 4; run step [1-4] of 8", latest["progress"]), latest
     assert latest["run_id"] == "ui-live" and "mean_reward" in latest and "eta" in latest
@@ -433,6 +448,10 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
         return runs if runs and runs[0]["status"] == "SUCCESS" else None
 
     assert len(wait_for("the report job after the run finished", report_run, server, 900, every_s=3)) == 1
+    # The console, as `make ui` shows it: the runs' own lines, not the daemon's lines of every sensor tick.
+    console = server.log.read_text(errors="replace")
+    assert "ui-live: segment 2 of 2, starting (1 of 2)" in console and "step 4/4 of segment 2/2" in console
+    assert [ln for ln in console.splitlines() if any(t in ln for t in IDLE_TICK_LINES)] == []
     report = latest_materialization(server, ["rollouts_report"])
     assert report["runs"] >= 1 and report["summary"]["records"]  # a table the UI shows without a click
     # The runs compared by step, labelled, with the TensorBoard overlay of the same runs one paste away.
@@ -456,3 +475,88 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
         Path(out).mkdir(parents=True, exist_ok=True)
         for shot in shots:
             shutil.copy(shot, Path(out) / shot.name)
+
+
+def launchpad_launch(url: str, shot: Path, profile: Path, timeout_s: float = 180) -> str:
+    """Open the Launchpad at ``url`` in headless Chromium (driven over the DevTools protocol), press its Launch Run
+    button as a person does, and return the text of the dialog that opens; a screenshot of it goes to ``shot``."""
+    import asyncio
+    import base64
+
+    import websockets
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [chromium_binary(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+         f"--user-data-dir={profile}", f"--remote-debugging-port={port}", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    async def drive() -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                tabs = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=5).read())
+                page = next(t for t in tabs if t["type"] == "page")
+                break
+            except (OSError, StopIteration, ValueError):
+                if time.monotonic() > deadline:
+                    pytest.fail("chromium's DevTools endpoint did not answer")
+                await asyncio.sleep(0.3)
+        async with websockets.connect(page["webSocketDebuggerUrl"], max_size=2**26) as ws:
+            ids = iter(range(1, 10**6))
+
+            async def call(method: str, **params):
+                n = next(ids)
+                await ws.send(json.dumps({"id": n, "method": method, "params": params}))
+                while (msg := json.loads(await ws.recv())).get("id") != n:
+                    pass
+                return msg.get("result", {})
+
+            async def js(expr: str):
+                return (await call("Runtime.evaluate", expression=expr, returnByValue=True)).get("result", {}).get("value")
+
+            async def until(expr: str, what: str):
+                while not (value := await js(expr)):
+                    if time.monotonic() > deadline:
+                        pytest.fail(f"{url}: {what} not within {timeout_s:.0f} s")
+                    await asyncio.sleep(0.5)
+                return value
+
+            await call("Emulation.setDeviceMetricsOverride", width=SHOT_WINDOW[0], height=SHOT_WINDOW[1],
+                       deviceScaleFactor=1, mobile=False)
+            await call("Page.navigate", url=url)
+            button = "[...document.querySelectorAll('button')].find(b => b.textContent.trim() === 'Launch Run')"
+            await until(f"!!{button} && !{button}.disabled", "an enabled Launch Run button")
+            await asyncio.sleep(2)  # the config editor's validation settles
+            await js(f"{button}.click()")
+            text = await until("(document.querySelector('[role=dialog]') || {}).innerText", "a dialog")
+            await asyncio.sleep(1)
+            shot.write_bytes(base64.b64decode((await call("Page.captureScreenshot", format="png"))["data"]))
+            return text
+
+    try:
+        return asyncio.run(drive())
+    finally:
+        kill_group(proc, grace_s=2)
+
+
+def test_a_refused_launch_shows_one_line_in_the_launchpad(server, tmp_path):
+    """Issue 55 point 6: the Launchpad shows "No errors" for ``total_steps: -10`` (Dagster's schema has no bounds);
+    pressing Launch Run opens a dialog with the refusal's one line and its fix, no traceback (it was
+    ``dagster._core.errors.DagsterInvalidConfigError`` and ~20 lines of stack), and no run is created."""
+    config = "ops:\n  register_training_run:\n    config:\n      method: pc\n      total_steps: -10\n"
+    url = (f"{server.base}/locations/{LOCATION}/jobs/start_run/playground/setup?"
+           f"{urllib.parse.urlencode({'config': config})}")
+    before = gql(server, "{ runsOrError { ... on Runs { results { runId } } } }")["runsOrError"]["results"]
+    shot = tmp_path / "ui-launch-refused.png"
+    text = launchpad_launch(url, shot, tmp_path / "profile")
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    assert lines == ["Error", "configuration error: start_run config total_steps -10: must be >= 1 (training steps of "
+                     "the whole run). Fix: set total_steps to a whole number from 1 to 10,000,000, or leave it out "
+                     "(default 50).", "Copy error", "Copy", "OK"], text
+    after = gql(server, "{ runsOrError { ... on Runs { results { runId } } } }")["runsOrError"]["results"]
+    assert after == before
+    assert shot.read_bytes()[:8] == PNG_MAGIC
+    if out := os.environ.get("PC_PIPELINES_SCREENSHOTS"):
+        Path(out).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(out) / shot.name)

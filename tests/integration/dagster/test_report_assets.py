@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 from dagster import materialize
@@ -78,11 +77,11 @@ def test_timeline_without_a_run_draws_the_six_newest_runs_with_observations(sim,
         assert [int(p) for p in md["prompts_shown"].value[rid].split(", ")] == top
         png = tmp_path / f"timeline_{rid}.png"
         assert png.read_bytes()[:8] == PNG_MAGIC
+    # The table: four short columns that read at the UI's width (seven were squeezed to "40 mo vi of pr").
     records = [r.data for r in md["table"].value.records]
-    assert [r["run_id"] for r in records] == newest
-    assert [r["prompts_shown"] for r in records] == [DEFAULT_TOP] * 6
-    assert [r["total_prompts"] for r in records] == [totals[rid] for rid in newest]
-    assert [r["method"] for r in records] == ["PC", "DAPO", "GRPO", "PC", "DAPO", "GRPO"]
+    assert [c.name for c in md["table"].value.schema.columns] == ["run_id", "method", "prompts", "steps"]
+    assert records == [{"run_id": rid, "method": m, "prompts": f"{DEFAULT_TOP} of {totals[rid]:,}", "steps": 10}
+                       for rid, m in zip(newest, ["PC", "DAPO", "GRPO", "PC", "DAPO", "GRPO"], strict=True)]
     # each PNG inline, byte for byte, under a heading naming its run
     images = re.findall(r"\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", md["timelines"].value)
     assert [base64.b64decode(i) for i in images] == [(tmp_path / f"timeline_{rid}.png").read_bytes()
@@ -101,8 +100,10 @@ def test_timeline_of_one_run_and_chosen_prompts(sim, tmp_path):
     assert md["run_ids"].value == ["pc-s0"]
     assert md["prompts_shown"].value == {"pc-s0": ", ".join(map(str, ids))}
     (record,) = md["table"].value.records
-    assert record.data["rows"].startswith("3 chosen prompts of ")
-    assert Path(record.data["path"]) == (tmp_path / "timeline_pc-s0.png").resolve()
+    total = md["total_prompts"].value["pc-s0"]
+    assert record.data == {"run_id": "pc-s0", "method": "PC", "prompts": f"3 of {total:,}", "steps": 10}
+    assert f"### `pc-s0` (PC): 3 chosen prompts of {total:,}" in md["timelines"].value  # which ones: the heading
+    assert (tmp_path / "timeline_pc-s0.png").read_bytes()[:8] == PNG_MAGIC
 
 
 @pytest.mark.parametrize("config, words", [

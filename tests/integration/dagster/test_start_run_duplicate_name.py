@@ -11,7 +11,7 @@ from dagster import DagsterInstance
 
 from pc_pipelines.errors import installed_command
 from pc_pipelines.store import Store
-from pc_pipelines_dagster.automation.jobs import OP, start_run
+from pc_pipelines_dagster.automation.jobs import OP, StartRunRefused, launch_check, start_run
 from pc_pipelines_dagster.resources import DataResource, LocalCheckpointResource, StoreResource
 
 pytestmark = [pytest.mark.integration]
@@ -68,3 +68,25 @@ def test_a_relaunch_with_the_same_config_says_nothing_new_was_registered(tmp_pat
         logs = [e.message for e in instance.all_logs(again.run_id) if e.message]
         assert any("already registered with this config: nothing new registered" in m for m in logs)
         assert not any("segments of 2 steps registered" in m for m in logs)
+
+
+def test_the_launch_check_reads_the_store_the_launch_would_write(tmp_path):
+    """What the code location's start_run checks at launch (its config mapping, before a run exists): the store of
+    its ``store`` resource, or the one the run config's ``resources.store`` names, which wins."""
+    with DagsterInstance.ephemeral() as instance:
+        assert launch(tmp_path, instance).success  # 'dup': 2 segments of 2 steps
+    store = str(tmp_path / "pc.duckdb")
+    other = {"ops": {OP: {"config": {"method": "pc", "run_name": "dup", "total_steps": 4, "segment_steps": 2,
+                                     "seed": 1}}}}
+    for rc, store_path in [(other, store), ({**other, "resources": {"store": {"config": {"path": store}}}}, None),
+                           ({**other, "resources": {"store": {"config": {"path": store}}}}, str(tmp_path / "no.db"))]:
+        with pytest.raises(StartRunRefused) as caught:
+            launch_check(rc, store_path=store_path)
+        (line,) = str(caught.value).splitlines()
+        assert line.startswith("configuration error: start_run config run_name 'dup': the store already has a run of "
+                               "this name with another config"), line
+        assert caught.value.user_code_process_error_infos[0].stack == []  # what the webserver shows: the line alone
+    assert launch_check(other, store_path=None) is other  # no store to check: the op checks it (the tests above)
+    assert launch_check(other, store_path=str(tmp_path / "none.duckdb")) is other  # a store not created holds none
+    same = {"ops": {OP: {"config": {"method": "pc", "run_name": "dup", "total_steps": 4, "segment_steps": 2}}}}
+    assert launch_check(same, store_path=store) is same  # its own config again: launched, registers nothing new

@@ -5,6 +5,7 @@ start_run config <field> ...: why. Fix: ...". The job's config mapping (``pc_pip
 valid config is passed on unchanged, and a job with the same op but no mapping still accepts ``total_steps: -10`` at
 launch (what Dagster's own schema checks, the reason for the mapping)."""
 
+import contextlib
 import textwrap
 
 import pytest
@@ -12,7 +13,7 @@ from dagster import DagsterInstance, DagsterInvalidConfigError
 
 from pc_pipelines.store.names import RUN_ID_PATTERN
 from pc_pipelines_dagster.assets.training import SEGMENTS
-from pc_pipelines_dagster.automation.jobs import OP, launch_check, launch_problems, start_run
+from pc_pipelines_dagster.automation.jobs import OP, dataset_choices, launch_check, launch_problems, start_run
 from pc_pipelines_dagster.resources import DataResource, LocalCheckpointResource, StoreResource
 
 pytestmark = [pytest.mark.integration]
@@ -46,7 +47,7 @@ def refused(tmp_path, **cfg) -> str:
 
 def test_the_issues_case_is_refused_at_launch_with_one_line(tmp_path):
     msg = refused(tmp_path, total_steps=-10, segment_steps=2)
-    assert msg == f"Error in config for job start_run\n    Error 1: {ISSUE_MESSAGE}"
+    assert msg == ISSUE_MESSAGE  # the one line, nothing before or after it
     assert "Traceback" not in msg and "pydantic" not in msg
 
 
@@ -62,7 +63,6 @@ def test_the_issues_case_is_refused_at_launch_with_one_line(tmp_path):
         ({"run_name": ""}, "run_name", ["'' is empty"]),
         ({"run_name": "x" * 129}, "run_name", ["is 129 characters long (at most 128)"]),
         ({"family": "a b"}, "family", ["'a b': the default run id", "Or name the run with start_run config run_name"]),
-        ({"dataset": "nope"}, "dataset", ["'nope': not one of ('auto', 'embedded', 'deepmath', 'polaris'"]),
         ({"preset": "paper", "dataset": "embedded"}, "dataset", ["preset 'paper' has no embedded task section"]),
         ({"dataset": "deepmath"}, "policy_path", ["a run on dataset 'deepmath'", "set policy_path to a local"]),
         ({"preset": "paper"}, "policy_path", ["a run on dataset 'deepmath'"]),  # auto: the paper preset's data
@@ -79,8 +79,8 @@ def test_the_issues_case_is_refused_at_launch_with_one_line(tmp_path):
 )
 def test_each_bad_field_is_refused_at_launch_naming_it(tmp_path, cfg, field, needles):
     msg = refused(tmp_path, **cfg)
-    (line,) = [ln for ln in msg.splitlines() if "configuration error" in ln]  # one line, one problem
-    assert line.startswith(f"    Error 1: configuration error: start_run config {field}"), line
+    (line,) = msg.splitlines()  # one line, one problem
+    assert line.startswith(f"configuration error: start_run config {field}"), line
     assert "Fix:" in line
     for n in needles:
         assert n in line, (n, line)
@@ -88,12 +88,11 @@ def test_each_bad_field_is_refused_at_launch_naming_it(tmp_path, cfg, field, nee
 
 def test_every_bounded_field_is_reported_at_once(tmp_path):
     msg = refused(tmp_path, total_steps=-10, segment_steps=0, seed=-3)
-    lines = msg.splitlines()[1:]
+    lines = msg.splitlines()
     assert [ln.split(" start_run config ")[1].split(":")[0] for ln in lines] == ["seed -3", "segment_steps 0",
                                                                                   "total_steps -10"]
-    assert all(ln.lstrip().startswith(f"Error {i}: configuration error: ") and "Fix:" in ln
-               for i, ln in enumerate(lines, 1))
-    assert lines[2].split("Error 3: ")[1] == ISSUE_MESSAGE
+    assert all(ln.startswith("configuration error: ") and "Fix:" in ln for ln in lines)
+    assert lines[2] == ISSUE_MESSAGE
 
 
 def test_a_valid_config_is_passed_on_unchanged():
@@ -120,8 +119,8 @@ def launchpad_errors(cfg: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("field,value", [("preset", "embeded"), ("preset", "../embedded"), ("preset", None),
-                                         ("method", "oracle"), ("method", "GRPO")])
-def test_the_launchpad_refuses_a_preset_or_method_its_registry_lacks(tmp_path, field, value):
+                                         ("method", "oracle"), ("method", "GRPO"), ("dataset", "nope")])
+def test_the_launchpad_refuses_a_preset_method_or_dataset_its_registry_lacks(tmp_path, field, value):
     cfg = {field: value}
     (err,) = launchpad_errors(cfg)
     assert f"config:{field}" in err and ("enum type" in err or "Value at path" in err), err
@@ -137,6 +136,8 @@ def test_the_launchpads_enums_are_the_registries():
     fields = config["config"].config_type.fields
     assert [v.config_value for v in fields["method"].config_type.enum_values] == training_methods()
     assert [v.config_value for v in fields["preset"].config_type.enum_values] == available_presets()
+    assert [v.config_value for v in fields["dataset"].config_type.enum_values] == list(dataset_choices())
+    assert fields["dataset"].default_value == "auto"
     assert fields["preset"].default_value == "embedded"
     assert launchpad_errors({"preset": "bench", "total_steps": 4}) == []
     assert launchpad_errors({"total_steps": "ten"})  # a whole number, in Dagster's own types
@@ -180,7 +181,7 @@ defs = Definitions.merge(
 
 LAUNCH = """mutation($p: ExecutionParams!) { launchPipelineExecution(executionParams: $p) { __typename
   ... on LaunchRunSuccess { run { runId status } }
-  ... on PythonError { message className }
+  ... on PythonError { message className stack errorChain { error { message } } }
   ... on RunConfigValidationInvalid { errors { message reason } }
   ... on Error { message } } }"""
 
@@ -189,25 +190,35 @@ VALIDATE = """query($s: PipelineSelector!, $rc: RunConfigData!) { isPipelineConf
   __typename ... on RunConfigValidationInvalid { errors { message reason } } } }"""
 
 
-@pytest.mark.slow
-def test_the_graphql_launch_refuses_without_creating_a_run(tmp_path, monkeypatch):
+@contextlib.contextmanager
+def graphql_location(tmp_path, monkeypatch):
+    """The code location (a code server) with its store, run directories and data under ``tmp_path``, and a test
+    instance whose runs stay queued (no daemon here: a launch that is accepted creates a run and runs nothing):
+    the instance, ``launch(job_name, run_config)`` and ``validate(run_config)`` (what the Launchpad asks as you type),
+    each the GraphQL answer."""
     from dagster import instance_for_test
     from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql, infer_job_selector
 
     monkeypatch.setenv("PC_LAUNCH_TEST_ROOT", str(tmp_path))
     (tmp_path / "location.py").write_text(textwrap.dedent(LOCATION))
-    # Queued runs stay queued (no daemon here): a launch that is accepted creates a run and runs nothing.
     queued = {"run_coordinator": {"module": "dagster", "class": "QueuedRunCoordinator"}}
     with instance_for_test(overrides=queued) as instance, \
-            define_out_of_process_context(str(tmp_path / "location.py"), "defs", instance) as ctx:  # a code server
+            define_out_of_process_context(str(tmp_path / "location.py"), "defs", instance) as ctx:
 
         def launch(job_name: str, rc: dict) -> dict:
             params = {"selector": infer_job_selector(ctx, job_name), "runConfigData": rc, "mode": "default"}
             return execute_dagster_graphql(ctx, LAUNCH, {"p": params}).data["launchPipelineExecution"]
 
-        def validate(rc: dict) -> dict:  # what the Launchpad asks as you type
+        def validate(rc: dict) -> dict:
             variables = {"s": infer_job_selector(ctx, "start_run"), "rc": rc}
             return execute_dagster_graphql(ctx, VALIDATE, variables).data["isPipelineConfigValid"]
+
+        yield instance, launch, validate
+
+
+@pytest.mark.slow
+def test_the_graphql_launch_refuses_without_creating_a_run(tmp_path, monkeypatch):
+    with graphql_location(tmp_path, monkeypatch) as (instance, launch, validate):
 
         got = validate(run_config(preset="embeded"))
         assert got["__typename"] == "RunConfigValidationInvalid"
@@ -216,10 +227,11 @@ def test_the_graphql_launch_refuses_without_creating_a_run(tmp_path, monkeypatch
         assert "method not in enum type StartRunMethod got oracle" in got["errors"][0]["message"]
         assert validate(run_config(preset="bench"))["__typename"] == "PipelineConfigValidationValid"
 
-        # The issue's case: answered with the one line, and no run.
+        # The issue's case: answered with the one line and no stack (the Launch button's dialog shows message and
+        # stack: the line alone), and no run.
         got = launch("start_run", run_config(total_steps=-10))
-        assert got["__typename"] == "PythonError" and got["className"] == "DagsterInvalidConfigError"
-        assert got["message"].splitlines()[1] == f"    Error 1: {ISSUE_MESSAGE}"
+        assert got["__typename"] == "PythonError" and got["className"] == "StartRunRefused"
+        assert got["message"] == ISSUE_MESSAGE and got["stack"] == [] and got["errorChain"] == []
         got = launch("start_run", run_config(run_name="[a-z]*"))
         assert "configuration error: start_run config run_name '[a-z]*'" in got["message"] and "Fix:" in got["message"]
         got = launch("start_run", run_config(overrides=["allocator.n=abc"]))
@@ -243,3 +255,30 @@ def test_the_graphql_launch_refuses_without_creating_a_run(tmp_path, monkeypatch
         run = instance.get_run_by_id(got["run"]["runId"])
         assert run.job_name == "start_run" and run.run_config == rc
     assert not (tmp_path / "pc.duckdb").exists() and not (tmp_path / "runs").exists()  # no op ran
+
+
+@pytest.mark.slow
+def test_a_run_name_taken_by_another_config_is_refused_at_launch(tmp_path, monkeypatch):
+    """The issue's duplicate run_name: refused by the launch itself, in one line naming the run and the fix, no
+    run created (it used to launch and fail ~45 s later, as the run worker reached the op); the same name with the
+    run's own config and plan is launched (the op then says nothing new was registered)."""
+    from pc_pipelines.store import Store
+
+    with DagsterInstance.ephemeral() as instance:  # the run "dup" as start_run registers it
+        first = start_run.execute_in_process(run_config=run_config(run_name="dup", total_steps=4, segment_steps=2),
+                                             instance=instance, resources=resources(tmp_path))
+        assert first.success
+    before = Store(tmp_path / "pc.duckdb").query("SELECT run_id, config_hash FROM runs")
+    with graphql_location(tmp_path, monkeypatch) as (instance, launch, _):
+        got = launch("start_run", run_config(run_name="dup", total_steps=4, segment_steps=2, seed=1))
+        assert got["__typename"] == "PythonError" and got["stack"] == [] and got["errorChain"] == []
+        (line,) = got["message"].splitlines()
+        assert line.startswith("configuration error: start_run config run_name 'dup': the store already has a run "
+                               "of this name with another config (hash "), line
+        assert "Fix: set start_run config run_name to a name not in the store (e.g. 'dup-2')" in line
+        got = launch("start_run", run_config(run_name="dup", total_steps=6, segment_steps=2))
+        assert "with a plan of 2 segments of 2 steps, not 3 of 2" in got["message"]
+        assert instance.get_runs() == []
+        got = launch("start_run", run_config(run_name="dup", total_steps=4, segment_steps=2))
+        assert got["__typename"] == "LaunchRunSuccess"
+    assert Store(tmp_path / "pc.duckdb").query("SELECT run_id, config_hash FROM runs") == before

@@ -72,6 +72,15 @@ def steps_rows(store: Store, run_id: str) -> list[dict]:
                        "FROM steps WHERE run_id = ? ORDER BY step", [run_id])
 
 
+def tensorboard_scalars(folder) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of the TensorBoard event files in ``folder``: tag -> [(step, value)] in step order."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return {tag: sorted((e.step, e.value) for e in acc.Scalars(tag)) for tag in acc.Tags()["scalars"]}
+
+
 def params(path) -> dict[str, torch.Tensor]:
     return load_file(str(path / "policy" / "model.safetensors"))
 
@@ -111,6 +120,13 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
     assert ev["average_accuracy"].value == pytest.approx(sum(r["accuracy"] for r in stored) / 6)
     # The loop evaluated step 1 too (eval_every=2) with the same seed: the asset reproduces it exactly.
     assert meta["eval_accuracy"].value == pytest.approx(ev["average_accuracy"].value, abs=5e-5)  # 4 places in the UI
+    # The segment-end evaluation is in TensorBoard too, at the step number of the run's training scalars.
+    scalars = tensorboard_scalars(tmp_path / "runs" / run_id / "tensorboard")
+    assert scalars["segment_eval/accuracy"] == [(2, pytest.approx(ev["average_accuracy"].value, abs=1e-6))]
+    assert sorted(k for k in scalars if k.startswith("segment_eval/")) == sorted(
+        ["segment_eval/accuracy", *(f"segment_eval/{r['benchmark']}" for r in stored)])
+    assert [s for s, _ in scalars["eval/accuracy"]][-1] == 2  # the loop's own evaluation of that step: same x
+    assert str(ev["tensorboard"].value) == str(tmp_path / "runs" / run_id / "tensorboard")
     assert requests(tick(instance, tmp_path)) == [("seg-pc/1", "seg-pc/seg-0001")]
     res1 = train(instance, tmp_path, "seg-pc/seg-0001")
     # While it trained: the state, then one observation per step with the segment's and the run's progress.
@@ -126,8 +142,18 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
     # The same numbers on segment_progress's own partition page: one materialization of that partition per step.
     progress = [e.asset_materialization for e in instance.all_logs(res1.run_id)
                 if e.asset_materialization is not None and e.asset_materialization.asset_key == SEGMENT_PROGRESS.key]
-    assert [m.partition for m in progress] == ["seg-pc/seg-0001"] * 2
-    assert [{k: v.value for k, v in m.metadata.items()} for m in progress] == per_step
+    assert [m.partition for m in progress] == ["seg-pc/seg-0001"] * 4
+    # Before the first step: its start-up phases (issue 55 point 7: the page was blank for the first ~80 s).
+    startup = [{k: v.value for k, v in m.metadata.items()} for m in progress[:2]]
+    assert [s["phase"] for s in startup] == [
+        "start-up 1 of 2: loading the run's config and training data",
+        "start-up 2 of 2: restoring the checkpoint after step 2 and starting the rollout engine; each step's progress "
+        "follows"]
+    assert [s["progress"].split(": ", 1)[0] for s in startup] == ["seg-pc"] * 2
+    assert startup[1]["progress"].startswith("seg-pc: segment 2 of 2, starting (2 of 2): restoring the checkpoint")
+    since = [float(s["since_start"].removesuffix(" s")) for s in startup]
+    assert 0 <= since[0] <= since[1]
+    assert [{k: v.value for k, v in m.metadata.items()} for m in progress[2:]] == per_step
     latest = instance.get_latest_materialization_event(SEGMENT_PROGRESS.key).asset_materialization
     assert latest.partition == "seg-pc/seg-0001" and latest.metadata["progress"].value.startswith("seg-pc: segment 2")
     assert [o["step_rollouts"] for o in per_step] == [r["sampled_rollouts"] for r in after[2:]]
