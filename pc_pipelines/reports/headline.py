@@ -38,7 +38,8 @@ def study_headline(path: str | Path = STUDY_RESULTS) -> str:
 
 def _regime_sentence(name: str, r: dict) -> str:
     """One more sentence per regime of the file's ``regimes`` (``bench-tuned``: both sides at their tuned settings):
-    every median ratio by PC variant (its goals, met or missed, are in docs/STUDIES.md beside the reading)."""
+    every median ratio by PC variant (its goals, met or missed, are in docs/STUDIES.md beside the reading), and the
+    study's advice in one sentence when it states one (``small-groups``: what its decision means for a user)."""
     med = r.get("medians") or {}
     by_pc: dict[str, list[str]] = {}
     for k, v in med.items():
@@ -48,5 +49,7 @@ def _regime_sentence(name: str, r: dict) -> str:
     tuned = ", ".join(x for x in (f"GRPO n = {r['grpo_best_n']}" if r.get("grpo_best_n") else "",
                                   f"our PC's budget {budget}" if budget else "") if x)
     seeds = ", ".join(map(str, r.get("seeds") or []))
+    advice = r.get("advice")
     return (f" Regime `{name}` (seeds {seeds}" + (f"; tuned on other seeds: {tuned}" if tuned else "") + "): "
-            + "; ".join(f"{pc} {', '.join(v)}" for pc, v in by_pc.items()) + ".")
+            + "; ".join(f"{pc} {', '.join(v)}" for pc, v in by_pc.items()) + "."
+            + (f" In short: {advice}." if isinstance(advice, str) and advice else ""))

@@ -48,6 +48,11 @@ def test_study_headline_adds_each_regime_of_the_results_file(tmp_path):
     assert "Goals" not in text and "missed" not in text  # the goals' wording lives in docs/STUDIES.md
     path.write_text(json.dumps({**res, "regimes": {}}))
     assert "Regime" not in study_headline(path)
+    small = {"seeds": [19, 20], "grpo_best_n": 4, "pc_best": {"name": "p2c2-prior"},
+             "medians": {"GRPO4 / PC-small p2c2-prior": 0.85}, "advice": "use GRPO at n = 4"}
+    path.write_text(json.dumps({**res, "regimes": {"small-groups": small}}))
+    assert ("Regime `small-groups` (seeds 19, 20; tuned on other seeds: GRPO n = 4, our PC's budget p2c2-prior): "
+            "PC-small p2c2-prior GRPO4 0.85x. In short: use GRPO at n = 4.") in study_headline(path)
 
 
 def test_one_rule_says_when_a_ratio_is_a_smoke_test(tmp_path):
