@@ -96,7 +96,7 @@ class TimelineData:
     visits: tuple[int, ...]  # per row: steps at which the prompt was sampled
     picked: str  # "top" (the most-visited) or "chosen" (the prompts asked for)
     total_prompts: int  # distinct prompts the run sampled
-    steps: np.ndarray  # int64 [S]: store steps (0-based)
+    steps: np.ndarray  # int64 [S]: the stored steps (from 1)
     p_hat: np.ndarray  # float64 [R, S]: pooled pass rate; NaN = not sampled
     marker: np.ndarray  # int8 [R, S]: index into DECISIONS; -1 = not sampled
     evicted: np.ndarray  # bool [R, S]

@@ -251,16 +251,16 @@ class Store:
         finally:
             con.close()
 
-    @staticmethod
-    def _counts_from_zero(con: duckdb.DuckDBPyConnection) -> bool:
+    def _counts_from_zero(self, con: duckdb.DuckDBPyConnection) -> bool:
         """Whether the catalog is of a sound version before 12, whose steps count from 0 (read only after its
-        upgrade, so that every reader sees one step numbering)."""
+        upgrade, so that every reader sees one step numbering). An unsound one is refused as it is, unchanged."""
         try:
             rows = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
         except duckdb.Error:
             return False
         text = rows[0][0] if rows else None
-        return bool(text and text.isascii() and text.isdigit() and 1 <= int(text) < 12)
+        old = bool(text and text.isascii() and text.isdigit() and 1 <= int(text) < 12)
+        return old and self._schema_refusal(con) is None
 
     def _upgrade_for_reading(self) -> None:
         """Upgrade a catalog read before it is read (:meth:`_counts_from_zero`); a store that cannot be written is
@@ -874,7 +874,7 @@ class Store:
         def run(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
             has_segments = con.execute(
                 "SELECT count(*) FROM information_schema.tables WHERE table_name = 'segments'").fetchone()[0]
-            planned = ("(SELECT run_id, max(last_step) + 1 AS planned FROM segments GROUP BY run_id)" if has_segments
+            planned = ("(SELECT run_id, max(last_step) AS planned FROM segments GROUP BY run_id)" if has_segments
                        else "(SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS planned WHERE false)")
             cur = con.execute(
                 f"""SELECT r.run_id, r.family, r.method, r.preset, r.seed, r.kind, r.status,

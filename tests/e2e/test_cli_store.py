@@ -164,10 +164,12 @@ def test_report_on_the_simulated_runs(store):
     assert seed["seed"] == 0
     before = {r["method"]: r["accuracy"] for r in json.loads(run(
         "sql", "--store", store["path"], "SELECT r.method, e.accuracy FROM eval_results e JOIN runs r USING (run_id) "
-        "WHERE e.step = -1", "--json").stdout)}
-    # the eval curve: before training (cost 0), then after steps 4, 9, ..., 29 (eval_every 5 in the simulator preset)
-    eval_steps = [s for s in range(30) if (s + 1) % 5 == 0]
-    curve = {m: [(before[m], 0)] + [(store["plain"][m][s]["accuracy"], store["plain"][m][s]["cumulative_sampled"])
+        "WHERE e.step = 0", "--json").stdout)}
+    # the eval curve: before training (step 0, cost 0), then after steps 5, 10, ..., 30 (eval_every 5 in the simulator
+    # preset); `simulate --json` prints step s on its s-th line
+    plain = {m: {r["step"]: r for r in store["plain"][m]} for m in METHODS}
+    eval_steps = [s for s in range(1, 31) if s % 5 == 0]
+    curve = {m: [(before[m], 0)] + [(plain[m][s]["accuracy"], plain[m][s]["cumulative_sampled"])
                                     for s in eval_steps] for m in METHODS}
     target = min(max(a for a, _ in curve["grpo"]), max(a for a, _ in curve["pc"]))
     assert seed["target"] == pytest.approx(target)

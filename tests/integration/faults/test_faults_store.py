@@ -8,7 +8,7 @@ touched, the message names the fix, and a user error gives no traceback.
 3. ``pilot-commit sql`` writing: COPY over the catalog or a step file, EXPORT/ATTACH/INSTALL, a typo'd table name
    (which used to open the catalog for writing and migrate it), and a copied / moved store.
 
-The killed run is a real ``pilot-commit simulate`` process SIGKILLed after it printed step 23 (so steps 0..23 are on
+The killed run is a real ``pilot-commit simulate`` process SIGKILLed after it printed step 24 (so steps 1..24 are on
 disk as step directories, uncompacted: the CLI compacts at step 250 and at the end).
 """
 
@@ -137,7 +137,7 @@ def test_glob_run_names_are_refused_while_victim_is_live_and_victim_keeps_exactl
                                "--prompts", "20000", "--train-batch", "32", "--n", "16", "--json"],
                               stdout=log, stderr=err, text=True)
     try:
-        first = Path(str(store) + ".runs") / "victim" / "step-00000000"
+        first = Path(str(store) + ".runs") / "victim" / "step-00000001"
         while not first.exists():  # victim is live
             assert victim.poll() is None, (tmp_path / "victim.err").read_text()
         for bad in ("*", "[a-z]*", "?ictim", "v" * 300, "../victim"):
@@ -203,7 +203,7 @@ def test_start_run_refuses_a_glob_run_name_before_anything_is_written(tmp_path):
 # ---- 2. damaged steps ----------------------------------------------------------------------------------------------
 def test_an_empty_step_file_blocks_nothing_and_is_reported(base, store):
     steps = killed_steps(store)
-    assert sorted(steps)[:KILL_AFTER] == list(range(KILL_AFTER))
+    assert sorted(steps)[:KILL_AFTER] == list(range(1, KILL_AFTER + 1))
     (steps[5] / "prompt_observations.parquet").write_bytes(b"")  # what a power loss without fsync leaves
 
     runs = runs_json(store)
@@ -369,7 +369,7 @@ def test_a_copied_or_moved_store_reads_its_own_files(base, tmp_path):
         assert steps_of(moved, r) == rows, r
     assert steps_of(copy, "killed") == want["killed"][1:]
     assert cli("check", "--store", str(moved)).returncode == 0
-    assert json.loads(cli("check", "--store", str(copy), "--json", check=False).stdout)["problems"][0]["step"] == 0
+    assert json.loads(cli("check", "--store", str(copy), "--json", check=False).stdout)["problems"][0]["step"] == 1
 
 
 def test_step_manifest_is_present_for_every_step_the_cli_writes(store):
@@ -459,7 +459,7 @@ def test_overwrite_never_deletes_through_a_symlinked_run_directory(tmp_path):
     assert "run victim overwritten: deleted" in out.stderr
     assert {r["run_id"]: r["steps"] for r in json.loads(cli("runs", "--store", str(store), "--json").stdout)} == {
         "victim": 3}
-    assert [s for s, _ in steps_of(store, "victim")] == [0, 1, 2]
+    assert [s for s, _ in steps_of(store, "victim")] == [1, 2, 3]
 
 
 def test_a_killed_writer_shows_as_stopped_with_its_pid_and_host(store):
