@@ -205,3 +205,34 @@ def test_evaluate_last_evaluates_the_segments_last_step_and_changes_no_training(
         ca, cb = (r.checkpoint_dir / f"step-{step:08d}" for r in (whole, split))
         for name in ("toy.json", "allocator.json", "rng.pt"):
             assert (ca / name).read_bytes() == (cb / name).read_bytes(), (step, name)
+
+
+def test_a_run_checkpointed_before_steps_counted_from_1_resumes_to_the_uninterrupted_result(tmp_path):
+    """Issue 55: a store and checkpoints written before store v12 (steps from 0: the checkpoint after 4 steps is
+    ``step-00000003``, its meta step 3, format 2) resume with this code: the store is renumbered when it is opened,
+    the old checkpoint is listed as the one after step 4, and the run goes on to the uninterrupted run's end."""
+    from pc_pipelines import durable
+    from pc_pipelines.run.checkpoints import CHECKPOINT_MANIFEST
+    from tests.support.old_numbering import count_from_zero
+
+    whole_store = Store(tmp_path / "whole.duckdb")
+    whole = toy_run(tmp_path, "whole")
+    run_segment(whole, whole_store, until_step=7, backend=ToyBackend(whole))
+    store = Store(tmp_path / "old.duckdb")
+    old = toy_run(tmp_path, "old")
+    run_segment(old, store, until_step=4, backend=ToyBackend(old))
+    count_from_zero(store.path, store.runs_root)  # the store as v11 wrote it
+    for step, ck in list_checkpoints(old.checkpoint_dir):  # the checkpoints as format 2 wrote them, lowest first
+        meta = json.loads((ck / "meta.json").read_text())
+        (ck / "meta.json").write_text(json.dumps({**meta, "step": step - 1, "format": 2}))
+        required = json.loads((ck / "manifest.json").read_text())["required"]
+        durable.seal(ck.rename(ck.with_name(f"step-{step - 1:08d}")), CHECKPOINT_MANIFEST,
+                     {"format": 2, "required": required})
+    assert sorted(p.name for p in old.checkpoint_dir.iterdir()) == ["step-00000001", "step-00000003"]
+    assert [s for s, _ in list_checkpoints(old.checkpoint_dir)] == [2, 4]  # listed under the run's steps
+
+    resumed = run_segment(old, store, until_step=7, backend=ToyBackend(old))
+    assert (resumed.first_step, resumed.last_step, resumed.steps_run) == (5, 7, 3)
+    assert store.schema_version() == 12
+    assert [s for s, _ in list_checkpoints(old.checkpoint_dir)] == [2, 4, 6, 7]
+    assert final_state(old, store) == final_state(whole, whole_store)
