@@ -469,7 +469,7 @@ def fit_simulator(runs: Sequence[RunObservations], mix_steps: int = 20,
     short = [r.run_id for r in runs if len(r.eval_step) < 2 or r.eval_step[0] != -1]
     if not runs or short:
         raise StoreError(f"run(s) {brief(short)} lack an evaluation before training or after it (the law is fitted "
-                         "on the held-out accuracy). Fix: fit on runs evaluated at step -1 and at least once more."
+                         "on the held-out accuracy). Fix: fit on runs evaluated before training (step 0) and at least once more."
                          if short else "no runs to fit. Fix: name at least one run with --runs.")
     mix = fit_mix(*first_visits(runs, mix_steps))
     bench: dict[str, list[float]] = {}

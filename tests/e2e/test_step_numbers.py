@@ -112,17 +112,22 @@ def test_every_screen_and_sql_carry_the_same_step_numbers_and_values(base_policy
     assert seen[0].metadata()["progress"] == "r: segment seg-0000 of 1, step 1 of 3; run step 1 of 3"
     assert seen[-1].line().startswith("step 3/3 of segment seg-0000 of 1 (run step 3/3)")
 
-    # --resume to 5 steps with --json: the bar starts where the run is (3/5), each JSON line is SQL's step with its
-    # values, TensorBoard goes on at 4 and 5, nothing twice
-    again = cli(*args, "--steps", "5", "--resume", "--json")
+    # --resume to 4 steps: the bar starts where the run is (3/4); then to 5 with --json: its line is SQL's step 5
+    # with SQL's values; TensorBoard goes on at 4 and 5, nothing twice
+    again = cli(*args, "--steps", "4", "--resume")
     assert again.returncode == 0, again.stderr[-2000:]
-    assert bar_counts(again.stderr)[0] == (3, 5) and bar_counts(again.stderr)[-1] == (5, 5)
-    printed = [json.loads(x) for x in again.stdout.splitlines() if x.startswith("{")]
-    later = sql(store_path, "SELECT step, mean_reward, sampled_rollouts FROM steps WHERE run_id = 'r' AND step > 3 "
+    assert bar_counts(again.stderr)[0] == (3, 4) and bar_counts(again.stderr)[-1] == (4, 4)
+    assert again.stdout.splitlines()[1].split() == ["set", "start", "step", "4"]
+    more = cli(*args, "--steps", "5", "--resume", "--json")
+    assert more.returncode == 0, more.stderr[-2000:]
+    printed = [json.loads(x) for x in more.stdout.splitlines() if x.startswith("{")]
+    later = sql(store_path, "SELECT step, mean_reward, sampled_rollouts FROM steps WHERE run_id = 'r' AND step > 4 "
                             "ORDER BY step")
     assert [(p["step"], p["mean_reward"], p["sampled_rollouts"]) for p in printed] == [
-        (s["step"], s["mean_reward"], s["sampled_rollouts"]) for s in later] and [s["step"] for s in later] == [4, 5]
+        (s["step"], s["mean_reward"], s["sampled_rollouts"]) for s in later] and [s["step"] for s in later] == [5]
+    assert math.isclose(printed[0]["eval_accuracy"], sql(store_path, "SELECT accuracy FROM eval_curve WHERE "
+                                                                     "run_id = 'r' AND step = 5")[0]["accuracy"])
     tb = tensorboard_scalars(tmp_path / "r" / "tensorboard")
     assert sorted(tb["train/mean_reward"]) == [1, 2, 3, 4, 5] and sorted(tb["eval/accuracy"]) == [0, 2, 3, 4, 5]
     assert sql(store_path, "SELECT step FROM checkpoints WHERE run_id = 'r' ORDER BY step") == [
-        {"step": 3}, {"step": 5}]
+        {"step": 3}, {"step": 4}, {"step": 5}]

@@ -51,7 +51,7 @@ def test_train_segment_reports_through_pipes_then_runs_plainly(tmp_path, base_po
     store = Store(tmp_path / "pc.duckdb")
     rows = store.query("SELECT step, sampled_rollouts, trained_rollouts, pilot_rollouts, commit_rollouts, rounds, "
                        "loss FROM steps WHERE run_id = 'pipes-pc' ORDER BY step")
-    assert [r["step"] for r in rows] == [0, 1]
+    assert [r["step"] for r in rows] == [1, 2]
 
     # Per step, what the subprocess reported through Pipes is what it wrote to the store.
     reported = meta["pipes_steps"].value

@@ -222,8 +222,8 @@ def test_retried_segment_resumes_from_its_last_checkpoint_and_matches(tmp_path, 
     assert meta["steps_run"].value == str(4 - max(done))
     assert store.segments(flaky)[0]["consecutive_failures"] == 0
     assert steps_rows(store, flaky) == steps_rows(store, ref)
-    a = params(tmp_path / "runs" / ref / "checkpoints" / "step-00000003")
-    b = params(tmp_path / "runs" / flaky / "checkpoints" / "step-00000003")
+    a = params(tmp_path / "runs" / ref / "checkpoints" / "step-00000004")
+    b = params(tmp_path / "runs" / flaky / "checkpoints" / "step-00000004")
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
