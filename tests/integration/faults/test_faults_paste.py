@@ -221,7 +221,7 @@ def test_a_dagster_segment_s_sql_and_tensorboard_commands_paste_whole(tmp_path, 
     assert queried.returncode == 0 and "Traceback" not in queried.stderr, queried.stderr
     table = [ln.split() for ln in queried.stdout.splitlines()]
     assert table[0][:5] == ["step", "mean_reward", "mean_reward_std", "informative_share", "sampled_rollouts"]
-    assert table[2][0] == "0" and table[2][4] == str(rows[0]["sampled_rollouts"]) and table[3] == ["(1", "row)"]
+    assert table[2][0] == "1" and table[2][4] == str(rows[0]["sampled_rollouts"]) and table[3] == ["(1", "row)"]
     assert opened.returncode == 0, opened.stderr
     assert (stand_in / "argv").read_bytes().split(b"\0")[:-1] == [b"--logdir", os.fsencode(str(logdir))]
 
@@ -307,7 +307,7 @@ def test_a_stopped_simulations_fix_records_it_again_from_another_directory(tmp_p
 
     assert pasted.returncode == 0, pasted.stderr[-3000:]
     no_traceback(pasted.stderr)
-    assert steps_of(store, "r") == list(range(40))  # recorded again, whole, in its store
+    assert steps_of(store, "r") == list(range(1, 41))  # recorded again, whole, in its store
     row = run_row(store, "r")
     assert (row["status"], row["config_hash"]) == ("finished", config)  # the same run: its flags came with it
     assert_nothing_else(place, outside, store)
