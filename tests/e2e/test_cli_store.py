@@ -67,7 +67,7 @@ QUERY = ("SELECT r.method, count(*) AS steps, sum(s.sampled_rollouts) AS sampled
 
 
 def expected_rows(store) -> list[dict]:
-    return [{"method": m, "steps": 30, "sampled": sum(s["sampled_rollouts"] for s in store["plain"][m]), "last": 29}
+    return [{"method": m, "steps": 30, "sampled": sum(s["sampled_rollouts"] for s in store["plain"][m]), "last": 30}
             for m in sorted(METHODS)]
 
 
@@ -87,7 +87,7 @@ def test_sql_table(store):
     assert lines[0].split() == ["method", "steps", "sampled", "last"]
     assert set(lines[1]) <= {"-", " "}
     body = [ln.split() for ln in lines[2:5]]
-    assert body == [[r["method"], "30", str(r["sampled"]), "29"] for r in expected_rows(store)]
+    assert body == [[r["method"], "30", str(r["sampled"]), "30"] for r in expected_rows(store)]
     assert lines[5] == "(3 rows)"
 
 
@@ -202,7 +202,7 @@ def test_simulate_store_replayed_with_the_same_run_name_has_no_doubled_steps(tmp
     run(*args, "--steps", "5", "--overwrite")  # a shorter replay asked for replaces the run
     counts = json.loads(run("sql", "--store", path, "SELECT count(*) AS n, count(DISTINCT step) AS d, max(step) AS m "
                                                     "FROM steps", "--json").stdout)
-    assert counts == [{"n": 5, "d": 5, "m": 4}]
+    assert counts == [{"n": 5, "d": 5, "m": 5}]  # steps 1..5
     evals = json.loads(run("sql", "--store", path, "SELECT count(*) AS n, count(DISTINCT step) AS d "
                                                    "FROM eval_results", "--json").stdout)
     assert evals == [{"n": 2, "d": 2}]  # before training and the last step
