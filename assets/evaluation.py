@@ -8,7 +8,6 @@ from pc_pipelines.data.registry import datasets
 from pc_pipelines.errors import RunError
 from pc_pipelines.run import checkpoint_at, verify_checkpoint
 from pc_pipelines.run.stopping import process_stop
-from pc_pipelines.steps import display_step
 from pc_pipelines_dagster.resources import (
     CheckpointResource,
     ComputeResource,
@@ -72,13 +71,13 @@ def segment_eval(
     path = checkpoint_at(tr.checkpoint_dir, last)
     if path is None:
         raise Failure(
-            f"{context.partition_key}: no checkpoint after step {display_step(last)} in {tr.checkpoint_dir}. Fix: materialize "
+            f"{context.partition_key}: no checkpoint after step {last} in {tr.checkpoint_dir}. Fix: materialize "
             f"training_segment for {context.partition_key} first."
         )
     problem = verify_checkpoint(path)
     if problem is not None:
         raise Failure(
-            f"{context.partition_key}: the checkpoint after step {display_step(last)} ({path}) is damaged: {problem}. Fix: "
+            f"{context.partition_key}: the checkpoint after step {last} ({path}) is damaged: {problem}. Fix: "
             f"re-materialize training_segment for {context.partition_key} (it replays from the newest intact "
             "checkpoint), then this evaluation."
         )
@@ -88,15 +87,15 @@ def segment_eval(
     except RunError as exc:
         raise Failure(str(exc)) from exc
     st.add_eval_results(res.rows(run_id, last))
-    tensorboard = write_tensorboard(tr.tensorboard_dir, display_step(last), res.mean, res.accuracy)
+    tensorboard = write_tensorboard(tr.tensorboard_dir, last, res.mean, res.accuracy)
     rows = ["| benchmark | prompts | k | mean@k |", "|---|---|---|---|"]
     rows += [f"| {name} | {res.n_prompts[name]} | {res.k_of(name)} | {acc:.3f} |" for name, acc in res.accuracy.items()]
     rows.append(f"| **average** | {sum(res.n_prompts.values())} | | **{res.mean:.3f}** |")
-    context.log.info("%s: average accuracy %.3f after step %d", context.partition_key, res.mean, display_step(last))
+    context.log.info("%s: average accuracy %.3f after step %d", context.partition_key, res.mean, last)
     return MaterializeResult(
         metadata={
             "run_id": run_id,
-            "step": display_step(last),  # counted from 1, as on every screen (pc_pipelines/steps.py)
+            "step": last,  # as stored (pc_pipelines/steps.py: one numbering)
             "average_accuracy": MetadataValue.float(res.mean),
             "accuracy": MetadataValue.md("\n".join(rows)),
             "k": res.k,

@@ -32,7 +32,7 @@ from pc_pipelines.run.lifecycle import record_segment_attempt, segments_finished
 from pc_pipelines.run.progress import SegmentProgress
 from pc_pipelines.run.segments import SegmentError, parse_partition_key, partition_key, resume_step
 from pc_pipelines.run.stopping import StopRequested, process_stop
-from pc_pipelines.steps import display_segment, display_step, step_range
+from pc_pipelines.steps import segment_name
 from pc_pipelines.store import RunBusyError, Store, StoreError, hold_run
 from pc_pipelines.store.runlock import describe
 from pc_pipelines_dagster.resources import (
@@ -144,7 +144,7 @@ def _starting(context: AssetExecutionContext, run_id: str, k: int, segments: int
               started: float) -> None:
     """Start-up phase ``phase`` of :data:`STARTUP_PHASES` of segment ``k``: a line in the run's log and a
     materialization of its ``segment_progress`` partition saying what it does now (the step lines follow)."""
-    progress = (f"{run_id}: segment {display_segment(k)} of {segments}, starting ({phase} of {STARTUP_PHASES}): "
+    progress = (f"{run_id}: segment {segment_name(k)} of {segments}, starting ({phase} of {STARTUP_PHASES}): "
                 f"{doing}")
     context.log.info(progress)
     context.log_event(AssetMaterialization(asset_key=SEGMENT_PROGRESS.key, partition=context.partition_key, metadata={
@@ -268,17 +268,16 @@ def training_segment(
         except SegmentError as exc:
             raise Failure(f"{key}: {exc} ({partition_key(run_id, k - 1)})") from exc
         plan = st.segments(run_id)
-        run_steps = max(int(r["last_step"]) for r in plan) + 1
-        state = (f"training segment {display_segment(k)} of {len(plan)} (steps {step_range(first, last)} of "
-                 f"{run_steps}) from "
-                 + ("the base policy" if start < 0 else f"the checkpoint after step {display_step(start)}")
+        run_steps = max(int(r["last_step"]) for r in plan)
+        state = (f"training segment {segment_name(k)} of {len(plan)} (steps {first}..{last} of {run_steps}) from "
+                 + ("the base policy" if start < 1 else f"the checkpoint after step {start}")
                  + (" (re-materializing a done segment: it stays done)" if seg["status"] == "done" else "")
                  + f"; requested {advanced_by(context.run.tags)}")
         context.log.info("%s: %s", key, state)
         context.log_event(AssetObservation(asset_key=context.asset_key, partition=key, metadata={"state": state}))
         progress = SegmentProgress(run_id, k, len(plan), first, last, run_steps)
         was_finished = (st.get_run(run_id) or {}).get("status") == "finished"
-        restoring = "the base policy" if start < 0 else f"the checkpoint after step {display_step(start)}"
+        restoring = "the base policy" if start < 1 else f"the checkpoint after step {start}"
         _starting(context, run_id, k, len(plan), 2,
                   (f"launching the training process ({type(compute).__name__}), which restores {restoring} and "
                    "starts its rollout engine" if compute.launches_process
@@ -323,15 +322,15 @@ def training_segment(
         "AND step BETWEEN ? AND ? ORDER BY step", [run_id, first, last])
     metadata = {
         # first: the overview shows the latest materialization of any run's segment, so it says whose it is
-        "materialized": MetadataValue.text(f"{run_id}: segment {display_segment(k)} of {len(plan)} done (run steps "
-                                           f"{step_range(first, last)} of {run_steps}); a run's live progress: segment_progress -> "
+        "materialized": MetadataValue.text(f"{run_id}: segment {segment_name(k)} of {len(plan)} done (run steps "
+                                           f"{first}..{last} of {run_steps}); a run's live progress: segment_progress -> "
                                            "Partitions"),
         "run_id": run_id,
         "method": spec.config.method,
-        "segment": f"{display_segment(k)} of {len(plan)}",
-        "steps": step_range(first, last),  # counted from 1, as on every screen (pc_pipelines/steps.py)
+        "segment": f"{segment_name(k)} of {len(plan)}",
+        "steps": f"{first}..{last}",  # as stored (pc_pipelines/steps.py: one numbering)
         "steps_run": result.steps_run,
-        "resumed_after_step": "fresh (the base policy)" if start < 0 else display_step(start),
+        "resumed_after_step": "fresh (the base policy)" if start < 1 else start,
         "advanced_by": advanced_by(context.run.tags),
         "cumulative_rollouts": result.cumulative_rollouts,
         "segment_rollouts": int(sum(r["sampled_rollouts"] for r in steps)),

@@ -59,7 +59,7 @@ from dagster import (
 
 from pc_pipelines.run.lifecycle import record_finished
 from pc_pipelines.run.segments import Action, RunView, SegmentError, SegmentView, decide, parse_partition_key
-from pc_pipelines.steps import display_segment
+from pc_pipelines.steps import segment_name
 from pc_pipelines.store import Store
 from pc_pipelines.store.runlock import live_writer
 from pc_pipelines_dagster.assets.training import ADVANCED_BY_TAG, training_segment
@@ -137,7 +137,7 @@ def run_views(st: Store, instance) -> list[RunView]:
         for r in running:
             dr = instance.get_run_by_id(r["orchestrator_run_id"])
             if dr is not None and dr.status in _IN_FLIGHT:
-                busy = busy or f"Dagster run {dr.run_id} ({dr.status.value}) of segment {display_segment(r['segment'])}"
+                busy = busy or f"Dagster run {dr.run_id} ({dr.status.value}) of segment {segment_name(r['segment'])}"
             elif dr is None or dr.status in _FAILED or dr.status == DagsterRunStatus.SUCCESS:
                 ended.append((r, "its run was deleted" if dr is None else f"its run {dr.run_id} ended {dr.status.value}"))
         holder = None if busy else live_writer(st, run_id)

@@ -25,8 +25,9 @@ _EVAL_SALT = 0xE7A1
 
 
 def eval_seed(run_seed: int, step: int) -> int:
-    """The sampling seed of the evaluation after ``step`` (-1: before training) of a run seeded ``run_seed``."""
-    return derive_seed(run_seed, _EVAL_SALT, step)
+    """The sampling seed of the evaluation after ``step`` (0: before training) of a run seeded ``run_seed``. Derived
+    from ``step - 1`` (the step's number when steps counted from 0, before store v12): the same seeds as before."""
+    return derive_seed(run_seed, _EVAL_SALT, step - 1)
 
 
 @dataclass(frozen=True)

@@ -1,29 +1,26 @@
-"""Step and segment numbers as people read them. The store counts from 0 (the ``step`` column, checkpoint names,
-segment indices and partition keys ``seg-NNNN``); every screen counts from 1: **store step k is step k+1 on every
-screen** (console, Dagster UI, plots, TensorBoard, reports), and the evaluation before training (store step -1) is
-step 0. Segment k (partition ``seg-000k``) is segment k+1. These functions are the one place that converts."""
+"""Step numbers, one numbering everywhere: the store, SQL, checkpoints and every screen count a run's training steps
+from 1 (step N is the run's N-th update; a checkpoint ``step-N`` holds the run after N steps) and the evaluation
+before training is step 0. Segments are named by their partition key (``seg-0000`` ...) on every screen. The
+allocator numbers its steps from 0 internally; :func:`step_number` is the one place that converts, where its
+outcome becomes a stored row or a record."""
 
 from __future__ import annotations
 
-BEFORE_TRAINING = -1
-"""The store's step of the evaluation before training (step 0 on screens)."""
+BEFORE_TRAINING = 0
+"""The step of the evaluation before training (and of a checkpoint-less run: no step done)."""
 
 
-def display_step(store_step: int) -> int:
-    """The step a person reads for the store's ``store_step``: ``k`` -> ``k + 1``; -1 (before training) -> 0."""
-    return int(store_step) + 1
+def step_number(allocator_step: int) -> int:
+    """The run's step number of the allocator's 0-based step index (``Allocator.step``, ``StepOutcome.step``,
+    a buffer entry's ``born``): ``i`` -> ``i + 1``."""
+    return int(allocator_step) + 1
 
 
-def display_segment(segment: int) -> int:
-    """The segment a person reads for the store's segment index (partition ``seg-NNNN``): ``k`` -> ``k + 1``."""
-    return int(segment) + 1
+def step_label(step: int) -> str:
+    """``start`` for the evaluation before training (step 0), else ``step N``."""
+    return "start" if step <= BEFORE_TRAINING else f"step {step}"
 
 
-def step_label(store_step: int) -> str:
-    """``start`` for the evaluation before training, else ``step N`` (N from :func:`display_step`)."""
-    return "start" if store_step <= BEFORE_TRAINING else f"step {display_step(store_step)}"
-
-
-def step_range(first: int, last: int) -> str:
-    """Store steps ``first..last`` as people read them: ``1..5`` for store steps 0..4."""
-    return f"{display_step(first)}..{display_step(last)}"
+def segment_name(segment: int) -> str:
+    """A segment as every screen names it: its partition key's part, ``seg-NNNN``."""
+    return f"seg-{int(segment):04d}"

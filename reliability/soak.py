@@ -186,7 +186,7 @@ def verify(store: Store, writers: list[Writer], reader: Reader, wall: float) -> 
                             "WHERE run_id = ?", [w.run_id])[0]
         per_run.append({
             "run_id": w.run_id, "method": w.method, "steps": len(steps),
-            "exactly_once": steps == list(range(len(steps))),
+            "exactly_once": steps == list(range(1, len(steps) + 1)),
             "unprinted": sum(s not in printed for s in steps),
             "values_match": not mismatched, "incarnations": w.incarnation, "kills": w.kills,
             "replayed": len(replayed), "replays_differing": len(differing),

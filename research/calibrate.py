@@ -127,7 +127,7 @@ def calibration_rows(store: Store, jobs: list[study.StudyJob]) -> list[dict]:
         # after warmup, nothing depends on the total), so `report --steps N` renders any prefix of the runs.
         steps = store.query("SELECT step, informative_share, prompts_consumed, coalesce(time_generate_s, 0) + "
                             "coalesce(time_reward_s, 0) + coalesce(time_update_s, 0) AS compute_s FROM steps WHERE run_id = ? "
-                            "AND step < ? ORDER BY step", [job.run_id, job.steps])
+                            "AND step <= ? ORDER BY step", [job.run_id, job.steps])
         if not steps or job.run_id not in curves:
             continue
         cfg = json.loads(store.query("SELECT config_json FROM runs WHERE run_id = ?", [job.run_id])[0]["config_json"])
@@ -137,12 +137,12 @@ def calibration_rows(store: Store, jobs: list[study.StudyJob]) -> list[dict]:
         # (hard, learnable later) and all right (solved: saturation, the kind that grows in real math RL).
         split = store.query("SELECT step, avg(CASE WHEN n_correct = 0 THEN 1.0 ELSE 0.0 END) AS wrong, "
                             "avg(CASE WHEN n_correct = n THEN 1.0 ELSE 0.0 END) AS solved FROM prompt_observations "
-                            "WHERE run_id = ? AND step < ? AND stage = 'full' GROUP BY step ORDER BY step",
+                            "WHERE run_id = ? AND step <= ? AND stage = 'full' GROUP BY step ORDER BY step",
                             [job.run_id, job.steps])
         c = curves[job.run_id]
-        acc = {s: a for s, a in zip(c.eval_step, c.eval_accuracy) if s < job.steps}
+        acc = {s: a for s, a in zip(c.eval_step, c.eval_accuracy) if s <= job.steps}
         evals = [(s, a) for s, a in sorted(acc.items())]
-        lengths = store.query("SELECT step, benchmark, accuracy FROM eval_results WHERE run_id = ? AND step < ? "
+        lengths = store.query("SELECT step, benchmark, accuracy FROM eval_results WHERE run_id = ? AND step <= ? "
                               "ORDER BY step, benchmark", [job.run_id, job.steps])
         first_eval, last_eval = evals[0][0], evals[-1][0]
         per_length = {r["benchmark"]: [None, None] for r in lengths}
@@ -161,7 +161,7 @@ def calibration_rows(store: Store, jobs: list[study.StudyJob]) -> list[dict]:
             "epochs_grpo": sum(int(r["prompts_consumed"] or 0) for r in steps) / pool,
             "epochs_pc_min": len(steps) * b_g / pool,
             "s_per_step": sum(float(r["compute_s"]) for r in steps) / len(steps),
-            "curve": [(s, a) for s, a in evals if s < 0 or (s + 1) % WINDOW == 0],
+            "curve": [(s, a) for s, a in evals if s < 1 or s % WINDOW == 0],
             "start": evals[0][1], "peak": peak, "peak_step": peak_step, "last": last,
             "gain_last_quarter": last - quarter[0] if quarter else float("nan"),
             "per_length": per_length,
@@ -213,13 +213,13 @@ def section(rows: list[dict], cmd: str, wall_s: float | None) -> str:
     n_ev = max((len(r["curve"]) for r in rows), default=0)
     head = next((r["curve"] for r in rows if len(r["curve"]) == n_ev), [])
     lines += [
-        "| candidate | " + " | ".join("start" if s < 0 else str(s + 1) for s, _ in head) + " | peak (step) | gain in the last quarter |",
+        "| candidate | " + " | ".join("start" if s < 1 else str(s) for s, _ in head) + " | peak (step) | gain in the last quarter |",
         "|---|" + "---:|" * (n_ev + 2),
     ]
     for r in rows:
         cells = [f"{a:.3f}" for _, a in r["curve"]] + [""] * (n_ev - len(r["curve"]))
         lines.append(f"| {r['name']} | " + " | ".join(cells)
-                     + f" | {r['peak']:.3f} ({r['peak_step'] + 1}) | {r['gain_last_quarter']:+.3f} |")
+                     + f" | {r['peak']:.3f} ({r['peak_step']}) | {r['gain_last_quarter']:+.3f} |")
     names = sorted({b for r in rows for b in r["per_length"]})
     if names:
         lines += [

@@ -233,7 +233,7 @@ def fit_slope(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class Row:
-    """One run's numbers. Slopes are held-out accuracy per training step (x = step + 1, the updates taken)."""
+    """One run's numbers. Slopes are held-out accuracy per training step (x = step, the updates taken)."""
 
     cell: Cell
     run_id: str
@@ -278,11 +278,11 @@ class Row:
 
 
 def curve_numbers(points: Sequence[tuple[int, float]], fit_steps: int) -> tuple[float, float, float, float]:
-    """(start, last, slope, se) of eval points (step, accuracy), step -1 = before training, over steps < fit_steps."""
-    pts = sorted((s, a) for s, a in points if s < fit_steps)
+    """(start, last, slope, se) of eval points (step, accuracy), step 0 = before training, over steps <= fit_steps."""
+    pts = sorted((s, a) for s, a in points if s <= fit_steps)
     if not pts:
         return math.nan, math.nan, math.nan, math.nan
-    slope, se = fit_slope([s + 1 for s, _ in pts], [a for _, a in pts])
+    slope, se = fit_slope([s for s, _ in pts], [a for _, a in pts])
     return pts[0][1], pts[-1][1], slope, se
 
 
@@ -323,15 +323,15 @@ def rows_from_store(store: Store, cells: Sequence[Cell], steps: int, fit_steps: 
     for r in store.query(
             """SELECT run_id, step, trained_prompts, informative_share, sampled_rollouts,
                       coalesce(time_generate_s, 0) + coalesce(time_reward_s, 0) + coalesce(time_update_s, 0) AS compute_s
-               FROM steps WHERE list_contains(?, run_id) AND step < ? ORDER BY run_id, step""", [ids, steps]):
+               FROM steps WHERE list_contains(?, run_id) AND step <= ? ORDER BY run_id, step""", [ids, steps]):
         per_step.setdefault(r["run_id"], []).append(r)
     evals: dict[str, list[tuple[int, float]]] = {}
-    for r in store.query("SELECT run_id, step, accuracy FROM eval_curve WHERE list_contains(?, run_id) AND step < ? "
+    for r in store.query("SELECT run_id, step, accuracy FROM eval_curve WHERE list_contains(?, run_id) AND step <= ? "
                          "ORDER BY run_id, step", [ids, steps]):
         evals.setdefault(r["run_id"], []).append((int(r["step"]), float(r["accuracy"])))
     per_len: dict[str, dict[int, dict[str, float]]] = {}
     for r in store.query("SELECT run_id, step, benchmark, accuracy FROM eval_results WHERE list_contains(?, run_id) "
-                         "AND step < ?", [ids, steps]):
+                         "AND step <= ?", [ids, steps]):
         per_len.setdefault(r["run_id"], {}).setdefault(int(r["step"]), {})[r["benchmark"]] = float(r["accuracy"])
     out = []
     for rid, cell in by_id.items():
@@ -601,11 +601,11 @@ def measured_timing(store: Store, run_ids: Sequence[str]) -> dict[str, float]:
         if r["w"] is not None}
     created = {r["run_id"]: float(r["c"]) for r in store.query(
         "SELECT run_id, epoch(created_at) AS c FROM runs WHERE list_contains(?, run_id)", [ids])}
-    evals = [t - wr[k] for k, t in ev.items() if k[1] >= 0 and k in wr and t >= wr[k]]
+    evals = [t - wr[k] for k, t in ev.items() if k[1] >= 1 and k in wr and t >= wr[k]]
     out: dict[str, float] = {}
     if evals:
         out["eval_s"] = statistics.median(evals)
-        starts = [t - created[k[0]] - out["eval_s"] for k, t in ev.items() if k[1] == -1 and k[0] in created]
+        starts = [t - created[k[0]] - out["eval_s"] for k, t in ev.items() if k[1] == 0 and k[0] in created]
         if starts:
             out["start_s"] = statistics.median(starts)
     return out

@@ -354,12 +354,12 @@ def ceiling(curve: RunCurves) -> RunCurves:
     and pilots of prompts screened out, pilots kept and never trained, DAPO's surplus) was read from extra rollouts
     that are not counted. Screening that costs nothing decides exactly as the run did, so the run's learning is the
     ceiling's; only its cost changes: each eval's rollouts become the cumulative TRAINED rollouts through that eval's
-    step (0 before training). Worked example: evals after steps -1, 9, 19 with cumulative trained 0, 2,560, 5,120
+    step (0 before training). Worked example: evals after steps 0, 10, 20 with cumulative trained 0, 2,560, 5,120
     (sampled 0, 7,790, 15,580) give the ceiling (0, 2,560, 5,120) at the same accuracies."""
     by_step = dict(zip(curve.step, curve.cumulative_trained))
     rollouts = []
     for s in curve.eval_step:
-        if s < 0:
+        if s < 1:
             rollouts.append(0)
         elif s not in by_step:
             raise ValueError(f"run {curve.run_id}: eval at step {s} has no steps row. Fix: finish the run first.")
@@ -370,8 +370,8 @@ def ceiling(curve: RunCurves) -> RunCurves:
 
 
 def steps_to(curve: RunCurves, target: float) -> int | None:
-    """Training steps (store step + 1) at the curve's first eval at or above ``target`` (None: never)."""
-    return next((s + 1 for s, a in zip(curve.eval_step, curve.eval_accuracy) if a >= target - 1e-12), None)
+    """Training steps (the stored step) at the curve's first eval at or above ``target`` (None: never)."""
+    return next((s for s, a in zip(curve.eval_step, curve.eval_accuracy) if a >= target - 1e-12), None)
 
 
 # ---- the tuning rule ----------------------------------------------------------------------------------------------

@@ -319,7 +319,7 @@ def add_parsers(sub) -> None:
     _common_args(p)
     p.add_argument("--until-step", type=int, required=True, help="the segment's last step (inclusive)")
     p.add_argument("--from-step", type=int, default=None,
-                   help="start from the checkpoint after this step (-1: the base policy; default: the latest)")
+                   help="start from the checkpoint after this step (0: the base policy; default: the latest)")
     p.add_argument("--segment", type=int, default=None,
                    help="the run's segment this trains (its row in the store's segment plan): its start and end are "
                         "recorded there (the training_segment asset passes it)")

@@ -125,7 +125,7 @@ def _simulate(args: argparse.Namespace, cfg: RunConfig, run_id: str, stop: StopF
             rec = st.record()
             if args.json:
                 out.write(json.dumps(rec) + "\n")
-            elif rec["step"] % every == 0 or rec["step"] == args.steps - 1:
+            elif rec["step"] % every == 0 or rec["step"] in (1, args.steps):
                 bar.clear()
                 out.write(" ".join(f"{rec[k]:>{w}{spec}}" for k, _, w, spec in fields) + "\n")
                 out.flush()

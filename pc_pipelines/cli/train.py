@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import ConfigError, installed_command, shell_command
-from ..steps import display_step, step_label
+from ..steps import step_label
 from .args import add_config_args, check_steps, int_arg, progress_bar, run_config, run_name_arg
 from .exits import exit_status
 
@@ -88,7 +88,7 @@ def closing_lines(run_id: str, steps_done: int, rollouts: int, curve: Sequence[d
                   eval_samples: int, eval_temperature: float, checkpoint: Path | None, tensorboard_dir: Path,
                   store_path: Path) -> list[str]:
     """The block ``train`` ends with (no ``--json``): the held-out accuracy per set at the first and the last
-    evaluated step (columns ``start``, before training, and ``step N``, counted from 1: :mod:`pc_pipelines.steps`) (one column when only one step was evaluated) with their mean over sets, then one line with the
+    evaluated step (columns ``start``, before training (step 0), and ``step N``, the stored step: :mod:`pc_pipelines.steps`) (one column when only one step was evaluated) with their mean over sets, then one line with the
     final numbers (the last step's mean reward, the last evaluation's accuracy, the rollouts sampled), then where the
     checkpoint, TensorBoard and the store are.
 
@@ -243,7 +243,7 @@ def _train(args: argparse.Namespace, stop) -> int:
             progress.close()
         args.run_name = run.run_id
         latest = latest_checkpoint(run.checkpoint_dir) if args.resume else None  # the bar's estimate only
-        done = min(args.steps, display_step(latest[0])) if latest else 0  # steps the checkpoint has
+        done = min(args.steps, latest[0]) if latest else 0  # steps the checkpoint has
         run = replace(run, planned_steps=args.steps)  # `runs` shows the steps done of these
         bar = progress_bar(args.steps, f"{cfg.method} {run.run_id}", show, leave=True, initial=done)
 
@@ -267,7 +267,7 @@ def _train(args: argparse.Namespace, stop) -> int:
             bar.update(1)  # one refresh, with this step's numbers
 
         try:
-            res = run_segment(run, store, until_step=args.steps - 1, start=start, on_step=on_step, stop=stop,
+            res = run_segment(run, store, until_step=args.steps, start=start, on_step=on_step, stop=stop,
                               evaluate_last=not args.no_final_eval, finish_at=args.steps)
         except RunBusyError:
             bar.leave = False  # another process writes the run: refused before it started, no bar left on screen
@@ -275,7 +275,7 @@ def _train(args: argparse.Namespace, stop) -> int:
         finally:
             bar.close()
         if args.resume and res.steps_run == 0:
-            sys.stderr.write(f"run {run.run_id} already has {res.last_step + 1} steps (>= --steps {args.steps}); "
+            sys.stderr.write(f"run {run.run_id} already has {res.last_step} steps (>= --steps {args.steps}); "
                              "nothing to do.\n")
     if args.json:
         return 0
@@ -283,7 +283,7 @@ def _train(args: argparse.Namespace, stop) -> int:
                         [run.run_id])
     last_step = store.query("SELECT step, mean_reward, trained_rollouts FROM steps WHERE run_id = ? "
                             "ORDER BY step DESC LIMIT 1", [run.run_id])
-    for line in closing_lines(run.run_id, res.last_step + 1, res.cumulative_rollouts, curve,
+    for line in closing_lines(run.run_id, res.last_step, res.cumulative_rollouts, curve,
                               last_step[0] if last_step else None, cfg.training.eval_samples,
                               cfg.training.eval_temperature, res.checkpoint, res.tensorboard_dir, store.path):
         print(line)

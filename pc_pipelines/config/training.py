@@ -71,7 +71,7 @@ class TrainingConfig:
     keep_checkpoints: int = 3
     """Checkpoints kept per run (the newest); older ones are deleted. Does not change results."""
     keep_every: int = 0
-    """Also keep every checkpoint whose step count (step + 1) is a multiple of this (0: none). Training segments
+    """Also keep every checkpoint whose step (steps count from 1) is a multiple of this (0: none). Training segments
     set it to their length, so every segment boundary stays re-materializable. Does not change results."""
 
     def __post_init__(self) -> None:
@@ -108,13 +108,13 @@ class TrainingConfig:
         self._check_prompt_template()
 
     def evaluates_after(self, step: int, rollouts_before: int, rollouts_after: int) -> bool:
-        """Whether the schedule evaluates after 0-based ``step``, which took the run's cumulative sampled rollouts
+        """Whether the schedule evaluates after ``step`` (steps count from 1), which took the run's cumulative sampled rollouts
         from ``rollouts_before`` to ``rollouts_after``: every ``eval_every_rollouts`` sampled rollouts when set,
         else every ``eval_every`` steps. One rule for the driver and the simulator."""
         k = self.eval_every_rollouts
         if k:
             return rollouts_after // k > rollouts_before // k
-        return (step + 1) % self.eval_every == 0
+        return step % self.eval_every == 0
 
     def _check_prompt_template(self) -> None:
         """The template is formatted with ``question=`` only: any other placeholder (``{x}``, ``{}``, ``{0}``,

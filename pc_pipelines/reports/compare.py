@@ -39,7 +39,7 @@ def compare_query(family: str | None = None, run_ids: Sequence[str] | None = Non
         where = f"r.family = {sql_string(family)}"
     else:
         where = "true"
-    return ("SELECT r.run_id, r.method, r.family, s.step + 1 AS step, "
+    return ("SELECT r.run_id, r.method, r.family, s.step, "
             "sum(s.sampled_rollouts) OVER (PARTITION BY s.run_id ORDER BY s.step) AS cumulative_rollouts, "
             "s.mean_reward, e.accuracy "
             "FROM runs r JOIN steps s USING (run_id) "
@@ -47,7 +47,7 @@ def compare_query(family: str | None = None, run_ids: Sequence[str] | None = Non
             f"WHERE {where} "
             "UNION ALL SELECT r.run_id, r.method, r.family, 0 AS step, 0 AS cumulative_rollouts, NULL AS mean_reward, "
             "e.accuracy FROM runs r JOIN eval_curve e USING (run_id) "
-            f"WHERE e.step = -1 AND {where} "
+            f"WHERE e.step = 0 AND {where} "
             "ORDER BY run_id, step")
 
 

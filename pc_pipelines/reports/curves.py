@@ -34,10 +34,10 @@ class RunCurves:
     family: str
     method: str
     seed: int
-    eval_step: tuple[int, ...]  # store steps, -1 = before training
+    eval_step: tuple[int, ...]  # steps (from 1), 0 = before training
     eval_rollouts: tuple[int, ...]  # cumulative sampled rollouts through that step (0 before training)
     eval_accuracy: tuple[float, ...]  # mean over the run's benchmarks
-    step: tuple[int, ...]  # store steps (0-based)
+    step: tuple[int, ...]  # steps (from 1)
     cumulative_sampled: tuple[int, ...]
     cumulative_trained: tuple[int, ...]
     reward_std: tuple[float, ...]  # mean reward std of the step's trained groups

@@ -1,8 +1,8 @@
 """The report's PNG plots: four figures per family (:data:`PLOT_NAMES`), one line per run coloured by method, each
 seed's target accuracy dashed on the accuracy plots.
 
-Steps on the plots' x axes are counted from 1: the store's step ``k`` (0-based) is training step ``k + 1``, and an
-eval after step ``k``'s update sits at ``k + 1``; the eval before training (store step -1) sits at 0.
+Steps on the plots' x axes are the stored steps (from 1; an eval after step ``k``'s update sits at ``k``, the eval
+before training at 0): :mod:`pc_pipelines.steps`.
 
 matplotlib is imported only when plots are drawn, through its object API (``Figure`` + the Agg canvas): no
 ``pyplot``, no ``matplotlib.use``, no change to the process's backend or rcParams.
@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..durable import write_user_output
-from ..steps import display_step
 from ..store import Store
 from .curves import RunCurves, check_curves, load_curves
 from .style import method_color, method_label
@@ -70,14 +69,14 @@ def make_figures(
             "mean eval accuracy (over benchmarks)", lambda c: (c.eval_rollouts, c.eval_accuracy), True),
         "accuracy_vs_steps": (
             "eval accuracy vs training steps", "training step (0 = before training)",
-            "mean eval accuracy (over benchmarks)", lambda c: ([display_step(s) for s in c.eval_step], c.eval_accuracy), True),
+            "mean eval accuracy (over benchmarks)", lambda c: (list(c.eval_step), c.eval_accuracy), True),
         "reward_std_per_step": (
             "mean reward std of trained groups per step", "training step",
-            "mean reward std of trained groups", lambda c: ([display_step(s) for s in c.step], c.reward_std), False),
+            "mean reward std of trained groups", lambda c: (list(c.step), c.reward_std), False),
         "informative_share_per_step": (
             "informative share of trained groups per step", "training step",
             "share of trained groups with reward std > 0",
-            lambda c: ([display_step(s) for s in c.step], c.informative_share), False),
+            lambda c: (list(c.step), c.informative_share), False),
     }
     figures: dict[str, Figure] = {}
     for name, (title, xlabel, ylabel, data, is_eval) in specs.items():

@@ -2,8 +2,8 @@
 cumulative sampled rollouts by step (the ``training_segment`` asset attaches it to each segment it materializes).
 Its rows are those of :func:`run_progress_query`, the query the asset also prints for ``pilot-commit sql``.
 
-Steps are counted from 1 as on every screen (:func:`pc_pipelines.steps.display_step`: store step ``k`` is step
-``k + 1``; the evaluation before training sits at 0), on whole-number ticks; the rollouts axis shows plain counts with
+Steps are the stored steps, as on every screen (:mod:`pc_pipelines.steps`: from 1; the evaluation before training
+sits at 0), on whole-number ticks; the rollouts axis shows plain counts with
 thousands separators (no offset, no scientific notation).
 """
 
@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import brief, sql_string
-from ..steps import display_step
 from ..store import Store
 from ..store.names import shown_path
 from .plots import save_figure
@@ -34,7 +33,7 @@ def run_progress_query(run_id: str) -> str:
 
 @dataclass(frozen=True)
 class RunProgress:
-    """A run's per-step curve as :func:`run_progress_query` returns it, and its evaluations (``-1``: before
+    """A run's per-step curve as :func:`run_progress_query` returns it, and its evaluations (``0``: before
     training). Values the store holds as NULL are NaN."""
 
     run_id: str
@@ -86,9 +85,9 @@ def run_progress_figure(progress: RunProgress, highlight: tuple[int, int] | None
     fig = Figure(figsize=(11.0, 4.0), dpi=82, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(PANELS))
-    x = [display_step(s) for s in progress.step]
+    x = list(progress.step)
     series = {
-        "held-out accuracy": ([display_step(s) for s in progress.eval_step], progress.eval_accuracy),
+        "held-out accuracy": (list(progress.eval_step), progress.eval_accuracy),
         "mean reward": (x, progress.mean_reward),
         "reward std": (x, progress.reward_std),
         "informative share": (x, progress.informative_share),
@@ -105,9 +104,9 @@ def run_progress_figure(progress: RunProgress, highlight: tuple[int, int] | None
         ax.grid(True, alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 2.5
         if highlight is not None:
-            ax.axvspan(display_step(highlight[0]) - 0.5, display_step(highlight[1]) + 0.5, color="0.85", zorder=0)
+            ax.axvspan(highlight[0] - 0.5, highlight[1] + 0.5, color="0.85", zorder=0)
         if name == "cumulative rollouts":
             ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))  # 12,000: no 1e4 offset
-    seg = f" (shaded: steps {display_step(highlight[0])}..{display_step(highlight[1])})" if highlight else ""
+    seg = f" (shaded: steps {highlight[0]}..{highlight[1]})" if highlight else ""
     fig.suptitle(f"{progress.run_id} ({progress.method}), {len(progress.step)} steps so far{seg}", fontsize=11)
     return fig

@@ -28,8 +28,7 @@ history prior), ties broken by the lower prompt id, most visited first: a determ
 per step, one count per decision (stacked; the stack's height is the number of prompts drawn at that step) and
 the number of prompts evicted and returned (lines). The figure's title says which prompts the rows are.
 
-Steps on the x axis are counted from 1, as in every report plot (:mod:`.plots`): store step ``k`` is training step
-``k + 1``. matplotlib is used through its object API only (no ``pyplot``), like :mod:`.plots`.
+Steps on the x axis are the stored steps (from 1), as on every screen (:mod:`pc_pipelines.steps`). matplotlib is used through its object API only (no ``pyplot``), like :mod:`.plots`.
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import brief, shell_command
-from ..steps import display_step
 from ..store import Store
 from ..store.names import shown_path
 from ..store.runlock import with_live_status
@@ -98,7 +96,7 @@ class TimelineData:
     visits: tuple[int, ...]  # per row: steps at which the prompt was sampled
     picked: str  # "top" (the most-visited) or "chosen" (the prompts asked for)
     total_prompts: int  # distinct prompts the run sampled
-    steps: np.ndarray  # int64 [S]: store steps (0-based)
+    steps: np.ndarray  # int64 [S]: the stored steps (from 1)
     p_hat: np.ndarray  # float64 [R, S]: pooled pass rate; NaN = not sampled
     marker: np.ndarray  # int8 [R, S]: index into DECISIONS; -1 = not sampled
     evicted: np.ndarray  # bool [R, S]
@@ -147,7 +145,7 @@ class TimelineResult:
     def shows(self) -> str:
         """What the figure shows, in one line."""
         return (f"run {self.run_id} ({method_label(self.method)}): {self.description} x {self.steps} steps "
-                f"(training steps {display_step(self.first_step)}-{display_step(self.last_step)}); lower panel: decisions of all "
+                f"(training steps {self.first_step}-{self.last_step}); lower panel: decisions of all "
                 f"{self.total_prompts:,} prompts per step")
 
     def summary(self) -> str:
@@ -320,7 +318,7 @@ def make_timeline_figure(data: TimelineData) -> Figure:
     ax2 = fig.add_subplot(grid[1, 0], sharex=ax)
     fig.add_subplot(grid[1, 1]).set_axis_off()
 
-    x0, x1 = display_step(data.steps[0]), display_step(data.steps[-1])  # training steps, from 1
+    x0, x1 = int(data.steps[0]), int(data.steps[-1])  # training steps, as stored
     cmap = colormaps[CMAP].with_extremes(bad="white")
     img = ax.imshow(np.ma.masked_invalid(data.p_hat), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto",
                     interpolation="nearest", extent=(x0 - 0.5, x1 + 0.5, n_rows - 0.5, -0.5), gid="heatmap")
@@ -332,7 +330,7 @@ def make_timeline_figure(data: TimelineData) -> Figure:
     cell_w = (width - 2.2) * 72.0 / max(n_steps, 1)
     cell_h = heat_h * 72.0 / max(n_rows, 1)
     side = max(1.6, 0.62 * min(cell_w, cell_h))
-    cols = np.array([display_step(s) for s in data.steps], np.int64)
+    cols = np.asarray(data.steps, np.int64)
     for i, d in enumerate(DECISIONS):
         rr, cc = np.nonzero(data.marker == i)
         if rr.shape[0]:

@@ -25,8 +25,9 @@ FINISH_LENGTH = "length"  # cut at max_new_tokens: an overlong (truncated) respo
 
 
 def derive_seed(*parts: int) -> int:
-    """A 31-bit sampling seed from a run seed and a draw's coordinates (each >= -1: step -1 is "before training"),
-    e.g. ``derive_seed(run_seed, salt, step, call)``: the same coordinates always give the same seed."""
+    """A 31-bit sampling seed from a run seed and a draw's coordinates (each >= -1: the allocator's 0-based step
+    index, -1 for the evaluation before training, step 0), e.g. ``derive_seed(run_seed, salt, step, call)``: the
+    same coordinates always give the same seed."""
     return int(np.random.SeedSequence([int(p) + 1 for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
 
 

@@ -59,7 +59,7 @@ class Backend(Protocol):
         the files (relative paths) the checkpoint cannot do without, for its manifest."""
 
     def evaluate(self, step: int) -> EvalResult:
-        """Mean@k of the current policy on the run's eval sets, seeded for ``step`` (-1: before training)."""
+        """Mean@k of the current policy on the run's eval sets, seeded for ``step`` (0: before training)."""
 
     def close(self) -> None:
         """Release what the backend holds (grader workers, engines)."""

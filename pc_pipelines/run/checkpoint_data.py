@@ -12,7 +12,7 @@ or as a wrong total. Each takes what was read and returns it checked (or None), 
 * ``policy/*.safetensors`` (:func:`safetensors_problem`): the header's length fits the file (read with 8 bytes,
   never allocated), the header is a JSON object, each tensor's dtype times shape is its byte span and the spans
   tile the data exactly, as safetensors requires.
-* ``meta.json``'s totals (:func:`totals_problem`): whole numbers >= 0, ``steps`` the checkpoint's step + 1, and the
+* ``meta.json``'s totals (:func:`totals_problem`): whole numbers >= 0, ``steps`` the checkpoint's step (steps count from 1), and the
   sums of the store's rows of those steps when the store has them all.
 
 ``trainer.pt`` is checked by the trainer itself, against its live optimizer
@@ -223,8 +223,8 @@ STORE_TOTALS = {"sampled_rollouts": "sampled_rollouts", "trained_rollouts": "tra
 
 def totals_problem(totals: Any, step: int, rows: list[dict[str, Any]]) -> str | None:
     """None when ``totals`` (``meta.json``'s, of the checkpoint after ``step``) are the run's ledger through that
-    step: whole numbers >= 0 of :class:`~.records.Totals`' fields, ``steps`` = step + 1, and, when ``rows`` (the
-    store's ``steps`` rows of steps 0..step) are all there, their sums (of each column they all fill); else what is
+    step: whole numbers >= 0 of :class:`~.records.Totals`' fields, ``steps`` = step (steps count from 1), and, when
+    ``rows`` (the store's ``steps`` rows of steps 1..step) are all there, their sums (of each column they all fill); else what is
     wrong, one line."""
     if not isinstance(totals, dict):
         return f"totals is {_short(totals)}, not an object of {', '.join(TOTALS)}"
@@ -234,13 +234,13 @@ def totals_problem(totals: Any, step: int, rows: list[dict[str, Any]]) -> str | 
     for key, value in totals.items():
         if not _whole(value) or value < 0:
             return f"totals.{key} is {_short(value)}, not a whole number >= 0"
-    if totals.get("steps", step + 1) != step + 1:
-        return f"totals.steps is {totals['steps']}, the checkpoint is after step {step} ({step + 1} steps)"
-    if sorted(int(r["step"]) for r in rows) == list(range(step + 1)):
+    if totals.get("steps", step) != step:
+        return f"totals.steps is {totals['steps']}, the checkpoint is after step {step} ({step} steps)"
+    if sorted(int(r["step"]) for r in rows) == list(range(1, step + 1)):
         for key, column in STORE_TOTALS.items():
             if key not in totals or any(r[column] is None for r in rows):  # a column older rows lack
                 continue
             stored = sum(int(r[column]) for r in rows)
             if totals[key] != stored:
-                return f"totals.{key} is {totals[key]}, the store's steps 0..{step} add up to {stored}"
+                return f"totals.{key} is {totals[key]}, the store's steps 1..{step} add up to {stored}"
     return None

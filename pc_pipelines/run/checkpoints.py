@@ -1,6 +1,7 @@
 """A run's checkpoints: their layout, listing, verification, retention, and writing / reading the run's own state.
 
-``<run_dir>/checkpoints/step-NNNNNNNN`` (named by the last completed step) holds the backend's files (the local
+``<run_dir>/checkpoints/step-NNNNNNNN`` (named by the last completed step: ``step-00000010`` holds the run after 10
+steps, steps counted from 1 as everywhere) holds the backend's files (the local
 backend: the policy as a normal HF directory, the optimizer state, the rollout payloads) and the run's own:
 ``allocator.json`` (stream, buffer, RNG), ``rng.pt`` (every global RNG state) and ``meta.json`` (the config hash
 and the cumulative ledger). A checkpoint is written to a temporary directory and renamed into place
@@ -57,8 +58,12 @@ from .stopping import disk_full_error
 from .torch_files import torch_file_problem
 from .training_run import TrainingRun
 
-CHECKPOINT_FORMAT = 2  # 2: manifest.json (files, sizes, sha256) written last; 1: meta.json last, no manifest
-READABLE_FORMATS = (1, 2)
+CHECKPOINT_FORMAT = 3  # 3: steps counted from 1; 2: manifest.json (files, sizes, sha256) written last; 1: meta.json last
+READABLE_FORMATS = (1, 2, 3)
+COUNTS_FROM_ONE = 3
+"""Checkpoints of formats 1 and 2 (written before store v12) count steps from 0: ``step-00000009`` (meta ``step`` 9)
+holds the run after 10 steps. They are read as they are and listed under the run's step numbers
+(:func:`checkpoint_step`: 9 -> 10), so they still resume."""
 MANIFEST = "manifest.json"
 CHECKPOINT_MANIFEST = durable.JsonManifest(MANIFEST, order=("format", "files", "required"))
 RUN_STATE_FILES = ("meta.json", "allocator.json", "rng.pt")
@@ -72,18 +77,43 @@ def checkpoint_name(step: int) -> str:
     return f"step-{step:08d}"
 
 
+def _format(path: Path) -> int | None:
+    """The format a checkpoint says it has (its manifest's, else its ``meta.json``'s; 1 without either)."""
+    for name in (MANIFEST, "meta.json"):
+        try:
+            fmt = json.loads((path / name).read_text()).get("format", 1)
+        except (OSError, ValueError, AttributeError):
+            continue
+        return fmt if isinstance(fmt, int) else None
+    return None
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The run's step (steps counted from 1) after which the checkpoint at ``path`` was taken: its name's number,
+    one more for a checkpoint of a format that counted from 0 (:data:`COUNTS_FROM_ONE`). None: not ``step-<N>``."""
+    try:
+        named = int(path.name[5:]) if path.name.startswith("step-") else None
+    except ValueError:
+        return None
+    if named is None:
+        return None
+    fmt = _format(path)
+    return named if fmt is None or fmt >= COUNTS_FROM_ONE else named + 1
+
+
 def list_checkpoints(checkpoint_dir: Path) -> list[tuple[int, Path]]:
-    """Checkpoints (``step-N`` directories with a ``manifest.json`` or, format 1, a ``meta.json``), oldest first.
-    Cheap: it does not verify them (:func:`verify_checkpoint`, :func:`newest_intact_checkpoint` do)."""
-    out = []
+    """Checkpoints (``step-N`` directories with a ``manifest.json`` or, format 1, a ``meta.json``) as (the run's
+    step after which each was taken, path), oldest first; of two for one step (one written before steps counted
+    from 1, one after), the newer format. Cheap: it does not verify them (:func:`verify_checkpoint`,
+    :func:`newest_intact_checkpoint` do)."""
+    found: dict[int, Path] = {}
     if checkpoint_dir.is_dir():
-        for p in checkpoint_dir.iterdir():
+        for p in sorted(checkpoint_dir.iterdir()):
             if p.name.startswith("step-") and ((p / MANIFEST).exists() or (p / "meta.json").exists()):
-                try:
-                    out.append((int(p.name[5:]), p))
-                except ValueError:
-                    continue
-    return sorted(out)
+                step = checkpoint_step(p)
+                if step is not None and (step not in found or int(p.name[5:]) == step):
+                    found[step] = p
+    return sorted(found.items())
 
 
 def write_manifest(directory: Path, required: list[str] | None = None) -> durable.Manifest:
@@ -124,7 +154,7 @@ def verify_checkpoint(path: Path) -> str | None:
         meta = read_json(path / "meta.json")
     except ValueError as exc:
         return str(exc)
-    if not isinstance(meta, dict) or meta.get("step") != step or "totals" not in meta:
+    if not isinstance(meta, dict) or meta.get("step") != step or "totals" not in meta:  # as named, either numbering
         return f"meta.json does not describe step {step}"
     return None
 
@@ -200,12 +230,12 @@ def checkpoint_at(checkpoint_dir: Path, step: int) -> Path | None:
 
 def stale_checkpoints(ckpts: list[tuple[int, Path]], keep_last: int, keep_every: int) -> list[tuple[int, Path]]:
     """The checkpoints retention deletes: all but the newest ``keep_last`` and those after a multiple of
-    ``keep_every`` steps. Example: steps 4, 9, 14, 19, 24 with keep_last 2 and keep_every 10 keep 9 (10 steps),
-    19 (20 steps, also among the newest two) and 24, and delete 4 and 14."""
+    ``keep_every`` steps. Example: steps 5, 10, 15, 20, 25 with keep_last 2 and keep_every 10 keep 10, 20 (also
+    among the newest two) and 25, and delete 5 and 15."""
     newest = ckpts[-keep_last:] if keep_last > 0 else []
     return [
         (s, p) for s, p in ckpts
-        if (s, p) not in newest and not (keep_every > 0 and (s + 1) % keep_every == 0)
+        if (s, p) not in newest and not (keep_every > 0 and s % keep_every == 0)
     ]
 
 
@@ -217,7 +247,7 @@ def save_checkpoint(run: TrainingRun, store: Store, allocator: Allocator, totals
     (``write_backend_files(directory)`` returns those the checkpoint cannot do without), then the run's own state,
     then the manifest; rename it into place, record it in the store and apply the retention. Returns its
     directory."""
-    step = allocator.step - 1
+    step = allocator.step  # steps done: the last step's number
     root = run.checkpoint_dir
     root.mkdir(parents=True, exist_ok=True)
     stage = durable.Staging(root / checkpoint_name(step), tmp=root / f".tmp-{checkpoint_name(step)}-{os.getpid()}")

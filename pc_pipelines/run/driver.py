@@ -37,7 +37,7 @@ import numpy as np
 from ..allocation import Allocator
 from ..errors import RunError
 from ..rollout import EngineFactory
-from ..steps import BEFORE_TRAINING, display_step
+from ..steps import BEFORE_TRAINING, step_number
 from ..store import StepLogWriter, Store, run_has_data, step_tables
 from ..store.runlock import holds
 from .backend import Backend
@@ -98,11 +98,12 @@ class OpenRun:
             "time_update_s": timings["update"],
             "time_bookkeeping_s": timings["bookkeeping"],
         }
-        self.writer.write_step(outcome.step, step_tables(self.run.run_id, outcome, extra=extra))
+        step = step_number(outcome.step)  # the run's step number, as stored and shown
+        self.writer.write_step(step, step_tables(self.run.run_id, outcome, extra=extra))
         timings["store"] = time.perf_counter() - t
         return StepRecord(
-            step=outcome.step,
-            ledger=outcome.ledger.to_dict(),
+            step=step,
+            ledger=outcome.ledger.to_dict() | {"step": step},
             loss=res.loss,
             mean_reward=res.mean_reward,
             reward_std=outcome.ledger.mean_reward_std,
@@ -112,7 +113,7 @@ class OpenRun:
         )
 
     def evaluate(self, step: int) -> dict[str, float]:
-        """Mean@k accuracy of each eval set after ``step`` (-1: before training); rows go to ``eval_results``."""
+        """Mean@k accuracy of each eval set after ``step`` (0: before training); rows go to ``eval_results``."""
         result = self.backend.evaluate(step)
         self.store.add_eval_results(result.rows(self.run.run_id, step))
         return result.accuracy
@@ -138,9 +139,9 @@ class OpenRun:
         return self._tb
 
     def log_tensorboard(self, rec: StepRecord) -> None:
-        """The step's scalars at TensorBoard step :func:`~pc_pipelines.steps.display_step` (the first step is 1)."""
+        """The step's scalars at TensorBoard step ``rec.step`` (the stored step: the first is 1)."""
         tb = self.tensorboard(None)
-        s = display_step(rec.step)
+        s = rec.step
         led = rec.ledger
         for key in ("sampled_rollouts", "trained_rollouts", "rounds", "kept", "skipped_easy", "deferred_hard",
                     "buffer_size", "evicted", "returned", "screened_by_prior", "prior_rollouts_saved",
@@ -186,7 +187,7 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
 
     ``from_step`` None: the newest intact checkpoint (``resume``) or the base policy; the store forgets every row
     after the restored step (a crashed run's tail). Without ``resume`` a run that has checkpoints or steps is
-    refused. ``from_step`` k: the checkpoint after step k (-1: the base policy), keeping the rows of later steps: a
+    refused. ``from_step`` k: the checkpoint after step k (0: the base policy), keeping the rows of later steps: a
     training segment replayed in the middle of a run rewrites only its own steps (see :func:`run_segment`). A
     damaged checkpoint is skipped for the newest intact one before it (or, for ``from_step``, the base policy),
     with a warning naming it. Everything is loaded before the run's status or rows change, so a refusal changes
@@ -217,7 +218,7 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
                     "Fix: restore a checkpoint from a backup, or pass --overwrite (instead of --resume) to start the "
                     "run over from the base policy."
                 )
-    elif from_step >= 0:
+    elif from_step > 0:
         if checkpoint_at(run.checkpoint_dir, from_step) is None:
             have = [s for s, _ in list_checkpoints(run.checkpoint_dir)]
             raise RunError(
@@ -246,17 +247,17 @@ def open_run(run: TrainingRun, store: Store, backend: Backend, resume: bool = Tr
     _set_aside(run, damaged, chosen[1].name if chosen else "the base policy")
     planned = run.planned_steps  # a resumed run past its planned total keeps its own count (`runs`: steps done of these)
     if planned is not None and chosen is not None:
-        planned = max(planned, display_step(chosen[0]))
+        planned = max(planned, chosen[0])
     store.register_run(run.record(), planned_steps=planned)
     store.vacuum(run.run_id)
     if chosen is None:
         if from_step is None:
-            store.reopen_after(run.run_id, -2)  # a fresh start forgets any earlier attempt's rows
+            store.reopen_after(run.run_id, -1)  # a fresh start forgets any earlier attempt's rows
             shutil.rmtree(run.tensorboard_dir, ignore_errors=True)
         return opened
     if from_step is None:
         store.reopen_after(run.run_id, chosen[0])
-    log.info("resumed run %s from %s (after step %d)", run.run_id, chosen[1], display_step(chosen[0]))
+    log.info("resumed run %s from %s (after step %d)", run.run_id, chosen[1], chosen[0])
     return opened
 
 
@@ -281,7 +282,7 @@ def run_segment(
 
     ``backend`` trains the steps; None: :class:`~.local.LocalBackend` on ``device`` with the rollout engine
     ``engine_factory`` builds for the loaded policy (default: the registry's, transformers). ``from_step`` restores
-    exactly the checkpoint after that step (-1: the base policy) instead of the latest one and keeps the rows of
+    exactly the checkpoint after that step (0: the base policy) instead of the latest one and keeps the rows of
     later steps: the steps replayed replace their own rows only, atomically at the end (``Store.replace_steps``),
     so re-materializing a Dagster segment in the middle of a run leaves the segments after it intact (with the
     same seed the replay reproduces them bit for bit).
@@ -325,7 +326,7 @@ def run_segment(
         opened = open_run(run, store, backend, resume=start == "resume", from_step=from_step)
         result = _train_segment(opened, steps, until_step, from_step, on_step, stop, reserve, evaluate_last)
         if finish_at is not None:
-            record_finished(store, run.run_id, complete=result.last_step + 1 >= finish_at)
+            record_finished(store, run.run_id, complete=result.last_step >= finish_at)
         return result
 
 
@@ -339,7 +340,7 @@ def _train_segment(opened: OpenRun, steps: int | None, until_step: int | None, f
                    reserve: SpaceReserve, evaluate_last: bool = False) -> SegmentResult:
     run, store = opened.run, opened.store
     cfg = run.config.training
-    first = opened.allocator.step
+    first = step_number(opened.allocator.step)  # the segment's first step
     if until_step is not None:
         steps = max(0, until_step - first + 1)
     later = [s for s, _ in list_checkpoints(run.checkpoint_dir) if s >= first + steps]
@@ -349,13 +350,13 @@ def _train_segment(opened: OpenRun, steps: int | None, until_step: int | None, f
     saved_at: int | None = None
     try:
         # Purging TensorBoard events from `first` on would also drop the later segments a mid-run replay keeps; a run
-        # started over also drops its evaluation before training (TensorBoard step 0).
-        tb = opened.tensorboard(purge_step=None if later else display_step(BEFORE_TRAINING if first == 0 else first))
+        # started over also drops its evaluation before training (step 0).
+        tb = opened.tensorboard(purge_step=None if later else (BEFORE_TRAINING if first == 1 else first))
         if stop is not None:
             stop.check()
-        if first == 0:
+        if first == 1:
             acc = opened.evaluate(BEFORE_TRAINING)
-            tb.add_scalar("eval/accuracy", float(np.mean(list(acc.values()))), display_step(BEFORE_TRAINING))
+            tb.add_scalar("eval/accuracy", float(np.mean(list(acc.values()))), BEFORE_TRAINING)
         for _ in range(steps):
             if stop is not None:
                 stop.check()
@@ -370,12 +371,12 @@ def _train_segment(opened: OpenRun, steps: int | None, until_step: int | None, f
             records.append(rec)
             if on_step:
                 on_step(rec)
-            if (rec.step + 1) % cfg.checkpoint_every == 0:
+            if rec.step % cfg.checkpoint_every == 0:
                 last_ckpt, saved_at = opened.save_checkpoint(), rec.step
             if stop is not None and stop.requested and records:
                 if saved_at != rec.step:  # nothing done is lost: the stop boundary gets its checkpoint
                     last_ckpt, saved_at = opened.save_checkpoint(), rec.step
-                raise StopRequested(stop.signum, detail=f"after step {display_step(rec.step)} (checkpoint {last_ckpt.name}); "
+                raise StopRequested(stop.signum, detail=f"after step {rec.step} (checkpoint {last_ckpt.name}); "
                                                         "resume it with --resume")
         if records and saved_at != records[-1].step:
             last_ckpt = opened.save_checkpoint()
@@ -387,7 +388,7 @@ def _train_segment(opened: OpenRun, steps: int | None, until_step: int | None, f
         store.set_status(run.run_id, "running")
     except BaseException as exc:
         if isinstance(exc, StopRequested) and not exc.detail:
-            done = f"after step {display_step(records[-1].step)}" if records else "before its first step"
+            done = f"after step {records[-1].step}" if records else "before its first step"
             exc = exc.with_detail(f"{done}; resume it with --resume (from its last checkpoint)")
         status, reason = run_outcome(exc, where=f"{run.run_dir} and {store.runs_root}",
                                      then="resume it with --resume (from its last checkpoint)")
@@ -401,7 +402,7 @@ def _train_segment(opened: OpenRun, steps: int | None, until_step: int | None, f
     return SegmentResult(
         run_id=run.run_id,
         first_step=first,
-        last_step=opened.allocator.step - 1,
+        last_step=opened.allocator.step,  # steps done: the last step's number (0: none)
         steps_run=len(records),
         cumulative_rollouts=opened.totals.sampled_rollouts,
         last_eval_accuracy=evals[-1].eval_accuracy if evals else None,

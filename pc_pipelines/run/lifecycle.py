@@ -103,7 +103,7 @@ def check_segment_request(store: Store, run_id: str, segment: int | None, from_s
                           attempt: str | None) -> None:
     """Refuse (:class:`RunError`, nothing recorded, nothing trained) a request to train steps ``from_step + 1 ..
     until_step`` of ``run_id`` (``from_step`` None: from the newest checkpoint) that does not fit the run's segment
-    plan in the store: ``segment`` must be a segment of the plan, ``until_step`` its last step and ``from_step``
+    plan in the store (steps count from 1): ``segment`` must be a segment of the plan, ``until_step`` its last step and ``from_step``
     the step before its first or a checkpoint inside it; without ``segment``, the steps must lie within the plan (when
     the run has one); ``attempt`` goes with a ``segment`` (issue 54: ``--segment 1`` with ``--until-step 0`` trained
     step 0 and recorded segment 1 done). Store step numbers, as the flags take them."""
@@ -115,8 +115,8 @@ def check_segment_request(store: Store, run_id: str, segment: int | None, from_s
                        "pass the segment it attempts (--segment K), or drop --attempt.")
     if attempt is not None and not attempt.strip():
         raise RunError("--attempt is empty. Fix: pass the Dagster run making the attempt, or drop --attempt.")
-    if from_step is not None and from_step < -1:
-        raise RunError(f"--from-step {from_step}: must be >= -1 (-1: the base policy). Fix: pass -1 or a step "
+    if from_step is not None and from_step < 0:
+        raise RunError(f"--from-step {from_step}: must be >= 0 (0: the base policy). Fix: pass 0 or a step "
                        "whose checkpoint exists.")
     if from_step is not None and until_step <= from_step:
         raise RunError(f"{flags(from_step, until_step)} trains no step (steps from_step + 1 .. until_step). Fix: "

@@ -244,7 +244,7 @@ class LocalBackend:
 
     # -- evaluation ----------------------------------------------------------------------------------------------------
     def evaluate(self, step: int) -> EvalResult:
-        """Mean@k accuracy of each eval set with the current policy, after ``step`` (-1: before training)."""
+        """Mean@k accuracy of each eval set with the current policy, after ``step`` (0: before training)."""
         cfg = self.run.config.training
         return evaluate_sets(self.engine, self.grader, self.run.task.eval_sets, cfg.eval_samples, cfg.eval_temperature,
                              cfg.eval_top_p, cfg.max_response_length, eval_seed(self.run.config.seed, step))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..steps import display_segment, display_step
+from ..steps import segment_name
 from .records import StepRecord
 
 
@@ -35,12 +35,12 @@ class StepProgress:
     """One step as the UI and the console show it."""
 
     run_id: str
-    step: int  # the run's step index (0-based, as in the store)
-    segment: int  # this segment's index (0-based, as in the partition key seg-NNNN)
+    step: int  # the run's step (from 1, as stored and on every screen)
+    segment: int  # this segment's number in its partition key seg-NNNN (from 0; screens show seg-NNNN)
     segments: int  # the run's number of segments
     segment_step: int  # 1..segment_steps: how far into this segment
     segment_steps: int
-    run_step: int  # 1..run_steps: how far into the run (display_step(step))
+    run_step: int  # 1..run_steps: how far into the run (the step itself)
     run_steps: int
     mean_reward: float  # of the step's trained batch (its pass rate with 0/1 rewards); None-free: 0 when none trained
     reward_std: float  # mean over trained groups of the group's reward std
@@ -56,7 +56,7 @@ class StepProgress:
     def line(self) -> str:
         """The console's step line."""
         text = (f"step {self.segment_step}/{self.segment_steps} of segment "
-                f"{display_segment(self.segment)}/{self.segments} "
+                f"{segment_name(self.segment)} of {self.segments} "
                 f"(run step {self.run_step}/{self.run_steps}): mean reward {self.mean_reward:.3f}, "
                 f"reward std {self.reward_std:.3f}, informative {self.informative_share:.2f}, "
                 f"rollouts {self.step_rollouts:,} (cumulative {self.cumulative_rollouts:,}), "
@@ -69,16 +69,15 @@ class StepProgress:
 
     def metadata(self) -> dict[str, Any]:
         """The observation's fields, rounded for reading (plain JSON values): the progress in words (naming the run:
-        the asset's overview shows any run's latest) and the ETA first (the UI lists them in this order); ``step`` and
-        ``segment`` counted from 1 as in the words (:mod:`pc_pipelines.steps`)."""
+        the asset's overview shows any run's latest) and the ETA first (the UI lists them in this order); ``step`` as
+        stored, ``segment`` by its partition key as in the words (:mod:`pc_pipelines.steps`)."""
         out: dict[str, Any] = {
-            "progress": (f"{self.run_id}: segment {display_segment(self.segment)} of {self.segments}, step {self.segment_step} of "
+            "progress": (f"{self.run_id}: segment {segment_name(self.segment)} of {self.segments}, step {self.segment_step} of "
                          f"{self.segment_steps}; run step {self.run_step} of {self.run_steps}"),
             "eta": duration(self.eta_s),
         }
         out.update(asdict(self))
-        out["segment"] = display_segment(self.segment)
-        out["step"] = display_step(self.step)
+        out["segment"] = segment_name(self.segment)
         for k in ("mean_reward", "reward_std", "informative_share", "eval_accuracy"):
             if out[k] is not None:
                 out[k] = round(float(out[k]), 3)
@@ -97,7 +96,7 @@ class SegmentProgress:
 
     def __init__(self, run_id: str, segment: int, segments: int, first_step: int, last_step: int, run_steps: int,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if not first_step <= last_step < run_steps:
+        if not 1 <= first_step <= last_step <= run_steps:
             raise ValueError(f"segment steps {first_step}..{last_step} do not fit a run of {run_steps} steps")
         self.run_id, self.segment, self.segments = run_id, segment, segments
         self.first_step, self.last_step, self.run_steps = first_step, last_step, run_steps
@@ -113,7 +112,7 @@ class SegmentProgress:
         return StepProgress(
             run_id=self.run_id, step=rec.step, segment=self.segment, segments=self.segments,
             segment_step=rec.step - self.first_step + 1, segment_steps=self.last_step - self.first_step + 1,
-            run_step=display_step(rec.step), run_steps=self.run_steps,
+            run_step=rec.step, run_steps=self.run_steps,
             mean_reward=float(rec.mean_reward) if led.get("trained_rollouts", 1) else 0.0,
             reward_std=float(rec.reward_std), informative_share=float(led.get("informative_share", 0.0)),
             step_rollouts=int(led.get("sampled_rollouts", 0)), cumulative_rollouts=int(rec.cumulative_rollouts),

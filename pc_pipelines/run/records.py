@@ -86,7 +86,7 @@ class SegmentResult:
 
     run_id: str
     first_step: int
-    last_step: int  # -1 if the run has no completed step
+    last_step: int  # the last step done (steps count from 1; 0: the run has no completed step)
     steps_run: int
     cumulative_rollouts: int
     last_eval_accuracy: float | None

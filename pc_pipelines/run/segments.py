@@ -7,13 +7,13 @@ partition ``<run>/seg-<kkkk>`` of ONE dynamic partitions definition (Dagster rej
 time windows, and two dynamic dimensions would form a full cross product of runs and segments). Worked example,
 ``segment_steps=10, total_steps=25``::
 
-    seg-0000  steps  0..9    starts from the base policy     (checkpoint after step 9 ends it)
-    seg-0001  steps 10..19   starts from the checkpoint after step 9
-    seg-0002  steps 20..24   starts from the checkpoint after step 19 (the last segment is shorter)
+    seg-0000  steps  1..10   starts from the base policy     (checkpoint after step 10 ends it)
+    seg-0001  steps 11..20   starts from the checkpoint after step 10
+    seg-0002  steps 21..25   starts from the checkpoint after step 20 (the last segment is shorter)
 
-The numbers here are the store's (from 0); the UI, the logs and the sensor's reasons count from 1
-(:mod:`pc_pipelines.steps`): seg-0000 is "segment 1 of 3, steps 1..10". Segment ``k`` needs the checkpoint after step
-``first(k) - 1``; the run keeps every checkpoint at a multiple of
+Steps count from 1 in the store as on every screen (:mod:`pc_pipelines.steps`), and a segment is named by its
+partition key on every screen: seg-0000 is "segment seg-0000 of 3, steps 1..10". Segment ``k`` needs the checkpoint
+after step ``first(k) - 1`` (0: the base policy); the run keeps every checkpoint at a multiple of
 ``segment_steps`` steps (``training.keep_every``), so any segment can be re-materialized later.
 
 **Who writes a segment.** One process at a time writes a run (the run's writer lock,
@@ -42,7 +42,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..steps import display_segment
+from ..steps import segment_name
 
 SEGMENT_RE = re.compile(r"^(?P<run>[A-Za-z0-9][A-Za-z0-9_.-]*)/seg-(?P<k>\d{4,})$")
 
@@ -90,22 +90,22 @@ class SegmentPlan:
         """(first, last) step of ``segment``, both inclusive."""
         if not 0 <= segment < self.num_segments:
             raise SegmentError(f"segment {segment}: this run has segments 0..{self.num_segments - 1}")
-        first = segment * self.segment_steps
-        return first, min(first + self.segment_steps, self.total_steps) - 1
+        first = segment * self.segment_steps + 1  # steps count from 1
+        return first, min(first - 1 + self.segment_steps, self.total_steps)
 
     def all_bounds(self) -> list[tuple[int, int]]:
         return [self.bounds(k) for k in range(self.num_segments)]
 
 
 def resume_step(first: int, last: int, checkpoints: Sequence[int], done: bool) -> int:
-    """The checkpoint (step after which it was taken; -1 = the base policy) a segment ``first..last`` starts from.
+    """The checkpoint (step after which it was taken; 0 = the base policy) a segment ``first..last`` starts from.
 
     A segment that is done is recomputed from the previous segment's checkpoint (``first - 1``): re-materializing
     replaces its rows rather than skipping. One that failed or was killed resumes from its newest checkpoint inside
-    the segment. Example: steps 10..19, checkpoints [4, 9, 14]: a retry starts after step 14; a re-materialization
-    of the done segment after step 9. Raises when the previous segment's checkpoint is missing."""
+    the segment. Example: steps 11..20, checkpoints [5, 10, 15]: a retry starts after step 15; a re-materialization
+    of the done segment after step 10. Raises when the previous segment's checkpoint is missing."""
     have = set(checkpoints)
-    if first > 0 and (first - 1) not in have:
+    if first > 1 and (first - 1) not in have:
         raise SegmentError(
             f"no checkpoint after step {first - 1}: the previous segment is not done. Fix: materialize it first "
             "(the sensor advances a run's segments in order)."
@@ -185,18 +185,18 @@ def decide(run: RunView, max_failures: int) -> SensorDecision:
     if nxt.consecutive_failures >= max_failures:
         return SensorDecision(
             run.run_id, Action.PAUSE,
-            f"segment {display_segment(nxt.segment)} failed {nxt.consecutive_failures} times in a row (limit {max_failures}); last "
+            f"segment {segment_name(nxt.segment)} failed {nxt.consecutive_failures} times in a row (limit {max_failures}); last "
             f"error: {nxt.error or 'unknown'}. Fix the cause, then re-materialize {partition_key(run.run_id, nxt.segment)}.",
             segment=nxt.segment,
         )
     if nxt.status == "running":
         # The store says running but nothing is in flight: the process died without recording it.
         return SensorDecision(
-            run.run_id, Action.REQUEST, f"segment {display_segment(nxt.segment)} was interrupted; resuming it from its last checkpoint",
+            run.run_id, Action.REQUEST, f"segment {segment_name(nxt.segment)} was interrupted; resuming it from its last checkpoint",
             segment=nxt.segment, run_key=run_key(run.run_id, nxt.segment, nxt.attempts, run.used_run_keys),
         )
     what = {"failed": "retrying", "stopped": "resuming (from its checkpoint) the stopped"}.get(nxt.status, "next")
     return SensorDecision(
-        run.run_id, Action.REQUEST, f"{what} segment {display_segment(nxt.segment)} of {len(run.segments)}",
+        run.run_id, Action.REQUEST, f"{what} segment {segment_name(nxt.segment)} of {len(run.segments)}",
         segment=nxt.segment, run_key=run_key(run.run_id, nxt.segment, nxt.attempts, run.used_run_keys),
     )

@@ -73,7 +73,7 @@ class RunObservations:
     group_step: np.ndarray  # per trained group: its step
     group_sigma: np.ndarray  # its reward std (population std of its rewards)
     group_size: np.ndarray  # its rollouts
-    eval_step: np.ndarray  # store steps of the evaluations (-1 = before training)
+    eval_step: np.ndarray  # step indices of the evaluations (stored step - 1: -1 = before training)
     eval_accuracy: np.ndarray  # mean over the run's benchmarks
     first_step: np.ndarray  # per prompt: the step of its first visit
     first_n: np.ndarray  # rollouts of that visit
@@ -119,14 +119,15 @@ def _read_run(store: Store, con: Any, run_id: str) -> RunObservations:
                          f"run that `{shell_command('pilot-commit', 'runs', '--store', store.path)}` lists with "
                          "steps.")
     pool, preset = _config(store, run_id, meta[0][2])
-    steps = int(last) + 1  # a step left out as damaged still has its place on the step axis
-    g = [r for r in query(_GROUPS_SQL) if r[0] < steps]
+    # The fit's arrays index steps from 0 (index = stored step - 1, steps count from 1 in the store).
+    steps = int(last)  # a step left out as damaged still has its place on the step axis
+    g = [(r[0] - 1, *r[1:]) for r in query(_GROUPS_SQL) if r[0] - 1 < steps]
     n = np.array([r[2] for r in g], dtype=np.float64)
     p = np.array([r[3] for r in g], dtype=np.float64) / np.maximum(n, 1)
     ev = query("SELECT step, avg(accuracy) FROM eval_results WHERE run_id = ? GROUP BY step ORDER BY step")
-    ev = [r for r in ev if r[0] < steps]
-    bench = query("SELECT benchmark, accuracy FROM eval_results WHERE run_id = ? AND step = -1")
-    first = [r for r in query(_FIRST_SQL) if r[0] < steps]
+    ev = [(r[0] - 1, r[1]) for r in ev if r[0] - 1 < steps]
+    bench = query("SELECT benchmark, accuracy FROM eval_results WHERE run_id = ? AND step = 0")
+    first = [(r[0] - 1, *r[1:]) for r in query(_FIRST_SQL) if r[0] - 1 < steps]
     return RunObservations(
         run_id=run_id, method=meta[0][0], seed=int(meta[0][1]), steps=steps,
         group_step=np.array([r[0] for r in g], dtype=np.int64), group_sigma=np.sqrt(p * (1 - p)),
@@ -310,7 +311,7 @@ def fit_eval_mix(benchmark_start: Sequence[float]) -> tuple[float, float]:
     std of their logits, mean such that the Normal's expected pass rate is their mean accuracy."""
     acc = np.clip(np.asarray(benchmark_start, dtype=np.float64), 1e-3, 1 - 1e-3)
     if acc.size == 0:
-        raise StoreError("no evaluation before training (step -1) in the fitted runs. Fix: fit on runs that "
+        raise StoreError("no evaluation before training (step 0) in the fitted runs. Fix: fit on runs that "
                          "evaluated before training.")
     spread = float(np.log(acc / (1 - acc)).std())
     target = float(acc.mean())
@@ -468,7 +469,7 @@ def fit_simulator(runs: Sequence[RunObservations], mix_steps: int = 20,
     short = [r.run_id for r in runs if len(r.eval_step) < 2 or r.eval_step[0] != -1]
     if not runs or short:
         raise StoreError(f"run(s) {brief(short)} lack an evaluation before training or after it (the law is fitted "
-                         "on the held-out accuracy). Fix: fit on runs evaluated at step -1 and at least once more."
+                         "on the held-out accuracy). Fix: fit on runs evaluated before training (step 0) and at least once more."
                          if short else "no runs to fit. Fix: name at least one run with --runs.")
     mix = fit_mix(*first_visits(runs, mix_steps))
     bench: dict[str, list[float]] = {}

@@ -59,6 +59,7 @@ from ..allocation import Allocator, AllocatorConfig, StepOutcome
 from ..allocation.methods import Oracle
 from ..config.sim import SimConfig
 from ..run.step_loop import allocator_step
+from ..steps import step_number
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +173,7 @@ class SimStep:
         """The per-step JSON object of ``pilot-commit simulate --json``."""
         led = self.outcome.ledger.to_dict()
         led.pop("lags")
+        led["step"] = step_number(self.outcome.step)  # as stored and shown (steps count from 1)
         led["accuracy"] = self.accuracy
         led["cumulative_sampled"] = self.cumulative_sampled
         led["cumulative_trained"] = self.cumulative_trained

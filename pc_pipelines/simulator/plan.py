@@ -25,6 +25,7 @@ import numpy as np
 
 from ..config import resolve
 from ..errors import ConfigError, brief
+from ..steps import step_number
 from ..store import Store, StoreError
 from ..store.names import shown_path
 from ..store.rollouts_to_target import first_reaching
@@ -75,8 +76,8 @@ def default_candidates() -> list[Candidate]:
 _PLANNABLE_SQL = """
 SELECT r.run_id FROM runs r
 WHERE (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) >= $steps
-  AND EXISTS (SELECT 1 FROM eval_results e WHERE e.run_id = r.run_id AND e.step = -1)
-  AND EXISTS (SELECT 1 FROM eval_results e WHERE e.run_id = r.run_id AND e.step BETWEEN 0 AND $steps - 1)
+  AND EXISTS (SELECT 1 FROM eval_results e WHERE e.run_id = r.run_id AND e.step = 0)
+  AND EXISTS (SELECT 1 FROM eval_results e WHERE e.run_id = r.run_id AND e.step BETWEEN 1 AND $steps)
   AND ($family IS NULL OR r.family = $family)
 ORDER BY r.seq, r.run_id"""
 
@@ -145,7 +146,7 @@ def simulate_curve(preset: str, cand: Candidate, sim_fields: dict, seed: int, st
     sim = Simulation(cfg.allocator, cfg.sim)
     rollouts, acc = [0], [sim.population.accuracy()]
     for st in sim.run(steps):
-        if (st.outcome.step + 1) % eval_every == 0:
+        if step_number(st.outcome.step) % eval_every == 0:
             rollouts.append(st.cumulative_sampled)
             acc.append(st.accuracy)
     a = np.asarray(acc)

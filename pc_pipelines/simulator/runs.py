@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ..config import RunConfig
 from ..run.lifecycle import record_end, record_finished, writing_run
 from ..run.stopping import SpaceReserve, StopFlag, StopRequested, run_outcome
+from ..steps import BEFORE_TRAINING, step_number
 from ..store import RunRecord, Store, StoreError, run_has_data, step_tables
 from .model import SimStep, Simulation
 
@@ -88,12 +89,12 @@ def _record(config: RunConfig, store: Store, steps: int, run_id: str, flush_ever
     sim = Simulation(config.allocator, config.sim)  # checks the config: refused before the run is registered
     # lineage ``steps``: how many it was asked for, so a fix that records it again asks for as many
     store.register_run(RunRecord.for_config(config, run_id, "simulate", {"steps": int(steps)}))
-    # A simulated run always starts from step 0: forget whatever an earlier attempt of the same id wrote.
-    store.reopen_after(run_id, -2)
+    # A simulated run always starts afresh: forget whatever an earlier attempt of the same id wrote.
+    store.reopen_after(run_id, -1)
     writer = store.writer(run_id)
     schedule = config.training
     sampled = 0
-    pending = [_eval_row(run_id, -1, sim.population.accuracy(), config)]
+    pending = [_eval_row(run_id, BEFORE_TRAINING, sim.population.accuracy(), config)]
     last_flush = time.monotonic()
     done = 0
     try:
@@ -102,13 +103,14 @@ def _record(config: RunConfig, store: Store, steps: int, run_id: str, flush_ever
                 stop.check()
             st = sim.step()
             t0 = time.perf_counter()
-            writer.write_step(st.outcome.step, step_tables(run_id, st.outcome))
+            step = step_number(st.outcome.step)  # the run's step number, as stored and shown
+            writer.write_step(step, step_tables(run_id, st.outcome))
             dt = time.perf_counter() - t0
             done = i + 1
             before, sampled = sampled, sampled + st.outcome.ledger.sampled_rollouts
-            evaluated = schedule.evaluates_after(st.outcome.step, before, sampled) or i == steps - 1
+            evaluated = schedule.evaluates_after(step, before, sampled) or i == steps - 1
             if evaluated:
-                pending.append(_eval_row(run_id, st.outcome.step, st.accuracy, config))
+                pending.append(_eval_row(run_id, step, st.accuracy, config))
             if pending and (time.monotonic() - last_flush > flush_every_s or i == steps - 1):
                 store.add_eval_results(pending)
                 pending, last_flush = [], time.monotonic()

@@ -42,7 +42,14 @@ from .held import holds
 from .names import RunIdError, nearby_stores, shown_path, store_example, store_path_problem, validate_run_id
 from .rollouts_to_target import median
 from .schema import DDL, MIGRATIONS, SCHEMA_VERSION, STEP_TABLES, schema_problem, view_sql
-from .steplog import QUARANTINE, StepLogWriter, list_step_dirs, quarantine_step_dir, verify_step_dir
+from .steplog import (
+    QUARANTINE,
+    StepLogWriter,
+    list_step_dirs,
+    quarantine_step_dir,
+    renumber_step_dirs,
+    verify_step_dir,
+)
 
 log = logging.getLogger(__name__)
 
@@ -233,12 +240,36 @@ class Store:
         external access switched off and its configuration locked: no statement in the session can write a file,
         read a file outside the verified step files, attach a database or install an extension."""
         con = self._open(read_only)
+        if read_only and self._counts_from_zero(con):
+            con.close()
+            self._upgrade_for_reading()
+            con = self._open(read_only)
         try:
             if read_only:
                 self.last_scan = self._prepare_session(con)
             yield con
         finally:
             con.close()
+
+    def _counts_from_zero(self, con: duckdb.DuckDBPyConnection) -> bool:
+        """Whether the catalog is of a sound version before 12, whose steps count from 0 (read only after its
+        upgrade, so that every reader sees one step numbering). An unsound one is refused as it is, unchanged."""
+        try:
+            rows = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+        except duckdb.Error:
+            return False
+        text = rows[0][0] if rows else None
+        old = bool(text and text.isascii() and text.isdigit() and 1 <= int(text) < 12)
+        return old and self._schema_refusal(con) is None
+
+    def _upgrade_for_reading(self) -> None:
+        """Upgrade a catalog read before it is read (:meth:`_counts_from_zero`); a store that cannot be written is
+        refused with the fix."""
+        try:
+            self._init_catalog()
+        except StoreError as exc:
+            raise StoreError(f"the store {shown_path(self.path)} counts steps from 0 (written before schema version "
+                             f"12) and could not be upgraded to read it: {exc}") from None
 
     def _schema_refusal(self, con: duckdb.DuckDBPyConnection) -> str | None:
         """The one-line refusal of a catalog whose schema version is not a whole number, is missing, or does not
@@ -317,7 +348,7 @@ class Store:
         if "runs" in tables:
             cols = "run_id, kind, config_json, lineage_json" + (", compacted_through" if watermark else ", NULL")
             for run_id, kind, config_json, lineage_json, mark in con.execute(f"SELECT {cols} FROM runs").fetchall():
-                runs[run_id] = {"kind": kind, "mark": -1 if mark is None else int(mark),
+                runs[run_id] = {"kind": kind, "mark": 0 if mark is None else int(mark),
                                 "row": {"run_id": run_id, "kind": kind, "config_json": config_json,
                                         "lineage_json": lineage_json}}
         present: dict[str, set[int]] = {}
@@ -325,19 +356,19 @@ class Store:
             for run_id, n, lo, hi in con.execute(
                     "SELECT run_id, count(DISTINCT step), min(step), max(step) FROM compacted_steps GROUP BY run_id"
             ).fetchall():
-                if n == hi + 1 and lo == 0:
-                    present[run_id] = set(range(n))
+                if n == hi and lo == 1:
+                    present[run_id] = set(range(1, n + 1))
                 else:
                     present[run_id] = {r[0] for r in con.execute(
                         "SELECT DISTINCT step FROM compacted_steps WHERE run_id = ?", [run_id]).fetchall()}
         expected_last: dict[str, int] = {}
         if "eval_results" in tables:
             for run_id, hi in con.execute("SELECT run_id, max(step) FROM eval_results GROUP BY run_id").fetchall():
-                expected_last[run_id] = max(expected_last.get(run_id, -1), int(hi))
+                expected_last[run_id] = max(expected_last.get(run_id, 0), int(hi))
         if "segments" in tables:
             for run_id, hi in con.execute(
                     "SELECT run_id, max(last_step) FROM segments WHERE status = 'done' GROUP BY run_id").fetchall():
-                expected_last[run_id] = max(expected_last.get(run_id, -1), int(hi))
+                expected_last[run_id] = max(expected_last.get(run_id, 0), int(hi))
 
         files: dict[str, list[str]] = {t: [] for t in STEP_TABLES}
         problems: list[StepProblem] = []
@@ -345,7 +376,7 @@ class Store:
         run_dirs = {d.name: d for d in self._run_dirs()}
         todo = []
         for run_id, run_dir in run_dirs.items():
-            mark = runs.get(run_id, {}).get("mark", -1)
+            mark = runs.get(run_id, {}).get("mark", 0)
             present.setdefault(run_id, set())
             # at or below the watermark the catalog rows are the step; such files are leftovers for vacuum
             todo += [(run_id, n, d) for n, d in list_step_dirs(run_dir) if n > mark]
@@ -363,9 +394,9 @@ class Store:
         for run_id in sorted(set(present) | set(damaged)):
             seen = present.get(run_id, set())
             bad = damaged.get(run_id, {})
-            last = max([*seen, *bad, expected_last.get(run_id, -1)], default=-1)
+            last = max([*seen, *bad, expected_last.get(run_id, 0)], default=0)
             quarantined = self._quarantined(run_dirs.get(run_id))
-            for n in range(last + 1):
+            for n in range(1, last + 1):  # steps count from 1
                 if n in seen:
                     continue
                 if n in bad:
@@ -457,6 +488,12 @@ class Store:
                 version = int(con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
             else:
                 version = None
+            if version is not None and version < 12:  # steps counted from 0: the step files first (idempotent)
+                for run_dir in self._run_dirs():
+                    moved, damaged = renumber_step_dirs(run_dir)
+                    if moved or damaged:
+                        log.info("%s: renumbered %d step directories from 1 (%d damaged ones moved into %s)",
+                                 run_dir, moved, damaged, QUARANTINE)
             if version is None:
                 for sql in DDL:
                     con.execute(sql)
@@ -603,7 +640,7 @@ class Store:
         """
         step_dirs = list_step_dirs(self.run_dir(run_id))
         if through is None:
-            through = max((n for n, _ in step_dirs), default=-1)
+            through = max((n for n, _ in step_dirs), default=0)
         with self.connect(read_only=False) as con:
             con.execute("BEGIN")
             low = self._watermark(con, run_id)
@@ -640,13 +677,13 @@ class Store:
         return len(todo)
 
     def _watermark(self, con: duckdb.DuckDBPyConnection, run_id: str) -> int:
-        """The run's compaction watermark (-1: nothing compacted), inside a caller's open transaction."""
+        """The run's compaction watermark (0: nothing compacted), inside a caller's open transaction."""
         rows = con.execute("SELECT compacted_through FROM runs WHERE run_id = ?", [run_id]).fetchall()
         row = rows[0] if rows else None
         if row is None:
             con.execute("ROLLBACK")
             raise StoreError(f"no run {brief(run_id)} in {shown_path(self.path)}. Fix: check the run id (`pilot-commit runs`).")
-        return -1 if row[0] is None else int(row[0])
+        return 0 if row[0] is None else int(row[0])
 
     def vacuum(self, run_id: str) -> int:
         """Delete ``run_id``'s step directories already compacted into the catalog; returns how many. Only the
@@ -676,7 +713,7 @@ class Store:
             con.execute(
                 "UPDATE runs SET compacted_through = CASE WHEN compacted_through > ? THEN ? ELSE compacted_through END "
                 "WHERE run_id = ?",
-                [step, None if step < 0 else step, run_id],
+                [step, None if step < 1 else step, run_id],
             )
             con.execute("DELETE FROM eval_results WHERE run_id = ? AND step > ?", [run_id, step])
             con.execute("COMMIT")
@@ -837,7 +874,7 @@ class Store:
         def run(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
             has_segments = con.execute(
                 "SELECT count(*) FROM information_schema.tables WHERE table_name = 'segments'").fetchone()[0]
-            planned = ("(SELECT run_id, max(last_step) + 1 AS planned FROM segments GROUP BY run_id)" if has_segments
+            planned = ("(SELECT run_id, max(last_step) AS planned FROM segments GROUP BY run_id)" if has_segments
                        else "(SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS planned WHERE false)")
             cur = con.execute(
                 f"""SELECT r.run_id, r.family, r.method, r.preset, r.seed, r.kind, r.status,

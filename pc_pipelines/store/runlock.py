@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import shell_command
-from ..steps import display_segment, step_range
+from ..steps import segment_name
 from .again import again_fix
 from .catalog import Store, StoreError
 from .held import GUARD, HELD, Held, holds
@@ -326,8 +326,7 @@ def between_segments(segments: list[dict[str, Any]], note: str | None = None) ->
     if nxt is None:
         return (f"all {total} segments done; the advance_runs sensor records it finished at its next tick "
                 "(nothing is training it)")
-    where = (f"segment {display_segment(nxt['segment'])} of {total} "
-             f"(steps {step_range(nxt['first_step'], nxt['last_step'])})")  # counted from 1, as on every screen
+    where = f"segment {segment_name(nxt['segment'])} of {total} (steps {nxt['first_step']}..{nxt['last_step']})"
     if nxt["status"] == "failed":
         error = str(nxt.get("error") or "no reason recorded")
         error = error if len(error) <= 80 else error[:77] + "..."

@@ -45,7 +45,7 @@ COMPARED_RUN_RULE = ("the finished run with the most steps for each family, meth
                      "unfinished run only where none is finished)")
 """What the ``compared_runs`` view picks, in words (``pilot-commit report`` and the report asset print it)."""
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 STEP_TABLES: dict[str, pa.Schema] = {
     "steps": pa.schema(
@@ -186,7 +186,7 @@ DDL = [
     )""",
     """CREATE TABLE IF NOT EXISTS eval_results (
         run_id VARCHAR NOT NULL,
-        step BIGINT NOT NULL,             -- evaluated after this step's update; -1 = before training
+        step BIGINT NOT NULL,             -- evaluated after this step's update; 0 = before training
         benchmark VARCHAR NOT NULL,
         k INTEGER NOT NULL,               -- samples per prompt (mean@k)
         temperature DOUBLE NOT NULL,
@@ -249,6 +249,17 @@ SEGMENTS_DDL = """CREATE TABLE IF NOT EXISTS segments (
     )"""
 DDL.append(SEGMENTS_DDL)
 
+# v11 -> v12: every stored step number + 1 (steps from 1, the evaluation before training step 0); a buffer entry's
+# ``born`` is a step too, a watermark is the last compacted step.
+RENUMBER_STEPS_SQL = [
+    *(f"UPDATE compacted_{t} SET step = step + 1" + (", born = born + 1" if t == "buffer_state" else "")
+      for t in ("steps", "prompt_observations", "buffer_state", "evictions")),
+    "UPDATE eval_results SET step = step + 1",
+    "UPDATE checkpoints SET step = step + 1",
+    "UPDATE runs SET compacted_through = compacted_through + 1 WHERE compacted_through IS NOT NULL",
+    "UPDATE segments SET first_step = first_step + 1, last_step = last_step + 1",
+]
+
 # from_version -> SQL run to reach from_version + 1.
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -297,6 +308,10 @@ MIGRATIONS: dict[int, list[str]] = {
     # rounds; the step's band is its widest). Older rows hold NULL: decision_reasons derives their band.
     10: ["ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS band_lower DOUBLE",
         "ALTER TABLE compacted_prompt_observations ADD COLUMN IF NOT EXISTS band_upper DOUBLE"],
+    # v12 (issue 55, one step numbering): steps count from 1 (step N: the run's N-th update) and the evaluation
+    # before training is step 0, in the store as on every screen; every stored step number moves up by one (the
+    # step files too: Store.init renumbers them first, steplog.renumber_step_dirs). Nothing else changes.
+    11: RENUMBER_STEPS_SQL,
 }
 
 
@@ -445,7 +460,7 @@ def view_sql(files: dict[str, str] | None = None, compacted: bool = True, waterm
             return f"{create} {t} AS SELECT *{fill} FROM compacted_{t}"
         src = f"SELECT p.* FROM {files[t]} p"
         if watermark:
-            src += " WHERE p.step > coalesce((SELECT r.compacted_through FROM runs r WHERE r.run_id = p.run_id), -1)"
+            src += " WHERE p.step > coalesce((SELECT r.compacted_through FROM runs r WHERE r.run_id = p.run_id), 0)"
         if not compacted:
             return f"{create} {t} AS SELECT *{fill} FROM ({src})" if fill else f"{create} {t} AS {src}"
         # Catalog rows at or below each run's watermark, file rows above it: every step exactly once.
@@ -510,17 +525,17 @@ def view_sql(files: dict[str, str] | None = None, compacted: bool = True, waterm
            SELECT run_id, step, sampled_rollouts, trained_rollouts, pilot_rollouts, commit_rollouts, full_rollouts,
                   sum(sampled_rollouts) OVER w AS cumulative_sampled,
                   sum(trained_rollouts) OVER w AS cumulative_trained,
-                  step + 1 - count(*) OVER w AS missing_steps
+                  step - count(*) OVER w AS missing_steps
            FROM steps
            WINDOW w AS (PARTITION BY run_id ORDER BY step ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)""",
         # Average accuracy = mean over the run's benchmarks at each eval step; cost = cumulative sampled
-        # rollouts through that step (0 before training). missing_steps: steps 0..step the store lacks (damaged or
+        # rollouts through that step (0 before training). missing_steps: steps 1..step the store lacks (damaged or
         # deleted); when it is > 0 the costs are lower bounds (taken at the last step present).
         f"""{create} eval_curve AS
            SELECT e.run_id, r.family, r.method, r.seed, e.step, avg(e.accuracy) AS accuracy,
                   coalesce(max(c.cumulative_sampled), 0) AS cumulative_sampled,
                   coalesce(max(c.cumulative_trained), 0) AS cumulative_trained,
-                  greatest(e.step + 1, 0) - coalesce(max(c.step + 1 - c.missing_steps), 0) AS missing_steps
+                  greatest(e.step, 0) - coalesce(max(c.step - c.missing_steps), 0) AS missing_steps
            FROM eval_results e JOIN runs r USING (run_id)
            ASOF LEFT JOIN step_costs c ON c.run_id = e.run_id AND e.step >= c.step
            GROUP BY e.run_id, r.family, r.method, r.seed, e.step""",

@@ -21,6 +21,7 @@ manifests existed are checked for presence and Parquet framing only.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import shutil
 import uuid
@@ -29,10 +30,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import durable
 from ..allocation import Decision, Rule, Stage, StepOutcome
+from ..steps import step_number
 from .schema import STEP_TABLES
 
 _STAGE_LABELS = np.array([s.label for s in Stage], dtype=object)
@@ -42,9 +45,13 @@ _RULE_LABELS = np.array([r.label for r in Rule], dtype=object)
 
 MANIFEST = "MANIFEST.json"
 STEP_MANIFEST = durable.JsonManifest(MANIFEST, sort_keys=True)
-MANIFEST_FORMAT = 2  # 2: names the run and the step (an int); 1: "step" is the directory's name, no run
+MANIFEST_FORMAT = 3  # 3: steps counted from 1 (v12); 2: names the run and the step (an int); 1: "step" is the
+# directory's name, no run. Formats 1 and 2 (and directories without a manifest) count steps from 0: the store's
+# upgrade to v12 renumbers them (renumber_step_dirs).
 IDENTITY_RUN, IDENTITY_STEP = "pc_pipelines.run_id", "pc_pipelines.step"  # keys of each file's Parquet metadata
 QUARANTINE = ".quarantine"
+FIRST_STEP = 1
+"""The first step a writer writes (steps count from 1 since store v12)."""
 _PARQUET_MAGIC = b"PAR1"
 _STEP_FILES = tuple(f"{t}.parquet" for t in STEP_TABLES)
 
@@ -190,6 +197,49 @@ def list_step_dirs(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
+def counts_from_one(step_dir: Path) -> bool:
+    """Whether ``step_dir`` was written with steps counted from 1 (its manifest's format is 3 or later)."""
+    try:
+        with open(os.path.join(step_dir, MANIFEST), "rb") as f:
+            fmt = json.loads(f.read()).get("format")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(fmt, int) and fmt >= 3
+
+
+def renumber_step_dirs(run_dir: Path) -> tuple[int, int]:
+    """Renumber a run's step directories written with steps counted from 0 (store v11 and before): ``step-<k>``
+    becomes ``step-<k+1>``, its rows' ``step`` (and ``born``) one more, written and verified like any step
+    (:meth:`StepLogWriter.write_step`), highest first so no directory is ever overwritten by another step.
+    Idempotent: a directory already counted from 1 is left as it is, and one renumbered before a crash that left
+    its old copy is written again from that copy. A damaged old directory (it fails its manifest) cannot be
+    renumbered truthfully: it is moved into ``<run>/.quarantine/`` (as compaction would). Returns (renumbered,
+    quarantined)."""
+    old = [(n, d) for n, d in list_step_dirs(run_dir) if not counts_from_one(d)]
+    if not old:
+        return 0, 0
+    writer = StepLogWriter(run_dir)
+    done = quarantined = 0
+    for n, d in sorted(old, reverse=True):
+        if verify_step_dir(d) is not None:
+            quarantine_step_dir(d)
+            quarantined += 1
+            continue
+        tables = {}
+        for t, schema in STEP_TABLES.items():
+            table = pq.read_table(os.path.join(d, f"{t}.parquet"), schema=schema).replace_schema_metadata(None)
+            table = table.set_column(table.schema.get_field_index("step"), "step",
+                                     pa.array(np.full(table.num_rows, n + 1, np.int64)))
+            if t == "buffer_state":
+                table = table.set_column(table.schema.get_field_index("born"), "born",
+                                         pc.add(table["born"], 1))
+            tables[t] = table
+        writer.write_step(n + 1, tables)
+        shutil.rmtree(d)
+        done += 1
+    return done, quarantined
+
+
 def quarantine_step_dir(step_dir: Path) -> Path:
     """Move a damaged step directory into ``<run>/.quarantine/`` (kept for inspection, out of every query)."""
     step_dir = Path(step_dir)
@@ -217,6 +267,9 @@ class StepLogWriter:
         another run or step are refused here, so a file that disagrees with its directory was put there by hand."""
         name = step_dir_name(step)
         run_id = self.run_dir.name
+        if step < FIRST_STEP:
+            raise ValueError(f"{name}: steps count from 1 (step 0 is the evaluation before training, which has no step "
+                             "directory)")
         missing = set(STEP_TABLES) - set(tables)
         if missing:
             raise ValueError(f"{name}: tables {sorted(missing)} missing; every step writes all of {sorted(STEP_TABLES)}")
@@ -248,13 +301,15 @@ class StepLogWriter:
 
 def step_tables(run_id: str, outcome: StepOutcome, *, extra: dict[str, Any] | None = None) -> dict[str, pa.Table]:
     """The four step tables for one finished step, from its outcome alone (the buffer's entries and the evictions'
-    effective epochs travel in it). ``extra`` fills the steps row's loss / reward / timing columns."""
-    step = outcome.step
+    effective epochs travel in it). ``extra`` fills the steps row's loss / reward / timing columns. Rows carry the
+    run's step numbers (:func:`~pc_pipelines.steps.step_number` of the allocator's step index and of ``born``)."""
+    step = step_number(outcome.step)
     led = outcome.ledger.to_dict()
     led.pop("lags")
     row = {k: led.get(k) for k in STEP_TABLES["steps"].names}
     row.update({k: v for k, v in (extra or {}).items() if k in row})
     row["run_id"] = run_id
+    row["step"] = step
     row["written_at"] = dt.datetime.now(dt.timezone.utc)
     steps = pa.Table.from_pylist([row], schema=STEP_TABLES["steps"])
 
@@ -299,7 +354,7 @@ def step_tables(run_id: str, outcome: StepOutcome, *, extra: dict[str, Any] | No
             "step": np.full(b, step, np.int64),
             "entry_id": np.fromiter((e.entry_id for e in entries), np.int64, b),
             "prompt_id": np.fromiter((e.prompt_id for e in entries), np.int64, b),
-            "born": np.fromiter((e.born for e in entries), np.int64, b),
+            "born": np.fromiter((step_number(e.born) for e in entries), np.int64, b),
             "n_pilot": np.fromiter((e.n for e in entries), np.int32, b),
             "pilot_correct": np.fromiter((e.reward_sum for e in entries), np.float64, b),
             "pilot_std": np.fromiter((e.std for e in entries), np.float64, b),

@@ -22,7 +22,7 @@ import torch
 
 from ..config import TrainingConfig
 from ..errors import ConfigError
-from ..steps import display_step
+from ..steps import step_number
 
 logger = logging.getLogger(__name__)
 
@@ -366,7 +366,7 @@ class PolicyTrainer:
             )
         self.last_step = int(step)
         if len(batch) == 0:
-            logger.info("step %d: empty batch, no update (lr %.3g)", display_step(step), lr)
+            logger.info("step %d: empty batch, no update (lr %.3g)", step_number(step), lr)
             return TrainStats(
                 loss=0.0, pg_clipfrac=0.0, pg_clipfrac_lower=0.0, ppo_kl=0.0, grad_norm=0.0, lr=lr, updates=0,
                 skipped_updates=0, adv_abs_mean=0.0, entropy=0.0, tokens=0, rollouts=0, groups=0, zero_adv_groups=0,
@@ -392,7 +392,7 @@ class PolicyTrainer:
                     self.optimizer.step()
                     updates += 1
                 else:
-                    logger.warning("step %d: gradient norm %s is not finite, update skipped", display_step(step), grad_norm)
+                    logger.warning("step %d: gradient norm %s is not finite, update skipped", step_number(step), grad_norm)
                     skipped += 1
                 self.optimizer.zero_grad(set_to_none=True)
 
@@ -417,7 +417,7 @@ class PolicyTrainer:
         logger.info(
             "step %d: %d groups, %d rollouts, %d tokens, %d updates, loss %.4g, clipfrac %.3g, kl %.3g, "
             "grad_norm %.3g, lr %.3g",
-            display_step(step), n_groups, len(batch), tokens, updates, stats.loss, stats.pg_clipfrac, stats.ppo_kl,
+            step_number(step), n_groups, len(batch), tokens, updates, stats.loss, stats.pg_clipfrac, stats.ppo_kl,
             stats.grad_norm, lr,
         )  # fmt: skip
         return stats

@@ -51,6 +51,7 @@ def test_compare_a_family_writes_the_png_and_prints_its_sql(store, tmp_path):
     assert printed[:4] == [installed_command("pilot-commit"), "sql", "--store", store]
     rows = sql(store, printed[4])
     assert [(r["run_id"], r["step"]) for r in rows] == [(rid, s) for rid in ("grpo-run", "pc-run") for s in range(9)]
+    assert sql(store, "SELECT DISTINCT step FROM steps ORDER BY step") == [{"step": s} for s in range(1, 9)]  # as drawn
     assert [r["cumulative_rollouts"] for r in rows if r["step"] == 8] == [totals["grpo-run"], totals["pc-run"]]
     assert lines[4] == "in TensorBoard: none of these runs has TensorBoard logs (simulated runs write none)"
 

@@ -32,11 +32,11 @@ def test_simulate_json_one_object_per_step_with_paper_costs():
         "--oversample", "3", "--steps", "6", "--prompts", "20000", "--seed", "1", "--json",
     ).stdout
     rows = [json.loads(line) for line in out.splitlines()]
-    assert [r["step"] for r in rows] == list(range(6))
+    assert [r["step"] for r in rows] == list(range(1, 7))  # steps count from 1
     for r in rows:
         assert REQUIRED <= r.keys()
         assert r["sampled_rollouts"] == r["pilot_rollouts"] + r["commit_rollouts"]
-    # Step 0 has an empty buffer: two rounds. Steady state (one round, full batch): 384*32 + 128*96 = 24,576.
+    # Step 1 has an empty buffer: two rounds. Steady state (one round, full batch): 384*32 + 128*96 = 24,576.
     assert rows[0]["rounds"] >= 2
     steady = [r for r in rows[1:] if r["rounds"] == 1 and r["trained_prompts"] == 128]
     assert steady, rows

@@ -67,7 +67,7 @@ QUERY = ("SELECT r.method, count(*) AS steps, sum(s.sampled_rollouts) AS sampled
 
 
 def expected_rows(store) -> list[dict]:
-    return [{"method": m, "steps": 30, "sampled": sum(s["sampled_rollouts"] for s in store["plain"][m]), "last": 29}
+    return [{"method": m, "steps": 30, "sampled": sum(s["sampled_rollouts"] for s in store["plain"][m]), "last": 30}
             for m in sorted(METHODS)]
 
 
@@ -87,7 +87,7 @@ def test_sql_table(store):
     assert lines[0].split() == ["method", "steps", "sampled", "last"]
     assert set(lines[1]) <= {"-", " "}
     body = [ln.split() for ln in lines[2:5]]
-    assert body == [[r["method"], "30", str(r["sampled"]), "29"] for r in expected_rows(store)]
+    assert body == [[r["method"], "30", str(r["sampled"]), "30"] for r in expected_rows(store)]
     assert lines[5] == "(3 rows)"
 
 
@@ -164,10 +164,12 @@ def test_report_on_the_simulated_runs(store):
     assert seed["seed"] == 0
     before = {r["method"]: r["accuracy"] for r in json.loads(run(
         "sql", "--store", store["path"], "SELECT r.method, e.accuracy FROM eval_results e JOIN runs r USING (run_id) "
-        "WHERE e.step = -1", "--json").stdout)}
-    # the eval curve: before training (cost 0), then after steps 4, 9, ..., 29 (eval_every 5 in the simulator preset)
-    eval_steps = [s for s in range(30) if (s + 1) % 5 == 0]
-    curve = {m: [(before[m], 0)] + [(store["plain"][m][s]["accuracy"], store["plain"][m][s]["cumulative_sampled"])
+        "WHERE e.step = 0", "--json").stdout)}
+    # the eval curve: before training (step 0, cost 0), then after steps 5, 10, ..., 30 (eval_every 5 in the simulator
+    # preset); `simulate --json` prints step s on its s-th line
+    plain = {m: {r["step"]: r for r in store["plain"][m]} for m in METHODS}
+    eval_steps = [s for s in range(1, 31) if s % 5 == 0]
+    curve = {m: [(before[m], 0)] + [(plain[m][s]["accuracy"], plain[m][s]["cumulative_sampled"])
                                     for s in eval_steps] for m in METHODS}
     target = min(max(a for a, _ in curve["grpo"]), max(a for a, _ in curve["pc"]))
     assert seed["target"] == pytest.approx(target)
@@ -200,7 +202,7 @@ def test_simulate_store_replayed_with_the_same_run_name_has_no_doubled_steps(tmp
     run(*args, "--steps", "5", "--overwrite")  # a shorter replay asked for replaces the run
     counts = json.loads(run("sql", "--store", path, "SELECT count(*) AS n, count(DISTINCT step) AS d, max(step) AS m "
                                                     "FROM steps", "--json").stdout)
-    assert counts == [{"n": 5, "d": 5, "m": 4}]
+    assert counts == [{"n": 5, "d": 5, "m": 5}]  # steps 1..5
     evals = json.loads(run("sql", "--store", path, "SELECT count(*) AS n, count(DISTINCT step) AS d "
                                                    "FROM eval_results", "--json").stdout)
     assert evals == [{"n": 2, "d": 2}]  # before training and the last step

@@ -38,14 +38,14 @@ def test_train_json_out_of_the_box(base_policy, policy_cache, tmp_path):
             "--cache-dir", str(policy_cache), *SMALL)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(line) for line in r.stdout.splitlines()]
-    assert [row["step"] for row in rows] == [0, 1, 2]
+    assert [row["step"] for row in rows] == [1, 2, 3]  # the stored steps
     for row in rows:
         for key in ("sampled_rollouts", "trained_rollouts", "pilot_rollouts", "commit_rollouts", "rounds", "kept",
                     "buffer_size", "loss", "mean_reward", "reward_std", "cumulative_rollouts"):
             assert key in row, key
         assert 0.0 <= row["mean_reward"] <= 1.0
         assert row["trained_prompts"] <= 8
-    # eval_every 2: step 1 on the schedule; step 2, the run's last (3 is no multiple of 2), evaluated as well
+    # eval_every 2: step 2 on the schedule; step 3, the run's last (no multiple of 2), evaluated as well
     assert "eval_accuracy" in rows[1] and "eval_accuracy" not in rows[0] and "eval_accuracy" in rows[2]
     for row in rows[1:]:
         assert set(row["eval"]) == {f"arith_d{d}" for d in range(1, 7)}
@@ -59,7 +59,7 @@ def test_train_json_out_of_the_box(base_policy, policy_cache, tmp_path):
             "SELECT step, avg(accuracy) AS acc, count(*) AS sets FROM eval_results WHERE run_id = 'r1' GROUP BY step "
             "ORDER BY step")
     evals = json.loads(q.stdout)
-    assert [(e["step"], e["sets"]) for e in evals] == [(-1, 6), (1, 6), (2, 6)]
+    assert [(e["step"], e["sets"]) for e in evals] == [(0, 6), (2, 6), (3, 6)]
     assert evals[2]["acc"] == pytest.approx(rows[2]["eval_accuracy"])
     # a real PC run (the embedded preset: adaptive band, sequential pilots; here pilots of 1 + 1, so the first wave
     # decides most): each reason agrees with its own numbers
@@ -84,7 +84,7 @@ def test_train_human_output_and_resume_past_the_end(base_policy, tmp_path):
     summary = lines[9]
     assert summary.startswith("run r2: 2 steps; final mean reward ") and "(step 2)" in summary
     assert f"final eval accuracy {table['mean'][1]:.3f} (step 2)" in summary and "rollouts sampled" in summary
-    assert lines[10] == f"checkpoint:  {tmp_path / 'r2' / 'checkpoints' / 'step-00000001'}"
+    assert lines[10] == f"checkpoint:  {tmp_path / 'r2' / 'checkpoints' / 'step-00000002'}"
     # the scripts as this shell reaches them (the bare name on PATH, else their path: tests/e2e/test_cli_hints.py)
     tb, exe = installed_command("tensorboard"), installed_command("pilot-commit")
     assert lines[11] == f"tensorboard: {shell_command(tb, '--logdir', tmp_path / 'r2' / 'tensorboard')}"
@@ -106,8 +106,8 @@ def _checkpoint_files(ckpt: Path) -> dict[str, bytes]:
 
 
 def test_the_final_evaluation_changes_no_training_and_a_resume_stays_bit_identical(base_policy, tmp_path):
-    """3 steps (step 2 evaluated as the run's last) then --resume to 6 equals 6 steps at once: the checkpoint after
-    step 2 is byte for byte the one the 6-step run wrote there without evaluating, and so is everything after."""
+    """3 steps (step 3 evaluated as the run's last) then --resume to 6 equals 6 steps at once: the checkpoint after
+    step 3 is byte for byte the one the 6-step run wrote there without evaluating, and so is everything after."""
     from pc_pipelines.store import Store
 
     # GRPO: it trains from the first step (PC at this size keeps its first groups in the buffer past step 5)
@@ -117,14 +117,14 @@ def test_the_final_evaluation_changes_no_training_and_a_resume_stays_bit_identic
     assert whole.returncode == 0, whole.stderr[-2000:]
     first = cli(*args, "--steps", "3", "--out", str(tmp_path / "b"))
     assert first.returncode == 0, first.stderr[-2000:]
-    assert "eval_accuracy" in json.loads(first.stdout.splitlines()[-1])  # step 2: the run's last, evaluated
+    assert "eval_accuracy" in json.loads(first.stdout.splitlines()[-1])  # step 3: the run's last, evaluated
     a_ckpt, b_ckpt = (tmp_path / out / "r" / "checkpoints" for out in ("a", "b"))
     # policy, optimizer, sidecar, allocator and meta byte for byte: the evaluation left no trace
-    assert _checkpoint_files(b_ckpt / "step-00000002") == _checkpoint_files(a_ckpt / "step-00000002")
+    assert _checkpoint_files(b_ckpt / "step-00000003") == _checkpoint_files(a_ckpt / "step-00000003")
     rest = cli(*args, "--steps", "6", "--out", str(tmp_path / "b"), "--resume")
     assert rest.returncode == 0, rest.stderr[-2000:]
-    assert [json.loads(ln)["step"] for ln in rest.stdout.splitlines()] == [3, 4, 5]
-    assert _checkpoint_files(b_ckpt / "step-00000005") == _checkpoint_files(a_ckpt / "step-00000005")
+    assert [json.loads(ln)["step"] for ln in rest.stdout.splitlines()] == [4, 5, 6]
+    assert _checkpoint_files(b_ckpt / "step-00000006") == _checkpoint_files(a_ckpt / "step-00000006")
 
     cols = ("step, rounds, engine_calls, pilot_rollouts, commit_rollouts, trained_rollouts, kept, buffer_size, "
             "loss, mean_reward")
@@ -141,9 +141,9 @@ def test_the_final_evaluation_changes_no_training_and_a_resume_stays_bit_identic
     a, b = state("a"), state("b")
     assert all(r["loss"] is not None for r in a["steps"])  # the policy really trained, every step
     assert b["steps"] == a["steps"] and b["observations"] == a["observations"]
-    assert sorted({e["step"] for e in a["evals"]}) == [-1, 3, 5]  # eval_every 4, and the run's last step (5)
-    assert [e for e in b["evals"] if e["step"] != 2] == a["evals"]  # plus step 2, the first invocation's last
-    assert len([e for e in b["evals"] if e["step"] == 2]) == 6
+    assert sorted({e["step"] for e in a["evals"]}) == [0, 4, 6]  # eval_every 4, and the run's last step (6)
+    assert [e for e in b["evals"] if e["step"] != 3] == a["evals"]  # plus step 3, the first invocation's last
+    assert len([e for e in b["evals"] if e["step"] == 3]) == 6
 
 
 @pytest.mark.parametrize(
@@ -195,20 +195,19 @@ def test_a_json_reader_that_goes_away_stops_the_run_it_does_not_fail_it(base_pol
     proc.stdout.close()  # the reader is gone
     err = proc.stderr.read()
     assert proc.wait(timeout=600) == 141, err[-2000:]
-    assert first["step"] == 0
-    # The first write after the close fails: step 1's, unless the pipe's buffer took it before the close.
-    (shown,) = [int(m) for m in re.findall(r"stopped by SIGPIPE \(at a step boundary\): after step (\d+)", err)]
-    last = shown - 1  # the message counts steps from 1 (pc_pipelines/steps.py); `last` is the store's step
-    assert last in (1, 2) and "I/O error" not in err
+    assert first["step"] == 1
+    # The first write after the close fails: step 2's, unless the pipe's buffer took it before the close.
+    (last,) = [int(m) for m in re.findall(r"stopped by SIGPIPE \(at a step boundary\): after step (\d+)", err)]
+    assert last in (2, 3) and "I/O error" not in err  # the message's step is the store's (one numbering)
     q = cli("sql", "--store", str(tmp_path / "pc.duckdb"), "--json",
             "SELECT status, (SELECT count(*) FROM steps WHERE run_id = 'p') AS steps FROM runs WHERE run_id = 'p'")
-    assert json.loads(q.stdout) == [{"status": "stopped", "steps": last + 1}]
+    assert json.loads(q.stdout) == [{"status": "stopped", "steps": last}]
     assert (tmp_path / "p" / "checkpoints" / f"step-{last:08d}").is_dir()
     # `runs` shows the steps done of the --steps asked for (issue 41 point 8), in the table and in --json
-    assert runs_steps(tmp_path) == ({"p": f"{last + 1}/4"}, {"p": (last + 1, 4)})
+    assert runs_steps(tmp_path) == ({"p": f"{last}/4"}, {"p": (last, 4)})
     r = cli("train", *args[1:], "--resume")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert [json.loads(line)["step"] for line in r.stdout.splitlines()] == list(range(last + 1, 4))
+    assert [json.loads(line)["step"] for line in r.stdout.splitlines()] == list(range(last + 1, 5))
     assert runs_steps(tmp_path) == ({"p": "4/4"}, {"p": (4, 4)})
     # a resume to a larger total plans that; one asking for fewer steps than done trains nothing and keeps its count
     more = cli("train", *[a if a != "4" else "5" for a in args[1:]], "--resume")
@@ -289,7 +288,7 @@ def test_a_run_without_run_name_that_stops_names_its_run_id(base_policy, tmp_pat
             str(base_policy), *sets(pc=False)]
     proc = subprocess.Popen([sys.executable, "-m", "pc_pipelines.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    assert json.loads(proc.stdout.readline())["step"] == 0
+    assert json.loads(proc.stdout.readline())["step"] == 1
     proc.stdout.close()  # the reader is gone
     err = proc.stderr.read()
     assert proc.wait(timeout=600) == 141, err[-2000:]

@@ -85,7 +85,7 @@ def test_demo_materializes_the_graph_and_prints_the_table(tmp_path, base_policy,
             instance=inst, resources={"store": StoreResource(path=str(tmp_path / "runs" / "pc.duckdb"))}))
         assert isinstance(tick, SkipReason) and tick.skip_message.count("skip (run is finished)") == 3
 
-    # `pilot-commit plan` on the demo's store (its runs' first 4 steps, evaluated at -1, 1 and 3): every budget ranked
+    # `pilot-commit plan` on the demo's store (its runs' first 4 steps, evaluated at 0, 2 and 4): every budget ranked
     # with its refits' interval, and the train command of the first on the demo's preset.
     # (in this process: the test is about what plan reads from the demo's store, not about plan's own process)
     capsys.readouterr()

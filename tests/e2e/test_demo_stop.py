@@ -75,10 +75,10 @@ def test_a_signal_stops_the_demo_at_a_step_boundary(tmp_path, base_policy, polic
     assert runs[run_id].startswith(f"stopped: stopped by {signum.name}"), runs
     # The step in progress finished and was checkpointed; no later step, segment or run started.
     ((r, last, n),) = steps
-    assert r == run_id and n == last + 1 and last in (0, 1), steps
+    assert r == run_id and n == last and last in (1, 2), steps
     assert [s for s, _ in list_checkpoints(root / run_id / "checkpoints")][-1] == last
     assert sorted(s[2:5] for s in segs[1:]) == [("planned", 0, 0)] * 5, segs
-    # the message counts steps from 1 (pc_pipelines/steps.py); the checkpoint keeps the store's step in its name
-    assert (f"{run_id}/seg-0000: stopped by {signum.name} (at a step boundary): after step {last + 1} (checkpoint "
+    # the message, the store and the checkpoint's name carry one step number (pc_pipelines/steps.py)
+    assert (f"{run_id}/seg-0000: stopped by {signum.name} (at a step boundary): after step {last} (checkpoint "
             f"step-{last:08d}") in out
     assert "--resume" not in error and "resumes from that checkpoint when it is next materialized" in out

@@ -379,8 +379,8 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
     assert STEP_FIELDS <= set(first), STEP_FIELDS - set(first)
     # Counters are text, out of the Plots tab (which draws every number by time, every run on one line).
     assert (first["segment_step"], first["segment_steps"], first["run_step"], first["run_steps"]) == ("1", "4", "1", "8")
-    assert (first["segment"], first["segments"]) == ("1", "2")  # counted from 1, as in "segment 1 of 2"
-    assert first["progress"] == "ui-live: segment 1 of 2, step 1 of 4; run step 1 of 8"
+    assert (first["segment"], first["segments"]) == ("seg-0000", "2")  # its partition key, as in the words
+    assert first["progress"] == "ui-live: segment seg-0000 of 2, step 1 of 4; run step 1 of 8"
     assert first["step_rollouts"] > 0 and first["cumulative_rollouts"] == first["step_rollouts"]
     assert 0 <= first["mean_reward"] <= 1 and 0 <= first["informative_share"] <= 1
     assert first["seconds_per_step"] > 0 and abs(int(first["eta_s"]) - 3 * first["seconds_per_step"]) <= 1
@@ -409,20 +409,20 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
     # Before its first step, the segment's start-up phases (the page was blank for the first ~80 s: issue 55).
     startup = sorted((e for e in every if "phase" in labels(e)), key=lambda e: int(e["timestamp"]))
     assert [labels(e)["phase"].split(":")[0] for e in startup] == ["start-up 1 of 2", "start-up 2 of 2"]
-    assert labels(startup[1])["progress"].startswith("ui-live: segment 1 of 2, starting (2 of 2): restoring the base "
+    assert labels(startup[1])["progress"].startswith("ui-live: segment seg-0000 of 2, starting (2 of 2): restoring the base "
                                                      "policy and starting the rollout engine")
     assert max(int(e["timestamp"]) for e in startup) <= min(int(e["timestamp"]) for e in mats)
     latest = {e["label"]: entry_value(e) for e in max(mats, key=lambda e: int(e["timestamp"]))["metadataEntries"]}
-    assert re.fullmatch(r"ui-live: segment 1 of 2, step [1-4] of 4; run step [1-4] of 8", latest["progress"]), latest
+    assert re.fullmatch(r"ui-live: segment seg-0000 of 2, step [1-4] of 4; run step [1-4] of 8", latest["progress"]), latest
     assert latest["run_id"] == "ui-live" and "mean_reward" in latest and "eta" in latest
     assert [e for e in training_events if e["__typename"] == "ObservationEvent" and e["partition"] == key]
     progress_url = (f"{server.base}/assets/segment_progress?view=partitions&partition="
                     f"{urllib.parse.quote(key, safe='')}")
-    pattern = {"progress": r"ui-live: segment 1 of 2, step [1-4] of 4; run step [1-4] of 8"}
+    pattern = {"progress": r"ui-live: segment seg-0000 of 2, step [1-4] of 4; run step [1-4] of 8"}
     dom, missing = render_dom(progress_url, pattern, tmp_path / "profile")
     assert not missing, missing_message(progress_url, missing, dom)
     states = [entry_value(e) for o in obs for e in o["metadataEntries"] if e["label"] == "state"]
-    assert states and states[0].startswith("training segment 1 of 2 (steps 1..4 of 8) from the base policy; "
+    assert states and states[0].startswith("training segment seg-0000 of 2 (steps 1..4 of 8) from the base policy; "
                                            "requested sensor:advance_runs")
     page = f"{server.base}/assets/training_segment?view=partitions&partition={urllib.parse.quote(key, safe='')}"
     shots = [screenshot(progress_url, tmp_path / "ui-segment-training.png", tmp_path / "profile")]

@@ -67,8 +67,8 @@ def test_slope_fit_and_its_standard_error():
     s2, se2 = d.fit_slope([0, 1], [0.0, 1.0])
     assert s2 == pytest.approx(1.0) and math.isnan(se2)
     assert all(math.isnan(v) for v in d.fit_slope([3], [0.5]))
-    # Eval points: step -1 is x = 0; only steps < fit_steps count.
-    start, last, slope, _ = d.curve_numbers([(-1, 0.60), (4, 0.62), (9, 0.67), (14, 0.99)], fit_steps=10)
+    # Eval points: step 0 (before training) is x = 0; only steps <= fit_steps count.
+    start, last, slope, _ = d.curve_numbers([(0, 0.60), (5, 0.62), (10, 0.67), (15, 0.99)], fit_steps=10)
     assert (start, last, slope) == (0.60, 0.67, pytest.approx(0.007))
 
 

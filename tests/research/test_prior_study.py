@@ -22,12 +22,12 @@ def load():
 def _curve(accs, sampled_per_step=700, trained_per_step=256, steps=30, every=10):
     from pc_pipelines.reports import RunCurves
 
-    eval_steps = tuple(range(-1, every * (len(accs) - 1), every))
-    step = tuple(range(steps))
-    sampled = tuple((s + 1) * sampled_per_step for s in step)
-    trained = tuple((s + 1) * trained_per_step for s in step)
+    eval_steps = tuple(range(0, every * (len(accs) - 1) + 1, every))  # 0: before training; steps count from 1
+    step = tuple(range(1, steps + 1))
+    sampled = tuple(s * sampled_per_step for s in step)
+    trained = tuple(s * trained_per_step for s in step)
     return RunCurves(run_id="r", family="f", method="pc", seed=100, eval_step=eval_steps,
-                     eval_rollouts=tuple(0 if s < 0 or s >= steps else sampled[s] for s in eval_steps), eval_accuracy=tuple(accs),
+                     eval_rollouts=tuple(0 if s < 1 or s > steps else sampled[s - 1] for s in eval_steps), eval_accuracy=tuple(accs),
                      step=step, cumulative_sampled=sampled, cumulative_trained=trained, reward_std=(),
                      informative_share=())
 
@@ -42,8 +42,8 @@ def test_the_ceiling_counts_only_trained_rollouts_at_the_same_accuracies():
     from research import study
     assert study.first_at_or_above(ceil, 0.7) == 5_120 and study.first_at_or_above(c, 0.7) == 14_000
     assert m.steps_to(c, 0.65) == 10 and m.steps_to(c, 0.71) is None
-    short = _curve([0.6, 0.65, 0.7], steps=12)  # the eval after step 19 has no steps row
-    with pytest.raises(ValueError, match="eval at step 19 has no steps row. Fix: finish the run first"):
+    short = _curve([0.6, 0.65, 0.7], steps=12)  # the eval after step 20 has no steps row
+    with pytest.raises(ValueError, match="eval at step 20 has no steps row. Fix: finish the run first"):
         m.ceiling(short)
 
 

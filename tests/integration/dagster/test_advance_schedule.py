@@ -184,7 +184,7 @@ def test_the_schedule_is_off_by_default_and_advances_runs_only_in_its_window(loc
     deferred = location.sensor()
     assert requests(deferred) == []
     assert deferred.skip_message == "; ".join(
-        f"{r}: deferred (next segment 1 of 2; the schedule {SCHEDULE_NAME} is running: it requests segments, in "
+        f"{r}: deferred (next segment seg-0000 of 2; the schedule {SCHEDULE_NAME} is running: it requests segments, in "
         "22:00-06:00 Europe/Berlin only)" for r in ("a", "b"))
 
     closed = location.schedule(EVENING)
@@ -252,7 +252,7 @@ def test_a_schedule_running_by_default_defers_the_sensor_until_stopped(location)
     on = Location(location.instance, location.tmp, location.origins, RUNNING_BY_DEFAULT)
     assert on.repo.get_schedule_def(SCHEDULE_NAME).default_status.value == "RUNNING"
     assert requests(on.sensor()) == []
-    assert "a: deferred (next segment 1 of 2; the schedule" in on.sensor().skip_message
+    assert "a: deferred (next segment seg-0000 of 2; the schedule" in on.sensor().skip_message
     on.schedule_off()
     assert [k for k, _, _ in requests(on.sensor())] == ["a/0", "b/0"]
 

@@ -33,21 +33,21 @@ def test_a_rerun_of_a_done_segment_killed_mid_run_leaves_it_done(tmp_path, base_
     with DagsterInstance.local_temp(tempdir=str(tmp_path / "dagster")) as instance:
         run_id = register_run(instance, tmp_path, base_policy, "redo", TINY, segment_steps=3, total_steps=3)
     store = Store(tmp_path / "pc.duckdb")
-    first = subprocess.run(segment_args(tmp_path, run_id, "--from-step", "-1", "--until-step", "2", "--segment", "0",
+    first = subprocess.run(segment_args(tmp_path, run_id, "--from-step", "0", "--until-step", "3", "--segment", "0",
                                         "--attempt", "first"), capture_output=True, text=True, timeout=600, check=False)
     assert first.returncode == 0, first.stderr[-3000:]
     done = store.segments(run_id)
     steps = store.query("SELECT step, sampled_rollouts, loss FROM steps WHERE run_id = ? ORDER BY step", [run_id])
     run_before = store.get_run(run_id)
-    assert (done[0]["status"], done[0]["attempts"]) == ("done", 1) and [s["step"] for s in steps] == [0, 1, 2]
+    assert (done[0]["status"], done[0]["attempts"]) == ("done", 1) and [s["step"] for s in steps] == [1, 2, 3]
     assert run_before["status"] == "finished"  # its one segment done
 
-    rerun = subprocess.Popen(segment_args(tmp_path, run_id, "--from-step", "-1", "--until-step", "2", "--segment", "0",
+    rerun = subprocess.Popen(segment_args(tmp_path, run_id, "--from-step", "0", "--until-step", "3", "--segment", "0",
                                           "--attempt", "redo-killed"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     try:
         line = rerun.stdout.readline()  # its first step replayed, not yet the segment's end
-        assert json.loads(line)["step"] == 0
+        assert json.loads(line)["step"] == 1
         rerun.send_signal(signal.SIGTERM)
         _, err = rerun.communicate(timeout=600)
     finally:

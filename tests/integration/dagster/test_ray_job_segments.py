@@ -251,12 +251,12 @@ def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_he
     out = materialize([training_segment, segment_eval], partition_key="ray/seg-0000", instance=instance, resources=ray)
     meta = out.asset_materializations_for_node("training_segment")[-1].metadata
     assert meta["steps_run"].value == "2" and meta["resumed_after_step"].value == "fresh (the base policy)"
-    assert [r["step"] for r in meta["pipes_steps"].value] == [0, 1]  # one Pipes message per step, from the job log
+    assert [r["step"] for r in meta["pipes_steps"].value] == [1, 2]  # one Pipes message per step, from the job log
     job0 = meta["launch/Ray Job ID"].value
     assert job0.startswith("pc-train-segment-ray-")
-    assert meta["reported/checkpoint"].value.endswith("ray/checkpoints/step-00000001")
+    assert meta["reported/checkpoint"].value.endswith("ray/checkpoints/step-00000002")
     logs = [e.message for e in instance.all_logs(out.run_id) if e.message]
-    assert any(m.startswith("step 2/2 of segment 1/") for m in logs)  # the job's steps reached Dagster as they came
+    assert any(m.startswith("step 2/2 of segment seg-0000 of ") for m in logs)  # the job's steps reached Dagster as they came
     (origin,) = [m for m in logs if m.startswith("pilot-commit train-segment: code ")]
     ran = Path(origin.removeprefix("pilot-commit train-segment: code ").split(",")[0])
     assert ran != Path(shipped) and ray_head.temp_dir in str(ran) and "py_modules" in str(ran), origin
@@ -265,8 +265,8 @@ def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_he
     assert emeta["compute"].value == "RayJobComputeResource" and emeta["step"].value == 2
     assert emeta["average_accuracy"].value == pytest.approx(meta["eval_accuracy"].value, abs=5e-5)  # = the loop's own eval (rounded to 4 places in the UI)
 
-    # Segment 1 as a Ray job, stopped through the job server once it has reported step 2.
-    stopper = StopAfterStep(ray_head, "ray", step=2, known={job0})
+    # Segment 1 as a Ray job, stopped through the job server once it has reported step 3.
+    stopper = StopAfterStep(ray_head, "ray", step=3, known={job0})
     stopper.start()
     bad = materialize([training_segment], partition_key="ray/seg-0001", instance=instance, resources=ray,
                       raise_on_error=False)
@@ -279,13 +279,13 @@ def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_he
     assert (seg["status"], seg["consecutive_failures"]) == ("stopped", 0)
     assert seg["error"].startswith("stopped by SIGTERM") and seg["orchestrator_run_id"] == bad.run_id
     have = [s for s, _ in list_checkpoints(tmp_path / "runs" / "ray" / "checkpoints")]
-    assert 2 in have  # the step it reported was checkpointed before the stop took effect
+    assert 3 in have  # the step it reported was checkpointed before the stop took effect
 
-    # The retry (what the advance_runs sensor launches) resumes inside the segment, from the checkpoint after step 2.
+    # The retry (what the advance_runs sensor launches) resumes inside the segment, from the checkpoint after step 3.
     out = materialize([training_segment], partition_key="ray/seg-0001", instance=instance, resources=ray)
     meta = out.asset_materializations_for_node("training_segment")[-1].metadata
     assert meta["resumed_after_step"].value == "3" and meta["steps_run"].value == "1"
-    assert [r["step"] for r in meta["pipes_steps"].value] == [3]
+    assert [r["step"] for r in meta["pipes_steps"].value] == [4]
     assert [s["status"] for s in store.segments("ray")] == ["done", "done"]
 
     # Equal to the local run: step rows, evaluations (the loop's and segment_eval's), weights bit for bit.

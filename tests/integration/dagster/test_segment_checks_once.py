@@ -66,10 +66,10 @@ def test_train_segment_takes_the_runs_lock_once(tmp_path, base_policy, lock_take
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main(["train-segment", "--store", str(tmp_path / "pc.duckdb"), "--run-id", run_id, "--runs-root",
-                     str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"), "--from-step", "-1",
-                     "--until-step", "0", "--segment", "0", "--attempt", "by-hand"])
+                     str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"), "--from-step", "0",
+                     "--until-step", "1", "--segment", "0", "--attempt", "by-hand"])
     assert code == 0
-    assert json.loads(out.getvalue().splitlines()[-1])["last_step"] == 0
+    assert json.loads(out.getvalue().splitlines()[-1])["last_step"] == 1
     assert lock_takes == {"hold_run": 1}
     seg = Store(tmp_path / "pc.duckdb").segments(run_id)[0]
     assert (seg["status"], seg["attempts"], seg["orchestrator_run_id"]) == ("done", 1, "by-hand")

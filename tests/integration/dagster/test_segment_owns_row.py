@@ -70,7 +70,7 @@ def test_a_pipes_segment_records_its_own_row_and_the_dagster_process_never_impor
     assert (got["torch"], got["transformers"]) == (False, False)
     seg = store.segments(run_id)[0]
     assert (seg["status"], seg["attempts"], seg["orchestrator_run_id"]) == ("done", 1, got["run_id"])
-    assert [x["step"] for x in store.query("SELECT step FROM steps WHERE run_id = ? ORDER BY step", [run_id])] == [0]
+    assert [x["step"] for x in store.query("SELECT step FROM steps WHERE run_id = ? ORDER BY step", [run_id])] == [1]
     assert store.get_run(run_id)["status"] != "finished"  # one of two segments done
 
 
@@ -80,9 +80,9 @@ def test_train_segment_with_segment_records_its_start_and_end_and_a_refusal_reco
         run_id = register_run(instance, tmp_path, base_policy, "own", TINY, total_steps=2)
     store = Store(tmp_path / "pc.duckdb")
 
-    r = segment_cli(tmp_path, run_id, "--from-step", "-1", "--until-step", "0", "--segment", "0", "--attempt", "by-hand-1")
+    r = segment_cli(tmp_path, run_id, "--from-step", "0", "--until-step", "1", "--segment", "0", "--attempt", "by-hand-1")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads(r.stdout.splitlines()[-1])["last_step"] == 0
+    assert json.loads(r.stdout.splitlines()[-1])["last_step"] == 1
     seg = store.segments(run_id)[0]
     assert (seg["status"], seg["attempts"], seg["orchestrator_run_id"], seg["error"]) == ("done", 1, "by-hand-1", None)
 
@@ -92,7 +92,7 @@ def test_train_segment_with_segment_records_its_start_and_end_and_a_refusal_reco
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        r = segment_cli(tmp_path, run_id, "--until-step", "1", "--segment", "1", "--attempt", "by-hand-2")
+        r = segment_cli(tmp_path, run_id, "--until-step", "2", "--segment", "1", "--attempt", "by-hand-2")
         assert r.returncode == 2
         assert f"pid {holder.pid} on host" in r.stderr and "Fix:" in r.stderr and "Traceback" not in r.stderr
         assert store.segments(run_id) == before  # every column, updated_at included
@@ -101,7 +101,7 @@ def test_train_segment_with_segment_records_its_start_and_end_and_a_refusal_reco
         holder.stdin.flush()
         holder.communicate(timeout=60)
 
-    r = segment_cli(tmp_path, run_id, "--until-step", "1", "--segment", "1", "--attempt", "by-hand-3")
+    r = segment_cli(tmp_path, run_id, "--until-step", "2", "--segment", "1", "--attempt", "by-hand-3")
     assert r.returncode == 0, r.stderr[-3000:]
     assert [(s["status"], s["attempts"], s["orchestrator_run_id"]) for s in store.segments(run_id)] == [
         ("done", 1, "by-hand-1"), ("done", 1, "by-hand-3")]

@@ -91,7 +91,7 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
     store = Store(tmp_path / "pc.duckdb")
     assert instance.get_dynamic_partitions(SEGMENTS.name) == ["seg-pc/seg-0000", "seg-pc/seg-0001"]
     segs = store.segments(run_id)
-    assert [(s["first_step"], s["last_step"], s["status"]) for s in segs] == [(0, 1, "planned"), (2, 3, "planned")]
+    assert [(s["first_step"], s["last_step"], s["status"]) for s in segs] == [(1, 2, "planned"), (3, 4, "planned")]
     run = store.get_run(run_id)
     assert json.loads(run["config_json"])["training"]["keep_every"] == 2  # segment boundaries stay
     assert json.loads(run["lineage_json"])["segment_steps"] == 2
@@ -112,13 +112,13 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
     assert meta["steps"].value == "1..2" and meta["steps_run"].value == "2"
     assert meta["resumed_after_step"].value == "fresh (the base policy)"
     rows = steps_rows(store, run_id)
-    assert [r["step"] for r in rows] == [0, 1]
+    assert [r["step"] for r in rows] == [1, 2]
     assert meta["cumulative_rollouts"].value == sum(r["sampled_rollouts"] for r in rows)
     ev = res.asset_materializations_for_node("segment_eval")[0].metadata
-    stored = store.query("SELECT benchmark, accuracy FROM eval_results WHERE run_id = ? AND step = 1", [run_id])
-    assert len(stored) == 6 and ev["step"].value == 2  # store step 1 is the 2nd step
+    stored = store.query("SELECT benchmark, accuracy FROM eval_results WHERE run_id = ? AND step = 2", [run_id])
+    assert len(stored) == 6 and ev["step"].value == 2  # the stored step, as SQL has it
     assert ev["average_accuracy"].value == pytest.approx(sum(r["accuracy"] for r in stored) / 6)
-    # The loop evaluated step 1 too (eval_every=2) with the same seed: the asset reproduces it exactly.
+    # The loop evaluated step 2 too (eval_every=2) with the same seed: the asset reproduces it exactly.
     assert meta["eval_accuracy"].value == pytest.approx(ev["average_accuracy"].value, abs=5e-5)  # 4 places in the UI
     # The segment-end evaluation is in TensorBoard too, at the step number of the run's training scalars.
     scalars = tensorboard_scalars(tmp_path / "runs" / run_id / "tensorboard")
@@ -131,12 +131,13 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
     res1 = train(instance, tmp_path, "seg-pc/seg-0001")
     # While it trained: the state, then one observation per step with the segment's and the run's progress.
     obs = [e.asset_observation.metadata for e in instance.all_logs(res1.run_id) if e.asset_observation is not None]
-    assert obs[0]["state"].value.startswith("training segment 2 of 2 (steps 3..4 of 4) from the checkpoint after step 2")
+    assert obs[0]["state"].value.startswith(
+        "training segment seg-0001 of 2 (steps 3..4 of 4) from the checkpoint after step 2")
     per_step = [{k: v.value for k, v in o.items()} for o in obs[1:]]
     after = steps_rows(store, run_id)
     # Counters are text (Dagster's Plots tab draws every number by time, mixing runs); the curves stay numbers.
     assert [(o["segment_step"], o["segment_steps"], o["run_step"], o["run_steps"], o["segment"], o["segments"])
-            for o in per_step] == [("1", "2", "3", "4", "2", "2"), ("2", "2", "4", "4", "2", "2")]
+            for o in per_step] == [("1", "2", "3", "4", "seg-0001", "2"), ("2", "2", "4", "4", "seg-0001", "2")]
     assert all(isinstance(o[k], TextMetadataValue) for o in obs[1:] for k in NOT_CURVES if k in o)
     assert all(isinstance(o["mean_reward"], FloatMetadataValue) for o in obs[1:])
     # The same numbers on segment_progress's own partition page: one materialization of that partition per step.
@@ -150,31 +151,32 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
         "start-up 2 of 2: restoring the checkpoint after step 2 and starting the rollout engine; each step's progress "
         "follows"]
     assert [s["progress"].split(": ", 1)[0] for s in startup] == ["seg-pc"] * 2
-    assert startup[1]["progress"].startswith("seg-pc: segment 2 of 2, starting (2 of 2): restoring the checkpoint")
+    assert startup[1]["progress"].startswith("seg-pc: segment seg-0001 of 2, starting (2 of 2): restoring the checkpoint")
     since = [float(s["since_start"].removesuffix(" s")) for s in startup]
     assert 0 <= since[0] <= since[1]
     assert [{k: v.value for k, v in m.metadata.items()} for m in progress[2:]] == per_step
     latest = instance.get_latest_materialization_event(SEGMENT_PROGRESS.key).asset_materialization
-    assert latest.partition == "seg-pc/seg-0001" and latest.metadata["progress"].value.startswith("seg-pc: segment 2")
+    assert latest.partition == "seg-pc/seg-0001" and latest.metadata["progress"].value.startswith("seg-pc: segment seg-0001")
     assert [o["step_rollouts"] for o in per_step] == [r["sampled_rollouts"] for r in after[2:]]
     assert [o["cumulative_rollouts"] for o in per_step] == [sum(r["sampled_rollouts"] for r in after[:k + 1])
                                                             for k in (2, 3)]
     assert [o["reward_std"] for o in per_step] == [round(r["mean_reward_std"], 3) for r in after[2:]]
     assert per_step[-1]["eta_s"] == "0" and abs(int(per_step[0]["eta_s"]) - per_step[0]["seconds_per_step"]) <= 0.5
-    assert per_step[0]["progress"] == "seg-pc: segment 2 of 2, step 1 of 2; run step 3 of 4" and "eval_accuracy" in per_step[1]
-    assert [o["step"] for o in per_step] == ["3", "4"]  # the words' numbers (store steps 2 and 3)
-    lines = [e.message for e in instance.all_logs(res1.run_id) if (e.message or "").startswith("step 2/2 of segment 2/2")]
+    assert per_step[0]["progress"] == "seg-pc: segment seg-0001 of 2, step 1 of 2; run step 3 of 4" and "eval_accuracy" in per_step[1]
+    assert [o["step"] for o in per_step] == ["3", "4"] == [str(r["step"]) for r in after[2:]]  # SQL's steps
+    lines = [e.message for e in instance.all_logs(res1.run_id)
+             if (e.message or "").startswith("step 2/2 of segment seg-0001 of 2")]
     assert len(lines) == 1 and f"rollouts {after[3]['sampled_rollouts']:,} (cumulative " in lines[0]
     # The segment's materialization: the run so far as a plot, its SQL (which returns the steps) and TensorBoard.
     meta1 = res1.asset_materializations_for_node("training_segment")[-1].metadata
     # First, for the asset's overview (the latest segment of any run): whose segment this is.
     assert next(iter(meta1)) == "materialized" and meta1["materialized"].value.startswith(
-        "seg-pc: segment 2 of 2 done (run steps 3..4 of 4)")
-    assert meta1["segment"].value == "2 of 2" and meta1["advanced_by"].value == "by hand (UI, CLI or API)"
+        "seg-pc: segment seg-0001 of 2 done (run steps 3..4 of 4)")
+    assert meta1["segment"].value == "seg-0001 of 2" and meta1["advanced_by"].value == "by hand (UI, CLI or API)"
     assert meta1["run_plot"].value.startswith("![seg-pc so far](data:image/png;base64,")
     assert Path(meta1["run_plot_path"].value).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     sql = meta1["sql"].value.split('"')[1]
-    assert [r["step"] for r in store.query(sql)] == [0, 1, 2, 3]
+    assert [r["step"] for r in store.query(sql)] == [1, 2, 3, 4]  # the steps the plot beside it shows
     assert [r["cumulative_rollouts"] for r in store.query(sql)][-1] == meta1["cumulative_rollouts"].value
     assert f"tensorboard --logdir {tmp_path / 'runs' / run_id / 'tensorboard'}" in meta1["tensorboard_command"].value
     assert [s["status"] for s in store.segments(run_id)] == ["done", "done"]
@@ -184,14 +186,14 @@ def test_segments_train_in_order_and_rematerialize_reproduces(tmp_path, base_pol
     # Re-materializing segment 0 recomputes it from the base policy: the same rows, segment 1 left intact.
     before = steps_rows(store, run_id)
     ckpts = tmp_path / "runs" / run_id / "checkpoints"
-    assert sorted(p.name for p in ckpts.iterdir()) == ["step-00000001", "step-00000003"]  # keep_every + newest
-    p1, p3 = params(ckpts / "step-00000001"), params(ckpts / "step-00000003")
+    assert sorted(p.name for p in ckpts.iterdir()) == ["step-00000002", "step-00000004"]  # keep_every + newest
+    p1, p3 = params(ckpts / "step-00000002"), params(ckpts / "step-00000004")
     res = train(instance, tmp_path, "seg-pc/seg-0000")
     assert res.asset_materializations_for_node("training_segment")[-1].metadata["resumed_after_step"].value == "fresh (the base policy)"
     assert steps_rows(store, run_id) == before
-    again = params(ckpts / "step-00000001")
+    again = params(ckpts / "step-00000002")
     assert all(torch.equal(p1[k], again[k]) for k in p1)
-    assert all(torch.equal(p3[k], v) for k, v in params(ckpts / "step-00000003").items())
+    assert all(torch.equal(p3[k], v) for k, v in params(ckpts / "step-00000004").items())
     assert store.segments(run_id)[0]["attempts"] == 2
 
 
@@ -227,27 +229,27 @@ def test_retried_segment_resumes_from_its_last_checkpoint_and_matches(tmp_path, 
     train(instance, tmp_path, f"{ref}/seg-0000")
     flag = tmp_path / "fail"
     flag.write_text("1")
-    # fails at the first engine call of step 2 (or at step 1's eval): the run dies with step 1 checkpointed at most.
-    engine = FlakyEngineResource(flag=str(flag), checkpoints=str(tmp_path / "runs" / flaky / "checkpoints"), after_step=1)
+    # fails at the first engine call of step 3 (or at step 2's eval): the run dies with step 2 checkpointed at most.
+    engine = FlakyEngineResource(flag=str(flag), checkpoints=str(tmp_path / "runs" / flaky / "checkpoints"), after_step=2)
     bad = train(instance, tmp_path, f"{flaky}/seg-0000", engine=engine, raise_on_error=False)
     assert not bad.success and "engine lost" in step_failures(bad)
     store = Store(tmp_path / "pc.duckdb")
     seg = store.segments(flaky)[0]
     assert seg["status"] == "failed" and seg["consecutive_failures"] == 1 and "engine lost" in seg["error"]
     done = [step for step, _ in list_checkpoints(tmp_path / "runs" / flaky / "checkpoints")]
-    assert done and max(done) < 3
+    assert done and max(done) < 4
     # The sensor retries it under a new run key; the retry resumes inside the segment.
     assert requests(tick(instance, tmp_path)) == [(f"{flaky}/0/retry-1", f"{flaky}/seg-0000"),
                                                   (f"report-{ref}", None)]  # ref (one segment) is finished
     flag.unlink()
     res = train(instance, tmp_path, f"{flaky}/seg-0000", engine=engine)
     meta = res.asset_materializations_for_node("training_segment")[-1].metadata
-    assert meta["resumed_after_step"].value == str(max(done) + 1) and max(done) >= 0
-    assert meta["steps_run"].value == str(3 - max(done))
+    assert meta["resumed_after_step"].value == str(max(done)) and max(done) >= 1
+    assert meta["steps_run"].value == str(4 - max(done))
     assert store.segments(flaky)[0]["consecutive_failures"] == 0
     assert steps_rows(store, flaky) == steps_rows(store, ref)
-    a = params(tmp_path / "runs" / ref / "checkpoints" / "step-00000003")
-    b = params(tmp_path / "runs" / flaky / "checkpoints" / "step-00000003")
+    a = params(tmp_path / "runs" / ref / "checkpoints" / "step-00000004")
+    b = params(tmp_path / "runs" / flaky / "checkpoints" / "step-00000004")
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 

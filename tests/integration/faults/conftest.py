@@ -17,7 +17,7 @@ def _shared(shared_runs, base_policy, name: str, steps: int) -> Path:
 
 @pytest.fixture(scope="session")
 def run4(shared_runs, base_policy) -> Path:
-    """A finished 4-step run ``t`` (checkpoints after steps 0..3)."""
+    """A finished 4-step run ``t`` (checkpoints after steps 1..4)."""
     return _shared(shared_runs, base_policy, "faults-run4", 4)
 
 

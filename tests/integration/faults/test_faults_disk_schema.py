@@ -111,7 +111,7 @@ def test_no_free_inodes_under_a_running_store_says_inodes(tmp_path):
         assert f"the store {store}" in line and "no free inodes" in line and str(mnt) in line, line
         assert "Fix: delete files" in line and "free space" not in line, line
         assert tree(mnt) == before
-        assert steps_of(store, "a") == [0, 1, 2] and run_row(store, "b") is None
+        assert steps_of(store, "a") == [1, 2, 3] and run_row(store, "b") is None
     finally:
         unmount(mnt)
 
@@ -133,7 +133,7 @@ def test_inodes_running_out_mid_run_end_it_failed_with_the_inode_fix(tmp_path):
         row = run_row(store, "r")
         assert row["status"] == "failed" and row["status_reason"].startswith(f"disk full: no free inodes on {mnt}")
         steps = steps_of(store, "r")
-        assert 0 < len(steps) < 1000 and steps == list(range(len(steps)))
+        assert 0 < len(steps) < 1000 and steps == list(range(1, len(steps) + 1))
         assert not [p for p in (mnt / "s.duckdb.runs" / "r").iterdir() if p.name.startswith(".tmp-")]
     finally:
         unmount(mnt)
@@ -167,10 +167,10 @@ def test_a_writer_starting_on_a_full_disk_gets_one_line(tmp_path):
         after = tree(mnt)
         # DuckDB leaves the write-ahead log it could not write, empty (its next open ignores it); nothing else
         assert after.pop("s.duckdb.wal", EMPTY) == EMPTY and after == before
-        assert steps_of(store, "a") == [0, 1] and run_row(store, "b") is None
+        assert steps_of(store, "a") == [1, 2] and run_row(store, "b") is None
         (mnt / "ballast").unlink()  # the fix
         simulate(store, "b", 3, check_rc=0)
-        assert steps_of(store, "a") == [0, 1] and steps_of(store, "b") == [0, 1, 2]
+        assert steps_of(store, "a") == [1, 2] and steps_of(store, "b") == [1, 2, 3]
     finally:
         unmount(mnt)
 
@@ -183,7 +183,7 @@ GRPO = ["--method", "grpo", "--set", "allocator.train_batch=8", "--set", "alloca
 @pytest.mark.slow
 def test_a_full_disk_inside_the_policys_safetensors_write_ends_in_one_line(tmp_path, base_policy):
     """Expected (root): ``out/t/checkpoints`` a 400 KiB tmpfs, too small for the policy's weights (~0.8 MB): the
-    checkpoint after step 0 fails inside safetensors; the status is failed, "disk full ..." with the fix; the
+    checkpoint after step 1 fails inside safetensors; the status is failed, "disk full ..." with the fix; the
     command ends with that one line, exit 1 (was a SafetensorError traceback)."""
     mnt = mount_tmpfs(tmp_path / "t" / "checkpoints", "size=400k")
     try:
@@ -196,7 +196,7 @@ def test_a_full_disk_inside_the_policys_safetensors_write_ends_in_one_line(tmp_p
         assert "Fix: free space on the disk holding" in line and "--resume" in line, line
         row = run_row(tmp_path / "pc.duckdb", "t")
         assert row["status"] == "failed" and row["status_reason"].startswith("disk full"), row["status_reason"]
-        assert steps_of(tmp_path / "pc.duckdb", "t") == [0]
+        assert steps_of(tmp_path / "pc.duckdb", "t") == [1]
         assert not [p for p in mnt.iterdir() if p.name.startswith(".tmp-")]
     finally:
         unmount(mnt)

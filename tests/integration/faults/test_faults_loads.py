@@ -130,7 +130,7 @@ def rezip(path: Path, deflate_zeros: int = 0, numel: int | None = None) -> None:
 
 @pytest.fixture(scope="module")
 def trained(run4) -> Path:
-    """A finished 4-step run (checkpoints after steps 0..3): the fault suite's ``run4`` (conftest.py)."""
+    """A finished 4-step run (checkpoints after steps 1..4): the fault suite's ``run4`` (conftest.py)."""
     return run4
 
 
@@ -156,11 +156,11 @@ def test_a_checkpoint_file_claiming_1_5_gb_is_refused_before_it_is_read(case, tr
     """Expected: exit 2, one line naming the file, the value ("bytearray(1500000000)", "a compressed entry ...
     that expand to 1,500,...", "storage ... of 1,500,000,000 bytes") and "Fix: move it aside"; no
     traceback; peak RSS under 1,000 MB (the file claims 1,500 on top of the process's own); the run's rows, status
-    and checkpoint files (sha256) unchanged. Then, following the fix, the resume continues from step 2."""
+    and checkpoint files (sha256) unchanged. Then, following the fix, the resume continues from step 3."""
     out = tmp_path / "run"
     shutil.copytree(trained, out)
     store = out / "pc.duckdb"
-    ck = out / "t" / "checkpoints" / "step-00000003"
+    ck = out / "t" / "checkpoints" / "step-00000004"
     rel, says = plant(case, ck)
     rewrite_manifest(ck, rel)
     before, files = stored_rows(store), tree_digest(out / "t" / "checkpoints")
@@ -174,17 +174,17 @@ def test_a_checkpoint_file_claiming_1_5_gb_is_refused_before_it_is_read(case, tr
         assert "bytes that expand to 1,500,00" in line and "torch.save stores every entry as it is" in line
     if case == "storage":
         assert "of 1,500,000,000 bytes (1,500,000,000 x 1), its entry data/" in line and "holds 5,056" in line
-    assert "the checkpoint was altered" in line and "Fix: move it aside (e.g. to damaged-step-00000003)" in line
+    assert "the checkpoint was altered" in line and "Fix: move it aside (e.g. to damaged-step-00000004)" in line
     assert "weights_only" not in stderr
     assert peak_mb < BOUND_MB, f"peak RSS {peak_mb} MB"
     assert stdout == ""
     assert stored_rows(store) == before and run_row(store, "t")["status"] == "finished"
     assert tree_digest(out / "t" / "checkpoints") == files
 
-    ck.rename(ck.with_name("damaged-step-00000003"))  # the fix
+    ck.rename(ck.with_name("damaged-step-00000004"))  # the fix
     rc, stdout, stderr, _ = resume(out, base_policy)
     assert rc == 0, stderr[-3000:]
-    assert [json.loads(x)["step"] for x in stdout.splitlines()] == [3, 4]
+    assert [json.loads(x)["step"] for x in stdout.splitlines()] == [4, 5]
 
 
 LOAD = r"""

@@ -127,14 +127,14 @@ def test_check_s_rm_fix_deletes_the_damaged_step_and_nothing_else(tmp_path, name
     sibling ``Bobs`` (and ``and`` where it ran) and left the damaged step; ``$(...)`` or backticks after a quote ran."""
     place = Place(tmp_path, name)
     store = place.store_dir / "s.duckdb"
-    assert killed_run(store, "killed") == [0, 1, 2, 3]
+    assert killed_run(store, "killed") == [1, 2, 3, 4]
     steps = Path(str(store) + ".runs") / "killed"
-    damaged = steps / "step-00000002"
+    damaged = steps / "step-00000003"
     (damaged / "steps.parquet").write_bytes(b"")
     shown = cli("check", "--store", str(store), check_rc=1)
     no_traceback(shown.stderr)
     problem, = json.loads(cli("check", "--store", str(store), "--json", check_rc=1).stdout)["problems"]
-    assert (problem["step"], problem["kind"], problem["path"]) == (2, "damaged", str(damaged))
+    assert (problem["step"], problem["kind"], problem["path"]) == (3, "damaged", str(damaged))
     command = in_backticks(problem["fix"], "rm -r ")
     outside, kept = place.outside(), snapshot(steps, skip=damaged)
 
@@ -148,7 +148,7 @@ def test_check_s_rm_fix_deletes_the_damaged_step_and_nothing_else(tmp_path, name
     fix_lines = [ln for ln in shown.stdout.splitlines() if ln.startswith("  fix:")]
     assert len(fix_lines) == 1 and in_backticks(fix_lines[0], "rm -r ") == command  # the whole fix on one line
     after, = json.loads(cli("check", "--store", str(store), "--json", check_rc=1).stdout)["problems"]
-    assert (after["step"], after["kind"]) == (2, "missing") and "accept the gap" in after["fix"]
+    assert (after["step"], after["kind"]) == (3, "missing") and "accept the gap" in after["fix"]
 
 
 @pytest.mark.parametrize("name", [NAMES["quotes-and-spaces"], NAMES["all-of-them"]],
@@ -200,7 +200,7 @@ def test_a_dagster_segment_s_sql_and_tensorboard_commands_paste_whole(tmp_path, 
     sql, tensorboard = code_block(meta["sql"].value), code_block(meta["tensorboard_command"].value)
     store = Store(place.store_dir / "pc.duckdb")
     rows = store.query("SELECT step, sampled_rollouts FROM steps WHERE run_id = ?", [run_id])
-    assert [r["step"] for r in rows] == [0]
+    assert [r["step"] for r in rows] == [1]
     logdir = place.store_dir / "runs" / run_id / "tensorboard"
     assert logdir.is_dir()
     # TensorBoard itself would serve until stopped: a stand-in first on PATH records the arguments it was given.
@@ -221,7 +221,7 @@ def test_a_dagster_segment_s_sql_and_tensorboard_commands_paste_whole(tmp_path, 
     assert queried.returncode == 0 and "Traceback" not in queried.stderr, queried.stderr
     table = [ln.split() for ln in queried.stdout.splitlines()]
     assert table[0][:5] == ["step", "mean_reward", "mean_reward_std", "informative_share", "sampled_rollouts"]
-    assert table[2][0] == "0" and table[2][4] == str(rows[0]["sampled_rollouts"]) and table[3] == ["(1", "row)"]
+    assert table[2][0] == "1" and table[2][4] == str(rows[0]["sampled_rollouts"]) and table[3] == ["(1", "row)"]
     assert opened.returncode == 0, opened.stderr
     assert (stand_in / "argv").read_bytes().split(b"\0")[:-1] == [b"--logdir", os.fsencode(str(logdir))]
 
@@ -275,7 +275,7 @@ def test_a_stopped_train_runs_fix_resumes_it_from_another_directory(tmp_path, ba
     store = place.store_dir / "exp" / "pc.duckdb"
     argv = ["train", "--method", "pc", "--steps", "4", "--out", "exp", "--run-name", "t", "--policy",
             str(base_policy), "--json", "--quiet", "--seed", "3", *TRAIN]
-    assert killed(argv, place.store_dir, after=2) == [0, 1]
+    assert killed(argv, place.store_dir, after=2) == [1, 2]
     before = steps_of(store, "t")
     command = the_fix(store, "t", "train")
     assert "\n" not in command
@@ -285,7 +285,7 @@ def test_a_stopped_train_runs_fix_resumes_it_from_another_directory(tmp_path, ba
 
     assert pasted.returncode == 0, pasted.stderr[-3000:]
     no_traceback(pasted.stderr)
-    assert steps_of(store, "t") == [0, 1, 2, 3] and len(before) >= 2  # that run, grown to the steps it asked for
+    assert steps_of(store, "t") == [1, 2, 3, 4] and len(before) >= 2  # that run, grown to the steps it asked for
     assert run_row(store, "t")["status"] == "finished"
     assert (place.store_dir / "exp" / "t" / "checkpoints").is_dir()  # its own run folder
     assert_nothing_else(place, outside, store)
@@ -297,7 +297,7 @@ def test_a_stopped_simulations_fix_records_it_again_from_another_directory(tmp_p
     store = place.store_dir / "s.duckdb"
     argv = ["simulate", "--store", str(store), "--run-name", "r", "--steps", "40", "--json", *SIM,
             "--set", "allocator.p_upper=0.875"]
-    assert killed(argv, place.tmp, after=4) == [0, 1, 2, 3]
+    assert killed(argv, place.tmp, after=4) == [1, 2, 3, 4]
     config = run_row(store, "r")["config_hash"]
     command = the_fix(store, "r", "simulate")
     assert "\n" not in command
@@ -307,7 +307,7 @@ def test_a_stopped_simulations_fix_records_it_again_from_another_directory(tmp_p
 
     assert pasted.returncode == 0, pasted.stderr[-3000:]
     no_traceback(pasted.stderr)
-    assert steps_of(store, "r") == list(range(40))  # recorded again, whole, in its store
+    assert steps_of(store, "r") == list(range(1, 41))  # recorded again, whole, in its store
     row = run_row(store, "r")
     assert (row["status"], row["config_hash"]) == ("finished", config)  # the same run: its flags came with it
     assert_nothing_else(place, outside, store)

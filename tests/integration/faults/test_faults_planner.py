@@ -74,7 +74,7 @@ def test_sim_fit_and_plan_outputs_into_a_checkpoint_are_refused(untrained):
     the fit, one line naming the run's checkpoint folder; every checkpoint file byte for byte the same."""
     store, ckpts = untrained / "pc.duckdb", untrained / "u" / "checkpoints"
     before = tree_digest(untrained)
-    for args in (["sim-fit", "--out", str(ckpts / "step-00000001" / "fit.json")],
+    for args in (["sim-fit", "--out", str(ckpts / "step-00000002" / "fit.json")],
                  ["plan", "--fit-steps", "1", "--horizon", "5", "--resamples", "0", "--plot",
                   str(ckpts / "plan.png")]):
         res = cli(args[0], "--store", str(store), "--runs", "u", *args[1:])
@@ -217,4 +217,4 @@ def test_sim_fit_while_simulate_writes_the_run(tmp_path):
             writer.kill()
             writer.wait(timeout=30)
     steps = Store(store).query("SELECT step FROM steps WHERE run_id = 'big' ORDER BY step")
-    assert [r["step"] for r in steps] == list(range(600))
+    assert [r["step"] for r in steps] == list(range(1, 601))

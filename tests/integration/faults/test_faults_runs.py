@@ -58,7 +58,7 @@ def test_two_simulate_writers_on_one_run_second_is_refused_nothing_lost(tmp_path
     assert second.returncode == 2
     assert f"being written by pid {first.pid} on host" in second.stderr and "Fix:" in second.stderr
     no_traceback(second.stderr)
-    assert steps_of(store, "r") == list(range(300))  # every step, once
+    assert steps_of(store, "r") == list(range(1, 300 + 1))  # every step, once
     assert run_row(store, "r")["status"] == "finished"
     assert Store(store).query("SELECT * FROM steps WHERE run_id = 'other' ORDER BY step") == other
 
@@ -71,13 +71,13 @@ def test_an_existing_run_name_is_refused_unless_overwrite(tmp_path):
     assert again.returncode == 2 and again.stdout == ""
     assert "already exists" in again.stderr and "30 steps" in again.stderr and "--overwrite" in again.stderr
     no_traceback(again.stderr)
-    assert steps_of(store, "r") == list(range(30)) and run_row(store, "r")["status"] == "finished"
+    assert steps_of(store, "r") == list(range(1, 30 + 1)) and run_row(store, "r")["status"] == "finished"
 
     simulate(store, "r", 5, "--overwrite", check_rc=0)
-    assert steps_of(store, "r") == list(range(5))
+    assert steps_of(store, "r") == list(range(1, 5 + 1))
     evals = Store(store).query("SELECT step FROM eval_results WHERE run_id = 'r' ORDER BY step")
-    assert [e["step"] for e in evals] == [-1, 4]  # before training and the last step: nothing of the old run left
-    assert steps_of(store, "keep") == list(range(7))
+    assert [e["step"] for e in evals] == [0, 5]  # before training and the last step: nothing of the old run left
+    assert steps_of(store, "keep") == list(range(1, 7 + 1))
 
 
 def test_a_stale_lock_of_a_dead_holder_is_broken_a_live_one_refuses(tmp_path):
@@ -103,7 +103,7 @@ def test_a_stale_lock_of_a_dead_holder_is_broken_a_live_one_refuses(tmp_path):
         with open(lock) as f, pytest.raises(BlockingIOError):  # it really is held
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         simulate(store, "r", 10, check_rc=0)
-        assert steps_of(store, "r") == list(range(10))
+        assert steps_of(store, "r") == list(range(1, 10 + 1))
     finally:
         orphan.kill()
         orphan.wait()
@@ -116,7 +116,7 @@ def test_a_stale_lock_of_a_dead_holder_is_broken_a_live_one_refuses(tmp_path):
     finally:
         live.kill()
         live.wait()
-    assert steps_of(store, "r") == list(range(10))
+    assert steps_of(store, "r") == list(range(1, 10 + 1))
 
 
 def test_a_sigkilled_writer_leaves_no_lock_behind(tmp_path):
@@ -126,7 +126,7 @@ def test_a_sigkilled_writer_leaves_no_lock_behind(tmp_path):
     proc.kill()
     proc.communicate(timeout=30)
     simulate(store, "r", 8, "--overwrite", check_rc=0)
-    assert steps_of(store, "r") == list(range(8))
+    assert steps_of(store, "r") == list(range(1, 8 + 1))
 
 
 def test_two_trains_on_one_run_second_is_refused(tmp_path, base_policy):
@@ -143,8 +143,8 @@ def test_two_trains_on_one_run_second_is_refused(tmp_path, base_policy):
     assert first.returncode == 143, err[-2000:]
     assert second.returncode == 2 and f"pid {first.pid}" in second.stderr and "Fix:" in second.stderr
     no_traceback(second.stderr)
-    last = len(out.splitlines())  # the step the first stopped after (step 0's line was read before)
-    assert steps_of(tmp_path / "pc.duckdb", "t") == list(range(last + 1))
+    last = 1 + len(out.splitlines())  # the step the first stopped after (step 1's line was read before)
+    assert steps_of(tmp_path / "pc.duckdb", "t") == list(range(1, last + 1))
     assert run_row(tmp_path / "pc.duckdb", "t")["status"] == "stopped"
 
 
@@ -190,19 +190,19 @@ def test_resume_skips_a_damaged_newest_checkpoint(kind, run4_and_ref5, base_poli
     shutil.copytree(run4_and_ref5 / "run4", out)
     store = out / "pc.duckdb"
     assert run_row(store, "t")["status"] == "finished"
-    newest = out / "t" / "checkpoints" / "step-00000003"
+    newest = out / "t" / "checkpoints" / "step-00000004"
     _damage(kind, newest)
 
     r = train(out, "t", base_policy, 5, "--resume")
     assert r.returncode == 0, r.stderr[-3000:]
     no_traceback(r.stderr)
-    assert "step-00000003 is damaged" in r.stderr and "damaged-step-00000003" in r.stderr
-    assert "resuming from step-00000002" in r.stderr
-    assert [json.loads(x)["step"] for x in r.stdout.splitlines()] == [3, 4]  # step 3 replayed, then step 4
-    assert (out / "t" / "checkpoints" / "damaged-step-00000003").is_dir()  # kept for inspection
-    assert steps_of(store, "t") == [0, 1, 2, 3, 4]
+    assert "step-00000004 is damaged" in r.stderr and "damaged-step-00000004" in r.stderr
+    assert "resuming from step-00000003" in r.stderr
+    assert [json.loads(x)["step"] for x in r.stdout.splitlines()] == [4, 5]  # step 4 replayed, then step 5
+    assert (out / "t" / "checkpoints" / "damaged-step-00000004").is_dir()  # kept for inspection
+    assert steps_of(store, "t") == [1, 2, 3, 4, 5]
     assert run_row(store, "t")["status"] == "finished"
-    assert _final(out, 4) == _final(run4_and_ref5 / "ref5", 4)  # bit-exact with the uninterrupted run
+    assert _final(out, 5) == _final(run4_and_ref5 / "ref5", 5)  # bit-exact with the uninterrupted run
 
 
 @pytest.mark.slow
@@ -238,8 +238,8 @@ def test_simulate_stops_cleanly_on_a_signal(sig, code, tmp_path):
     printed = 20 + len(out.splitlines())
     row = run_row(store, "r")
     assert row["status"] == "stopped" and sig.name in row["status_reason"]
-    assert steps_of(store, "r") == list(range(printed))  # what was printed is what was recorded, once each
-    assert steps_of(store, "other") == list(range(6))
+    assert steps_of(store, "r") == list(range(1, printed + 1))  # what was printed is what was recorded, once each
+    assert steps_of(store, "other") == list(range(1, 6 + 1))
     listing = cli("runs", "--store", str(store), check_rc=0).stdout
     assert "stopped" in listing and f"r stopped: stopped by {sig.name}" in listing
 
@@ -256,17 +256,17 @@ def test_train_stops_at_a_step_boundary_with_a_checkpoint_then_resumes(sig, code
     no_traceback(err)
     (line,) = messages(err)
     assert line.startswith("pilot-commit train: run t stopped by ") and sig.name in line and "--resume" in line
-    last = 1 + len(out.splitlines())  # the step it stopped after
+    last = 2 + len(out.splitlines())  # the step it stopped after (two lines were read before)
     store = tmp_path / "pc.duckdb"
-    assert steps_of(store, "t") == list(range(last + 1))
+    assert steps_of(store, "t") == list(range(1, last + 1))
     row = run_row(store, "t")
     assert row["status"] == "stopped" and sig.name in row["status_reason"]
     assert (tmp_path / "t" / "checkpoints" / f"step-{last:08d}").is_dir()  # the boundary was checkpointed
 
-    r = train(tmp_path, "t", base_policy, last + 2, "--resume", "--set", "training.checkpoint_every=10")
+    r = train(tmp_path, "t", base_policy, last + 1, "--resume", "--set", "training.checkpoint_every=10")
     assert r.returncode == 0, r.stderr[-2000:]
     assert [json.loads(x)["step"] for x in r.stdout.splitlines()] == [last + 1]  # nothing redone, nothing lost
-    assert steps_of(store, "t") == list(range(last + 2))
+    assert steps_of(store, "t") == list(range(1, last + 2))
     assert run_row(store, "t")["status"] == "finished"
 
 
@@ -286,7 +286,7 @@ def test_a_real_full_disk_ends_the_run_failed_with_the_fix(tmp_path):
         row = run_row(store, "full")
         assert row["status"] == "failed" and row["status_reason"].startswith("disk full")
         steps = steps_of(store, "full")
-        assert steps == list(range(len(steps))) and len(steps) > 0  # what was written is whole, in order
+        assert steps == list(range(1, len(steps) + 1)) and len(steps) > 0  # what was written is whole, in order
         assert not [p for p in (mnt / "s.duckdb.runs" / "full").iterdir() if p.name.startswith(".tmp-")]
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
@@ -319,8 +319,8 @@ def test_disk_full_injected_in_simulate(tmp_path, monkeypatch, capsys):
     assert "run r failed: disk full" in err and "Fix: free space" in err and "--overwrite" in err
     row = run_row(store, "r")
     assert row["status"] == "failed" and "No space left on device" in row["status_reason"]
-    assert steps_of(store, "r") == list(range(12))
-    assert steps_of(store, "other") == list(range(4))
+    assert steps_of(store, "r") == list(range(1, 12 + 1))
+    assert steps_of(store, "other") == list(range(1, 4 + 1))
 
 
 @pytest.mark.slow
@@ -335,12 +335,12 @@ def test_disk_full_injected_in_train(tmp_path, monkeypatch, capsys, base_policy)
     assert "run t failed: disk full" in err and "--resume" in err and "Fix: free space" in err
     row = run_row(tmp_path / "pc.duckdb", "t")
     assert row["status"] == "failed" and row["status_reason"].startswith("disk full")
-    assert steps_of(tmp_path / "pc.duckdb", "t") == [0, 1]
+    assert steps_of(tmp_path / "pc.duckdb", "t") == [1, 2]
     monkeypatch.undo()
     rc = main(["train", "--method", "pc", "--steps", "4", "--out", str(tmp_path), "--run-name", "t", "--policy",
                str(base_policy), "--json", "--quiet", "--seed", "3", *TRAIN, "--resume"])
     assert rc == 0
-    assert steps_of(tmp_path / "pc.duckdb", "t") == [0, 1, 2, 3]
+    assert steps_of(tmp_path / "pc.duckdb", "t") == [1, 2, 3, 4]
     assert run_row(tmp_path / "pc.duckdb", "t")["status"] == "finished"
 
 
@@ -354,5 +354,5 @@ def test_a_bogus_policy_config_is_refused_before_the_run_starts(tmp_path, base_p
     no_traceback(r.stderr)
     assert str(bogus) in r.stderr and "cannot be loaded" in r.stderr and "Fix:" in r.stderr
     assert run_row(tmp_path / "pc.duckdb", "t") is None  # never marked running
-    assert steps_of(tmp_path / "pc.duckdb", "other") == [0, 1, 2]
+    assert steps_of(tmp_path / "pc.duckdb", "other") == [1, 2, 3]
     assert run_row(tmp_path / "pc.duckdb", "other")["status"] == "finished"

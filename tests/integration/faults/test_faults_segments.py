@@ -107,7 +107,7 @@ def failure(result) -> str:
 
 
 def steps(store: Store, run_id: str) -> list[int]:
-    """Every step row of the run, in order: each step exactly once is ``list(range(n))``."""
+    """Every step row of the run, in order: each step exactly once is ``list(range(1, n + 1))``."""
     return [r["step"] for r in store.query("SELECT step FROM steps WHERE run_id = ? ORDER BY step", [run_id])]
 
 
@@ -168,7 +168,7 @@ def test_a_refused_materialization_leaves_the_segment_as_it_was_and_the_sensor_w
 
     trainer = writers(GATED, "train-segment", "--store", str(tmp_path / "pc.duckdb"), "--run-id", run_id,
                       "--runs-root", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"),
-                      "--from-step", "0", "--until-step", "1")
+                      "--from-step", "1", "--until-step", "2")
     before = store.segments(run_id)
     assert [s["status"] for s in before] == ["done", "planned"]
 
@@ -187,7 +187,7 @@ def test_a_refused_materialization_leaves_the_segment_as_it_was_and_the_sensor_w
     assert store.segments(run_id) == before  # the sensor recorded nothing either
 
     trainer.release()
-    assert steps(store, run_id) == [0, 1]
+    assert steps(store, run_id) == [1, 2]
     assert [s["status"] for s in store.segments(run_id)] == ["done", "planned"]  # train-segment keeps no segment rows
     assert requests(tick(instance, tmp_path)) == [("busy/1/retry-1", "busy/seg-0001")]
     res = train(instance, tmp_path, "busy/seg-0001", by_sensor(run_id, "busy/1/retry-1"))
@@ -197,7 +197,7 @@ def test_a_refused_materialization_leaves_the_segment_as_it_was_and_the_sensor_w
     segs = store.segments(run_id)
     assert [(s["status"], s["attempts"], s["consecutive_failures"]) for s in segs] == [("done", 1, 0), ("done", 1, 0)]
     assert store.get_run(run_id)["status"] == "finished"
-    assert steps(store, run_id) == [0, 1]
+    assert steps(store, run_id) == [1, 2]
     assert requests(tick(instance, tmp_path)) == [("report-busy", None)]  # finished: no segment, the report job
 
 
@@ -261,7 +261,7 @@ def test_a_refused_rerun_of_a_done_segment_leaves_it_done_and_the_run_finished(t
     """Both segments done, the run finished. While another process holds the run, re-materializing either segment
     by hand is refused: each stays ``done`` (row unchanged), the run stays ``finished`` and the sensor skips it.
     Once the writer is gone, the re-run of segment 1 succeeds: it stays done (2 attempts), the run is finished, and
-    steps 0 and 1 are in the store once each, with the same rows."""
+    steps 1 and 2 are in the store once each, with the same rows."""
     instance = DagsterInstance.ephemeral()
     run_id = start(instance, tmp_path, base_policy, "redo")
     store = Store(tmp_path / "pc.duckdb")
@@ -290,7 +290,7 @@ def test_a_refused_rerun_of_a_done_segment_leaves_it_done_and_the_run_finished(t
     segs = store.segments(run_id)
     assert [(s["status"], s["attempts"]) for s in segs] == [("done", 1), ("done", 2)]
     assert store.get_run(run_id)["status"] == "finished"
-    assert steps(store, run_id) == [0, 1]
+    assert steps(store, run_id) == [1, 2]
     assert store.query("SELECT step, sampled_rollouts, loss FROM steps WHERE run_id = ? ORDER BY step",
                        [run_id]) == rows  # the replay reproduces the rows it replaced
     assert requests(tick(instance, tmp_path)) == [("report-redo", None)]
@@ -426,7 +426,7 @@ def test_a_run_whose_last_segment_is_done_is_finished(tmp_path, base_policy):
     store.set_status(run_id, "running")
     assert requests(tick(instance, tmp_path)) == [("report-fin", None)]  # finished by this tick; no segment
     assert store.get_run(run_id)["status"] == "finished"
-    assert steps(store, run_id) == [0, 1]
+    assert steps(store, run_id) == [1, 2]
 
 
 # ---- (e) a Dagster run gone while its process still trains ------------------------------------------------------
@@ -495,32 +495,32 @@ def test_train_segment_refuses_steps_that_are_not_its_segment(tmp_path, base_pol
     rows = store.query("SELECT * FROM steps WHERE run_id = ? ORDER BY step", [run_id])
     checkpoints = sorted(p.name for p in (tmp_path / "runs" / run_id / "checkpoints").iterdir())
 
-    one_line(segment_cli(tmp_path, run_id, "--segment", "1", "--from-step", "-1", "--until-step", "0",
+    one_line(segment_cli(tmp_path, run_id, "--segment", "1", "--from-step", "0", "--until-step", "1",
                          "--attempt", "manual"),
-             f"--segment 1 of run {run_id} is steps 1..1, but --from-step -1 --until-step 0 would train steps 0..0",
-             "Fix: pass --from-step 0 --until-step 1")
+             f"--segment 1 of run {run_id} is steps 2..2, but --from-step 0 --until-step 1 would train steps 1..1",
+             "Fix: pass --from-step 1 --until-step 2")
     one_line(segment_cli(tmp_path, run_id, "--segment", "7", "--until-step", "7"),
              f"--segment 7: run {run_id} has no such segment; its plan has segments 0..1")
     one_line(segment_cli(tmp_path, run_id, "--attempt", "manual", "--until-step", "1"),
              "--attempt 'manual' names an attempt at a segment, but no --segment is given")
     one_line(segment_cli(tmp_path, run_id, "--until-step", "5"),
-             f"--until-step 5 is past run {run_id}'s plan, which ends at step 1")
+             f"--until-step 5 is past run {run_id}'s plan, which ends at step 2")
     assert store.segments(run_id) == plan  # nothing recorded: segment 1 planned, no attempt
     assert (plan[1]["status"], plan[1]["attempts"]) == ("planned", 0)
     assert store.query("SELECT * FROM steps WHERE run_id = ? ORDER BY step", [run_id]) == rows
     assert sorted(p.name for p in (tmp_path / "runs" / run_id / "checkpoints").iterdir()) == checkpoints
 
-    res = segment_cli(tmp_path, run_id, "--segment", "1", "--from-step", "0", "--until-step", "1")
+    res = segment_cli(tmp_path, run_id, "--segment", "1", "--from-step", "1", "--until-step", "2")
     assert res.returncode == 0, res.stderr[-3000:]
-    assert steps(store, run_id) == [0, 1]
+    assert steps(store, run_id) == [1, 2]
     assert [s["status"] for s in store.segments(run_id)] == ["done", "done"]
     assert store.get_run(run_id)["status"] == "finished"
 
 
 def test_a_finished_run_missing_a_step_is_damaged_and_its_segment_is_not_done_again(tmp_path, base_policy):
-    """A finished two-segment run whose step 1 is gone (what a segment recorded done without its step left): `runs`
+    """A finished two-segment run whose step 2 is gone (what a segment recorded done without its step left): `runs`
     and `check` show it damaged, never finished, with the fix; and a train-segment of segment 1 that trains nothing
-    (from its newest checkpoint, already after step 1) is not recorded done over the missing step: exit 2, the
+    (from its newest checkpoint, already after step 2) is not recorded done over the missing step: exit 2, the
     segment's error says which step is missing."""
     instance = DagsterInstance.ephemeral()
     run_id = start(instance, tmp_path, base_policy, "gone")
@@ -528,33 +528,33 @@ def test_a_finished_run_missing_a_step_is_damaged_and_its_segment_is_not_done_ag
     for k in (0, 1):
         assert train(instance, tmp_path, f"gone/seg-000{k}", by_sensor(run_id, f"gone/{k}")).success
     assert store.get_run(run_id)["status"] == "finished"
-    # step 1 removed from the catalog and its directory, as a segment recorded done without it left the run
+    # step 2 removed from the catalog and its directory, as a segment recorded done without it left the run
     con = duckdb.connect(str(tmp_path / "pc.duckdb"))
     try:
         for t in ("steps", "prompt_observations", "buffer_state", "evictions"):
-            con.execute(f"DELETE FROM compacted_{t} WHERE run_id = ? AND step = 1", [run_id])
-        con.execute("UPDATE runs SET compacted_through = least(compacted_through, 0) WHERE run_id = ?", [run_id])
+            con.execute(f"DELETE FROM compacted_{t} WHERE run_id = ? AND step = 2", [run_id])
+        con.execute("UPDATE runs SET compacted_through = least(compacted_through, 1) WHERE run_id = ?", [run_id])
     finally:
         con.close()
-    for d in store.run_dir(run_id).glob("step-00000001"):
+    for d in store.run_dir(run_id).glob("step-00000002"):
         shutil.rmtree(d)
-    assert steps(store, run_id) == [0]
+    assert steps(store, run_id) == [1]
 
     res = pilot("runs", "--store", str(tmp_path / "pc.duckdb"))
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-3000:]
     row = next(ln for ln in res.stdout.splitlines() if ln.startswith(run_id + " "))
-    assert row.split()[-4:] == ["damaged", "step", "1", "missing"], row  # status, then its problems
-    assert f"{run_id} damaged: recorded finished, but the store lacks step 1 missing" in res.stdout
+    assert row.split()[-4:] == ["damaged", "step", "2", "missing"], row  # status, then its problems
+    assert f"{run_id} damaged: recorded finished, but the store lacks step 2 missing" in res.stdout
     assert f"Fix: `{installed_command('pilot-commit')} check --store" in res.stdout
     res = pilot("check", "--store", str(tmp_path / "pc.duckdb"))
     assert res.returncode == 1 and f"run {run_id}: damaged: recorded finished" in res.stdout, res.stdout[-3000:]
 
-    res = segment_cli(tmp_path, run_id, "--segment", "1", "--until-step", "1")
+    res = segment_cli(tmp_path, run_id, "--segment", "1", "--until-step", "2")
     line = one_line(res)
-    assert f"segment 1 of run {run_id} (steps 1..1) ended without step(s) 1 in the store; it is not recorded done" \
+    assert f"segment 1 of run {run_id} (steps 2..2) ended without step(s) 2 in the store; it is not recorded done" \
         in line, line
-    assert steps(store, run_id) == [0]
-    assert "ended without step(s) 1" in store.segments(run_id)[1]["error"]
+    assert steps(store, run_id) == [1]
+    assert "ended without step(s) 2" in store.segments(run_id)[1]["error"]
 
 
 def test_train_segment_on_a_device_or_runs_root_it_cannot_use_is_one_line(tmp_path, base_policy):
@@ -565,15 +565,15 @@ def test_train_segment_on_a_device_or_runs_root_it_cannot_use_is_one_line(tmp_pa
     run_id = start(instance, tmp_path, base_policy, "dev")
     store = Store(tmp_path / "pc.duckdb")
     plan = store.segments(run_id)
-    one_line(segment_cli(tmp_path, run_id, "--segment", "0", "--from-step", "-1", "--until-step", "0",
+    one_line(segment_cli(tmp_path, run_id, "--segment", "0", "--from-step", "0", "--until-step", "1",
                          "--device", "cuda", env={**ENV, "CUDA_VISIBLE_DEVICES": ""}),
              "--device 'cuda': torch sees no CUDA device on this machine", "Fix: run it where a GPU is")
     not_a_folder = tmp_path / "runs-root"
     not_a_folder.write_text("a file the user keeps")
-    one_line(segment_cli(tmp_path, run_id, "--segment", "0", "--from-step", "-1", "--until-step", "0",
+    one_line(segment_cli(tmp_path, run_id, "--segment", "0", "--from-step", "0", "--until-step", "1",
                          runs_root=not_a_folder),
              f"--runs-root '{str(not_a_folder)[:40]}", "is a file, not a folder")  # a long path is shown cut
-    one_line(segment_cli(tmp_path, run_id, "--segment", "0", "--from-step", "-1", "--until-step", "0",
+    one_line(segment_cli(tmp_path, run_id, "--segment", "0", "--from-step", "0", "--until-step", "1",
                          runs_root=not_a_folder / "below"),
              "lies under ", "which is a file")
     assert not_a_folder.read_text() == "a file the user keeps"

@@ -8,7 +8,7 @@ touched, the message names the fix, and a user error gives no traceback.
 3. ``pilot-commit sql`` writing: COPY over the catalog or a step file, EXPORT/ATTACH/INSTALL, a typo'd table name
    (which used to open the catalog for writing and migrate it), and a copied / moved store.
 
-The killed run is a real ``pilot-commit simulate`` process SIGKILLed after it printed step 23 (so steps 0..23 are on
+The killed run is a real ``pilot-commit simulate`` process SIGKILLed after it printed step 24 (so steps 1..24 are on
 disk as step directories, uncompacted: the CLI compacts at step 250 and at the end).
 """
 
@@ -32,6 +32,7 @@ from pc_pipelines.store import Store
 from pc_pipelines.store.names import RUN_ID_PATTERN
 from pc_pipelines.store.schema import CATALOG_ADDED
 from pc_pipelines.store.steplog import MANIFEST
+from tests.support.old_numbering import catalog_from_zero, files_from_zero
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -137,7 +138,7 @@ def test_glob_run_names_are_refused_while_victim_is_live_and_victim_keeps_exactl
                                "--prompts", "20000", "--train-batch", "32", "--n", "16", "--json"],
                               stdout=log, stderr=err, text=True)
     try:
-        first = Path(str(store) + ".runs") / "victim" / "step-00000000"
+        first = Path(str(store) + ".runs") / "victim" / "step-00000001"
         while not first.exists():  # victim is live
             assert victim.poll() is None, (tmp_path / "victim.err").read_text()
         for bad in ("*", "[a-z]*", "?ictim", "v" * 300, "../victim"):
@@ -157,7 +158,7 @@ def test_glob_run_names_are_refused_while_victim_is_live_and_victim_keeps_exactl
     recorded = [json.loads(ln) for ln in (tmp_path / "victim.out").read_text().splitlines()]
     assert len(recorded) == VICTIM_STEPS
     rows = sql(store, "SELECT run_id, count(*) AS n, count(DISTINCT step) AS d, max(step) AS m FROM steps GROUP BY ALL")
-    assert rows == [{"run_id": "victim", "n": VICTIM_STEPS, "d": VICTIM_STEPS, "m": VICTIM_STEPS - 1}]
+    assert rows == [{"run_id": "victim", "n": VICTIM_STEPS, "d": VICTIM_STEPS, "m": VICTIM_STEPS}]
     assert [r["run_id"] for r in sql(store, "SELECT run_id FROM runs")] == ["victim"]
     assert sorted(p.name for p in Path(str(store) + ".runs").iterdir()) == ["victim"]
     total = sql(store, "SELECT sum(sampled_rollouts) AS s FROM steps")[0]["s"]
@@ -203,7 +204,7 @@ def test_start_run_refuses_a_glob_run_name_before_anything_is_written(tmp_path):
 # ---- 2. damaged steps ----------------------------------------------------------------------------------------------
 def test_an_empty_step_file_blocks_nothing_and_is_reported(base, store):
     steps = killed_steps(store)
-    assert sorted(steps)[:KILL_AFTER] == list(range(KILL_AFTER))
+    assert sorted(steps)[:KILL_AFTER] == list(range(1, KILL_AFTER + 1))
     (steps[5] / "prompt_observations.parquet").write_bytes(b"")  # what a power loss without fsync leaves
 
     runs = runs_json(store)
@@ -338,13 +339,21 @@ def test_a_typo_never_opens_the_catalog_for_writing_even_on_an_older_store(store
                 con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     con.execute("DROP VIEW rollout_breakdown")
     con.close()
-    before = snapshot(store)
+    # a store written before v12 counts steps from 0: its first read upgrades it, once (one numbering everywhere)
+    con = duckdb.connect(str(store))
+    catalog_from_zero(con)
+    con.close()
+    files_from_zero(Path(str(store) + ".runs"))
     out = sql(store, "SELECT * FROM stpes", check=False)
     assert out.returncode == 1 and "stpes" in out.stderr and "Tables and views:" in out.stderr
-    rows = sql(store, "SELECT count(*) AS n FROM rollout_breakdown")  # the session's views, not the catalog's
+    assert Store(store).schema_version() == 12
+    before = snapshot(store)  # from then on a typo writes nothing
+    out = sql(store, "SELECT * FROM stpes", check=False)
+    assert out.returncode == 1 and "stpes" in out.stderr and "Tables and views:" in out.stderr
+    rows = sql(store, "SELECT count(*) AS n FROM rollout_breakdown")  # the session's views
     assert rows == [{"n": 3}]
     assert snapshot(store) == before
-    assert Store(store).schema_version() == 4
+    assert Store(store).schema_version() == 12
 
 
 def test_a_copied_or_moved_store_reads_its_own_files(base, tmp_path):
@@ -364,12 +373,12 @@ def test_a_copied_or_moved_store_reads_its_own_files(base, tmp_path):
     os.rename(src, moved)
     os.rename(str(src) + ".runs", str(moved) + ".runs")
     # change the copy's files: the moved one must not see it, and the original location is gone
-    shutil.rmtree(killed_steps(copy)[0])
+    shutil.rmtree(killed_steps(copy)[1])
     for r, rows in want.items():
         assert steps_of(moved, r) == rows, r
     assert steps_of(copy, "killed") == want["killed"][1:]
     assert cli("check", "--store", str(moved)).returncode == 0
-    assert json.loads(cli("check", "--store", str(copy), "--json", check=False).stdout)["problems"][0]["step"] == 0
+    assert json.loads(cli("check", "--store", str(copy), "--json", check=False).stdout)["problems"][0]["step"] == 1
 
 
 def test_step_manifest_is_present_for_every_step_the_cli_writes(store):
@@ -425,11 +434,11 @@ def test_a_step_directory_copied_under_another_number_or_run_is_reported(base, s
     assert steps_of(store, "killed") == before
 
     # into another run (healthy: 30 compacted steps), manifest rewritten to the new place
-    foreign = Path(str(store) + ".runs") / "healthy" / "step-00000030"
+    foreign = Path(str(store) + ".runs") / "healthy" / "step-00000031"
     shutil.copytree(steps[4], foreign)
-    rewrite_manifest(foreign, run_id="healthy", step=30)
+    rewrite_manifest(foreign, run_id="healthy", step=31)
     out = cli("check", "--store", str(store), check=False)
-    assert "run healthy step 30: damaged: " in out.stdout and "says it holds run 'killed', not 'healthy'" in out.stdout
+    assert "run healthy step 31: damaged: " in out.stdout and "says it holds run 'killed', not 'healthy'" in out.stdout
     assert_whole(store, "healthy", base["healthy"])
 
 
@@ -459,7 +468,7 @@ def test_overwrite_never_deletes_through_a_symlinked_run_directory(tmp_path):
     assert "run victim overwritten: deleted" in out.stderr
     assert {r["run_id"]: r["steps"] for r in json.loads(cli("runs", "--store", str(store), "--json").stdout)} == {
         "victim": 3}
-    assert [s for s, _ in steps_of(store, "victim")] == [0, 1, 2]
+    assert [s for s, _ in steps_of(store, "victim")] == [1, 2, 3]
 
 
 def test_a_killed_writer_shows_as_stopped_with_its_pid_and_host(store):
@@ -526,7 +535,7 @@ def test_another_runs_store_session_never_deletes_a_replays_fresh_step_files(tmp
     for name in ("a", "b"):
         simulate(path, name, 6)  # compacted at its end: step files gone, rows in the catalog
     st = Store(path)
-    assert [r["compacted_through"] for r in st.query("SELECT compacted_through FROM runs ORDER BY run_id")] == [5, 5]
+    assert [r["compacted_through"] for r in st.query("SELECT compacted_through FROM runs ORDER BY run_id")] == [6, 6]
     replayed = {}
     with st.connect(read_only=True) as con:
         for t, schema in STEP_TABLES.items():
@@ -546,7 +555,7 @@ def test_another_runs_store_session_never_deletes_a_replays_fresh_step_files(tmp
         assert st.replace_steps("a", 2, 2) == 1  # before: 0, nothing to swap in
 
     assert [r["loss"] for r in st.query("SELECT loss FROM steps WHERE run_id = 'a' AND step = 2")] == [123.5]
-    assert [r["step"] for r in st.query("SELECT step FROM steps WHERE run_id = 'a' ORDER BY step")] == list(range(6))
+    assert [r["step"] for r in st.query("SELECT step FROM steps WHERE run_id = 'a' ORDER BY step")] == list(range(1, 7))
     assert st.query("SELECT * FROM steps WHERE run_id = 'b' ORDER BY step") == b_before  # b untouched
     with pytest.raises(Exception, match="does not hold the run's writer lock"):
         st.vacuum("b")  # not this process's run: refused, nothing deleted

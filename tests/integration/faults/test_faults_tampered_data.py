@@ -1,7 +1,7 @@
 """Issue 40, "nothing the tool prints or writes can hurt": a checkpoint whose plain data was altered, on real
 `pilot-commit train --resume` processes, real files, real DuckDB.
 
-Each case alters one value of the newest checkpoint of a finished 3-step GRPO run (checkpoints after steps 0, 1, 2;
+Each case alters one value of the newest checkpoint of a finished 3-step GRPO run (checkpoints after steps 1, 2, 3;
 Adam's moments in ``trainer.pt``) and rewrites the file's size and sha256 in ``manifest.json``, as an attacker
 would, so the checkpoint verifies as intact. Nothing in the altered file runs (no pickle payload: those are
 refused by the scan, test_faults_tampering.py); what is checked is that the values are what pc-pipelines writes:
@@ -42,7 +42,7 @@ GRPO = ["--method", "grpo", "--set", "allocator.train_batch=8", "--set", "alloca
         "--set", "task.heldout_per_length=5"]
 """GRPO trains at every step, so every checkpoint has Adam's two moments in trainer.pt (5 held-out prompts a length:
 no case reads the evaluations)."""
-NEWEST = "step-00000002"
+NEWEST = "step-00000003"
 
 
 def train(out: Path, steps: int, policy: Path, *extra: str, **kw):
@@ -52,7 +52,7 @@ def train(out: Path, steps: int, policy: Path, *extra: str, **kw):
 
 @pytest.fixture(scope="module")
 def trained(shared_runs, base_policy) -> Path:
-    """A finished 3-step GRPO run (checkpoints after steps 0, 1 and 2), shared by every case (each works on a copy),
+    """A finished 3-step GRPO run (checkpoints after steps 1, 2 and 3), shared by every case (each works on a copy),
     built once per session (``shared_runs``)."""
     return shared_runs.get("faults-grpo3", ["train", "--steps", "3", "--policy", str(base_policy), *GRPO],
                            lambda out: train(out, 3, base_policy, check_rc=0))
@@ -218,7 +218,7 @@ def tampered_copy(trained: Path, tmp_path: Path, alter) -> tuple[Path, Path, str
 @pytest.mark.parametrize("alter", CASES, ids=[c.__name__ for c in CASES])
 def test_altered_plain_data_in_a_checkpoint_is_refused_with_the_fix(alter, trained, base_policy, tmp_path):
     """Expected: exit 2; one line "pilot-commit: checkpoint <ck>: <file>: <the value> ..." ending in "Fix: move
-    it aside (e.g. to damaged-step-00000002) ..."; no traceback, nothing on stdout; the run still finished with its
+    it aside (e.g. to damaged-step-00000003) ..."; no traceback, nothing on stdout; the run still finished with its
     reason, its rows and every file of its checkpoints (sha256) unchanged, nothing moved aside."""
     out, ck, rel, expected = tampered_copy(trained, tmp_path, alter)
     store = out / "pc.duckdb"
@@ -239,8 +239,8 @@ def test_altered_plain_data_in_a_checkpoint_is_refused_with_the_fix(alter, train
 
 
 def test_negative_totals_followed_by_the_fix_resume_with_the_true_cumulative_rollouts(trained, base_policy, tmp_path):
-    """Expected: refused (exit 2, as above); moving the checkpoint aside as the fix says resumes from step 1 (exit 0,
-    steps 2 and 3 trained) and step 3's cumulative_rollouts is the sum of the sampled rollouts of steps 0..3."""
+    """Expected: refused (exit 2, as above); moving the checkpoint aside as the fix says resumes from step 2 (exit 0,
+    steps 3 and 4 trained) and step 4's cumulative_rollouts is the sum of the sampled rollouts of steps 1..4."""
     out, ck, _, _ = tampered_copy(trained, tmp_path, meta_totals_negative)
     assert train(out, 4, base_policy, "--resume").returncode == 2
 
@@ -249,8 +249,8 @@ def test_negative_totals_followed_by_the_fix_resume_with_the_true_cumulative_rol
     assert r.returncode == 0, r.stderr[-3000:]
     no_traceback(r.stderr)
     records = [json.loads(x) for x in r.stdout.splitlines()]
-    assert [x["step"] for x in records] == [2, 3]
+    assert [x["step"] for x in records] == [3, 4]
     rows = Store(out / "pc.duckdb").query("SELECT step, sampled_rollouts FROM steps WHERE run_id = 't' ORDER BY step")
-    assert [x["step"] for x in rows] == [0, 1, 2, 3]
+    assert [x["step"] for x in rows] == [1, 2, 3, 4]
     assert records[-1]["cumulative_rollouts"] == sum(x["sampled_rollouts"] for x in rows) > 0
     assert run_row(out / "pc.duckdb", "t")["status"] == "finished"

@@ -69,12 +69,12 @@ def same(a: dict, b: dict) -> bool:
 def test_a_pickle_payload_in_a_checkpoint_never_runs_and_the_resume_is_refused(file, run4_and_ref5, base_policy, tmp_path):
     """Expected: exit 2, one line naming the file, "posix.system", "the checkpoint was altered" and "Fix: move it
     aside"; the marker never appears; the run's rows, status and checkpoints are untouched (nothing moved aside).
-    Then, following the fix (moving it aside), the resume continues from step 2, bit-exact with the uninterrupted
+    Then, following the fix (moving it aside), the resume continues from step 3, bit-exact with the uninterrupted
     run."""
     out = tmp_path / "run"
     shutil.copytree(run4_and_ref5 / "run4", out)
     store = out / "pc.duckdb"
-    ck = out / "t" / "checkpoints" / "step-00000003"
+    ck = out / "t" / "checkpoints" / "step-00000004"
     marker = tmp_path / "PWNED"
     state = torch.load(ck / file, weights_only=True)
     torch.save({**state, "x": Payload(marker)}, ck / file)
@@ -88,17 +88,17 @@ def test_a_pickle_payload_in_a_checkpoint_never_runs_and_the_resume_is_refused(f
     no_traceback(r.stderr)
     (line,) = [m for m in messages(r.stderr) if "pilot-commit" in m]
     assert f"{ck}: {file} holds objects other than tensors and plain data (posix.system)" in line
-    assert "the checkpoint was altered" in line and "Fix: move it aside (e.g. to damaged-step-00000003)" in line
+    assert "the checkpoint was altered" in line and "Fix: move it aside (e.g. to damaged-step-00000004)" in line
     assert r.stdout == ""
     assert stored_rows(store) == before and run_row(store, "t")["status"] == "finished"
-    assert sorted(p.name for p in (out / "t" / "checkpoints").iterdir()) == [f"step-{s:08d}" for s in range(4)]
+    assert sorted(p.name for p in (out / "t" / "checkpoints").iterdir()) == [f"step-{s:08d}" for s in range(1, 5)]
 
-    ck.rename(ck.with_name("damaged-step-00000003"))  # the fix
+    ck.rename(ck.with_name("damaged-step-00000004"))  # the fix
     r = train(out, "t", base_policy, 5, "--resume")
     assert r.returncode == 0, r.stderr[-3000:]
     assert not marker.exists()
-    assert [json.loads(x)["step"] for x in r.stdout.splitlines()] == [3, 4]
-    assert same(_final(out, 4), _final(run4_and_ref5 / "ref5", 4))
+    assert [json.loads(x)["step"] for x in r.stdout.splitlines()] == [4, 5]
+    assert same(_final(out, 5), _final(run4_and_ref5 / "ref5", 5))
 
 
 @pytest.mark.slow
@@ -107,7 +107,7 @@ def test_an_rng_pt_written_before_issue_31_still_resumes_bit_exactly(run4_and_re
     exactly numpy's array names; the resume is exit 0 with no warning and bit-exact with the uninterrupted run."""
     out = tmp_path / "run"
     shutil.copytree(run4_and_ref5 / "run4", out)
-    ck = out / "t" / "checkpoints" / "step-00000003"
+    ck = out / "t" / "checkpoints" / "step-00000004"
     rng = torch.load(ck / "rng.pt", weights_only=True)
     name, key, pos, has_gauss, cached = rng["numpy"]
     old = {**rng, "numpy": (name, np.array(key, dtype=np.uint32), pos, has_gauss, cached)}  # np.random.get_state()
@@ -119,8 +119,8 @@ def test_an_rng_pt_written_before_issue_31_still_resumes_bit_exactly(run4_and_re
     assert r.returncode == 0, r.stderr[-3000:]
     no_traceback(r.stderr)
     assert not [m for m in messages(r.stderr) if "damaged" in m or "WARNING" in m]
-    assert [json.loads(x)["step"] for x in r.stdout.splitlines()] == [4]
-    assert same(_final(out, 4), _final(run4_and_ref5 / "ref5", 4))
+    assert [json.loads(x)["step"] for x in r.stdout.splitlines()] == [5]
+    assert same(_final(out, 5), _final(run4_and_ref5 / "ref5", 5))
 
 
 # ---- a policy that would run something ---------------------------------------------------------------------------
@@ -228,7 +228,7 @@ def test_a_full_disk_inside_torch_save_ends_the_run_failed_with_the_fix(tmp_path
         row = run_row(tmp_path / "pc.duckdb", "t")
         assert row["status"] == "failed" and "trainer.pt" in row["status_reason"]
         _trainer_pt_disk_full(row["status_reason"], mnt)
-        assert steps_of(tmp_path / "pc.duckdb", "t") == [0]
+        assert steps_of(tmp_path / "pc.duckdb", "t") == [1]
     finally:
         unmount(mnt)
 

@@ -36,28 +36,28 @@ def test_a_pc_run_on_vllm_trains_resumes_and_evaluates(policy_cache, tmp_path, p
     before = procs.descendants()
     first = run_segment(run, store, 2, engine_factory=_vllm)
     procs.assert_none_left(before, "vLLM outlived the segment")
-    assert [s for s, _ in list_checkpoints(run.checkpoint_dir)] == [1]
-    second = run_segment(run, store, 1, engine_factory=_vllm)  # resumes from the checkpoint after step 1
+    assert [s for s, _ in list_checkpoints(run.checkpoint_dir)] == [2]
+    second = run_segment(run, store, 1, engine_factory=_vllm)  # resumes from the checkpoint after step 2
     procs.assert_none_left(before, "vLLM outlived the segment")
-    assert (first.last_step, second.last_step) == (1, 2)
+    assert (first.last_step, second.last_step) == (2, 3)
     plan = (run.run_dir / "sampling_plan.json").read_text()
     assert '"engine": "vllm"' in plan and '"dtype": "float32"' in plan
 
     steps = store.query(f"SELECT {STEP_COLUMNS} FROM steps WHERE run_id = 'on-vllm' ORDER BY step")
-    assert [r["step"] for r in steps] == [0, 1, 2]
+    assert [r["step"] for r in steps] == [1, 2, 3]
     assert all(r["sampled_rollouts"] > 0 and r["engine_calls"] >= 1 for r in steps)
-    assert steps[0]["rounds"] >= 2  # PC's step 0 has an empty buffer: a pilot round, then commits
+    assert steps[0]["rounds"] >= 2  # PC's step 1 has an empty buffer: a pilot round, then commits
     decisions = {r["decision"] for r in store.query(
         "SELECT DISTINCT decision FROM prompt_observations WHERE run_id = 'on-vllm'")}
     assert "trained" in decisions and decisions <= {
         "kept", "skipped_easy", "deferred_hard", "trained", "surplus", "continued"}
     evals = store.query("SELECT step, accuracy FROM eval_results WHERE run_id = 'on-vllm' ORDER BY step")
-    assert {r["step"] for r in evals} >= {1} and all(0.0 <= r["accuracy"] <= 1.0 for r in evals)
+    assert {r["step"] for r in evals} >= {2} and all(0.0 <= r["accuracy"] <= 1.0 for r in evals)
 
     # the same config on the transformers engine: rows of the same kind (columns, stages), other draws
     ref = prepare_run(cfg, tmp_path, run_name="on-hf", cache_dir=policy_cache)
     run_segment(ref, store, 3)
     hf = store.query(f"SELECT {STEP_COLUMNS} FROM steps WHERE run_id = 'on-hf' ORDER BY step")
-    assert [r["step"] for r in hf] == [0, 1, 2] and set(hf[0]) == set(steps[0])
+    assert [r["step"] for r in hf] == [1, 2, 3] and set(hf[0]) == set(steps[0])
     stages = "SELECT DISTINCT stage FROM prompt_observations WHERE run_id = '{}' ORDER BY stage"
     assert store.query(stages.format("on-vllm")) == store.query(stages.format("on-hf"))

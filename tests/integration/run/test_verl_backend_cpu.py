@@ -114,7 +114,7 @@ def test_a_pc_run_on_verls_ray_trainer_updates_resumes_and_evaluates(policy_cach
     finally:
         _ray_down()
     procs.assert_none_left(before, "Ray / vLLM outlived the segment")
-    assert first.last_step == 1 and [s for s, _ in list_checkpoints(run.checkpoint_dir)] == [1]
+    assert first.last_step == 2 and [s for s, _ in list_checkpoints(run.checkpoint_dir)] == [2]
     stats = [r.train_stats for r in first.records]
     assert any(r.ledger["trained_rollouts"] > 0 for r in first.records), first.records
     trained = [s for s in stats if s]
@@ -130,18 +130,18 @@ def test_a_pc_run_on_verls_ray_trainer_updates_resumes_and_evaluates(policy_cach
     finally:
         _ray_down()
     procs.assert_none_left(before, "Ray / vLLM outlived the segment")
-    assert (second.first_step, second.last_step) == (2, 2)
+    assert (second.first_step, second.last_step) == (3, 3)
     steps = store.query("SELECT step, sampled_rollouts, trained_rollouts, loss FROM steps WHERE run_id = 'on-verl' "
                         "ORDER BY step")
-    assert [r["step"] for r in steps] == [0, 1, 2] and all(r["sampled_rollouts"] > 0 for r in steps)
+    assert [r["step"] for r in steps] == [1, 2, 3] and all(r["sampled_rollouts"] > 0 for r in steps)
 
-    result = evaluate_checkpoint(run, 2)  # eval-segment's path: the checkpoint's HF weights (verl's export)
+    result = evaluate_checkpoint(run, 3)  # eval-segment's path: the checkpoint's HF weights (verl's export)
     assert result.accuracy and all(0.0 <= a <= 1.0 for a in result.accuracy.values())
     # and eval-segment itself, as the segment_eval asset launches it: the run from the store, one JSON line
     out = subprocess.run([sys.executable, "-m", "pc_pipelines.cli", "eval-segment", "--store", str(tmp_path / "pc.duckdb"),
-                          "--run-id", "on-verl", "--runs-root", str(tmp_path), "--step", "2"],
+                          "--run-id", "on-verl", "--runs-root", str(tmp_path), "--step", "3"],
                          capture_output=True, text=True, timeout=600, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     report = json.loads(out.stdout.splitlines()[-1])
-    assert report["step"] == 2 and report["average_accuracy"] == pytest.approx(result.mean)
+    assert report["step"] == 3 and report["average_accuracy"] == pytest.approx(result.mean)
     procs.assert_none_left(before, "processes outlived eval-segment")

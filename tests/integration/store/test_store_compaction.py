@@ -40,7 +40,7 @@ def make_store(tmp_path, steps: int, run_id: str = "r") -> Store:
     st.register_run(RunRecord(run_id=run_id, family="f", method="pc", preset="p", seed=0, config={},
                               config_hash="h", kind="train"))
     w = st.writer(run_id)
-    for s in range(steps):
+    for s in range(1, steps + 1):  # steps count from 1
         w.write_step(s, tables(run_id, s, 10 + s))
     return st
 
@@ -64,16 +64,16 @@ def test_compaction_leaves_every_view_unchanged(tmp_path):
     before = snapshot(st)
     assert len(before["steps"]) == 10 and len(before["obs"]) == 40
 
-    assert st.compact("r", through=4) == 5
-    assert st.get_run("r")["compacted_through"] == 4
+    assert st.compact("r", through=5) == 5
+    assert st.get_run("r")["compacted_through"] == 5
     # The files just compacted stay (hidden by the watermark) until a later pass: a reader may still open them.
-    assert step_dir_numbers(st) == list(range(10))
+    assert step_dir_numbers(st) == list(range(1, 11))
     assert snapshot(st) == before
     assert st.query("SELECT count(*) AS n FROM compacted_steps") == [{"n": 5}]
 
     assert st.compact("r") == 5  # the rest; deletes the batch the previous compaction hid
-    assert st.get_run("r")["compacted_through"] == 9
-    assert step_dir_numbers(st) == [5, 6, 7, 8, 9]
+    assert st.get_run("r")["compacted_through"] == 10
+    assert step_dir_numbers(st) == [6, 7, 8, 9, 10]
     assert snapshot(st) == before
     with hold_run("r", st.run_dir("r")):  # only the run's writer vacuums it (issue 54)
         assert st.vacuum("r") == 5
@@ -87,29 +87,29 @@ def test_compaction_leaves_every_view_unchanged(tmp_path):
 def test_step_rewritten_at_or_below_the_watermark_is_not_doubled(tmp_path):
     st = make_store(tmp_path, 6)
     st.compact("r")
-    st.writer("r").write_step(3, tables("r", 3, 999))  # a stray late write of a compacted step
+    st.writer("r").write_step(4, tables("r", 4, 999))  # a stray late write of a compacted step
     rows = st.query("SELECT step, sampled_rollouts FROM steps ORDER BY step")
-    assert [r["step"] for r in rows] == list(range(6))
-    assert rows[3]["sampled_rollouts"] == 13  # the compacted copy wins; the file is ignored
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    assert rows[3]["sampled_rollouts"] == 14  # step 4: the compacted copy wins; the file is ignored
 
 
 def test_reopen_after_then_replay_gives_one_copy_per_step(tmp_path):
     st = make_store(tmp_path, 10)
-    st.add_eval_results([{"run_id": "r", "step": s, "benchmark": "b", "accuracy": s / 10} for s in (-1, 4, 9)])
-    st.compact("r", through=7)
-    st.reopen_after("r", 5)  # resume from step 5's checkpoint
-    assert st.get_run("r")["compacted_through"] == 5
-    assert [r["step"] for r in st.query("SELECT step FROM steps ORDER BY step")] == list(range(6))
-    assert [r["step"] for r in st.query("SELECT step FROM eval_results ORDER BY step")] == [-1, 4]
+    st.add_eval_results([{"run_id": "r", "step": s, "benchmark": "b", "accuracy": s / 10} for s in (0, 5, 10)])
+    st.compact("r", through=8)
+    st.reopen_after("r", 6)  # resume from the checkpoint after step 6
+    assert st.get_run("r")["compacted_through"] == 6
+    assert [r["step"] for r in st.query("SELECT step FROM steps ORDER BY step")] == list(range(1, 7))
+    assert [r["step"] for r in st.query("SELECT step FROM eval_results ORDER BY step")] == [0, 5]
     w = st.writer("r")
-    for s in range(6, 12):
+    for s in range(7, 13):
         w.write_step(s, tables("r", s, 1000 + s))
     rows = st.query("SELECT step, sampled_rollouts FROM steps ORDER BY step")
-    assert [r["step"] for r in rows] == list(range(12))
-    assert [r["sampled_rollouts"] for r in rows] == [10 + s for s in range(6)] + [1000 + s for s in range(6, 12)]
+    assert [r["step"] for r in rows] == list(range(1, 13))
+    assert [r["sampled_rollouts"] for r in rows] == [10 + s for s in range(1, 7)] + [1000 + s for s in range(7, 13)]
     assert st.query("SELECT count(*) AS n FROM prompt_observations") == [{"n": 48}]
 
-    st.reopen_after("r", -2)  # start over
+    st.reopen_after("r", -1)  # start over (the evaluation before training too)
     assert st.get_run("r")["compacted_through"] is None
     assert st.query("SELECT count(*) AS n FROM steps") == [{"n": 0}]
     assert step_dir_numbers(st) == []
@@ -129,7 +129,7 @@ def test_record_simulation_with_and_without_compaction_agree(tmp_path):
     a, b = Store(tmp_path / "a.duckdb"), Store(tmp_path / "b.duckdb")
     list(record_simulation(cfg, a, 11, run_id="x", compact_every=None))
     list(record_simulation(cfg, b, 11, run_id="x", compact_every=3))
-    assert a.get_run("x")["compacted_through"] is None and b.get_run("x")["compacted_through"] == 10
+    assert a.get_run("x")["compacted_through"] is None and b.get_run("x")["compacted_through"] == 11
     cols = "step, sampled_rollouts, trained_rollouts, buffer_size, evicted, mean_reward_std"
     assert a.query(f"SELECT {cols} FROM steps ORDER BY step") == b.query(f"SELECT {cols} FROM steps ORDER BY step")
     q = "SELECT step, prompt_id, stage, n, n_correct, decision FROM prompt_observations ORDER BY ALL"

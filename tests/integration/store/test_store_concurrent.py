@@ -83,7 +83,7 @@ def test_reader_processes_query_while_a_writer_process_records(tmp_path, writer_
     writer = subprocess.Popen(cmd, stdout=log, stderr=err)
     try:
         # wait until the run is registered and its first step is on disk
-        first_step = tmp_path / "live.duckdb.runs" / "live" / "step-00000000"
+        first_step = tmp_path / "live.duckdb.runs" / "live" / "step-00000001"
         deadline = time.monotonic() + 60
         while not (store.exists() and first_step.exists()):
             assert writer.poll() is None, (tmp_path / "writer.err").read_text()

@@ -75,8 +75,8 @@ LOOP_WRITER = TABLES_SRC + textwrap.dedent(
     w = StepLogWriter(run_dir)
     i = 0
     while True:
-        t = make_tables(run_id, i % {CYCLE}, base + i)
-        w.write_step(i % {CYCLE}, t)
+        t = make_tables(run_id, 1 + i % {CYCLE}, base + i)
+        w.write_step(1 + i % {CYCLE}, t)
         if i == 0:
             print("ready", flush=True)
         i += 1
@@ -190,11 +190,11 @@ def test_killed_step_writer_leaves_only_complete_steps(tmp_path):
     ns: dict = {}
     exec(TABLES_SRC, ns)
     w = StepLogWriter(run_dir)
-    for step in range(CYCLE):
+    for step in range(1, CYCLE + 1):
         w.write_step(step, ns["make_tables"](run_id, step, 99_000_000 + step))
     rows = store.query("SELECT count(*) AS n, count(DISTINCT step) AS d, min(sampled_rollouts) AS lo, "
                        "max(sampled_rollouts) AS hi FROM steps WHERE run_id = ?", [run_id])
-    assert rows == [{"n": CYCLE, "d": CYCLE, "lo": 99_000_000, "hi": 99_000_000 + CYCLE - 1}]
+    assert rows == [{"n": CYCLE, "d": CYCLE, "lo": 99_000_001, "hi": 99_000_000 + CYCLE}]
     assert store.query("SELECT count(*) AS n FROM prompt_observations WHERE run_id = ?", [run_id]) == [
         {"n": CYCLE * OBS_ROWS}]
     assert hidden(run_dir) == []
@@ -217,16 +217,16 @@ def test_killed_simulation_with_compaction_leaves_a_consistent_store(tmp_path):
         store = Store(path).init()  # the catalog opens (and upgrades / refreshes views) after the kill
         run = store.get_run(run_id)
         assert run is not None and run["status"] in ("running", "finished")
-        watermark = -1 if run["compacted_through"] is None else run["compacted_through"]
+        watermark = 0 if run["compacted_through"] is None else run["compacted_through"]
 
         rows = store.query("SELECT step FROM steps WHERE run_id = ? ORDER BY step", [run_id])
         steps = [r["step"] for r in rows]
-        assert steps == list(range(len(steps)))  # distinct, in order, no gap: a sim writes steps in order
-        assert watermark < len(steps)
+        assert steps == list(range(1, len(steps) + 1))  # distinct, in order, no gap: a sim writes steps in order
+        assert watermark <= len(steps)
         # rows at or below the watermark come from the catalog, the ones above from complete step dirs
         compacted = store.query("SELECT count(*) AS n, count(DISTINCT step) AS d FROM compacted_steps "
                                 "WHERE run_id = ?", [run_id])[0]
-        assert compacted["n"] == compacted["d"] == watermark + 1
+        assert compacted["n"] == compacted["d"] == watermark
         run_dir = store.run_dir(run_id)
         for step, d in step_dirs(run_dir).items():
             if step > watermark:
@@ -252,7 +252,7 @@ def test_killed_simulation_with_compaction_leaves_a_consistent_store(tmp_path):
     for run_id in killed[-1:]:
         list(record_simulation(cfg, store, 30, run_id=run_id, compact_every=7, overwrite=True))
         rows = store.query("SELECT step, sampled_rollouts FROM steps WHERE run_id = ? ORDER BY step", [run_id])
-        assert [r["step"] for r in rows] == list(range(30))
+        assert [r["step"] for r in rows] == list(range(1, 31))
         assert [r["sampled_rollouts"] for r in rows] == clean
         assert store.get_run(run_id)["status"] == "finished"
         assert hidden(store.run_dir(run_id)) == []

@@ -33,11 +33,11 @@ def test_sql_rebuilds_the_posterior_the_allocator_used(tmp_path, method, pool):
     st = Store(tmp_path / "s.duckdb")
     list(record_simulation(cfg, st, T + 3, run_id="r", compact_every=5))
     sim = Simulation(cfg.allocator, cfg.sim)
-    for _ in range(T):
+    for _ in range(T - 1):  # steps 1..T-1 (the allocator's indices 0..T-2)
         sim.step()
     screen = sim.allocator.screen
     ids = np.arange(cfg.sim.num_prompts)
-    alpha, beta, evidence = screen.posterior(ids, T)
+    alpha, beta, evidence = screen.posterior(ids, T - 1)  # as read in step T (the allocator's index T - 1)
     if method == "pc":
         assert st.query("SELECT sum(screened_by_prior) AS k FROM steps WHERE step < ?", [T])[0]["k"] > 0
 

@@ -46,24 +46,24 @@ def test_replayed_step_leaves_one_copy_with_the_second_content(new_store):
     st = new_store
     st.register_run(record())
     w = st.writer("r1")
-    w.write_step(0, hand_tables("r1", 0, 10, [(1, 1.0)]))
-    w.write_step(1, hand_tables("r1", 1, 11, [(1, 2.0), (2, 0.0)]))
+    w.write_step(1, hand_tables("r1", 1, 10, [(1, 1.0)]))
+    w.write_step(2, hand_tables("r1", 2, 11, [(1, 2.0), (2, 0.0)]))
     assert st.query("SELECT step, sampled_rollouts FROM steps ORDER BY step") == [
-        {"step": 0, "sampled_rollouts": 10}, {"step": 1, "sampled_rollouts": 11}]
+        {"step": 1, "sampled_rollouts": 10}, {"step": 2, "sampled_rollouts": 11}]
 
-    # step 1 replayed after a "crash", with different content
+    # step 2 replayed after a "crash", with different content
     w2 = st.writer("r1")
-    w2.write_step(1, hand_tables("r1", 1, 99, [(3, 3.0), (4, 4.0), (5, 1.0)]))
+    w2.write_step(2, hand_tables("r1", 2, 99, [(3, 3.0), (4, 4.0), (5, 1.0)]))
 
     assert st.query("SELECT step, sampled_rollouts FROM steps ORDER BY step") == [
-        {"step": 0, "sampled_rollouts": 10}, {"step": 1, "sampled_rollouts": 99}]
-    obs = st.query("SELECT prompt_id, n_correct, p_hat FROM prompt_observations WHERE step = 1 ORDER BY prompt_id")
+        {"step": 1, "sampled_rollouts": 10}, {"step": 2, "sampled_rollouts": 99}]
+    obs = st.query("SELECT prompt_id, n_correct, p_hat FROM prompt_observations WHERE step = 2 ORDER BY prompt_id")
     assert obs == [{"prompt_id": 3, "n_correct": 3.0, "p_hat": 0.75}, {"prompt_id": 4, "n_correct": 4.0, "p_hat": 1.0},
                    {"prompt_id": 5, "n_correct": 1.0, "p_hat": 0.25}]
-    assert st.query("SELECT entry_id FROM buffer_state WHERE step = 1") == [{"entry_id": 99}]
+    assert st.query("SELECT entry_id FROM buffer_state WHERE step = 2") == [{"entry_id": 99}]
     assert st.query("SELECT cumulative_sampled FROM step_costs ORDER BY step") == [
         {"cumulative_sampled": 10}, {"cumulative_sampled": 109}]
-    assert sorted(p.name for p in st.run_dir("r1").iterdir()) == ["step-00000000", "step-00000001"]
+    assert sorted(p.name for p in st.run_dir("r1").iterdir()) == ["step-00000001", "step-00000002"]
 
 
 def test_many_replays_of_the_same_steps_stay_single(new_store):
@@ -71,10 +71,10 @@ def test_many_replays_of_the_same_steps_stay_single(new_store):
     st.register_run(record())
     w = st.writer("r1")
     for attempt in range(4):
-        for step in range(5):
+        for step in range(1, 6):
             w.write_step(step, hand_tables("r1", step, 100 * attempt + step, [(step, 1.0)]))
     rows = st.query("SELECT count(*) AS n, count(DISTINCT step) AS d, sum(sampled_rollouts) AS s FROM steps")
-    assert rows == [{"n": 5, "d": 5, "s": 300 * 5 + sum(range(5))}]
+    assert rows == [{"n": 5, "d": 5, "s": 300 * 5 + sum(range(1, 6))}]
     assert st.query("SELECT count(*) AS n FROM prompt_observations") == [{"n": 5}]
 
 
@@ -99,10 +99,10 @@ def test_record_simulation_twice_with_the_same_run_id_has_no_doubled_steps(tmp_p
     assert [r.sim_step.outcome.ledger.sampled_rollouts for r in second] == sampled_first
     assert per_run_counts(st) == {"replayed": (10, 10)}
     steps = st.query("SELECT step, sampled_rollouts FROM steps ORDER BY step")
-    assert [r["step"] for r in steps] == list(range(10))
+    assert [r["step"] for r in steps] == list(range(1, 11))
     assert [r["sampled_rollouts"] for r in steps] == sampled_first
     evals = st.query("SELECT step, count(*) AS n FROM eval_results GROUP BY step ORDER BY step")
-    assert evals == [{"step": s, "n": 1} for s in (-1, 2, 5, 8, 9)]  # eval_every=3, and the last step
+    assert evals == [{"step": s, "n": 1} for s in (0, 3, 6, 9, 10)]  # before training, eval_every=3, the last step
     run = st.get_run("replayed")
     assert run["status"] == "finished" and run["status_reason"] is None
     assert len(st.query("SELECT * FROM runs")) == 1
@@ -110,7 +110,7 @@ def test_record_simulation_twice_with_the_same_run_id_has_no_doubled_steps(tmp_p
     # a shorter replay forgets the steps (and evals) it did not redo
     list(record_simulation(cfg, st, 4, run_id="replayed", overwrite=True))
     assert per_run_counts(st) == {"replayed": (4, 4)}
-    assert [r["step"] for r in st.query("SELECT step FROM eval_results ORDER BY step")] == [-1, 2, 3]
+    assert [r["step"] for r in st.query("SELECT step FROM eval_results ORDER BY step")] == [0, 3, 4]
 
 
 def test_replays_of_several_runs_stay_separate(tmp_path):
@@ -156,7 +156,7 @@ def test_resolved_config_is_stored_with_the_run(tmp_path):
     back = from_dict(json.loads(run["config_json"]))
     assert back == cfg and back.config_hash == cfg.config_hash
     assert back.training.lr == 3.0e-6 and back.sim.num_prompts == 3000
-    acc = st.query("SELECT accuracy, temperature, n_prompts FROM eval_results WHERE step = -1 AND benchmark = ?",
+    acc = st.query("SELECT accuracy, temperature, n_prompts FROM eval_results WHERE step = 0 AND benchmark = ?",
                    [SIM_BENCHMARK])
     assert acc[0]["temperature"] == cfg.training.eval_temperature and acc[0]["n_prompts"] == 200
 
@@ -188,19 +188,19 @@ def test_replace_steps_swaps_compacted_rows_of_a_mid_run_replay_only(new_store):
     st = new_store
     st.register_run(record())
     w = st.writer("r1")
-    for step in range(6):
+    for step in range(1, 7):
         w.write_step(step, hand_tables("r1", step, 10 + step, [(step, 1)]))
-    st.compact("r1", through=3)  # steps 0..3 in the catalog, 4..5 still files
-    # replay steps 2..4 with new values (as a re-materialized segment would write them)
-    for step in (2, 3, 4):
+    st.compact("r1", through=4)  # steps 1..4 in the catalog, 5..6 still files
+    # replay steps 3..5 with new values (as a re-materialized segment would write them)
+    for step in (3, 4, 5):
         w.write_step(step, hand_tables("r1", step, 100 + step, [(step, 3)]))
-    # before the swap, readers still see the old compacted rows of 2..3 (the new files sit under the watermark)
-    assert [r["sampled_rollouts"] for r in st.query("SELECT * FROM steps ORDER BY step")] == [10, 11, 12, 13, 104, 15]
-    assert st.replace_steps("r1", 2, 4) == 2  # steps 2 and 3 were compacted; 4 is a file replaced in place
+    # before the swap, readers still see the old compacted rows of 3..4 (the new files sit under the watermark)
+    assert [r["sampled_rollouts"] for r in st.query("SELECT * FROM steps ORDER BY step")] == [11, 12, 13, 14, 105, 16]
+    assert st.replace_steps("r1", 3, 5) == 2  # steps 3 and 4 were compacted; 5 is a file replaced in place
     rows = st.query("SELECT step, sampled_rollouts FROM steps ORDER BY step")
-    assert [(r["step"], r["sampled_rollouts"]) for r in rows] == [(0, 10), (1, 11), (2, 102), (3, 103), (4, 104), (5, 15)]
+    assert [(r["step"], r["sampled_rollouts"]) for r in rows] == [(1, 11), (2, 12), (3, 103), (4, 104), (5, 105), (6, 16)]
     obs = st.query("SELECT step, n_correct FROM prompt_observations ORDER BY step")
     assert [o["n_correct"] for o in obs] == [1, 1, 3, 3, 3, 1]
     st.compact("r1")
-    assert st.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s FROM steps") == [{"n": 6, "s": 10 + 11 + 102 + 103 + 104 + 15}]
-    assert st.get_run("r1")["compacted_through"] == 5
+    assert st.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s FROM steps") == [{"n": 6, "s": 11 + 12 + 103 + 104 + 105 + 16}]
+    assert st.get_run("r1")["compacted_through"] == 6

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pc_pipelines.store import SCHEMA_VERSION, STEP_TABLES, RunRecord, Store, StoreError, schema
+from tests.support.old_numbering import catalog_from_zero, files_from_zero
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +31,7 @@ def store_with_steps(path, steps: int) -> Store:
     st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
                               kind="simulate"))
     w = st.writer("r")
-    for step in range(steps):
+    for step in range(1, steps + 1):  # steps count from 1 (v12)
         w.write_step(step, step_tables("r", step))
     return st
 
@@ -55,7 +56,10 @@ def build_v1(path) -> None:
 
 def as_version(con, version: int) -> None:
     """Make a current catalog what ``version`` wrote: drop the tables and columns later versions added (their rows
-    with them), set its version."""
+    with them), count its steps from 0 as versions before 12 did (the step files: :func:`files_from_zero`, called
+    by the test before it strips their newer columns), set its version."""
+    if version < 12:
+        catalog_from_zero(con)
     want = schema.catalog_columns(version)
     for v in sorted(schema.CATALOG_ADDED, reverse=True):
         if v <= version:
@@ -79,8 +83,8 @@ def columns(path, table: str) -> list[str]:
         con.close()
 
 
-def test_schema_version_is_eleven():
-    assert SCHEMA_VERSION == 11
+def test_schema_version_is_twelve():
+    assert SCHEMA_VERSION == 12
     assert sorted(schema.MIGRATIONS) == list(range(1, SCHEMA_VERSION))
 
 
@@ -104,7 +108,7 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
     assert columns(path, "compacted_steps") == []
 
     st = Store(path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 11
+    assert st.schema_version() == SCHEMA_VERSION == 12
     assert {"status_reason", "compacted_through", "seq"} <= set(columns(path, "runs"))
     assert columns(path, "segments")[:5] == ["run_id", "segment", "first_step", "last_step", "status"]
     for table in STEP_TABLES:
@@ -115,7 +119,9 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
                              "lineage_json", "kind", "status", "run_dir")] == V1_ROW[:11]
     assert run["created_at"] == T0 and run["status_reason"] is None and run["compacted_through"] is None
     assert run["seq"] == 1  # existing runs numbered in their creation order
-    assert st.query("SELECT accuracy FROM eval_results WHERE run_id = 'old-run'") == [{"accuracy": 0.25}]
+    # v1 counted steps from 0: its evaluation after step 4 is after step 5 since v12 (steps from 1)
+    assert st.query("SELECT step, accuracy FROM eval_results WHERE run_id = 'old-run'") == [
+        {"step": 5, "accuracy": 0.25}]
 
     st.set_status("old-run", "failed", "OOM at step 5")
     run = st.get_run("old-run")
@@ -130,13 +136,13 @@ def test_version_1_catalog_is_upgraded_keeping_its_rows(tmp_path):
     assert listed["new-run"]["status"] == "running" and listed["new-run"]["steps"] == 0
     # the old run's step logs (v1 wrote Parquet the same way) are visible, and compaction works on it
     w = st.writer("old-run")
-    for step in range(3):
+    for step in range(1, 4):
         w.write_step(step, step_tables("old-run", step))
     assert st.query("SELECT count(*) AS n FROM steps WHERE run_id = 'old-run'") == [{"n": 3}]
     assert st.compact("old-run") == 3
     assert st.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s FROM steps WHERE run_id = 'old-run'") == [
         {"n": 3, "s": 30}]
-    assert st.get_run("old-run")["compacted_through"] == 2
+    assert st.get_run("old-run")["compacted_through"] == 3
 
     st.init()  # a second open finds the current version and changes nothing
     assert st.schema_version() == SCHEMA_VERSION and len(st.list_runs()) == 2
@@ -151,6 +157,7 @@ def test_version_3_catalog_gains_the_strategy_columns_keeping_its_rows(tmp_path)
     """v4 (issue 7): the compacted tables gain the strategy columns; compacted v3 rows read them as NULL."""
     st = store_with_steps(tmp_path / "v3.duckdb", 2)
     assert st.compact("r") == 2
+    files_from_zero(st.runs_root)
     con = duckdb.connect(str(st.path))
     as_version(con, 3)  # drops V4_COLUMNS (and later versions' columns)
     con.close()
@@ -169,13 +176,14 @@ def test_version_5_catalog_gains_buffer_replaced_keeping_its_rows(tmp_path):
     """v6 (issue 18, one live buffer entry per prompt): steps gain ``buffer_replaced``; compacted v5 rows and v5
     step files (written without the column) read it as NULL, new steps carry it."""
     st = store_with_steps(tmp_path / "v4.duckdb", 3)
+    assert st.compact("r", through=2) == 2
+    files_from_zero(st.runs_root)
     old_files = sorted((st.path.parent / "v4.duckdb.runs" / "r").glob("step-*/steps.parquet"))
     assert len(old_files) == 3
     for f in old_files:  # as a v5 writer wrote them: no buffer_replaced column (and no manifest before v5)
         # (nor v8's returned, nor v9's prior counts)
         pq.write_table(pq.read_table(f).drop_columns(["buffer_replaced", "returned", *PRIOR_STEPS]), f)
         (f.parent / "MANIFEST.json").unlink()
-    assert st.compact("r", through=1) == 2
     con = duckdb.connect(str(st.path))
     as_version(con, 5)  # drops compacted_steps.buffer_replaced (and v7's, v8's and v9's columns, which v5 lacked too)
     con.close()
@@ -183,13 +191,13 @@ def test_version_5_catalog_gains_buffer_replaced_keeping_its_rows(tmp_path):
     st = Store(st.path).init()
     assert st.schema_version() == SCHEMA_VERSION
     assert columns(st.path, "compacted_steps") == list(STEP_TABLES["steps"].names)
-    new = step_tables("r", 3)
-    new["steps"] = pa.Table.from_pylist([{"run_id": "r", "step": 3, "sampled_rollouts": 10, "buffer_replaced": 7}],
+    new = step_tables("r", 4)
+    new["steps"] = pa.Table.from_pylist([{"run_id": "r", "step": 4, "sampled_rollouts": 10, "buffer_replaced": 7}],
                                         schema=STEP_TABLES["steps"])
-    st.writer("r").write_step(3, new)
+    st.writer("r").write_step(4, new)
     assert st.query("SELECT step, buffer_replaced FROM steps ORDER BY step") == [
-        {"step": 0, "buffer_replaced": None}, {"step": 1, "buffer_replaced": None},
-        {"step": 2, "buffer_replaced": None}, {"step": 3, "buffer_replaced": 7}]
+        {"step": 1, "buffer_replaced": None}, {"step": 2, "buffer_replaced": None},
+        {"step": 3, "buffer_replaced": None}, {"step": 4, "buffer_replaced": 7}]
     assert st.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s FROM step_costs") == [{"n": 4, "s": 40}]
 
 
@@ -218,39 +226,40 @@ def test_version_7_catalog_gains_returned_and_older_rows_read_as_not_returned(tm
     st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
                               kind="simulate"))
     w = st.writer("r")
-    for step in range(3):
+    for step in range(1, 4):
         w.write_step(step, observation_tables("r", step, returned=False))
+    assert st.compact("r", through=2) == 2
+    files_from_zero(st.runs_root)  # as a v7 (v8) writer numbered them: from 0
     for table, cols in (("steps", PRIOR_STEPS), ("prompt_observations", PRIOR_OBS + BAND_OBS)):  # as a v7 writer wrote them:
         for f in sorted((st.runs_root / "r").glob(f"step-*/{table}.parquet")):  # no returned, no prior columns
             pq.write_table(pq.read_table(f).drop_columns(["returned", *cols]), f)
     for m in (st.runs_root / "r").glob("step-*/MANIFEST.json"):
         m.unlink()
-    assert st.compact("r", through=1) == 2
     con = duckdb.connect(str(st.path))
     as_version(con, 7)  # drops v8's returned, v9's prior, v10's evidence and v11's band columns
     con.close()
-    reader = Store(st.path)  # a v7 catalog read before any upgrade: the step files bring the column
+    reader = Store(st.path)  # a v7 catalog read: upgraded first (steps from 1); the step files bring the column
     assert reader.query("SELECT step, returned FROM prompt_observations ORDER BY step") == [
-        {"step": s, "returned": False} for s in range(3)]
+        {"step": s, "returned": False} for s in range(1, 4)]
 
     st = Store(st.path).init()
     assert st.schema_version() == SCHEMA_VERSION
     for table in ("steps", "prompt_observations"):
         assert columns(st.path, f"compacted_{table}") == list(STEP_TABLES[table].names)
-    st.writer("r").write_step(3, observation_tables("r", 3, returned=True))
-    for compacted_through in (1, 3):  # compacted v7 rows + old and new step files, then everything compacted
-        if compacted_through == 3:
+    st.writer("r").write_step(4, observation_tables("r", 4, returned=True))
+    for compacted_through in (2, 4):  # compacted v7 rows + old and new step files, then everything compacted
+        if compacted_through == 4:
             assert st.compact("r") == 2
         assert st.get_run("r")["compacted_through"] == compacted_through
         assert st.query("SELECT step, returned FROM prompt_observations ORDER BY step") == [
-            {"step": 0, "returned": False}, {"step": 1, "returned": False}, {"step": 2, "returned": False},
-            {"step": 3, "returned": True}]
+            {"step": 1, "returned": False}, {"step": 2, "returned": False}, {"step": 3, "returned": False},
+            {"step": 4, "returned": True}]
         assert st.query("SELECT step, returned FROM steps ORDER BY step") == [
-            {"step": 0, "returned": None}, {"step": 1, "returned": None}, {"step": 2, "returned": None},
-            {"step": 3, "returned": 1}]
+            {"step": 1, "returned": None}, {"step": 2, "returned": None}, {"step": 3, "returned": None},
+            {"step": 4, "returned": 1}]
         reasons = {r["step"]: r["reason"] for r in st.query("SELECT step, reason FROM decision_reasons")}
-        assert reasons[0] == "p_hat=1 > band upper 0.75; evicted: p_hat=1 reached p_solve"
-        assert reasons[3] == "returned from the easy pool; " + reasons[0]
+        assert reasons[1] == "p_hat=1 > band upper 0.75; evicted: p_hat=1 reached p_solve"
+        assert reasons[4] == "returned from the easy pool; " + reasons[1]
         assert st.query("SELECT count(*) AS n FROM pass_rate_history WHERE returned") == [{"n": 1}]
 
 
@@ -261,45 +270,46 @@ def test_version_8_catalog_gains_the_prior_columns_and_older_rows_read_null(tmp_
     st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
                               kind="simulate"))
     w = st.writer("r")
-    for step in range(3):
+    for step in range(1, 4):
         w.write_step(step, observation_tables("r", step, returned=False))
+    assert st.compact("r", through=2) == 2
+    files_from_zero(st.runs_root)  # as a v7 (v8) writer numbered them: from 0
     for table, cols in (("steps", PRIOR_STEPS), ("prompt_observations", PRIOR_OBS + BAND_OBS)):  # as a v8 writer wrote them
         for f in sorted((st.runs_root / "r").glob(f"step-*/{table}.parquet")):
             pq.write_table(pq.read_table(f).drop_columns(cols), f)
     for m in (st.runs_root / "r").glob("step-*/MANIFEST.json"):
         m.unlink()
-    assert st.compact("r", through=1) == 2
     con = duckdb.connect(str(st.path))
     as_version(con, 8)  # drops v9's prior, v10's evidence and v11's band columns
     con.close()
     assert "prior_useful" not in columns(st.path, "compacted_prompt_observations")
 
     st = Store(st.path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 11
+    assert st.schema_version() == SCHEMA_VERSION == 12
     for table in ("steps", "prompt_observations"):
         assert columns(st.path, f"compacted_{table}") == list(STEP_TABLES[table].names)
-    tables = observation_tables("r", 3, returned=False)
-    tables["steps"] = pa.Table.from_pylist([{"run_id": "r", "step": 3, "sampled_rollouts": 0, "band_lower": 0.125,
+    tables = observation_tables("r", 4, returned=False)
+    tables["steps"] = pa.Table.from_pylist([{"run_id": "r", "step": 4, "sampled_rollouts": 0, "band_lower": 0.125,
                                              "band_upper": 0.75, "screened_by_prior": 1, "prior_rollouts_saved": 16}],
                                            schema=STEP_TABLES["steps"])
     tables["prompt_observations"] = pa.Table.from_pylist(
-        [{"run_id": "r", "step": 3, "round": 1, "call": 0, "prompt_id": 43, "stage": "pilot", "n": 0,
+        [{"run_id": "r", "step": 4, "round": 1, "call": 0, "prompt_id": 43, "stage": "pilot", "n": 0,
           "n_correct": 0.0, "p_hat": 0.0, "decision": "screened_by_prior", "evicted": False, "lag": 0, "wave": 0,
           "rule": "prior_easy", "returned": False, "prior_useful": 0.031, "prior_mean": 0.968, "prior_evidence": 6.25,
           "prior_observations": 11}], schema=STEP_TABLES["prompt_observations"])
-    st.writer("r").write_step(3, tables)
-    for compacted_through in (1, 3):
-        if compacted_through == 3:
+    st.writer("r").write_step(4, tables)
+    for compacted_through in (2, 4):
+        if compacted_through == 4:
             assert st.compact("r") == 2
         assert st.query("SELECT step, screened_by_prior AS s, prior_rollouts_saved AS r FROM steps ORDER BY step") == [
-            {"step": 0, "s": None, "r": None}, {"step": 1, "s": None, "r": None}, {"step": 2, "s": None, "r": None},
-            {"step": 3, "s": 1, "r": 16}]
+            {"step": 1, "s": None, "r": None}, {"step": 2, "s": None, "r": None}, {"step": 3, "s": None, "r": None},
+            {"step": 4, "s": 1, "r": 16}]
         assert st.query("SELECT step, prior_useful, prior_observations FROM prompt_observations ORDER BY step") == [
-            {"step": s, "prior_useful": None, "prior_observations": None} for s in range(3)] + [
-            {"step": 3, "prior_useful": 0.031, "prior_observations": 11}]
+            {"step": s, "prior_useful": None, "prior_observations": None} for s in range(1, 4)] + [
+            {"step": 4, "prior_useful": 0.031, "prior_observations": 11}]
         reasons = {r["step"]: r["reason"] for r in st.query("SELECT step, reason FROM decision_reasons")}
-        assert reasons[0] == "p_hat=1 > band upper 0.75; evicted: p_hat=1 reached p_solve"
-        assert reasons[3] == ("skipped by prior, easy side: P(pilot in band) 0.03 from 11 observations "
+        assert reasons[1] == "p_hat=1 > band upper 0.75; evicted: p_hat=1 reached p_solve"
+        assert reasons[4] == ("skipped by prior, easy side: P(pilot in band) 0.03 from 11 observations "
                               "(discounted 6.2 rollouts), posterior mean 0.97")
 
 
@@ -319,43 +329,44 @@ def test_version_9_catalog_gains_evidence_and_every_later_first_wave_has_its_row
     st = Store(tmp_path / "v9.duckdb").init()
     st.register_run(RunRecord(run_id="r", family="f", method="pc", preset="p", seed=0, config={}, config_hash="h",
                               kind="simulate"))
-    old = [_pilot_row(0, 40, 8, 4.0, "kept", 1, "band", None), _pilot_row(0, 41, 2, 2.0, "skipped_easy", 0,
+    old = [_pilot_row(1, 40, 8, 4.0, "kept", 1, "band", None), _pilot_row(1, 41, 2, 2.0, "skipped_easy", 0,
                                                                             "early_wave", None)]
-    tables = observation_tables("r", 0, returned=False)
+    tables = observation_tables("r", 1, returned=False)
     tables["prompt_observations"] = pa.Table.from_pylist(old, schema=STEP_TABLES["prompt_observations"])
-    st.writer("r").write_step(0, tables)
+    st.writer("r").write_step(1, tables)
+    assert st.compact("r", through=1) == 1
+    files_from_zero(st.runs_root)  # as a v9 writer numbered it: from 0
     for f in sorted((st.runs_root / "r").glob("step-*/prompt_observations.parquet")):  # as a v9 writer wrote them
         pq.write_table(pq.read_table(f).drop_columns(["evidence_n"]), f)
     for m in (st.runs_root / "r").glob("step-*/MANIFEST.json"):
         m.unlink()
-    assert st.compact("r", through=0) == 1
     con = duckdb.connect(str(st.path))
     as_version(con, 9)
     con.close()
     assert "evidence_n" not in columns(st.path, "compacted_prompt_observations")
 
     st = Store(st.path).init()
-    assert st.schema_version() == SCHEMA_VERSION == 11
+    assert st.schema_version() == SCHEMA_VERSION == 12
     assert columns(st.path, "compacted_prompt_observations") == list(STEP_TABLES["prompt_observations"].names)
-    new = [_pilot_row(1, 50, 2, 1.0, "continued", 0, "none", None),
-           _pilot_row(1, 50, 6, 2.0, "kept", 1, "band", (8, 3.0))]
-    tables = observation_tables("r", 1, returned=False)
+    new = [_pilot_row(2, 50, 2, 1.0, "continued", 0, "none", None),
+           _pilot_row(2, 50, 6, 2.0, "kept", 1, "band", (8, 3.0))]
+    tables = observation_tables("r", 2, returned=False)
     tables["prompt_observations"] = pa.Table.from_pylist(new, schema=STEP_TABLES["prompt_observations"])
-    st.writer("r").write_step(1, tables)
-    for compacted_through in (0, 1):
-        if compacted_through == 1:
+    st.writer("r").write_step(2, tables)
+    for compacted_through in (1, 2):
+        if compacted_through == 2:
             assert st.compact("r") == 1
         reasons = st.query("SELECT step, prompt_id, n, p_hat, decision, reason FROM decision_reasons ORDER BY step, "
                            "prompt_id")
         assert [(r["step"], r["prompt_id"], r["n"], r["decision"]) for r in reasons] == [
-            (0, 40, 8, "kept"), (0, 41, 2, "skipped_easy"), (1, 50, 8, "kept")]
+            (1, 40, 8, "kept"), (1, 41, 2, "skipped_easy"), (2, 50, 8, "kept")]
         assert reasons[0]["reason"] == "p_hat=0.5 in band [0.125, 0.75]"
         assert reasons[2]["reason"] == "p_hat=0.375 in band [0.125, 0.75]"  # 1 of 2, then 2 of 6
         first = st.query("SELECT step, prompt_id, n, n_correct, evidence_n FROM pass_rate_history WHERE wave = 0 "
                          "ORDER BY step, prompt_id")
-        assert first == [{"step": 0, "prompt_id": 41, "n": 2, "n_correct": 2.0, "evidence_n": 2},
-                         {"step": 1, "prompt_id": 50, "n": 2, "n_correct": 1.0, "evidence_n": 2}]
-        assert st.query("SELECT sum(n) AS n FROM pass_rate_history WHERE step = 1") == [{"n": 8}]
+        assert first == [{"step": 1, "prompt_id": 41, "n": 2, "n_correct": 2.0, "evidence_n": 2},
+                         {"step": 2, "prompt_id": 50, "n": 2, "n_correct": 1.0, "evidence_n": 2}]
+        assert st.query("SELECT sum(n) AS n FROM pass_rate_history WHERE step = 2") == [{"n": 8}]
         parts = st.query("SELECT screened_out, early_screen FROM rollout_breakdown")
         assert parts == [{"screened_out": 0, "early_screen": 2}]
 
@@ -402,26 +413,24 @@ def view_definitions(path) -> dict[str, str]:
         con.close()
 
 
-def test_version_4_catalog_is_read_without_writing_and_upgraded_to_file_free_views(tmp_path):
+def test_version_4_catalog_is_upgraded_when_read_to_file_free_views(tmp_path):
     """v5 (issue 18): a v4 catalog's views embed an absolute glob over the step files. Reading it (the `sql` path)
-    neither writes nor uses those views; the next writable open replaces them with views that name no file."""
+    never uses those views: since v12 (steps from 1) a catalog that counts steps from 0 is upgraded before it is
+    read, which replaces them with views that name no file."""
     st = store_with_steps(tmp_path / "v4.duckdb", 3)
+    files_from_zero(st.runs_root)
     con = duckdb.connect(str(st.path))
     glob = str(st.runs_root) + "/*/step-*/steps.parquet"
     con.execute(f"CREATE OR REPLACE VIEW steps AS SELECT * FROM read_parquet('{glob}', union_by_name=true)")
     con.execute("DROP VIEW rollout_breakdown")
     as_version(con, 4)
     con.close()
-    before = (st.path.stat().st_mtime_ns, st.path.read_bytes())
 
     reader = Store(st.path)
-    assert reader.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s FROM steps") == [{"n": 3, "s": 30}]
-    assert reader.query("SELECT steps FROM rollout_breakdown") == [{"steps": 3}]  # a view v4 lacked, per session
-    assert (st.path.stat().st_mtime_ns, st.path.read_bytes()) == before  # nothing written
-    assert reader.schema_version() == 4
-
-    Store(st.path).init()
-    assert Store(st.path).schema_version() == SCHEMA_VERSION
+    assert reader.query("SELECT count(*) AS n, sum(sampled_rollouts) AS s, min(step) AS first FROM steps") == [
+        {"n": 3, "s": 30, "first": 1}]
+    assert reader.query("SELECT steps FROM rollout_breakdown") == [{"steps": 3}]  # a view v4 lacked
+    assert reader.schema_version() == SCHEMA_VERSION  # upgraded by the read
     views = view_definitions(st.path)
     assert "rollout_breakdown" in views
     assert not any("read_parquet" in sql or str(st.runs_root) in sql for sql in views.values()), views
@@ -465,6 +474,7 @@ def test_version_10_catalog_reads_each_rows_own_band_from_its_round(tmp_path):
     assert st.get_run("pc")["compacted_through"] is not None  # both compacted rows and step files
     assert sum(r["band_upper"] is not None for r in recorded) > 100
     assert any("widened band" in r["reason"] for r in recorded)
+    files_from_zero(st.runs_root)  # as a v10 writer numbered them: from 0
     for f in sorted((st.runs_root / "pc").glob("step-*/prompt_observations.parquet")):  # as a v9 writer wrote them
         pq.write_table(pq.read_table(f).drop_columns(BAND_OBS), f)
     for m in (st.runs_root / "pc").glob("step-*/MANIFEST.json"):
@@ -473,9 +483,73 @@ def test_version_10_catalog_reads_each_rows_own_band_from_its_round(tmp_path):
     as_version(con, 10)  # drops v11's band columns (and the compacted rows' bands with them)
     con.close()
     assert "band_lower" not in columns(st.path, "compacted_prompt_observations")
-    assert Store(st.path).query(q) == recorded  # read before any upgrade
+    assert Store(st.path).query(q) == recorded  # read: upgraded first (steps from 1), each row's band derived
     st = Store(st.path).init()
     assert st.schema_version() == SCHEMA_VERSION
     assert columns(st.path, "compacted_prompt_observations") == list(STEP_TABLES["prompt_observations"].names)
     assert st.query("SELECT count(*) AS n FROM prompt_observations WHERE band_lower IS NOT NULL") == [{"n": 0}]
     assert st.query(q) == recorded
+
+
+def test_version_11_store_is_renumbered_once_from_one_and_loses_nothing(tmp_path, monkeypatch):
+    """v12 (issue 55, one step numbering): a store v11 wrote counts steps from 0 (files, compacted rows, watermark,
+    eval_results with -1 before training, checkpoints, segment bounds). Opened, even only to read, it is upgraded
+    once: every step one more, each row where it was, the step files renumbered (a crash halfway through leaves a
+    state the next open finishes), and a second open changes nothing."""
+    from pc_pipelines.config import resolve
+    from pc_pipelines.simulator import record_simulation
+    from pc_pipelines.store import steplog
+    from tests.support.old_numbering import count_from_zero
+
+    st = Store(tmp_path / "v11.duckdb").init()
+    cfg = resolve("simulator", {"allocator.train_batch": 16, "sim.num_prompts": 600, "training.eval_every": 4},
+                  method="pc", seed=5)
+    assert len(list(record_simulation(cfg, st, 12, run_id="pc", compact_every=None))) == 12
+    st.compact("pc", through=6)  # steps 1..6 in the catalog, 7..12 in step files
+    st.plan_segments("pc", [(1, 6), (7, 12)])
+    st.add_checkpoint("pc", 6, "/ckpt/step-00000006")
+    queries = {
+        "steps": "SELECT step, sampled_rollouts, trained_rollouts FROM steps ORDER BY step",
+        "obs": "SELECT step, count(*) AS n, sum(n) AS rollouts FROM prompt_observations GROUP BY step ORDER BY step",
+        "buffer": "SELECT step, entry_id, born FROM buffer_state ORDER BY step, entry_id",
+        "evictions": "SELECT step, prompt_id FROM evictions ORDER BY ALL",
+        "evals": "SELECT step, benchmark, accuracy FROM eval_results ORDER BY ALL",
+        "curve": "SELECT step, accuracy, cumulative_sampled, missing_steps FROM eval_curve ORDER BY step",
+        "costs": "SELECT step, cumulative_sampled, missing_steps FROM step_costs ORDER BY step",
+        "checkpoints": "SELECT step, path FROM checkpoints",
+        "segments": "SELECT segment, first_step, last_step FROM segments ORDER BY segment",
+        "watermark": "SELECT compacted_through FROM runs",
+    }
+    now = {k: st.query(q) for k, q in queries.items()}
+    assert [r["step"] for r in now["steps"]] == list(range(1, 13))
+    assert [r["step"] for r in now["curve"]] == [0, 4, 8, 12]  # 0: before training; every 4th step; the last
+    assert all(r["missing_steps"] == 0 for r in now["curve"] + now["costs"])
+    assert now["watermark"] == [{"compacted_through": 6}]
+    assert len(now["buffer"]) > 0 and min(r["born"] for r in now["buffer"]) >= 1
+
+    count_from_zero(st.path, st.runs_root)  # what the v11 writer left
+    con = duckdb.connect(str(st.path), read_only=True)
+    assert con.execute("SELECT min(step), max(step) FROM eval_results").fetchall() == [(-1, 11)]
+    assert con.execute("SELECT min(step), max(step) FROM compacted_steps").fetchall() == [(0, 5)]
+    assert con.execute("SELECT compacted_through FROM runs").fetchall() == [(5,)]
+    con.close()
+    assert [n for n, _ in steplog.list_step_dirs(st.runs_root / "pc")] == list(range(12))  # leftovers 0..5 too
+
+    # a crash in the middle of renumbering the files: the highest step written anew, its old copy still there
+    real_rmtree = steplog.shutil.rmtree
+    monkeypatch.setattr(steplog.shutil, "rmtree", lambda *a, **k: (_ for _ in ()).throw(OSError("killed")))
+    with pytest.raises(OSError, match="killed"):
+        steplog.renumber_step_dirs(st.runs_root / "pc")
+    monkeypatch.setattr(steplog.shutil, "rmtree", real_rmtree)
+    assert [n for n, _ in steplog.list_step_dirs(st.runs_root / "pc")] == list(range(13))
+
+    reader = Store(st.path)
+    assert {k: reader.query(q) for k, q in queries.items()} == now  # read: upgraded first, nothing lost or moved
+    assert reader.schema_version() == SCHEMA_VERSION
+    dirs = steplog.list_step_dirs(st.runs_root / "pc")
+    assert [n for n, _ in dirs] == list(range(1, 13))
+    assert all(steplog.counts_from_one(d) and steplog.verify_step_dir(d) is None for _, d in dirs)
+    assert Store(st.path).init().schema_version() == SCHEMA_VERSION  # once: a second open renumbers nothing
+    assert [n for n, _ in steplog.list_step_dirs(st.runs_root / "pc")] == list(range(1, 13))
+    assert {k: Store(st.path).query(q) for k, q in queries.items()} == now
+    assert Store(st.path).check().problems == []

@@ -40,7 +40,8 @@ def test_strategy_decisions_and_reasons_are_queryable(tmp_path):
         assert r["decision"] == ("skipped_easy" if r["p_hat"] == 1 else "deferred_hard")
         assert r["reason"].startswith("first pilot wave all ") and "decided without the second wave" in r["reason"]
     kept = st.query("""SELECT o.reason, s.band_lower, s.band_upper FROM decision_reasons o JOIN steps s USING (run_id, step)
-                       WHERE o.run_id = 'plus' AND o.decision = 'kept' AND o.rule = 'band' LIMIT 1""")
+                       WHERE o.run_id = 'plus' AND o.decision = 'kept' AND o.rule = 'band' AND s.widened = 0
+                       ORDER BY o.step, o.prompt_id LIMIT 1""")  # a step whose band never widened: the step's band
     assert kept and f" in band [{kept[0]['band_lower']:.4g}, {kept[0]['band_upper']:.4g}]" in kept[0]["reason"]
     # trained rows count the commit rollouts: variance-proportional, in [commit_min 4, 2 x 16], mean 16 per round
     sizes = st.query("""SELECT min(n) AS lo, max(n) AS hi, avg(n) AS mean FROM prompt_observations

@@ -1,21 +1,21 @@
 """The store's views and report on small hand-built data, against numbers computed by hand.
 
-Family ``fam``, methods grpo / dapo / pc, seeds 0 and 1, three steps each (0, 1, 2), evals before training (step
--1) and after every step on two benchmarks (accuracy = their mean). All accuracies are multiples of 1/8 so the
+Family ``fam``, methods grpo / dapo / pc, seeds 0 and 1, three steps each (1, 2, 3), evals before training (step
+0) and after every step on two benchmarks (accuracy = their mean). All accuracies are multiples of 1/8 so the
 means are exact.
 
-seed 0                       sampled per step   cumulative        mean accuracy at steps -1, 0, 1, 2
+seed 0                       sampled per step   cumulative        mean accuracy at steps 0, 1, 2, 3
     grpo                     100 100 100        100 200 300       0.125  0.375  0.5    0.5      peak 0.5
     dapo                      80  80  80         80 160 240       0.125  0.25   0.375  0.4375   never reaches
     pc                        50  60  70         50 110 180       0.125  0.375  0.625  0.5      peak 0.625
-    target = min(0.5, 0.625) = 0.5: grpo 200 (step 1), dapo never, pc 110 (step 1)
+    target = min(0.5, 0.625) = 0.5: grpo 200 (step 2), dapo never, pc 110 (step 2)
     grpo/pc = 200/110, dapo/pc = NULL
 
 seed 1
     grpo                     100 100 100        100 200 300       0.125  0.25   0.375  0.625    peak 0.625
     dapo                      80  80  80         80 160 240       0.125  0.25   0.625  0.625
     pc                        40  40  40         40  80 120       0.125  0.625  0.75   0.875    peak 0.875
-    target = 0.625: grpo 300 (step 2), dapo 160 (step 1), pc 40 (step 0)
+    target = 0.625: grpo 300 (step 3), dapo 160 (step 2), pc 40 (step 1)
     grpo/pc = 7.5, dapo/pc = 4.0
 
 medians over seeds: grpo/pc = (200/110 + 7.5) / 2; dapo/pc = 4.0 (seed 0 has none)
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.integration
 EXE = str(Path(sys.executable).parent / "pilot-commit")
 FAMILY = "fam"
 
-# (method, seed) -> (sampled per step, trained per step, [(b1, b2) accuracy at steps -1, 0, 1, 2])
+# (method, seed) -> (sampled per step, trained per step, [(b1, b2) accuracy at steps 0, 1, 2, 3])
 RUNS = {
     ("grpo", 0): ([100, 100, 100], [64, 64, 64], [(0.125, 0.125), (0.25, 0.5), (0.5, 0.5), (0.25, 0.75)]),
     ("dapo", 0): ([80, 80, 80], [64, 64, 48], [(0.125, 0.125), (0.25, 0.25), (0.25, 0.5), (0.25, 0.625)]),
@@ -63,9 +63,9 @@ MEDIAN_DAPO_OVER_PC = 4.0
 # pc seed 0 observes prompt 7 three times.
 PROMPT7 = [
     # step, round, stage, n, n_correct, decision, evicted, lag
-    (0, 0, "pilot", 4, 2.0, "kept", False, 0),
-    (1, 0, "commit", 12, 9.0, "trained", False, 1),
-    (2, 1, "pilot", 4, 4.0, "skipped_easy", True, 0),
+    (1, 0, "pilot", 4, 2.0, "kept", False, 0),
+    (2, 0, "commit", 12, 9.0, "trained", False, 1),
+    (3, 1, "pilot", 4, 4.0, "skipped_easy", True, 0),
 ]
 
 
@@ -104,11 +104,11 @@ def write_run(store: Store, rid: str, method: str, seed: int, sampled, trained, 
                   config_hash=f"h-{rid}", kind="simulate")
     )
     w = store.writer(rid)
-    for step, (s, t) in enumerate(zip(sampled, trained)):
+    for step, (s, t) in enumerate(zip(sampled, trained), start=1):
         w.write_step(step, step_tables(rid, step, s, t, observations))
     store.add_eval_results(
         [{"run_id": rid, "step": step, "benchmark": bench, "k": 4, "temperature": 0.7, "accuracy": acc}
-         for step, pair in zip(range(-1, 3), accs) for bench, acc in zip(("b1", "b2"), pair)]
+         for step, pair in zip(range(0, 4), accs) for bench, acc in zip(("b1", "b2"), pair)]
     )
     store.set_status(rid, "finished")
 
@@ -144,7 +144,7 @@ def test_steps_view_has_every_hand_written_step(store):
 def test_step_costs_cumulative_sums(store):
     for (method, seed), (sampled, trained, _) in RUNS.items():
         rows = store.query("SELECT * FROM step_costs WHERE run_id = ? ORDER BY step", [run_id(method, seed)])
-        assert [r["step"] for r in rows] == [0, 1, 2]
+        assert [r["step"] for r in rows] == [1, 2, 3]
         assert [r["sampled_rollouts"] for r in rows] == sampled
         assert [r["cumulative_sampled"] for r in rows] == cumsum(sampled)
         assert [r["cumulative_trained"] for r in rows] == cumsum(trained)
@@ -161,9 +161,9 @@ def test_pass_rate_history_for_one_prompt(store):
     got = [(r["step"], r["round"], r["stage"], r["n"], r["n_correct"], r["p_hat"], r["decision"], r["evicted"],
             r["lag"]) for r in rows]
     assert got == [
-        (0, 0, "pilot", 4, 2.0, 0.5, "kept", False, 0),
-        (1, 0, "commit", 12, 9.0, 0.75, "trained", False, 1),
-        (2, 1, "pilot", 4, 4.0, 1.0, "skipped_easy", True, 0),
+        (1, 0, "pilot", 4, 2.0, 0.5, "kept", False, 0),
+        (2, 0, "commit", 12, 9.0, 0.75, "trained", False, 1),
+        (3, 1, "pilot", 4, 4.0, 1.0, "skipped_easy", True, 0),
     ]
     # prompt 8 is seen once per step in every run: 7 runs x 3 steps
     assert store.query("SELECT count(*) AS c FROM pass_rate_history WHERE prompt_id = 8")[0]["c"] == 21
@@ -172,10 +172,10 @@ def test_pass_rate_history_for_one_prompt(store):
 def test_eval_curve_averages_benchmarks_and_attaches_costs(store):
     rows = store.query("SELECT * FROM eval_curve WHERE run_id = 'fam-pc-s0' ORDER BY step")
     assert [(r["step"], r["accuracy"], r["cumulative_sampled"], r["cumulative_trained"]) for r in rows] == [
-        (-1, 0.125, 0, 0),
-        (0, 0.375, 50, 40),
-        (1, 0.625, 110, 88),
-        (2, 0.5, 180, 144),
+        (0, 0.125, 0, 0),
+        (1, 0.375, 50, 40),
+        (2, 0.625, 110, 88),
+        (3, 0.5, 180, 144),
     ]
     assert {(r["family"], r["method"], r["seed"]) for r in rows} == {(FAMILY, "pc", 0)}
     for (method, seed), (sampled, _, accs) in RUNS.items():
@@ -277,8 +277,8 @@ def test_values_with_quotes_are_stored_verbatim(tmp_path):
     rid = "obrien-run"
     st.register_run(RunRecord(run_id=rid, family="it's", method="pc", preset="p", seed=0, config={}, config_hash="h",
                               kind="simulate"))
-    st.writer(rid).write_step(0, step_tables(rid, 0, 5, 4))
-    st.add_eval_results([{"run_id": rid, "step": 0, "benchmark": "b'1", "accuracy": 0.5}])
+    st.writer(rid).write_step(1, step_tables(rid, 1, 5, 4))
+    st.add_eval_results([{"run_id": rid, "step": 1, "benchmark": "b'1", "accuracy": 0.5}])
     assert st.get_run(rid)["family"] == "it's"
     assert st.query("SELECT sampled_rollouts FROM steps WHERE run_id = ?", [rid]) == [{"sampled_rollouts": 5}]
     assert st.query("SELECT run_id FROM runs WHERE family = ?", ["it's"]) == [{"run_id": rid}]

@@ -61,8 +61,8 @@ def test_grpo_steps_change_parameters_and_raise_reward(base_policy, policy_cache
     assert after > before + 0.04, (before, after)  # measured: 0.476 -> 0.571
 
     rows = store.query("SELECT step, trained_prompts, sampled_rollouts, loss, mean_reward FROM steps WHERE run_id = 'learn' ORDER BY step")
-    assert [r["step"] for r in rows] == list(range(STEPS))
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
     assert all(r["trained_prompts"] == 16 and r["sampled_rollouts"] == 256 for r in rows)
     assert all(r["loss"] is not None and np.isfinite(r["loss"]) for r in rows)
     assert res.cumulative_rollouts == STEPS * 256
-    assert store.query("SELECT count(*) AS n FROM eval_results WHERE run_id = 'learn' AND step = -1")[0]["n"] == 6
+    assert store.query("SELECT count(*) AS n FROM eval_results WHERE run_id = 'learn' AND step = 0")[0]["n"] == 6

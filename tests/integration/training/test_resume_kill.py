@@ -70,7 +70,7 @@ def test_sigkill_mid_step_then_resume_equals_uninterrupted(base_policy, tmp_path
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     ckpts = sorted(p.name for p in (tmp_path / "b" / "run" / "checkpoints").iterdir() if p.name.startswith("step-"))
-    assert ckpts and ckpts[-1] < f"step-{STEPS - 1:08d}"  # it really died before the end
+    assert ckpts and ckpts[-1] < f"step-{STEPS:08d}"  # it really died before the end
 
     # Without --resume the run is refused (nothing is overwritten by accident) ...
     refused = subprocess.run(train_cmd(tmp_path / "b", "run", base_policy), capture_output=True, text=True, env=env,
@@ -81,10 +81,10 @@ def test_sigkill_mid_step_then_resume_equals_uninterrupted(base_policy, tmp_path
                              env=env, timeout=600, check=False)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     first_resumed = json.loads(resumed.stdout.splitlines()[0])["step"]
-    assert 1 <= first_resumed <= 5
+    assert 2 <= first_resumed <= 6
 
     a, b = final_state(tmp_path / "a", "run"), final_state(tmp_path / "b", "run")
-    assert [r["step"] for r in b["steps"]] == list(range(STEPS))
+    assert [r["step"] for r in b["steps"]] == list(range(1, STEPS + 1))
     assert a["steps"] == b["steps"]
     assert a["evals"] == b["evals"]
     assert a["observations"] == b["observations"]

@@ -28,7 +28,7 @@ def test_a_resume_with_another_chunk_size_is_refused_and_the_same_one_goes_on(po
     run_segment(run, store, 1, engine_factory=engine(16))
     with pytest.raises(RunError, match=r"max_batch_sequences\": 16.*max_batch_sequences\": 8.*Fix:"):
         run_segment(run, store, 1, engine_factory=engine(8))
-    assert [s for s, _ in list_checkpoints(run.checkpoint_dir)] == [0]
-    assert [r["step"] for r in store.query("SELECT step FROM steps WHERE run_id = 'r'")] == [0]
+    assert [s for s, _ in list_checkpoints(run.checkpoint_dir)] == [1]
+    assert [r["step"] for r in store.query("SELECT step FROM steps WHERE run_id = 'r'")] == [1]
     run_segment(run, store, 1, engine_factory=engine(16))
-    assert [r["step"] for r in store.query("SELECT step FROM steps WHERE run_id = 'r' ORDER BY step")] == [0, 1]
+    assert [r["step"] for r in store.query("SELECT step FROM steps WHERE run_id = 'r' ORDER BY step")] == [1, 2]

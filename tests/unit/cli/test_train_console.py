@@ -58,16 +58,16 @@ def rows(step: int, accs: list[float]) -> list[dict]:
     return [{"step": step, "benchmark": f"arith_d{i + 1}", "accuracy": a} for i, a in enumerate(accs)]
 
 
-def closing(curve, last_step, checkpoint=Path("/runs/r/checkpoints/step-00000004")) -> list[str]:
+def closing(curve, last_step, checkpoint=Path("/runs/r/checkpoints/step-00000005")) -> list[str]:
     return closing_lines("r", 5, 1234, curve, last_step, 4, 0.7, checkpoint, Path("/runs/r/tensorboard"),
                          Path("/runs/my store/pc.duckdb"))
 
 
 def test_the_closing_block_shows_the_first_and_the_last_evaluated_step(monkeypatch):
-    """Store steps -1 (before training) and 4 (the 5th step) read "start" and "step 5" (pc_pipelines/steps.py)."""
+    """Steps 0 (before training) and 5 read "start" and "step 5": the stored steps (pc_pipelines/steps.py)."""
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")  # the scripts on PATH: bare names
-    curve = rows(-1, [0.5, 0.25]) + rows(1, [0.0, 0.0]) + rows(4, [0.75, 0.5])
-    lines = closing(curve, {"step": 4, "mean_reward": 0.4375, "trained_rollouts": 64})
+    curve = rows(0, [0.5, 0.25]) + rows(2, [0.0, 0.0]) + rows(5, [0.75, 0.5])
+    lines = closing(curve, {"step": 5, "mean_reward": 0.4375, "trained_rollouts": 64})
     assert lines == [
         "held-out accuracy (mean@4, T=0.7):",
         "  set             start     step 5",
@@ -75,14 +75,14 @@ def test_the_closing_block_shows_the_first_and_the_last_evaluated_step(monkeypat
         "  arith_d2        0.250      0.500",
         "  mean            0.375      0.625",
         "run r: 5 steps; final mean reward 0.438 (step 5); final eval accuracy 0.625 (step 5); 1,234 rollouts sampled",
-        "checkpoint:  /runs/r/checkpoints/step-00000004",
+        "checkpoint:  /runs/r/checkpoints/step-00000005",
         "tensorboard: tensorboard --logdir /runs/r/tensorboard",
         "store:       pilot-commit runs --store '/runs/my store/pc.duckdb'",  # a path to paste into a shell
     ]
 
 
 def test_the_closing_block_shows_a_single_evaluation_once():
-    lines = closing(rows(-1, [0.5, 0.25]), {"step": 4, "mean_reward": 0.0, "trained_rollouts": 0})
+    lines = closing(rows(0, [0.5, 0.25]), {"step": 5, "mean_reward": 0.0, "trained_rollouts": 0})
     assert lines[1].split() == ["set", "start"]
     assert lines[2].split() == ["arith_d1", "0.500"] and lines[4].split() == ["mean", "0.375"]
     assert lines[5] == ("run r: 5 steps; final mean reward - (step 5 trained no group); final eval accuracy 0.375 "
@@ -96,8 +96,8 @@ def test_the_closing_block_without_any_evaluation_or_step():
 
 
 def test_a_set_missing_at_one_step_shows_a_dash_and_the_mean_of_the_others():
-    curve = rows(-1, [0.5, 0.25]) + rows(2, [1.0])
-    lines = closing(curve, {"step": 2, "mean_reward": 1.0, "trained_rollouts": 8})
+    curve = rows(0, [0.5, 0.25]) + rows(3, [1.0])
+    lines = closing(curve, {"step": 3, "mean_reward": 1.0, "trained_rollouts": 8})
     assert lines[3].split() == ["arith_d2", "0.250", "-"] and lines[4].split() == ["mean", "0.375", "1.000"]
 
 

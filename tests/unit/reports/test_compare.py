@@ -35,7 +35,7 @@ STEPS = 6
 
 def trained_like(store: Store, run_id: str, method: str, run_dir, reward0: float) -> None:
     """A run registered as trained, with a run directory holding a TensorBoard folder: its steps are the
-    simulator's outcomes with a mean reward, evaluated on two held-out sets before training and after steps 1, 3, 5."""
+    simulator's outcomes with a mean reward, evaluated on two held-out sets before training and after steps 2, 4, 6."""
     cfg = resolve("simulator", {**CFG, "allocator.n_pilot": 4 if method == "pc" else None, "family": "fam"},
                   method=method, seed=0)
     store.register_run(RunRecord.for_config(cfg, run_id, "train", {"run_dir": str(run_dir)}))
@@ -43,13 +43,13 @@ def trained_like(store: Store, run_id: str, method: str, run_dir, reward0: float
     sim = Simulation(cfg.allocator, cfg.sim)
     writer = store.writer(run_id)
     evals = []
-    for step in range(-1, STEPS):
-        if step >= 0:
+    for step in range(0, STEPS + 1):  # 0: before training, then steps 1..STEPS
+        if step >= 1:
             out = sim.step().outcome
-            writer.write_step(out.step, step_tables(run_id, out, extra={"mean_reward": reward0 + 0.05 * step}))
-        if step % 2 == 1:
+            writer.write_step(step, step_tables(run_id, out, extra={"mean_reward": reward0 + 0.05 * (step - 1)}))
+        if step % 2 == 0:
             evals += [{"run_id": run_id, "step": step, "benchmark": b, "k": 1, "temperature": 0.6,
-                       "accuracy": 0.2 + 0.01 * (step + 1) + d + reward0, "n_prompts": 10}
+                       "accuracy": 0.2 + 0.01 * step + d + reward0, "n_prompts": 10}
                       for b, d in (("set-a", 0.0), ("set-b", 0.1))]
     store.add_eval_results(evals)
     store.compact(run_id)
@@ -68,17 +68,17 @@ def store(tmp_path_factory):
 
 
 def sql_points(st: Store, run_id: str) -> list[tuple]:
-    """(step from 1, cumulative sampled rollouts, mean reward, mean held-out accuracy or None) per training step,
-    then (0, 0, None, accuracy) for the evaluation before training."""
+    """(step, cumulative sampled rollouts, mean reward, mean held-out accuracy or None) per training step, after
+    (0, 0, None, accuracy) for the evaluation before training (step 0): the store's own numbers."""
     steps = st.query("SELECT step, sampled_rollouts, mean_reward FROM steps WHERE run_id = ? ORDER BY step", [run_id])
     acc = {r["step"]: r["a"] for r in st.query(
         "SELECT step, avg(accuracy) AS a FROM eval_results WHERE run_id = ? GROUP BY step", [run_id])}
     out, total = [], 0
-    if -1 in acc:
-        out.append((0, 0, None, acc[-1]))
+    if 0 in acc:
+        out.append((0, 0, None, acc[0]))
     for r in steps:
         total += r["sampled_rollouts"]
-        out.append((r["step"] + 1, total, r["mean_reward"], acc.get(r["step"])))
+        out.append((r["step"], total, r["mean_reward"], acc.get(r["step"])))
     return out
 
 

@@ -168,10 +168,10 @@ def test_curves_are_the_latest_runs_with_the_stores_values(sim):
         rid, sim_steps = runs[(c.method, c.seed)]
         assert c.run_id == rid and c.family == "sim"
         steps, cum, acc = store_eval(store, rid)
-        assert list(c.eval_step) == steps == [-1, 4, 9, 14, 19]  # before training, every 5 steps
+        assert list(c.eval_step) == steps == [0, 5, 10, 15, 20]  # before training, every 5 steps
         assert list(c.eval_rollouts) == cum and same(c.eval_accuracy, acc)
         st = store_steps(store, rid)
-        assert list(c.step) == list(range(STEPS)) == [r["step"] for r in st]
+        assert list(c.step) == list(range(1, STEPS + 1)) == [r["step"] for r in st]
         assert same(c.reward_std, [r["mean_reward_std"] for r in st])
         assert same(c.informative_share, [r["informative_share"] for r in st])
         # ... which are the simulation's own numbers
@@ -179,7 +179,7 @@ def test_curves_are_the_latest_runs_with_the_stores_values(sim):
         assert same(c.informative_share, [s.outcome.ledger.informative_share for s in sim_steps])
         assert list(c.cumulative_sampled) == [s.cumulative_sampled for s in sim_steps]
         assert list(c.cumulative_trained) == [s.cumulative_trained for s in sim_steps]
-        assert same(c.eval_accuracy[1:], [sim_steps[k].accuracy for k in steps[1:]])
+        assert same(c.eval_accuracy[1:], [sim_steps[k - 1].accuracy for k in steps[1:]])
         assert c.final_accuracy == c.eval_accuracy[-1] and c.peak_accuracy == max(c.eval_accuracy)
 
 
@@ -212,9 +212,9 @@ def expected_xy(store: Store, rid: str, name: str) -> tuple[list, list]:
     st = store_steps(store, rid)
     return {
         "accuracy_vs_rollouts": (cum, acc),
-        "accuracy_vs_steps": ([s + 1 for s in steps], acc),  # steps counted from 1, 0 = before training
-        "reward_std_per_step": ([r["step"] + 1 for r in st], [r["mean_reward_std"] for r in st]),
-        "informative_share_per_step": ([r["step"] + 1 for r in st], [r["informative_share"] for r in st]),
+        "accuracy_vs_steps": (steps, acc),  # the stored steps, 0 = before training
+        "reward_std_per_step": ([r["step"] for r in st], [r["mean_reward_std"] for r in st]),
+        "informative_share_per_step": ([r["step"] for r in st], [r["informative_share"] for r in st]),
     }[name]
 
 

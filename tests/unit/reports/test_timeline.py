@@ -256,7 +256,7 @@ def test_write_timeline_writes_a_png_and_says_what_it_shows(sim, tmp_path):
     width, height = struct.unpack(">II", blob[16:24])
     assert 1000 <= width <= 4000 and 500 <= height <= 6000
     assert res.path == out and len(res.prompts) == 12 and res.steps == 40
-    assert (res.first_step, res.last_step) == (0, 39)
+    assert (res.first_step, res.last_step) == (1, 40)
     assert res.total_prompts == len(sql_visits(sim["store"], "tl-pc"))
     assert res.summary().startswith(f"run tl-pc (PC): 12 most-visited of {res.total_prompts:,} prompts x 40 steps")
     assert not list(out.parent.glob(".*.tmp"))  # written whole, no temporary left

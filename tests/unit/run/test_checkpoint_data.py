@@ -108,7 +108,7 @@ def test_a_tensor_outside_its_bytes_is_named(weights, change, expected):
 
 
 # ---- meta.json -------------------------------------------------------------------------------------------------------
-ROWS = [{"step": s, "sampled_rollouts": 240, "trained_rollouts": 16, "engine_calls": 10} for s in range(4)]
+ROWS = [{"step": s, "sampled_rollouts": 240, "trained_rollouts": 16, "engine_calls": 10} for s in range(1, 5)]  # steps 1..4
 TRUE = {"steps": 4, "sampled_rollouts": 960, "trained_rollouts": 64, "engine_calls": 40}
 
 
@@ -119,14 +119,14 @@ TRUE = {"steps": 4, "sampled_rollouts": 960, "trained_rollouts": 64, "engine_cal
     (TRUE | {"sampled_rollouts": -725}, ROWS, "totals.sampled_rollouts is -725, not a whole number >= 0"),
     (TRUE | {"engine_calls": 40.5}, ROWS, "totals.engine_calls is 40.5, not a whole number >= 0"),
     (TRUE | {"steps": True}, ROWS, "totals.steps is True, not a whole number >= 0"),
-    (TRUE | {"steps": 9}, ROWS, "totals.steps is 9, the checkpoint is after step 3 (4 steps)"),
-    (TRUE | {"sampled_rollouts": 235}, ROWS, "totals.sampled_rollouts is 235, the store's steps 0..3 add up to 960"),
+    (TRUE | {"steps": 9}, ROWS, "totals.steps is 9, the checkpoint is after step 4 (4 steps)"),
+    (TRUE | {"sampled_rollouts": 235}, ROWS, "totals.sampled_rollouts is 235, the store's steps 1..4 add up to 960"),
     (TRUE | {"bonus": 1}, ROWS, "totals has 'bonus', not one of steps, sampled_rollouts, trained_rollouts, "
                                 "engine_calls"),
     ([1, 2], ROWS, "totals is [1, 2], not an object of steps, sampled_rollouts, trained_rollouts, engine_calls"),
 ])
 def test_totals_are_the_ledger_of_the_steps_through_the_checkpoint(totals, rows, expected):
-    assert totals_problem(totals, 3, rows) == expected
+    assert totals_problem(totals, 4, rows) == expected
 
 
 # ---- trainer.pt ------------------------------------------------------------------------------------------------------

@@ -112,19 +112,19 @@ def final_state(run: TrainingRun, store: Store) -> dict:
 def test_a_segment_that_crashes_mid_step_resumes_to_the_uninterrupted_result(tmp_path):
     store = Store(tmp_path / "pc.duckdb")
     whole = toy_run(tmp_path, "whole")
-    res = run_segment(whole, store, until_step=6, backend=ToyBackend(whole))
-    assert (res.first_step, res.last_step, res.steps_run) == (0, 6, 7)
-    assert [s for s, _ in list_checkpoints(whole.checkpoint_dir)] == [1, 3, 5, 6]
+    res = run_segment(whole, store, until_step=7, backend=ToyBackend(whole))
+    assert (res.first_step, res.last_step, res.steps_run) == (1, 7, 7)  # steps count from 1
+    assert [s for s, _ in list_checkpoints(whole.checkpoint_dir)] == [2, 4, 6, 7]
 
     cut = toy_run(tmp_path, "cut")
-    crashing = ToyBackend(cut, crash_in_step=4)
+    crashing = ToyBackend(cut, crash_in_step=4)  # the allocator's index 4: step 5
     with pytest.raises(Crash):
-        run_segment(cut, store, until_step=6, backend=crashing)
+        run_segment(cut, store, until_step=7, backend=crashing)
     assert crashing.closed
     assert store.get_run("cut")["status"] == "failed"
-    assert [s for s, _ in list_checkpoints(cut.checkpoint_dir)] == [1, 3]  # step 4 was never finished
-    resumed = run_segment(cut, store, until_step=6, backend=ToyBackend(cut))
-    assert (resumed.first_step, resumed.last_step, resumed.steps_run) == (4, 6, 3)
+    assert [s for s, _ in list_checkpoints(cut.checkpoint_dir)] == [2, 4]  # step 5 was never finished
+    resumed = run_segment(cut, store, until_step=7, backend=ToyBackend(cut))
+    assert (resumed.first_step, resumed.last_step, resumed.steps_run) == (5, 7, 3)
     assert resumed.cumulative_rollouts == res.cumulative_rollouts
     assert [untimed(r) for r in resumed.records] == [untimed(r) for r in res.records[4:]]
     assert final_state(cut, store) == final_state(whole, store)
@@ -139,26 +139,26 @@ def test_a_stop_request_ends_at_a_step_boundary_with_a_checkpoint(tmp_path):
 
     def on_step(rec):
         seen.append(rec.step)
-        if rec.step == 2:
+        if rec.step == 3:
             stop.request(15)
 
-    with pytest.raises(StopRequested, match=r"after step 3 \(checkpoint step-00000002\)"):  # the 3rd step, counted from 1
-        run_segment(run, store, until_step=6, backend=ToyBackend(run), on_step=on_step, stop=stop)
-    assert seen == [0, 1, 2]
-    assert [s for s, _ in list_checkpoints(run.checkpoint_dir)] == [1, 2]  # the boundary got its checkpoint
+    with pytest.raises(StopRequested, match=r"after step 3 \(checkpoint step-00000003\)"):  # one number everywhere
+        run_segment(run, store, until_step=7, backend=ToyBackend(run), on_step=on_step, stop=stop)
+    assert seen == [1, 2, 3]
+    assert [s for s, _ in list_checkpoints(run.checkpoint_dir)] == [2, 3]  # the boundary got its checkpoint
     assert store.get_run("stopped")["status"] == "stopped"
-    rest = run_segment(run, store, until_step=6, backend=ToyBackend(run))
-    assert rest.first_step == 3
+    rest = run_segment(run, store, until_step=7, backend=ToyBackend(run))
+    assert rest.first_step == 4
 
 
 def test_a_checkpoint_of_another_config_is_refused_before_anything_changes(tmp_path):
     store = Store(tmp_path / "pc.duckdb")
     run = toy_run(tmp_path, "r")
-    run_segment(run, store, until_step=1, backend=ToyBackend(run))
+    run_segment(run, store, until_step=2, backend=ToyBackend(run))
     rows = store.query("SELECT count(*) AS n FROM steps WHERE run_id = 'r'")
     other = toy_run(tmp_path, "r", lr=0.5)  # another config hash, same directory
     with pytest.raises(RunError, match="belongs to config"):
-        run_segment(other, store, until_step=3, backend=ToyBackend(other))
+        run_segment(other, store, until_step=4, backend=ToyBackend(other))
     assert store.query("SELECT count(*) AS n FROM steps WHERE run_id = 'r'") == rows
     assert store.get_run("r")["status"] == "running"
 
@@ -173,19 +173,19 @@ class DrawingToyBackend(ToyBackend):
 
 def test_evaluate_last_evaluates_the_segments_last_step_and_changes_no_training(tmp_path):
     store = Store(tmp_path / "pc.duckdb")
-    whole = toy_run(tmp_path, "whole")  # eval_every 3: steps 2 and 5 on the schedule
-    res = run_segment(whole, store, until_step=6, backend=DrawingToyBackend(whole))  # default: the schedule only
-    assert [r.step for r in res.records if r.eval_accuracy is not None] == [2, 5]
+    whole = toy_run(tmp_path, "whole")  # eval_every 3: steps 3 and 6 on the schedule
+    res = run_segment(whole, store, until_step=7, backend=DrawingToyBackend(whole))  # default: the schedule only
+    assert [r.step for r in res.records if r.eval_accuracy is not None] == [3, 6]
 
     split = toy_run(tmp_path, "split")
-    first = run_segment(split, store, until_step=3, backend=DrawingToyBackend(split), evaluate_last=True)
-    assert [r.step for r in first.records if r.eval_accuracy is not None] == [2, 3]  # 3: the segment's last
+    first = run_segment(split, store, until_step=4, backend=DrawingToyBackend(split), evaluate_last=True)
+    assert [r.step for r in first.records if r.eval_accuracy is not None] == [3, 4]  # 4: the segment's last
     assert first.last_eval_accuracy == first.records[-1].eval_accuracy is not None
-    rest = run_segment(split, store, until_step=6, backend=DrawingToyBackend(split), evaluate_last=True)
-    assert [r.step for r in rest.records if r.eval_accuracy is not None] == [5, 6]
+    rest = run_segment(split, store, until_step=7, backend=DrawingToyBackend(split), evaluate_last=True)
+    assert [r.step for r in rest.records if r.eval_accuracy is not None] == [6, 7]
     sched = toy_run(tmp_path, "sched")
-    on_schedule = run_segment(sched, store, until_step=5, backend=DrawingToyBackend(sched), evaluate_last=True)
-    assert [r.step for r in on_schedule.records if r.eval_accuracy is not None] == [2, 5]  # 5 is on it: once
+    on_schedule = run_segment(sched, store, until_step=6, backend=DrawingToyBackend(sched), evaluate_last=True)
+    assert [r.step for r in on_schedule.records if r.eval_accuracy is not None] == [3, 6]  # 6 is on it: once
 
     # The training is the uninterrupted run's, bit for bit (its evaluations draw from the global RNG: the extra
     # ones are undone): records, rows, allocator, policy, checkpoints with their RNG states.
@@ -193,15 +193,46 @@ def test_evaluate_last_evaluates_the_segments_last_step_and_changes_no_training(
         return [{k: v for k, v in untimed(r).items() if k not in ("eval", "eval_accuracy")} for r in records]
 
     assert training(first.records + rest.records) == training(res.records)
-    assert [r.eval_accuracy for r in first.records + rest.records if r.step in (2, 5)] == \
-        [r.eval_accuracy for r in res.records if r.step in (2, 5)]
+    assert [r.eval_accuracy for r in first.records + rest.records if r.step in (3, 6)] == \
+        [r.eval_accuracy for r in res.records if r.step in (3, 6)]
     a, b = final_state(whole, store), final_state(split, store)
     assert {k: v for k, v in a.items() if k != "evals"} == {k: v for k, v in b.items() if k != "evals"}
-    assert [e["step"] for e in a["evals"]] == [-1, 2, 5]
-    assert [e["step"] for e in b["evals"]] == [-1, 2, 3, 5, 6]
-    assert [e for e in b["evals"] if e["step"] not in (3, 6)] == a["evals"]
-    assert [s for s, _ in list_checkpoints(split.checkpoint_dir)] == [1, 3, 5, 6]
-    for step in (1, 3, 5, 6):  # the same checkpoints: the one after the extra evaluation (3) included
+    assert [e["step"] for e in a["evals"]] == [0, 3, 6]
+    assert [e["step"] for e in b["evals"]] == [0, 3, 4, 6, 7]
+    assert [e for e in b["evals"] if e["step"] not in (4, 7)] == a["evals"]
+    assert [s for s, _ in list_checkpoints(split.checkpoint_dir)] == [2, 4, 6, 7]
+    for step in (2, 4, 6, 7):  # the same checkpoints: the one after the extra evaluation (4) included
         ca, cb = (r.checkpoint_dir / f"step-{step:08d}" for r in (whole, split))
         for name in ("toy.json", "allocator.json", "rng.pt"):
             assert (ca / name).read_bytes() == (cb / name).read_bytes(), (step, name)
+
+
+def test_a_run_checkpointed_before_steps_counted_from_1_resumes_to_the_uninterrupted_result(tmp_path):
+    """Issue 55: a store and checkpoints written before store v12 (steps from 0: the checkpoint after 4 steps is
+    ``step-00000003``, its meta step 3, format 2) resume with this code: the store is renumbered when it is opened,
+    the old checkpoint is listed as the one after step 4, and the run goes on to the uninterrupted run's end."""
+    from pc_pipelines import durable
+    from pc_pipelines.run.checkpoints import CHECKPOINT_MANIFEST
+    from tests.support.old_numbering import count_from_zero
+
+    whole_store = Store(tmp_path / "whole.duckdb")
+    whole = toy_run(tmp_path, "whole")
+    run_segment(whole, whole_store, until_step=7, backend=ToyBackend(whole))
+    store = Store(tmp_path / "old.duckdb")
+    old = toy_run(tmp_path, "old")
+    run_segment(old, store, until_step=4, backend=ToyBackend(old))
+    count_from_zero(store.path, store.runs_root)  # the store as v11 wrote it
+    for step, ck in list_checkpoints(old.checkpoint_dir):  # the checkpoints as format 2 wrote them, lowest first
+        meta = json.loads((ck / "meta.json").read_text())
+        (ck / "meta.json").write_text(json.dumps({**meta, "step": step - 1, "format": 2}))
+        required = json.loads((ck / "manifest.json").read_text())["required"]
+        durable.seal(ck.rename(ck.with_name(f"step-{step - 1:08d}")), CHECKPOINT_MANIFEST,
+                     {"format": 2, "required": required})
+    assert sorted(p.name for p in old.checkpoint_dir.iterdir()) == ["step-00000001", "step-00000003"]
+    assert [s for s, _ in list_checkpoints(old.checkpoint_dir)] == [2, 4]  # listed under the run's steps
+
+    resumed = run_segment(old, store, until_step=7, backend=ToyBackend(old))
+    assert (resumed.first_step, resumed.last_step, resumed.steps_run) == (5, 7, 3)
+    assert store.schema_version() == 12
+    assert [s for s, _ in list_checkpoints(old.checkpoint_dir)] == [2, 4, 6, 7]
+    assert final_state(old, store) == final_state(whole, whole_store)

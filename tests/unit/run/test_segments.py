@@ -29,8 +29,8 @@ def test_partition_keys_round_trip_and_bad_keys_say_how_to_fix():
 def test_plan_bounds_match_the_worked_example():
     plan = SegmentPlan(segment_steps=10, total_steps=25)
     assert plan.num_segments == 3
-    assert plan.all_bounds() == [(0, 9), (10, 19), (20, 24)]
-    assert SegmentPlan(5, 10).all_bounds() == [(0, 4), (5, 9)]
+    assert plan.all_bounds() == [(1, 10), (11, 20), (21, 25)]  # steps count from 1
+    assert SegmentPlan(5, 10).all_bounds() == [(1, 5), (6, 10)]
     with pytest.raises(SegmentError, match="segments 0..2"):
         plan.bounds(3)
     with pytest.raises(SegmentError):
@@ -38,20 +38,20 @@ def test_plan_bounds_match_the_worked_example():
 
 
 def test_resume_step_recomputes_done_segments_and_resumes_failed_ones():
-    # steps 10..19 with checkpoints after 4, 9 and 14 (the docstring's example)
-    assert resume_step(10, 19, [4, 9, 14], done=False) == 14
-    assert resume_step(10, 19, [4, 9, 14], done=True) == 9
-    assert resume_step(10, 19, [4, 9, 14, 19, 29], done=False) == 14  # later checkpoints are not inside
-    assert resume_step(0, 9, [], done=False) == -1  # the base policy
-    assert resume_step(0, 9, [4, 9], done=True) == -1
+    # steps 11..20 with checkpoints after 5, 10 and 15 (the docstring's example)
+    assert resume_step(11, 20, [5, 10, 15], done=False) == 15
+    assert resume_step(11, 20, [5, 10, 15], done=True) == 10
+    assert resume_step(11, 20, [5, 10, 15, 20, 30], done=False) == 15  # later checkpoints are not inside
+    assert resume_step(1, 10, [], done=False) == 0  # the base policy
+    assert resume_step(1, 10, [5, 10], done=True) == 0
     with pytest.raises(SegmentError, match="previous segment is not done"):
-        resume_step(10, 19, [4], done=False)
+        resume_step(11, 20, [5], done=False)
 
 
 def test_checkpoint_retention_keeps_the_newest_and_every_boundary():
-    ckpts = [(s, f"p{s}") for s in (4, 9, 14, 19, 24)]
-    assert stale_checkpoints(ckpts, keep_last=2, keep_every=10) == [(4, "p4"), (14, "p14")]
-    assert stale_checkpoints(ckpts, keep_last=2, keep_every=0) == [(4, "p4"), (9, "p9"), (14, "p14")]
+    ckpts = [(s, f"p{s}") for s in (5, 10, 15, 20, 25)]
+    assert stale_checkpoints(ckpts, keep_last=2, keep_every=10) == [(5, "p5"), (15, "p15")]
+    assert stale_checkpoints(ckpts, keep_last=2, keep_every=0) == [(5, "p5"), (10, "p10"), (15, "p15")]
     assert stale_checkpoints(ckpts, keep_last=5, keep_every=0) == []
 
 
@@ -93,17 +93,17 @@ def test_sensor_retries_with_a_new_run_key_then_pauses_with_the_reason():
 def test_sensor_resumes_a_stopped_segment_without_counting_a_failure():
     d = decide(view("done", "stopped", attempts=1, status="stopped"), max_failures=1)
     assert (d.action, d.segment, d.run_key) == (Action.REQUEST, 1, "r/1/retry-1")
-    assert d.reason == "resuming (from its checkpoint) the stopped segment 2 of 2"
+    assert d.reason == "resuming (from its checkpoint) the stopped segment seg-0001 of 2"
 
 
-def test_the_reasons_count_segments_from_1_as_the_ui_does():
-    """The sensor's reasons (its log line, its skip reason in the UI) name segment k+1 for seg-000k: the first
-    segment of two is "segment 1 of 2", as training's own "segment 1/2"; the partition key keeps its index."""
-    assert decide(view("planned", "planned"), 3).reason == "next segment 1 of 2"
-    assert decide(view("done", "failed", failures=1, attempts=1), 3).reason == "retrying segment 2 of 2"
-    assert decide(view("done", "running"), 3).reason.startswith("segment 2 was interrupted")
+def test_the_reasons_name_segments_by_their_partition_key_as_the_ui_does():
+    """The sensor's reasons (its log line, its skip reason in the UI) name a segment as its partition key does: the
+    first segment of two is "segment seg-0000 of 2", as training's own progress line and the UI's partition."""
+    assert decide(view("planned", "planned"), 3).reason == "next segment seg-0000 of 2"
+    assert decide(view("done", "failed", failures=1, attempts=1), 3).reason == "retrying segment seg-0001 of 2"
+    assert decide(view("done", "running"), 3).reason.startswith("segment seg-0001 was interrupted")
     paused = decide(view("done", "failed", failures=3, attempts=3, error="OOM"), 3)
-    assert paused.reason.startswith("segment 2 failed 3 times in a row") and "re-materialize r/seg-0001" in paused.reason
+    assert paused.reason.startswith("segment seg-0001 failed 3 times in a row") and "re-materialize r/seg-0001" in paused.reason
 
 
 def test_run_keys_skip_keys_the_sensor_already_used():

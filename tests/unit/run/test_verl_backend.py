@@ -127,21 +127,21 @@ def final(run, store: Store) -> dict:
 def test_the_verl_backend_resumes_a_second_segment_exactly(base_policy, tmp_path):
     store = Store(tmp_path / "pc.duckdb")
     whole = verl_run(tmp_path, "whole", base_policy)
-    ref = run_segment(whole, store, until_step=5, backend=backend(whole, base_policy))
-    assert (ref.first_step, ref.last_step, ref.steps_run) == (0, 5, 6)
+    ref = run_segment(whole, store, until_step=6, backend=backend(whole, base_policy))
+    assert (ref.first_step, ref.last_step, ref.steps_run) == (1, 6, 6)  # steps count from 1
     assert ref.mean_reward_std is not None and ref.last_eval_accuracy is not None  # the fields the local one has
     assert sum(r.ledger["trained_rollouts"] for r in ref.records) > 0 and ref.records[-1].loss is not None
     ck = list_checkpoints(whole.checkpoint_dir)[-1][1]
     assert (ck / "verl" / "actor" / "actor_state.json").is_file() and (ck / "payloads" / "index.json").is_file()
     assert (ck / "policy" / "config.json").is_file()  # the HF weights where eval-segment reads every checkpoint's
-    assert evaluate_checkpoint(whole, 5).accuracy == {r["benchmark"]: r["accuracy"] for r in store.query(
-        "SELECT benchmark, accuracy FROM eval_results WHERE run_id = 'whole' AND step = 5")}
+    assert evaluate_checkpoint(whole, 6).accuracy == {r["benchmark"]: r["accuracy"] for r in store.query(
+        "SELECT benchmark, accuracy FROM eval_results WHERE run_id = 'whole' AND step = 6")}
 
     seg = verl_run(tmp_path, "segmented", base_policy)
-    first = run_segment(seg, store, until_step=2, from_step=-1, backend=backend(seg, base_policy))
-    assert (first.first_step, first.last_step) == (0, 2)
-    second = run_segment(seg, store, until_step=5, from_step=2, backend=backend(seg, base_policy))
-    assert (second.first_step, second.last_step, second.steps_run) == (3, 5, 3)
+    first = run_segment(seg, store, until_step=3, from_step=0, backend=backend(seg, base_policy))
+    assert (first.first_step, first.last_step) == (1, 3)
+    second = run_segment(seg, store, until_step=6, from_step=3, backend=backend(seg, base_policy))
+    assert (second.first_step, second.last_step, second.steps_run) == (4, 6, 3)
     assert [r.to_json() | {k: 0 for k in r.to_json() if k.startswith("time_")} for r in second.records] == \
         [r.to_json() | {k: 0 for k in r.to_json() if k.startswith("time_")} for r in ref.records[3:]]
     assert final(seg, store) == final(whole, store)
@@ -150,13 +150,13 @@ def test_the_verl_backend_resumes_a_second_segment_exactly(base_policy, tmp_path
 def test_a_verl_segment_that_dies_mid_step_resumes_to_the_same_end(base_policy, tmp_path):
     store = Store(tmp_path / "pc.duckdb")
     whole = verl_run(tmp_path, "whole", base_policy)
-    run_segment(whole, store, until_step=4, backend=backend(whole, base_policy))
+    run_segment(whole, store, until_step=5, backend=backend(whole, base_policy))
     cut = verl_run(tmp_path, "cut", base_policy)
     with pytest.raises(Crash):
-        run_segment(cut, store, until_step=4, backend=backend(cut, base_policy, crash_after_updates=3))
+        run_segment(cut, store, until_step=5, backend=backend(cut, base_policy, crash_after_updates=3))
     assert store.get_run("cut")["status"] == "failed"
-    assert [s for s, _ in list_checkpoints(cut.checkpoint_dir)] == [1]  # died in step 3, before its checkpoint
-    run_segment(cut, store, until_step=4, backend=backend(cut, base_policy))
+    assert [s for s, _ in list_checkpoints(cut.checkpoint_dir)] == [2]  # died in step 4, before its checkpoint
+    run_segment(cut, store, until_step=5, backend=backend(cut, base_policy))
     assert final(cut, store) == final(whole, store)
 
 

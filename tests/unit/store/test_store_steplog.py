@@ -82,23 +82,23 @@ def test_replayed_step_replaces_the_old_files(tmp_path):
 
 def test_missing_table_is_refused_and_leaves_nothing(tmp_path):
     w = StepLogWriter(tmp_path / "run")
-    t = tables("run", 0, marker=1, n_obs=1)
+    t = tables("run", 1, marker=1, n_obs=1)
     del t["evictions"]
     with pytest.raises(ValueError, match="evictions"):
-        w.write_step(0, t)
+        w.write_step(1, t)
     assert list((tmp_path / "run").iterdir()) == []
 
 
 def test_fresh_writer_sweeps_leftovers_of_killed_writes(tmp_path):
     run = tmp_path / "run"
     w = StepLogWriter(run)
-    w.write_step(0, tables("run", 0, marker=1, n_obs=1))
+    w.write_step(1, tables("run", 1, marker=1, n_obs=1))
     # What a killed write leaves: a half-written temp dir; an interrupted replacement: the old dir renamed aside.
-    (run / ".tmp-step-00000001-deadbeef").mkdir()
-    (run / ".tmp-step-00000001-deadbeef" / "steps.parquet").write_bytes(b"PAR1 truncated")
-    (run / ".old-step-00000000-cafef00d").mkdir()
+    (run / ".tmp-step-00000002-deadbeef").mkdir()
+    (run / ".tmp-step-00000002-deadbeef" / "steps.parquet").write_bytes(b"PAR1 truncated")
+    (run / ".old-step-00000001-cafef00d").mkdir()
     StepLogWriter(run)
-    assert sorted(p.name for p in run.iterdir()) == ["step-00000000"]
+    assert sorted(p.name for p in run.iterdir()) == ["step-00000001"]
 
 
 def test_crash_between_the_two_renames_leaves_the_step_absent_and_a_sweepable_old_dir(tmp_path, monkeypatch):
@@ -138,17 +138,17 @@ def test_crash_between_the_two_renames_leaves_the_step_absent_and_a_sweepable_ol
 
 def test_truncate_after_removes_later_steps_only(tmp_path):
     w = StepLogWriter(tmp_path / "run")
-    for s in range(5):
-        w.write_step(s, tables("run", s, marker=s + 1, n_obs=1))
-    assert w.truncate_after(2) == 2
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [step_dir_name(s) for s in range(3)]
-    assert w.truncate_after(-1) == 3
+    for s in range(1, 6):
+        w.write_step(s, tables("run", s, marker=s, n_obs=1))
+    assert w.truncate_after(3) == 2
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [step_dir_name(s) for s in range(1, 4)]
+    assert w.truncate_after(0) == 3
     assert list((tmp_path / "run").iterdir()) == []
 
 
 def test_empty_tables_match_the_schemas(tmp_path):
     w = StepLogWriter(tmp_path / "_schema")
-    d = w.write_step(0, empty_tables())
+    d = w.write_step(1, empty_tables())
     for name, schema in STEP_TABLES.items():
         t = pq.read_table(d / f"{name}.parquet")
         assert t.num_rows == 0 and t.schema.equals(schema, check_metadata=False)
@@ -157,7 +157,7 @@ def test_empty_tables_match_the_schemas(tmp_path):
 def test_manifest_lists_every_file_with_its_size_and_sha256(tmp_path):
     d = StepLogWriter(tmp_path / "run").write_step(2, tables("run", 2, marker=7, n_obs=4))
     manifest = json.loads((d / MANIFEST).read_text())
-    assert manifest["format"] == 2 and manifest["step"] == 2 and manifest["run_id"] == "run"
+    assert manifest["format"] == 3 and manifest["step"] == 2 and manifest["run_id"] == "run"  # 3: steps from 1
     assert sorted(manifest["files"]) == sorted(f"{t}.parquet" for t in STEP_TABLES)
     for name, entry in manifest["files"].items():
         data = (d / name).read_bytes()
@@ -198,7 +198,7 @@ def test_manifest_is_written_last_and_everything_is_fsynced_before_the_rename(tm
     ("manifest", "MANIFEST.json is damaged"),
 ])
 def test_verify_step_dir_names_the_damage(tmp_path, damage, expect):
-    d = StepLogWriter(tmp_path / "run").write_step(0, tables("run", 0, marker=5, n_obs=3))
+    d = StepLogWriter(tmp_path / "run").write_step(1, tables("run", 1, marker=5, n_obs=3))
     f = d / "steps.parquet"
     if damage == "truncate":
         f.write_bytes(b"")
@@ -218,7 +218,7 @@ def test_verify_step_dir_names_the_damage(tmp_path, damage, expect):
 
 def test_step_without_manifest_is_checked_for_parquet_framing(tmp_path):
     """Step directories written before manifests existed: presence and PAR1 framing."""
-    d = StepLogWriter(tmp_path / "run").write_step(0, tables("run", 0, marker=5, n_obs=3))
+    d = StepLogWriter(tmp_path / "run").write_step(1, tables("run", 1, marker=5, n_obs=3))
     (d / MANIFEST).unlink()
     assert verify_step_dir(d) is None
     (d / "evictions.parquet").write_bytes((d / "evictions.parquet").read_bytes()[:-10])
@@ -230,13 +230,22 @@ def test_step_without_manifest_is_checked_for_parquet_framing(tmp_path):
 def test_quarantine_moves_a_step_aside_where_no_reader_or_sweep_looks(tmp_path):
     run = tmp_path / "run"
     w = StepLogWriter(run)
-    for s in range(3):
-        w.write_step(s, tables("run", s, marker=s + 1, n_obs=1))
-    dest = quarantine_step_dir(run / "step-00000001")
-    assert dest.parent == run / ".quarantine" and dest.name.startswith("step-00000001.")
-    assert [n for n, _ in steplog_mod.list_step_dirs(run)] == [0, 2]
+    for s in range(1, 4):
+        w.write_step(s, tables("run", s, marker=s, n_obs=1))
+    dest = quarantine_step_dir(run / "step-00000002")
+    assert dest.parent == run / ".quarantine" and dest.name.startswith("step-00000002.")
+    assert [n for n, _ in steplog_mod.list_step_dirs(run)] == [1, 3]
     StepLogWriter(run)  # the sweep leaves quarantined steps alone
     assert dest.is_dir() and verify_step_dir(dest) is None
+
+
+def test_step_0_is_refused_steps_count_from_1(tmp_path):
+    """Since store v12 steps count from 1 (step 0 is the evaluation before training): a step 0 is a caller still
+    counting from 0, refused before anything is written."""
+    w = StepLogWriter(tmp_path / "run")
+    with pytest.raises(ValueError, match="steps count from 1"):
+        w.write_step(0, tables("run", 0, marker=1, n_obs=1))
+    assert list((tmp_path / "run").iterdir()) == []
 
 
 def test_a_step_refuses_rows_of_another_run_or_step(tmp_path):
