@@ -432,11 +432,11 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
     # Tall enough that the metadata table reaches the inline plot of the run so far.
     shots.append(screenshot(page, tmp_path / "ui-segment-done.png", tmp_path / "profile", TALL_WINDOW))
     done = latest_materialization(server, ["training_segment"], key)
-    assert done["segment"] == "1 of 2" and done["advanced_by"] == "sensor:advance_runs"
+    assert done["segment"] == "seg-0000 of 2" and done["advanced_by"] == "sensor:advance_runs"
     # The asset's overview shows the latest materialization of any partition: its first entry names run and segment.
     overview = latest_materialization(server, ["training_segment"])
     assert next(iter(overview)) == "materialized"
-    assert re.match(r"ui-live: segment [12] of 2 done \(run steps [15]\.\.[48] of 8\)", overview["materialized"])
+    assert re.match(r"ui-live: segment seg-000[01] of 2 done \(run steps [15]\.\.[48] of 8\)", overview["materialized"])
     plot = Path(done["run_plot_path"])
     assert plot.read_bytes()[:8] == PNG_MAGIC and "![ui-live so far](data:image/png;base64," in done["run_plot"]
     shots.append(tmp_path / "segment-run-plot.png")
@@ -450,7 +450,7 @@ def test_a_training_run_shows_its_progress_while_it_trains(server, tmp_path, bas
     assert len(wait_for("the report job after the run finished", report_run, server, 900, every_s=3)) == 1
     # The console, as `make ui` shows it: the runs' own lines, not the daemon's lines of every sensor tick.
     console = server.log.read_text(errors="replace")
-    assert "ui-live: segment 2 of 2, starting (1 of 2)" in console and "step 4/4 of segment 2/2" in console
+    assert "ui-live: segment seg-0001 of 2, starting (1 of 2)" in console and "step 4/4 of segment seg-0001 of 2" in console
     assert [ln for ln in console.splitlines() if any(t in ln for t in IDLE_TICK_LINES)] == []
     report = latest_materialization(server, ["rollouts_report"])
     assert report["runs"] >= 1 and report["summary"]["records"]  # a table the UI shows without a click
