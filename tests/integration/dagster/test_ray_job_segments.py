@@ -291,12 +291,12 @@ def test_segments_as_ray_jobs_equal_a_local_run_and_a_stopped_job_resumes(ray_he
     # Equal to the local run: step rows, evaluations (the loop's and segment_eval's), weights bit for bit.
     ref_steps, ref_evals = rows(store, "local")
     got_steps, got_evals = rows(store, "ray")
-    assert [r["step"] for r in got_steps] == [0, 1, 2, 3]
+    assert [r["step"] for r in got_steps] == [1, 2, 3, 4]
     assert got_steps == ref_steps
-    assert {r["step"] for r in got_evals} == {-1, 1, 3} and got_evals == ref_evals
+    assert {r["step"] for r in got_evals} == {0, 2, 4} and got_evals == ref_evals
     assert any(r["loss"] for r in got_steps)  # the steps trained: the weights below moved
     base = load_file(str(base_policy / "model.safetensors"))
-    for step in (1, 3):
+    for step in (2, 4):
         a, b = weights(tmp_path, "local", step), weights(tmp_path, "ray", step)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"weights after step {step} differ"
     assert any(not torch.equal(base[k], b[k]) for k in base.keys() & b.keys())  # not the base policy's

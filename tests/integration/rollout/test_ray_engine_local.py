@@ -65,8 +65,8 @@ def test_training_loop_through_ray_equals_single_engine(base_policy, policy_cach
     assert len(engines) == 1 and engines[0].pushes == 1  # step 0's update, pushed before step 1's round
     procs.assert_none_left(before, "processes of Ray or its actors outlived the engine")
     steps, evals = rows["ray"]
-    assert [r["step"] for r in steps] == [0, 1] and all(r["sampled_rollouts"] == 32 for r in steps)
-    assert len(evals) == 6 and {r["step"] for r in evals} == {-1}
+    assert [r["step"] for r in steps] == [1, 2] and all(r["sampled_rollouts"] == 32 for r in steps)
+    assert len(evals) == 6 and {r["step"] for r in evals} == {0}
     assert rows["ray"] == rows["single"]
     assert weights["ray"].keys() == weights["single"].keys()
     assert all(torch.equal(weights["ray"][k], weights["single"][k]) for k in weights["single"])
@@ -120,10 +120,10 @@ def test_a_dagster_segment_on_ray_actors_equals_the_single_engine_and_lets_its_r
                               "ORDER BY step, benchmark", [name]))
            for name in engines}
     steps, evals = got["ray"]
-    assert [r["step"] for r in steps] == [0, 1] and all(r["sampled_rollouts"] == 32 for r in steps)
-    assert {r["step"] for r in evals} == {-1, 1}  # the loop's evaluation before training and segment_eval's after
+    assert [r["step"] for r in steps] == [1, 2] and all(r["sampled_rollouts"] == 32 for r in steps)
+    assert {r["step"] for r in evals} == {0, 2}  # the loop's evaluation before training and segment_eval's after
     assert got["ray"] == got["single"]
-    w = {name: load_file(str(tmp_path / "runs" / name / "checkpoints" / "step-00000001" / "policy" / "model.safetensors"))
+    w = {name: load_file(str(tmp_path / "runs" / name / "checkpoints" / "step-00000002" / "policy" / "model.safetensors"))
          for name in engines}
     assert all(torch.equal(w["ray"][k], w["single"][k]) for k in w["single"])
 

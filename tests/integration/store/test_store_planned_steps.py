@@ -38,8 +38,8 @@ def test_a_segment_plan_is_the_total_where_there_is_one(tmp_path):
     st = Store(tmp_path / "pc.duckdb")
     st.init()
     st.register_run(record("dag", None))
-    st.plan_segments("dag", [(0, 4), (5, 9)])
+    st.plan_segments("dag", [(1, 5), (6, 10)])
     assert planned(st) == {"dag": 10}
     st.register_run(record("both", None), planned_steps=7)  # a segment plan wins over a recorded total
-    st.plan_segments("both", [(0, 2)])
+    st.plan_segments("both", [(1, 3)])
     assert planned(st) == {"both": 3, "dag": 10}
