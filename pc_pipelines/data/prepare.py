@@ -18,6 +18,7 @@ held-out split: docs/DATA.md, "Training datasets".
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -257,14 +258,14 @@ def check_golds(
     100K distinct golds take a few minutes on one core. Two worker processes on that busy 2-core VM were slower
     (25.6 s vs 19.7 s for the 10,000): parallelism only pays with idle cores.
     """
-    unique = list(dict.fromkeys(g if isinstance(g, str) else as_text(g) for g in golds))
-    cached_at = None
     from pc_pipelines.rewards import MathGrader
 
+    unique = list(dict.fromkeys(g if isinstance(g, str) else as_text(g) for g in golds))
+    timeout_s = grader.timeout_s if grader is not None else inspect.signature(MathGrader).parameters["timeout_s"].default
+    cached_at = None
     if cache is not None and (grader is None or type(grader) is MathGrader):  # a grader of another class: not cached
-        import inspect
-
-        timeout_s = grader.timeout_s if grader is not None else inspect.signature(MathGrader).parameters["timeout_s"].default
+        if forms is None:  # a cache entry holds the forms too, whoever asks for them next
+            forms = {}
         cached_at, got = _cached_golds(cache, unique, timeout_s)
         if got is not None:
             if forms is not None:
@@ -294,7 +295,6 @@ def check_golds(
     if workers == 1 or len(unique) < 2:
         result = run(grader if grader is not None else MathGrader(), unique)
     else:
-        timeout_s = grader.timeout_s if grader is not None else 2.0
         parts = [unique[i::workers] for i in range(workers)]
         graders = [MathGrader(timeout_s=timeout_s, isolation="process") for _ in parts]
         try:
