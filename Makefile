@@ -56,7 +56,7 @@ install-scale: $(SCALE_STAMP)
 # The whole Dagster graph, headless: data, warm start, GRPO / DAPO / PC runs of 2 segments, evaluation, report.
 # Recorded in the same instance as `make ui`, so the UI shows it afterwards. (`pilot-commit simulate-demo` is the simulator's comparison.)
 demo: $(STAMP) $(UI_HOME)/dagster.yaml
-	DAGSTER_HOME=$(UI_HOME) $(BIN)/python -m pc_pipelines.demo --root runs
+	DAGSTER_HOME=$(UI_HOME) $(BIN)/python -m pc_pipelines_dagster.demo --root runs
 
 # `make test` lints first, so CI (.ci/run) fails on a finding; the rules are [tool.ruff] in pyproject.toml.
 lint: $(STAMP)

@@ -5,7 +5,7 @@ Subcommands, by module:
 * ``simulate``: drive the real allocator against the scale simulator; one JSON object per step with ``--json``,
   otherwise a progress bar and a readable table. ``simulate-demo``: GRPO, DAPO, PC (and the oracle bound) side by
   side in the simulator, in seconds (``make demo`` is the other demo: the whole Dagster graph on a real model,
-  :mod:`pc_pipelines.demo`). Both in :mod:`.simulate_commands`.
+  :mod:`pc_pipelines_dagster.demo`). Both in :mod:`.simulate_commands`.
 * ``sql`` / ``runs`` / ``report`` / ``timeline``: read a store (read-only; works while runs write); ``check``: every
   damaged or missing step of a store, with how to repair it (exit 1 when there is any). :mod:`.store_commands`.
 * ``presets``: list or show (:mod:`.preset_commands`).

@@ -1,4 +1,4 @@
-"""`make demo`'s driver (python -m pc_pipelines.demo) at a small size: the whole graph, headless, in a
+"""`make demo`'s driver (python -m pc_pipelines_dagster.demo) at a small size: the whole graph, headless, in a
 real Dagster instance; it prints Table 2 and the plots' location, `pilot-commit plan` ranks budgets from its store,
 and a second run finds every segment done."""
 
@@ -28,7 +28,7 @@ SMALL = ["allocator.train_batch=4", "allocator.n=16", "allocator.n_pilot=4", "al
 
 
 def run_demo(tmp_path, home, policy_cache) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pc_pipelines.demo", "--root", str(tmp_path / "runs"),
+    cmd = [sys.executable, "-m", "pc_pipelines_dagster.demo", "--root", str(tmp_path / "runs"),
            "--segments", "2", "--segment-steps", "2", "--cache-dir", str(policy_cache)]
     for s in SMALL:
         cmd += ["--set", s]
@@ -115,9 +115,9 @@ def _instance(home: Path):
 
 
 def test_demo_refuses_a_bad_plan_before_building_anything(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "pc_pipelines.demo", "--root", str(tmp_path / "runs"), "--segments",
-                          "0"], cwd=ROOT, env={**os.environ, "DAGSTER_HOME": ""}, capture_output=True, text=True,
-                         timeout=300, check=False)
+    out = subprocess.run([sys.executable, "-m", "pc_pipelines_dagster.demo", "--root", str(tmp_path / "runs"),
+                          "--segments", "0"], cwd=ROOT, env={**os.environ, "DAGSTER_HOME": ""}, capture_output=True,
+                         text=True, timeout=300, check=False)
     assert out.returncode == 2, out.stderr[-2000:]
     assert "configuration error: start_run config total_steps 0: must be >= 1" in out.stderr and "Fix:" in out.stderr
     assert "Traceback" not in out.stderr and not (tmp_path / "runs").exists()

@@ -28,7 +28,7 @@ SMALL = ["allocator.train_batch=4", "allocator.n=16", "allocator.n_pilot=4", "al
 @pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_the_demo_at_a_step_boundary(tmp_path, base_policy, policy_cache, procs, signum, code):
     root = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "pc_pipelines.demo", "--root", str(root), "--methods", "grpo,dapo",
+    cmd = [sys.executable, "-m", "pc_pipelines_dagster.demo", "--root", str(root), "--methods", "grpo,dapo",
            "--segments", "3", "--segment-steps", "3", "--cache-dir", str(policy_cache)]
     for s in SMALL:
         cmd += ["--set", s]

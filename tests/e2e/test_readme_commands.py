@@ -53,8 +53,8 @@ NOT_RUN = {
 
 
 def demo_parser_default(option: str) -> str:
-    """The default of one of ``python -m pc_pipelines.demo``'s options, as its source sets it."""
-    text = (ROOT / "pc_pipelines" / "demo.py").read_text()
+    """The default of one of ``python -m pc_pipelines_dagster.demo``'s options, as its source sets it."""
+    text = (ROOT / "pc_pipelines_dagster" / "demo.py").read_text()
     return re.search(rf'p\.add_argument\("--{option}", default="([^"]+)"', text).group(1)
 
 

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "etc" / "dagster.yaml"
-LOCATION = "pc_pipelines.definitions"  # workspace.yaml's python_module, which names the code location
+LOCATION = "pc_pipelines_dagster.definitions"  # workspace.yaml's python_module, which names the code location
 STARTUP_TIMEOUT_S = 150
 # Wide enough that the lineage graph is drawn at full node size (the full asset name is in each node's DOM);
 # the screenshots use a laptop-sized window.
@@ -62,7 +62,7 @@ def expected_assets() -> tuple[list[list[str]], list[str]]:
     """Key paths and group names of the assets the code location defines, from its ``Definitions``. Stubs that
     Dagster makes for dependencies defined nowhere (e.g. ``deps=[AssetKey("benchmarks")]``) are left out: the
     UI hides them by default."""
-    from pc_pipelines.definitions import defs
+    from pc_pipelines_dagster.definitions import defs
 
     graph = defs.resolve_asset_graph()
     nodes = [graph.get(key) for key in graph.get_all_asset_keys()]

@@ -1,7 +1,10 @@
-"""The package's layer order (``LAYERS``, bottom first), checked on the source: every import points down or within
+"""The packages' layer order (``LAYERS``, bottom first), checked on the source: every import points down or within
 its layer and the import graph has no cycle, function-local imports included; allocation/ imports nothing heavier
-than numpy; in pc_pipelines/ only the code location (definitions.py) and the demo driving it (demo.py) import
-Dagster.
+than numpy; the library ``pc_pipelines`` imports no Dagster at all (checked on its source, and by importing every one
+of its modules in a fresh interpreter): Dagster is the ``pc_pipelines_dagster`` package's (the code location, its
+assets, automation and resources, the demo). The one Dagster-named module the library may import is
+``dagster_pipes``: the dependency-free half of the Pipes protocol (it imports no ``dagster``) that the in-pod
+entrypoint (pc_pipelines/cli/segment.py, inside functions) uses to report back to the orchestrator that launched it.
 
 The checker reads the code with ``ast`` (nothing is imported). An edge is one module importing another of the
 checked packages, wherever the import statement sits (module level, inside a function, under ``if TYPE_CHECKING``).
@@ -24,6 +27,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "pc_pipelines"
+PACKAGES = ("pc_pipelines", "pc_pipelines_dagster")
+"""The project's packages, each in the folder of its import name (tests/unit/test_packaging.py: what setuptools
+installs)."""
 
 # Bottom first. A module belongs to the layer of the longest entry that names it or a package above it ("x$": x
 # only); it may import its own layer and those below. Within a layer, the cycle check keeps the order one way.
@@ -35,8 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "pc_pipelines.store", "pc_pipelines.evaluation", "pc_pipelines.reports")),
     ("run", ("pc_pipelines.run", "pc_pipelines.simulator")),
     ("command line", ("pc_pipelines.cli",)),
-    ("dagster", ("pc_pipelines_dagster.resources", "pc_pipelines_dagster.assets", "pc_pipelines_dagster.automation",
-                 "pc_pipelines.definitions", "pc_pipelines.demo")),
+    ("dagster", ("pc_pipelines_dagster",)),
 )
 
 
@@ -63,15 +68,6 @@ def find_modules(root: Path, packages: tuple[str | tuple[str, str], ...]) -> dic
             is_pkg = parts[-1] == "__init__"
             mods[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
     return mods
-
-
-def project_packages() -> tuple[tuple[str, str], ...]:
-    """(import name, folder) of each package tree the project installs: ``pc_pipelines``, and the Dagster layer's
-    folders under the names pyproject.toml's ``package-dir`` gives them."""
-    import tomllib
-
-    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-    return (("pc_pipelines", "pc_pipelines"), *sorted(package_dir.items()))
 
 
 def _type_checking_nodes(tree: ast.AST) -> set[int]:
@@ -262,7 +258,7 @@ def test_a_module_in_no_layer_is_reported(tmp_path):
 # ---- the checker on this project ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def project():
-    mods = find_modules(ROOT, project_packages())
+    mods = find_modules(ROOT, PACKAGES)
     return mods, import_edges(mods)
 
 
@@ -276,7 +272,7 @@ def test_the_import_graph_has_no_cycle(project):
     assert cycle_problems(*project) == []
 
 
-# ---- allocation: numpy only; Dagster: the code location and its demo only ----------------------------------------
+# ---- allocation: numpy only --------------------------------------------------------------------------------------
 def test_allocation_imports_only_numpy_at_runtime():
     code = (
         "import sys, pc_pipelines.allocation as a; "
@@ -289,8 +285,8 @@ def test_allocation_imports_only_numpy_at_runtime():
 
 @pytest.mark.parametrize(
     "module",
-    ["pc_pipelines_dagster.resources", "pc_pipelines.definitions", "pc_pipelines.demo", "pc_pipelines.run", "pc_pipelines.cli",
-     "pc_pipelines.rollout"],
+    ["pc_pipelines_dagster.resources", "pc_pipelines_dagster.definitions", "pc_pipelines_dagster.demo",
+     "pc_pipelines.run", "pc_pipelines.cli", "pc_pipelines.rollout"],
 )
 def test_loading_the_code_location_does_not_import_torch(module):
     """torch (seconds to import) comes with the local backend, the warm start and the engines, when they run."""
@@ -314,29 +310,6 @@ def test_allocation_sources_import_only_stdlib_and_numpy():
             assert set(names) <= allowed, f"{path.name} imports {names}"
 
 
-DAGSTER_MODULES = {PKG / "definitions.py", PKG / "demo.py"}
-
-
-def test_only_the_code_location_and_its_demo_import_dagster():
-    """``dagster_pipes`` is allowed: it is the dependency-free half of the Pipes protocol that launched processes
-    (the in-pod entrypoint, pc_pipelines/cli/segment.py) use to report back; it does not import Dagster."""
-    assert all(p.exists() for p in DAGSTER_MODULES)
-    for path in PKG.rglob("*.py"):
-        if path in DAGSTER_MODULES:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                names = [node.module]
-            else:
-                continue
-            for name in names:
-                top = name.split(".")[0]
-                assert top != "pc_pipelines_dagster", (path, name)
-                assert not (top == "dagster" or top.startswith("dagster_")) or top == "dagster_pipes", (path, name)
-
-
 # ---- research/, reliability/, benchmarks/: they import the package, never the reverse ------------------------------
 SCRIPT_FOLDERS = ("research", "reliability", "benchmarks")
 
@@ -357,30 +330,103 @@ def absolute_imports(path: Path) -> list[tuple[int, str]]:
 
 
 def test_nothing_in_the_package_imports_research(tmp_path):
-    """research/ (the studies and their library, study.py) imports pc_pipelines; nothing in pc_pipelines/, assets/ or
-    resources/ imports it, nor reliability/ or benchmarks/ (the package reads the study's committed headline as its
+    """research/ (the studies and their library, study.py) imports pc_pipelines; nothing in pc_pipelines/ or
+    pc_pipelines_dagster/ imports it, nor reliability/ or benchmarks/ (the package reads the study's committed headline as its
     own data file, pc_pipelines/reports/bench_study_results.json)."""
     planted = tmp_path / "m.py"
     planted.write_text("import json\n\n\ndef f():\n    from research import study\n\n    return study\n")
     assert absolute_imports(planted) == [(1, "json"), (5, "research")]
     assert (ROOT / "research" / "study.py").is_file() and not (PKG / "study.py").exists()
     hits = [f"{path.relative_to(ROOT)}:{line} imports {name}"
-            for package in ("pc_pipelines", "assets", "automation", "resources") for path in sorted((ROOT / package).rglob("*.py"))
+            for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
             for line, name in absolute_imports(path) if name.split(".")[0] in SCRIPT_FOLDERS]
     assert hits == []
 
 
 def test_no_code_imports_the_dagster_folders_by_their_bare_names():
-    """``assets/`` and ``resources/`` install as ``pc_pipelines_dagster.assets`` / ``.resources``: a bare ``import
-    assets`` finds nothing in an install, and in a checkout a second copy of the module from the working directory."""
+    """The Dagster package's folders are ``pc_pipelines_dagster.assets`` / ``.automation`` / ``.resources``: a bare
+    ``import assets`` finds nothing, in an install or a checkout (no such top-level folder)."""
     files = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     hits = [f"{path}:{line} imports {name}" for path in files.split() for line, name in absolute_imports(ROOT / path)
             if name.split(".")[0] in ("assets", "automation", "resources")]
     assert len(files.split()) > 100 and hits == []
+    assert not any((ROOT / name).exists() for name in ("assets", "automation", "resources"))
+
+
+# ---- Dagster: pc_pipelines_dagster only; the library imports none of it ------------------------------------------
+def is_dagster(module: str) -> bool:
+    """Dagster or one of its libraries (``dagster_k8s``, ...), or this project's Dagster package; not ``dagster_pipes``
+    (see the module docstring)."""
+    top = module.split(".")[0]
+    return top in ("dagster", "pc_pipelines_dagster") or (top.startswith("dagster_") and top != "dagster_pipes")
+
+
+def dagster_imports(package: Path, root: Path = ROOT) -> list[str]:
+    """Every import of Dagster (``is_dagster``) in the ``.py`` files below ``package``, function-local ones and
+    ``import_module("...")`` included, as ``path:line imports module``."""
+    return [f"{path.relative_to(root)}:{line} imports {name}" for path in sorted(package.rglob("*.py"))
+            for line, name in absolute_imports(path) if is_dagster(name)]
+
+
+def dagster_modules_loaded(package: str, path: Path) -> list[str]:
+    """The Dagster modules (``is_dagster``) in ``sys.modules`` of a fresh interpreter, run in ``path``, after it
+    imported ``package`` and every module below it (``pkgutil.walk_packages``; an import error fails the test)."""
+    code = ("import importlib, pkgutil, sys\n"
+            f"import {package} as p\n"
+            f"for m in pkgutil.walk_packages(p.__path__, '{package}.'):\n"
+            "    importlib.import_module(m.name)\n"
+            "print(len([n for n in sys.modules if n == p.__name__ or n.startswith(p.__name__ + '.')]))\n"
+            "print(' '.join(sorted(n for n in sys.modules if n.split('.')[0] in ('dagster', 'pc_pipelines_dagster')"
+            " or (n.startswith('dagster_') and not n.startswith('dagster_pipes')))))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=path, capture_output=True, text=True, timeout=600,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    count, loaded = out.stdout.splitlines()[-2:]
+    assert int(count) > 1, f"{package}: only the package itself was imported"
+    return loaded.split()
+
+
+def test_the_checker_finds_a_planted_dagster_import(tmp_path):
+    pkg = tmp_path / "planted"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import dagster_pipes  # the light protocol half: allowed\n")
+    (pkg / "a.py").write_text("def f():\n    from dagster import Definitions\n\n    return Definitions\n")
+    (pkg / "b.py").write_text("import importlib\n\nk8s = importlib.import_module('dagster_k8s')\n")
+    (pkg / "c.py").write_text("from pc_pipelines_dagster.definitions import defs\n")
+    assert dagster_imports(pkg, tmp_path) == ["planted/a.py:2 imports dagster", "planted/b.py:3 imports dagster_k8s",
+                                              "planted/c.py:1 imports pc_pipelines_dagster.definitions"]
+
+
+def test_the_library_imports_no_dagster():
+    """No module under pc_pipelines/ imports Dagster, its libraries or pc_pipelines_dagster, anywhere in its code."""
+    assert dagster_imports(PKG) == []
+    assert dagster_imports(ROOT / "pc_pipelines_dagster")  # the checker sees the Dagster package's imports
+
+
+def test_importing_the_planted_package_loads_dagster(tmp_path):
+    """The import probe on a planted package: the module importing Dagster inside a function loads nothing, the one
+    importing it at module level (found only by walking the package) loads ``dagster``; ``dagster_pipes`` alone
+    loads no ``dagster``."""
+    pkg = tmp_path / "planted"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("import dagster_pipes\n")
+    (pkg / "lazy.py").write_text("def f():\n    import dagster\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    assert dagster_modules_loaded("planted", tmp_path) == []
+    (pkg / "sub" / "eager.py").write_text("import dagster\n")
+    loaded = dagster_modules_loaded("planted", tmp_path)
+    assert "dagster" in loaded and not any(n.startswith("dagster_pipes") for n in loaded)
+
+
+def test_importing_every_library_module_loads_no_dagster(tmp_path):
+    """``import pc_pipelines`` and every module below it (the CLI, the engines, the training backends: all of them
+    import without a GPU or its libraries) leave no Dagster module loaded. Run outside the checkout, so the package
+    is the installed one (the editable install points at this checkout)."""
+    assert dagster_modules_loaded("pc_pipelines", tmp_path) == []
 
 
 def test_definitions_assemble_the_jobs_and_the_sensor():
-    from pc_pipelines.definitions import defs
+    from pc_pipelines_dagster.definitions import defs
 
     assert defs.resolve_job_def("start_run").name == "start_run"
     assert defs.resolve_job_def("train_segment").name == "train_segment"
@@ -391,6 +437,6 @@ def test_definitions_assemble_the_jobs_and_the_sensor():
 
 def test_every_layer_entry_names_a_module_that_exists():
     """A stale entry (a module moved away) would silently stop guarding anything."""
-    mods = find_modules(ROOT, project_packages())
+    mods = find_modules(ROOT, PACKAGES)
     stale = [e for _, entries in LAYERS for e in entries if e.rstrip("$") not in mods]
     assert stale == []

@@ -23,18 +23,22 @@ def test_setuptools_reads_pyproject_without_a_warning():
     assert dist.get_name() == "pc-pipelines" and dist.metadata.license_expression
 
 
-def test_every_package_folder_is_installed():
-    """pyproject.toml lists the packages by name (the Dagster layer's folders install under another name, which
-    setuptools' discovery cannot do): a new subpackage left out of the list would be missing from every install."""
-    import tomllib
+PACKAGES = ("pc_pipelines", "pc_pipelines_dagster")  # the library and the Dagster project, each in its own folder
 
-    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    folders = {"pc_pipelines": "pc_pipelines", **{folder: name for name, folder in setuptools["package-dir"].items()}}
-    on_disk = set()
-    for folder, name in folders.items():
-        for init in (ROOT / folder).rglob("__init__.py"):
-            on_disk.add(".".join([name, *init.parent.relative_to(ROOT / folder).parts]))
-    missing, stale = sorted(on_disk - set(setuptools["packages"])), sorted(set(setuptools["packages"]) - on_disk)
-    assert (missing, stale) == ([], []), (
-        f"pyproject.toml [tool.setuptools] packages: add {missing}, remove {stale} (one line per package folder)")
-    assert {"pc_pipelines_dagster.assets", "pc_pipelines_dagster.automation", "pc_pipelines_dagster.resources"} <= on_disk
+
+def test_every_package_folder_is_installed_and_nothing_else():
+    """setuptools finds the packages (pyproject.toml's packages.find): every folder with an ``__init__.py`` under
+    the two package folders, under its folder's name, and nothing else (no top-level ``assets``, ``tests``, no
+    data folder as a namespace package)."""
+    from setuptools.config.pyprojecttoml import apply_configuration
+    from setuptools.dist import Distribution
+
+    found = set(apply_configuration(Distribution(), ROOT / "pyproject.toml").packages)
+    on_disk = {".".join(init.parent.relative_to(ROOT).parts) for top in PACKAGES
+               for init in (ROOT / top).rglob("__init__.py")}
+    missing, extra = sorted(on_disk - found), sorted(found - on_disk)
+    assert (missing, extra) == ([], []), (
+        f"pyproject.toml [tool.setuptools.packages.find] misses {missing}, finds {extra} besides the package folders")
+    assert {name.split(".")[0] for name in found} == set(PACKAGES)
+    assert {"pc_pipelines_dagster.assets", "pc_pipelines_dagster.automation", "pc_pipelines_dagster.resources",
+            "pc_pipelines.training.verl_conf"} <= found

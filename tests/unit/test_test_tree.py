@@ -3,10 +3,10 @@ package, so its tests are found where its code is.
 
 The rule, for the tiers ``tests/unit``, ``tests/integration`` and ``tests/e2e``:
 
-- every folder names a package folder, by its path below the package root: ``tests/unit/store/`` for
-  ``pc_pipelines/store/``, ``tests/unit/training/verl_conf/`` for ``pc_pipelines/training/verl_conf/``, and
-  ``tests/<tier>/assets/``, ``automation/``, ``resources/`` for the Dagster layer's top-level folders (installed as
-  ``pc_pipelines_dagster.*``: pyproject.toml's package-dir). A package folder is one holding an ``__init__.py``;
+- every folder names a package folder, by its path below its package's folder (``pc_pipelines/`` or
+  ``pc_pipelines_dagster/``): ``tests/unit/store/`` for ``pc_pipelines/store/``, ``tests/unit/training/verl_conf/``
+  for ``pc_pipelines/training/verl_conf/``, and ``tests/<tier>/assets/``, ``automation/``, ``resources/`` for
+  ``pc_pipelines_dagster/assets/`` and the rest. A package folder is one holding an ``__init__.py``;
 - or it is one of the tier-only folders of ``TIER_ONLY``: ``tests/integration/dagster/`` (the code location as
   Dagster runs it: jobs, assets, sensors, schedules and resources together) and ``tests/integration/faults/`` (the
   fault suite that ``reliability/faults.py`` counts);
@@ -24,9 +24,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import tomllib
-
 ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("pc_pipelines", "pc_pipelines_dagster")
 TIERS = ("unit", "integration", "e2e")
 FLAT_TIERS = ("e2e",)
 TIER_ONLY = {
@@ -36,17 +35,14 @@ TIER_ONLY = {
 
 
 def package_folders(root: Path) -> set[tuple[str, ...]]:
-    """Every package folder's path below its package root: ``("store",)`` for ``pc_pipelines/store/``,
-    ``("assets",)`` for ``assets/`` (installed as ``pc_pipelines_dagster.assets``)."""
-    package_dir = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"].get("package-dir", {})
+    """Every package folder's path below its package's folder: ``("store",)`` for ``pc_pipelines/store/``,
+    ``("assets",)`` for ``pc_pipelines_dagster/assets/``."""
     found = set()
-    for init in (root / "pc_pipelines").rglob("__init__.py"):
-        parts = init.parent.relative_to(root / "pc_pipelines").parts
-        if parts:
-            found.add(parts)
-    for folder in package_dir.values():
-        for init in (root / folder).rglob("__init__.py"):
-            found.add((folder, *init.parent.relative_to(root / folder).parts))
+    for package in PACKAGES:
+        for init in (root / package).rglob("__init__.py"):
+            parts = init.parent.relative_to(root / package).parts
+            if parts:
+                found.add(parts)
     return found
 
 
@@ -68,10 +64,11 @@ def misplaced(root: Path) -> list[str]:
                 fix = f"tests/{tier} is flat: put its files in tests/{tier}/"
             else:
                 fix = (f"put its tests in the folder of the package they test, tests/{tier}/<folder>/ for "
-                       f"pc_pipelines/<folder>/ or one of {', '.join(tops)}, or at tests/{tier}/ for a top-level "
-                       "module; a folder of the tier's own: add it to TIER_ONLY in tests/unit/test_test_tree.py "
+                       f"pc_pipelines/<folder>/ or pc_pipelines_dagster/<folder>/ (one of {', '.join(tops)}), or at "
+                       f"tests/{tier}/ for a top-level module; a folder of the tier's own: add it to TIER_ONLY in tests/unit/test_test_tree.py "
                        "with what it holds")
-            problems.append(f"tests/{tier}/{where}/: no package folder pc_pipelines/{where}/ or {where}/. Fix: {fix}")
+            problems.append(f"tests/{tier}/{where}/: no package folder pc_pipelines/{where}/ or "
+                            f"pc_pipelines_dagster/{where}/. Fix: {fix}")
         if tier in FLAT_TIERS:
             continue
         for f in sorted(base.glob("test_*.py")):
@@ -95,10 +92,8 @@ def plant(root: Path, *paths: str) -> None:
 
 
 def test_a_misplaced_folder_or_file_is_named_with_where_it_goes(tmp_path):
-    (tmp_path / "pyproject.toml").write_text('[tool.setuptools.package-dir]\n"pc_pipelines_dagster.assets" = '
-                                             '"assets"\n')
     plant(tmp_path, "pc_pipelines/__init__.py", "pc_pipelines/store/__init__.py", "pc_pipelines/config/__init__.py",
-          "pc_pipelines/durable.py", "assets/__init__.py",
+          "pc_pipelines/durable.py", "pc_pipelines_dagster/__init__.py", "pc_pipelines_dagster/assets/__init__.py",
           # in place: package folders, a tier-only folder, a top-level module's test, a project-wide check
           "tests/unit/store/test_a.py", "tests/unit/assets/test_b.py", "tests/integration/faults/test_c.py",
           "tests/unit/test_durable.py", "tests/unit/test_layering.py", "tests/e2e/test_cli.py",

@@ -1,11 +1,11 @@
 """Issue 33 point 7: the ``advance_runs_in_window`` schedule beside the ``advance_runs`` sensor, and the report
 requested when a run finishes (point 2). Real Dagster (a persistent temporary instance: schedules need one; the
-schedule started and stopped with ``dagster schedule start|stop`` on the code location ``pc_pipelines.definitions``,
-as a user does, with ``DAGSTER_HOME`` the instance's directory), a real store (DuckDB) with runs registered by
-``start_run``. The sensor and the schedule are evaluated as the daemons evaluate them (``evaluate_tick``: partition
-and instigator tags resolved) and their requests are added to the instance as the queued Dagster runs the daemons
-create (their run key, ``dagster/sensor_name`` or ``dagster/schedule_name``); nothing trains: the segments'
-outcomes are recorded in the store as the training asset records them.
+schedule started and stopped with ``dagster schedule start|stop`` on the code location
+``pc_pipelines_dagster.definitions``, as a user does, with ``DAGSTER_HOME`` the instance's directory), a real store
+(DuckDB) with runs registered by ``start_run``. The sensor and the schedule are evaluated as the daemons evaluate them
+(``evaluate_tick``: partition and instigator tags resolved) and their requests are added to the instance as the
+queued Dagster runs the daemons create (their run key, ``dagster/sensor_name`` or ``dagster/schedule_name``); nothing
+trains: the segments' outcomes are recorded in the store as the training asset records them.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ from dagster import (
 )
 from dagster_runs import local_resources, register_run
 
-from pc_pipelines.definitions import build_definitions
-from pc_pipelines.demo import sensor_run_tags
 from pc_pipelines.errors import ConfigError
 from pc_pipelines.store import Store
 from pc_pipelines_dagster.assets.training import ADVANCED_BY_TAG
@@ -43,6 +41,8 @@ from pc_pipelines_dagster.automation.sensors import (
     SENSOR_NAME,
     SENSOR_NAME_TAG,
 )
+from pc_pipelines_dagster.definitions import build_definitions
+from pc_pipelines_dagster.demo import sensor_run_tags
 
 pytestmark = [pytest.mark.integration]
 
@@ -71,7 +71,7 @@ class Location:
     """The code location as the webserver and the daemons see it: ``defs`` (the test's resources, the window
     schedule of ``settings``, the ``PC_ADVANCE_SCHEDULE_*`` variables) for evaluating, and the stored on/off state
     of its schedule, toggled with ``dagster schedule start|stop`` on the real code location
-    (``pc_pipelines.definitions``, loaded with the same variables) against the instance's directory."""
+    (``pc_pipelines_dagster.definitions``, loaded with the same variables) against the instance's directory."""
 
     def __init__(self, instance: DagsterInstance, tmp: Path, origins: dict, settings: dict[str, str] = SETTINGS_ENV
                  ) -> None:
@@ -80,8 +80,8 @@ class Location:
         self.repo = self.defs.get_repository_def()
 
     def _dagster_schedule(self, verb: str, says: str) -> None:
-        """``dagster schedule <verb> advance_runs_in_window -m pc_pipelines.definitions``, as a user types it, with
-        ``DAGSTER_HOME`` the test instance's directory (it writes the schedule's state there, as the UI's toggle
+        """``dagster schedule <verb> advance_runs_in_window -m pc_pipelines_dagster.definitions``, as a user types it,
+        with ``DAGSTER_HOME`` the test instance's directory (it writes the schedule's state there, as the UI's toggle
         does)."""
         r = dagster_cli(self.tmp / "dagster", self.tmp, "schedule", verb, SCHEDULE_NAME, env=self.settings)
         assert f"{says} schedule {SCHEDULE_NAME}" in r.stdout, r.stdout + r.stderr[-3000:]
@@ -123,9 +123,9 @@ class Location:
 
 
 def dagster_cli(home: Path, cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``dagster <args> -m pc_pipelines.definitions`` (the code location a user points the command at), with
+    """``dagster <args> -m pc_pipelines_dagster.definitions`` (the code location a user points the command at), with
     ``DAGSTER_HOME`` = ``home``, run in ``cwd``; it must succeed."""
-    r = subprocess.run([sys.executable, "-m", "dagster", *args, "-m", "pc_pipelines.definitions"], cwd=cwd,
+    r = subprocess.run([sys.executable, "-m", "dagster", *args, "-m", "pc_pipelines_dagster.definitions"], cwd=cwd,
                        env={**os.environ, **(env or {}), "DAGSTER_HOME": str(home)}, capture_output=True, text=True,
                        timeout=300, check=False)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]

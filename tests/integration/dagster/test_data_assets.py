@@ -455,7 +455,7 @@ from dagster import AssetKey, materialize
 from pc_pipelines_dagster.assets.data import DATA_CHECKS, toy
 from pc_pipelines_dagster.automation.jobs import StartRunConfig
 from pc_pipelines.config import resolve
-from pc_pipelines.definitions import build_definitions
+from pc_pipelines_dagster.definitions import build_definitions
 from pc_pipelines.run import task_for
 from pc_pipelines_dagster.resources import DataResource, local_resources
 

@@ -6,8 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import materialize
 
-from pc_pipelines.definitions import defs
 from pc_pipelines_dagster.assets import arith_task, base_policy
+from pc_pipelines_dagster.definitions import defs
 from pc_pipelines_dagster.resources import DataResource
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ import pytest
 from dagster import DagsterInstance
 from dagster_runs import local_resources
 
-from pc_pipelines.definitions import build_definitions
+from pc_pipelines_dagster.definitions import build_definitions
 
 pytestmark = [pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[3]

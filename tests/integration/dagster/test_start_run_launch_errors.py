@@ -153,7 +153,7 @@ import os
 from dagster import Definitions, job
 
 from pc_pipelines_dagster.automation.jobs import register_training_run
-from pc_pipelines.definitions import build_definitions
+from pc_pipelines_dagster.definitions import build_definitions
 from pc_pipelines_dagster.resources import (
     DataResource,
     LocalCheckpointResource,

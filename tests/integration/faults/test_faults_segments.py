@@ -304,7 +304,7 @@ def asset_job_origin(tmp_path_factory):
     does."""
     home = tmp_path_factory.mktemp("launched")
     r = subprocess.run([sys.executable, "-m", "dagster", "job", "launch", "-j", "__ASSET_JOB", "-m",
-                        "pc_pipelines.definitions"], cwd=home, env={**os.environ, "DAGSTER_HOME": str(home)},
+                        "pc_pipelines_dagster.definitions"], cwd=home, env={**os.environ, "DAGSTER_HOME": str(home)},
                        capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     instance = DagsterInstance.local_temp(tempdir=str(home))
@@ -328,8 +328,8 @@ def manual_run(instance, tmp: Path, origin, partition: str, status: DagsterRunSt
     """A run as the UI or ``dagster asset materialize --partition`` makes it: no tag of ours, only the partition tag
     Dagster adds, queued (QueuedRunCoordinator) or started (a run worker going), of the code location's asset job
     with the assets selected (what the sensor reads: its status, tags and asset selection)."""
-    from pc_pipelines.definitions import build_definitions
     from pc_pipelines_dagster.assets.evaluation import segment_eval
+    from pc_pipelines_dagster.definitions import build_definitions
 
     job = build_definitions(resources(tmp)).resolve_implicit_global_asset_job_def()
     keys = {"training": {training_segment.key}, "training+eval": {training_segment.key, segment_eval.key},

@@ -193,7 +193,7 @@ def test_helm_values_use_the_charts_keys_and_select_the_k8s_environment():
     launcher = values["runLauncher"]["config"]["k8sRunLauncher"]
     assert launcher["jobNamespace"] == "pc-pipelines"
     (dep,) = values["dagster-user-deployments"]["deployments"]
-    assert dep["dagsterApiGrpcArgs"] == ["--module-name", "pc_pipelines.definitions"]
+    assert dep["dagsterApiGrpcArgs"] == ["--module-name", "pc_pipelines_dagster.definitions"]
     env = {e["name"]: e["value"] for e in dep["env"]}
     res = k8s_resources(env)  # what the code location builds from these values
     assert isinstance(res["compute"], K8sComputeResource) and res["compute"].image == env["PC_K8S_IMAGE"]
@@ -211,5 +211,8 @@ def test_dockerfile_is_non_root_installs_the_pinned_vllm_and_bakes_no_secret():
     assert "COPY etc/scale ./etc/scale" in text
     assert re.search(r"pip install --no-deps -c etc/scale/constraints\.txt vllm\b", text)
     assert re.search(r"pip install -c etc/scale/constraints\.txt \.", text)
+    # `pip install .` builds from what was copied: both packages' folders (pyproject.toml's packages.find)
+    copied = set(re.findall(r"^COPY\s+(\S+)\s+\./\1$", text, re.M))
+    assert {"pc_pipelines", "pc_pipelines_dagster"} <= copied, copied
     for line in re.findall(r"^(?:ENV|ARG)\s+.*$", text, re.M):
         assert not re.search(r"TOKEN|PASSWORD|SECRET|API_KEY", line, re.I), line

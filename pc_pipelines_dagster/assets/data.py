@@ -132,8 +132,8 @@ def _load(spec: DatasetSpec, data: DataResource) -> pa.Table:
             hint = (
                 f"\n\nHow to provide it: set the resource config key `resources.data.config.{setting}` in the "
                 f"launchpad (run config YAML: `resources: {{data: {{config: {{{setting}: /path/to/copy}}}}}}`), or "
-                f"set the environment variable `{env}` for the code location (pc_pipelines/definitions.py maps "
-                f"{env} onto DataResource.{setting})."
+                f"set the environment variable `{env}` for the code location (pc_pipelines_dagster/resources/data.py "
+                f"maps {env} onto DataResource.{setting})."
             )
         raise Failure(description=f"{e}{hint}", metadata={setting: str(path)}, allow_retries=False) from None
 

@@ -7,7 +7,7 @@ The graph: ``data`` (synthetic arithmetic, DeepMath, Polaris, the benchmarks; Gr
 ``start_run`` job adds a run's partitions, the ``advance_runs`` sensor trains them in order, or the
 ``advance_runs_in_window`` schedule in its time window only, when it is started) -> ``evaluation`` (``segment_eval``)
 -> ``reports`` (``rollouts_report``; the sensor requests the ``report`` job when a run finishes). ``make demo``
-(:mod:`pc_pipelines.demo`) runs it headless.
+(:mod:`pc_pipelines_dagster.demo`) runs it headless.
 """
 
 from dagster import Definitions

@@ -2,8 +2,8 @@
 
 Synthetic data, the benchmarks (with their checks), the warm start, a GRPO, a DAPO and a PC run of a few segments
 driven by the real ``advance_runs`` sensor, their evaluations and the report; then the rollouts-to-target table and
-where the plots are. ``python -m pc_pipelines.demo --help`` lists the knobs. (``pilot-commit simulate-demo`` is the
-other comparison: the allocation methods in the scale simulator, no model.)
+where the plots are. ``python -m pc_pipelines_dagster.demo --help`` lists the knobs. (``pilot-commit simulate-demo``
+is the other comparison: the allocation methods in the scale simulator, no model.)
 """
 
 import argparse
@@ -22,6 +22,11 @@ from dagster import (
     materialize,
 )
 
+from pc_pipelines.cli.train import transformers_bars_off
+from pc_pipelines.config import PC_ONLY_FIELDS, parse_overrides, resolve
+from pc_pipelines.errors import ConfigError, installed_command, shell_command
+from pc_pipelines.reports import study_headline
+from pc_pipelines.run.stopping import StopFlag, StopRequested, stop_on_signals
 from pc_pipelines_dagster.assets import arith_task, base_policy
 from pc_pipelines_dagster.assets.data import DATA_CHECKS, benchmarks
 from pc_pipelines_dagster.automation.jobs import launch_problems, report_job, start_run, train_segment_job
@@ -32,14 +37,8 @@ from pc_pipelines_dagster.automation.sensors import (
     SENSOR_NAME_TAG,
     build_advance_runs_sensor,
 )
+from pc_pipelines_dagster.definitions import build_definitions
 from pc_pipelines_dagster.resources import DataResource, LocalCheckpointResource, StoreResource, local_resources
-
-from .cli.train import transformers_bars_off
-from .config import PC_ONLY_FIELDS, parse_overrides, resolve
-from .definitions import build_definitions
-from .errors import ConfigError, installed_command, shell_command
-from .reports import study_headline
-from .run.stopping import StopFlag, StopRequested, stop_on_signals
 
 # Dagster's console logger at INFO: the run's narrative and the per-step lines, not its DEBUG engine events (the UI
 # keeps every event; the demo's console is for reading).
@@ -60,7 +59,7 @@ def demo(argv: list[str] | None = None) -> int:
     With ``DAGSTER_HOME`` set (``make demo`` sets it to ``.dagster``, as ``make ui`` does) every materialization is
     recorded there, so the UI shows the demo's runs afterwards. Runs are named by their config hash: running the
     demo again finds its segments done and only rebuilds the report."""
-    p = argparse.ArgumentParser(prog="python -m pc_pipelines.demo", description=demo.__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m pc_pipelines_dagster.demo", description=demo.__doc__.split("\n\n")[0])
     p.add_argument("--methods", default="grpo,dapo,pc", help="comma-separated methods (default grpo,dapo,pc)")
     p.add_argument("--segments", type=int, default=2, help="segments per run (default 2)")
     p.add_argument("--segment-steps", type=int, default=10, help="training steps per segment (default 10)")
