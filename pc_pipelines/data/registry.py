@@ -11,9 +11,9 @@ code that loads and prepares it)::
     load_task(name, run_config, data_dir) -> TaskData | None   how a run gets its task
 
 Readers: the run layer (``task_for``: which names a run may train on and how its task is loaded), the Dagster code
-location (one asset, config and set of checks per generic dataset, built by ``assets/data.py``; the ``DataResource``
-path settings and their ``PC_<NAME>_PATH`` variables; the ``training_segment`` and ``segment_eval`` deps;
-``start_run``'s ``dataset`` choices) and ``--data-dir``'s help.
+location (one asset, config and set of checks per generic dataset, built by ``pc_pipelines_dagster/assets/data.py``; the
+``DataResource`` path settings and their ``PC_<NAME>_PATH`` variables; the ``training_segment`` and ``segment_eval``
+deps; ``start_run``'s ``dataset`` choices) and ``--data-dir``'s help.
 
 Adding a dataset: its module (``data/<name>.py``: ``load``, ``prepare`` with :func:`~.prepare.prepare_rows`, and its
 ``DatasetSpec``) and one line in :data:`_REGISTERED` below. docs/ARCHITECTURE.md, "How to add ...", shows one.

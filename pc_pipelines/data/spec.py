@@ -30,9 +30,10 @@ CONFIG_HELP = {
 class DatasetSpec:
     """One dataset: its name, how it is prepared, where its prepared files live and how a run loads its task.
 
-    A dataset with ``load`` and ``prepare`` is prepared by the generic data asset (``assets/data.py`` builds its
-    asset, config and Great Expectations checks from this spec; ``DataResource`` gets its ``<name>_path`` setting,
-    the code location reads ``PC_<NAME>_PATH``); one without has an asset written by hand (``asset`` names it)."""
+    A dataset with ``load`` and ``prepare`` is prepared by the generic data asset
+    (``pc_pipelines_dagster/assets/data.py`` builds its asset, config and Great Expectations checks from this spec;
+    ``DataResource`` gets its ``<name>_path`` setting, the code location reads ``PC_<NAME>_PATH``); one without has an
+    asset written by hand (``asset`` names it)."""
 
     name: str
     """The dataset's name: start_run's ``dataset``, its asset's key (unless ``asset``), its prepared file's stem."""

@@ -3,11 +3,11 @@ once, assert many).
 
 A run is built by the first worker that asks for it, under a file lock, into a cache folder named by a hash of what
 shapes it: the package's sources and data files that training reads (``pc_pipelines/`` without ``reports/`` and
-``simulator/``, which no trained run depends on; plus any other folder a recipe names, ``assets/`` for a Dagster-built
-store) and the recipe itself (the command's arguments). A change to any of those builds it anew; a change elsewhere
-(tests, docs, research/) does not. The other workers wait on the lock and read the finished folder. It is built in
-``<name>-<key>.partial`` and renamed when its builder returned, so a build that failed or was interrupted is never
-read: the next asker builds it again.
+``simulator/``, which no trained run depends on; plus any other folder a recipe names, ``pc_pipelines_dagster/`` for a
+Dagster-built store) and the recipe itself (the command's arguments). A change to any of those builds it anew; a change
+elsewhere (tests, docs, research/) does not. The other workers wait on the lock and read the finished folder. It is
+built in ``<name>-<key>.partial`` and renamed when its builder returned, so a build that failed or was interrupted is
+never read: the next asker builds it again.
 
 Where: the session's shared temporary folder (the parent of every xdist worker's own, so it is gone with the
 session's other temporary files), or ``$PC_PIPELINES_TEST_CACHE/runs`` to keep the runs across sessions while

@@ -1,5 +1,5 @@
-"""The data assets (assets/data.py) and their Great Expectations checks, materialized with dagster.materialize on
-small files in the real schemas (DeepMath-103K, Polaris-53K) and on the real benchmark files."""
+"""The data assets (pc_pipelines_dagster/assets/data.py) and their Great Expectations checks, materialized with
+dagster.materialize on small files in the real schemas (DeepMath-103K, Polaris-53K) and on the real benchmark files."""
 
 import json
 import shutil
