@@ -106,7 +106,8 @@ def test_a_bad_ray_worker_count_names_the_variable_and_the_fix():
 
 
 def test_the_resource_imports_neither_ray_nor_dagster_ray_until_it_launches():
-    code = ("import sys, resources; r = resources.RayJobComputeResource(address='http://x:8265'); "
+    code = ("import sys, pc_pipelines_dagster.resources as resources; "
+            "r = resources.RayJobComputeResource(address='http://x:8265'); "
             "print(sorted(m for m in ('ray', 'dagster_ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out.splitlines()[-1] == "[]"
