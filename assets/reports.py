@@ -34,14 +34,7 @@ from pydantic import Field
 from pc_pipelines.durable import OutputRefused, check_user_output
 from pc_pipelines.errors import ConfigError, installed_command, shell_command
 from pc_pipelines.reports import ReportError, build_report, method_label
-from pc_pipelines.reports.compare import (
-    CompareError,
-    compare_query,
-    load_comparison,
-    plot_comparison,
-    tensorboard_dirs,
-    tensorboard_overlay_command,
-)
+from pc_pipelines.reports.compare import CompareError, compare_runs
 from pc_pipelines.reports.plots import save_figure
 from pc_pipelines.reports.tables import family_smoke_test, format_reached, length_note, significant
 from pc_pipelines.reports.timeline import DEFAULT_TOP, RECENT_RUNS, TimelineError, recent_runs, write_timeline
@@ -274,23 +267,19 @@ def run_comparison(context: AssetExecutionContext, config: ComparisonConfig, sto
     sections, sql, labels, commands = [], {}, {}, {}
     for name, (family, run_ids) in groups.items():
         try:
-            lines = load_comparison(st, family, run_ids)
+            drawn = compare_runs(st, out_dir / f"compare_{re.sub(r'[^A-Za-z0-9._-]', '_', name)}.png", family, run_ids,
+                                 which=name, tensorboard=installed_command("tensorboard", from_cwd=False))
         except CompareError as exc:
             if config.family is None and not config.run_ids:  # a family of registered runs with no step yet
                 context.log.info("run_comparison: %s", exc)
                 continue
             raise Failure(str(exc)) from exc
-        png = plot_comparison(lines, out_dir / f"compare_{re.sub(r'[^A-Za-z0-9._-]', '_', name)}.png",
-                              f"{name}: {len(lines)} runs by step and by cumulative rollouts")
-        query = compare_query(family, run_ids)
         # pasted into any terminal: the scripts by their absolute path unless PATH finds them
-        sql[name] = sql_command(st.path, query)
-        labels[name] = [ln.label for ln in lines]
-        tb = tensorboard_overlay_command(tensorboard_dirs(st, [ln.run_id for ln in lines]),
-                                         installed_command("tensorboard", from_cwd=False))
-        commands[name] = tb or "no run here has TensorBoard logs (simulated runs write none)"
-        context.log.info("run_comparison: %s: %s -> %s", name, ", ".join(labels[name]), png)
-        sections.append(f"### {name}: {', '.join(f'`{lb}`' for lb in labels[name])}\n\n{_embedded(png)}")
+        sql[name] = sql_command(st.path, drawn.query)
+        labels[name] = [ln.label for ln in drawn.lines]
+        commands[name] = drawn.tensorboard or "no run here has TensorBoard logs (simulated runs write none)"
+        context.log.info("run_comparison: %s: %s -> %s", name, ", ".join(labels[name]), drawn.path)
+        sections.append(f"### {name}: {', '.join(f'`{lb}`' for lb in labels[name])}\n\n{_embedded(drawn.path)}")
     if not sections:
         raise Failure(f"no run in {st.path} has a recorded step yet, so there is nothing to compare. Fix: train or "
                       "simulate runs first, then materialize again.")

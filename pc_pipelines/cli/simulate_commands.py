@@ -24,7 +24,7 @@ from ..store import Store
 from ..store.names import shown_path
 from ..store.rollouts_to_target import first_reaching, target_accuracy
 from .args import add_config_args, check_steps, int_arg, progress_bar, run_config, run_id_of, run_name_arg
-from .exits import WRITE_FAILED, exit_status
+from .exits import OK, WRITE_FAILED, exit_status
 
 # (ledger key, column header, width, format spec) of the readable `simulate` table.
 TABLE_FIELDS = (
@@ -135,7 +135,7 @@ def _simulate(args: argparse.Namespace, cfg: RunConfig, run_id: str, stop: StopF
             f"done: {last.cumulative_sampled:,} rollouts sampled, {last.cumulative_trained:,} trained, "
             f"accuracy {last.accuracy:.3f}\n"
         )
-    return 0
+    return OK
 
 
 # ---- simulate-demo ------------------------------------------------------------------------------------------------
@@ -216,7 +216,7 @@ def cmd_simulate_demo(args: argparse.Namespace) -> int:
             f"  {shell_command(exe, 'report', '--store', args.store)}\n"
             f"  {shell_command(exe, 'sql', '--store', args.store, query)}\n"
         )
-    return 0
+    return OK
 
 
 # ---- sim-fit ------------------------------------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def cmd_sim_fit(args: argparse.Namespace) -> int:
             raise ConfigError(f"could not write {shown_path(args.out)}: {exc.strerror or exc}; the fit above is "
                               "not saved. Fix: give --out a JSON file path in a folder you can write to.") from exc
         out.write(f"fit and residuals written to {args.out}\n")
-    return 0
+    return OK
 
 
 # ---- plan ---------------------------------------------------------------------------------------------------------
@@ -302,7 +302,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             raise ConfigError(f"could not write {shown_path(args.plot)}: {exc.strerror or exc}. Fix: give --plot a PNG "
                               "file path in a folder you can write to.") from exc
         out.write(f"plot: {args.plot}\n")
-    return 0
+    return OK
 
 
 def cmd_demo_deprecated(args: argparse.Namespace) -> int:
