@@ -334,8 +334,7 @@ def _is_stdout(path: str) -> bool:
 
 def _print_report(report: dict) -> None:
     """Table 2 per family, as the CLI's readable table, with the runs it compares."""
-    from ..reports import format_ratio
-    from ..reports.tables import compared_runs_lines, family_smoke_test, format_reached, format_target
+    from ..reports.tables import compared_runs_lines, family_smoke_test, target_rows, target_table_cells
     from ..store.schema import COMPARED_RUN_RULE
 
     for family, fam in report.items():
@@ -344,15 +343,7 @@ def _print_report(report: dict) -> None:
         if caveat:
             sys.stdout.write(f"{caveat}.\n")
         cols = ["seed", "target", "grpo", "dapo", "pc", "grpo/pc", "dapo/pc"]
-        rows = [
-            (s["seed"], format_target(s["target"]),
-             *[format_reached(s["rollouts"][m], (s.get("runs") or {}).get(m, m)) for m in ("grpo", "dapo", "pc")],
-             format_ratio(s["grpo_over_pc"]), format_ratio(s["dapo_over_pc"]))
-            for s in fam["seeds"]
-        ]
-        rows.append(("median", "", "", "", "", format_ratio(fam["median_grpo_over_pc"]),
-                     format_ratio(fam["median_dapo_over_pc"])))
-        _print_rows(cols, rows, "table")
+        _print_rows(cols, [target_table_cells(row) for row in target_rows({family: fam})], "table")
         sys.stdout.write(f"runs compared ({COMPARED_RUN_RULE}):\n"
                          + "".join(f"  {ln}\n" for ln in compared_runs_lines(fam)))
         short = [f"seed {s['seed']}: {s['missing_steps']}" for s in fam["seeds"] if s.get("missing_steps")]
