@@ -15,6 +15,7 @@ before it was whole
 a stop request (SIGTERM, Ctrl-C, a ``--json`` reader gone)               128 + the signal (143, 130, 141)
 Ctrl-C before any run was opened                                         130 (``INTERRUPTED``)
 a write that failed (a full disk, a read-only folder, an I/O error)      1 (``WRITE_FAILED``, :func:`output_status`)
+a run that failed, its reason already shown (``make demo``: a segment)   1 (``RUN_FAILED``)
 stdout closed under a command that prints (``| head``)                   0 (``OK``)
 anything else                                                            not ours: the traceback shows it
 =======================================================================  ==========================================
@@ -41,6 +42,8 @@ INTERRUPTED = 130
 WRITE_FAILED = 1
 """A command that words a failed write itself (``simulate``: any OSError of its run, a missing file included; the
 store commands: :func:`output_status`)."""
+RUN_FAILED = 1
+"""A command that ran runs and says which failed, with their logs above (the Dagster demo's segment runs)."""
 BAD_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENOENT, errno.ELOOP})
 """An output path that cannot name a file to write: the user's to change, not a failed write."""
 
