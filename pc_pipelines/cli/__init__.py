@@ -32,7 +32,7 @@ from ..store import RunBusyError, StoreError
 from ..store.names import RunIdError
 from . import preset_commands, segment, simulate_commands, store_commands, train
 from .args import CliParser
-from .exits import exit_status
+from .exits import OK, exit_status
 
 __all__ = ["build_parser", "main"]
 
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        return int(args.func(args) or 0)
+        return int(args.func(args) or OK)
     except ConfigError as exc:
         sys.stderr.write(f"pilot-commit: configuration error: {exc}\n")
         return exit_status(exc)

@@ -20,6 +20,7 @@ from ..allocation import METHODS, SELECTION_STRATEGIES, check_config, training_m
 from ..config import ALL_SECTIONS, PC_ONLY_FIELDS, RunConfig, parse_overrides, resolve
 from ..errors import ConfigError, brief, brief_text, shell_command
 from ..store.names import RunIdError, run_id_for, validate_run_id
+from .exits import USER_ERROR
 
 
 def progress_bar(total: int, desc: str, enabled: bool, leave: bool = False, initial: int = 0):
@@ -69,7 +70,7 @@ class CliParser(argparse.ArgumentParser):
                        for g in difflib.get_close_matches(w.split("=")[0], options, n=1, cutoff=0.6)]
             if guesses:
                 fix = f". Fix: did you mean {' and '.join(dict.fromkeys(guesses))}? (`{help_cmd}` lists them)"
-        self.exit(2, f"{self.prog}: error: {text}{fix}\n")
+        self.exit(USER_ERROR, f"{self.prog}: error: {text}{fix}\n")
 
 
 def int_arg(value: str) -> int:

@@ -7,16 +7,17 @@ import json
 import sys
 
 from ..config import available_presets, load_preset, parse_overrides, resolve
+from .exits import OK
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
     if args.show:
         cfg = resolve(args.show, parse_overrides(args.set))
         sys.stdout.write(json.dumps({**cfg.to_dict(), "config_hash": cfg.config_hash}, indent=1) + "\n")
-        return 0
+        return OK
     for name in available_presets():
         sys.stdout.write(f"{name:<18} {load_preset(name).get('description', '')}\n")
-    return 0
+    return OK
 
 
 def add_parsers(sub) -> None:

@@ -67,7 +67,7 @@ from ..run.lifecycle import check_segment_request, record_segment_attempt
 from ..run.stopping import StopRequested, stop_on_signals
 from ..store import RunBusyError, Store, StoreError, hold_run
 from ..store.names import RunIdError, shown_path, validate_run_id
-from .exits import exit_status
+from .exits import OK, exit_status
 
 
 def engine_factory(name: str, device: str) -> EngineFactory:
@@ -260,7 +260,7 @@ def _main(name: str, work: Callable[[Any], None]) -> int:
     except StopRequested as exc:
         sys.stderr.write(f"pilot-commit {name}: {exc.reason}\n")
         return exit_status(exc)
-    return 0
+    return OK
 
 
 def cmd_train_segment(args: argparse.Namespace) -> int:

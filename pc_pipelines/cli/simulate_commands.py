@@ -24,7 +24,7 @@ from ..store import Store
 from ..store.names import shown_path
 from ..store.rollouts_to_target import first_reaching, target_accuracy
 from .args import add_config_args, check_steps, int_arg, progress_bar, run_config, run_id_of, run_name_arg
-from .exits import WRITE_FAILED, exit_status
+from .exits import OK, WRITE_FAILED, exit_status, output_status
 
 # (ledger key, column header, width, format spec) of the readable `simulate` table.
 TABLE_FIELDS = (
@@ -135,7 +135,7 @@ def _simulate(args: argparse.Namespace, cfg: RunConfig, run_id: str, stop: StopF
             f"done: {last.cumulative_sampled:,} rollouts sampled, {last.cumulative_trained:,} trained, "
             f"accuracy {last.accuracy:.3f}\n"
         )
-    return 0
+    return OK
 
 
 # ---- simulate-demo ------------------------------------------------------------------------------------------------
@@ -216,7 +216,7 @@ def cmd_simulate_demo(args: argparse.Namespace) -> int:
             f"  {shell_command(exe, 'report', '--store', args.store)}\n"
             f"  {shell_command(exe, 'sql', '--store', args.store, query)}\n"
         )
-    return 0
+    return OK
 
 
 # ---- sim-fit ------------------------------------------------------------------------------------------------------
@@ -254,20 +254,20 @@ def cmd_sim_fit(args: argparse.Namespace) -> int:
             write_user_output(args.out, (json.dumps(fit.to_dict(), indent=1) + "\n").encode(), store.own_paths())
         except OutputRefused as exc:
             raise ConfigError(f"--out {exc}.") from exc
-        except OSError as exc:  # a read-only folder, a full disk, ...
-            raise ConfigError(f"could not write {shown_path(args.out)}: {exc.strerror or exc}; the fit above is "
-                              "not saved. Fix: give --out a JSON file path in a folder you can write to.") from exc
+        except OSError as exc:  # a read-only folder, a full disk, ...: a failed write (cli/exits.py)
+            sys.stderr.write(f"pilot-commit sim-fit: could not write {shown_path(args.out)}: {exc.strerror or exc}; "
+                             "the fit above is not saved. Fix: give --out a JSON file path in a folder you can write "
+                             "to.\n")
+            return output_status(exc)
         out.write(f"fit and residuals written to {args.out}\n")
-    return 0
+    return OK
 
 
 # ---- plan ---------------------------------------------------------------------------------------------------------
 def cmd_plan(args: argparse.Namespace) -> int:
     """Rank candidate budgets by the simulator fitted on the first steps of runs in a store."""
     from ..durable import OutputRefused, check_user_output
-    from ..reports.plots import save_figure
-    from ..simulator.fit import read_runs
-    from ..simulator.plan import plan, plan_figure
+    from ..simulator.plan import TRUST, plan_store_runs, write_plan_plot
 
     for flag, value in (("--fit-steps", args.fit_steps), ("--horizon", args.horizon)):
         if value < 1:
@@ -283,26 +283,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
             check_user_output(args.plot, store.own_paths())
         except OutputRefused as exc:
             raise ConfigError(f"--plot {exc}.") from exc
-    runs = read_runs(store, args.runs)
-    preset = args.preset or runs[0].preset or "bench"
     err = sys.stderr
-    result = plan(runs, preset, args.fit_steps, args.horizon, args.seeds, resamples=args.resamples,
-                  progress=lambda msg: err.write(f"plan: {msg}\n"))
+    result = plan_store_runs(store, args.runs, args.preset, args.fit_steps, args.horizon, args.seeds,
+                             resamples=args.resamples, progress=lambda msg: err.write(f"plan: {msg}\n"))
     out = sys.stdout
     out.write(result.header() + "\n" + result.table() + "\n")
     out.write("best: " + shell_command(installed_command("pilot-commit"), *result.train_args()) + "\n")
-    out.write("How far to trust it: docs/STUDIES.md, \"The simulator's fitted law against the measured benchmark\".\n")
+    out.write(f"{TRUST}.\n")
     if args.plot:
         try:
-            Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
-            save_figure(plan_figure(result), args.plot, store.own_paths())
+            write_plan_plot(result, args.plot, store)
         except OutputRefused as exc:
             raise ConfigError(f"--plot {exc}.") from exc
-        except OSError as exc:
-            raise ConfigError(f"could not write {shown_path(args.plot)}: {exc.strerror or exc}. Fix: give --plot a PNG "
-                              "file path in a folder you can write to.") from exc
+        except OSError as exc:  # a failed write (cli/exits.py)
+            sys.stderr.write(f"pilot-commit plan: could not write {shown_path(args.plot)}: {exc.strerror or exc}. Fix: "
+                             "give --plot a PNG file path in a folder you can write to.\n")
+            return output_status(exc)
         out.write(f"plot: {args.plot}\n")
-    return 0
+    return OK
 
 
 def cmd_demo_deprecated(args: argparse.Namespace) -> int:

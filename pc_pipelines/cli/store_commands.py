@@ -19,6 +19,7 @@ from ..store import Store
 from ..store.names import shown_path
 from ..store.runlock import damaged_reason, with_live_status
 from .args import int_arg
+from .exits import OK, PROBLEMS_FOUND, QUERY_FAILED, USER_ERROR, output_status
 
 
 def _format_value(v) -> str:
@@ -73,10 +74,10 @@ def cmd_sql(args: argparse.Namespace) -> int:
                     "over the store's tables and views; it cannot write, read other files, attach databases or "
                     "change settings. To export, use --csv or --json and redirect stdout.\n" + SQL_TABLES)
         sys.stderr.write(f"pilot-commit sql: {text}\n{hint}\n")
-        return 1
+        return QUERY_FAILED
     _print_rows(cols, rows, "json" if args.json else "csv" if args.csv else "table")
     _warn_problems(store, args.store)
-    return 0
+    return OK
 
 
 # Statements `pilot-commit sql` refuses, by their first keyword (DuckDB's error for some of them names neither
@@ -124,7 +125,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         cols += ["status_reason", "missing_steps", "damaged_steps", "problems"]
         _print_rows(cols, [tuple(r[c] for c in cols) for r in runs], "json")
         _warn_problems(store, args.store)
-        return 0
+        return OK
     if any(r["missing_steps"] for r in runs):
         cols += ["problems"]
     shown = [{**r, "steps": steps_done_of_planned(r)} for r in runs]
@@ -135,7 +136,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if r["status"] in ("stopped", "failed", "paused", "waiting", "damaged") and r["status_reason"]:
             sys.stdout.write(f"{r['run_id']} {r['status']}: {r['status_reason']}\n")
     _warn_problems(store, args.store)
-    return 0
+    return OK
 
 
 def steps_done_of_planned(run: dict) -> str:
@@ -168,7 +169,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                                                       for r in live if r["status"] == "waiting"],
                                      "damaged_runs": damaged},
                                     indent=1) + "\n")
-        return 1 if scan.problems else 0
+        return PROBLEMS_FOUND if scan.problems else OK
     for r in stale:
         sys.stdout.write(f"run {r['run_id']}: stopped: {r['status_reason']}\n")
     for r in damaged:
@@ -188,7 +189,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             if p.path:
                 sys.stdout.write(f"  path: {p.path}\n")
             sys.stdout.write(f"  fix:  {p.fix}\n")
-    return 1 if scan.problems else 0
+    return PROBLEMS_FOUND if scan.problems else OK
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -204,7 +205,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                if close else "give --family one of them, or drop it to report every family")
         sys.stderr.write(f"pilot-commit report: no family {args.family!r} in {args.store} (its families: "
                          f"{', '.join(families) or 'none, it holds no run'}). Fix: {fix}.\n")
-        return 2
+        return USER_ERROR
     report = store.report(args.family)
     _warn_problems(store, args.store)
     if args.json:
@@ -226,22 +227,22 @@ def cmd_report(args: argparse.Namespace) -> int:
             paths = write_plots(store, args.plots, args.family)
         except ReportError as exc:
             sys.stderr.write(f"pilot-commit report: {exc}\n")
-            return 2
+            return USER_ERROR
         except OutputRefused as exc:  # a plot's name inside --plots is a folder, a disk, a socket
             sys.stderr.write(f"pilot-commit report: --plots: {exc}.\n")
-            return 2
+            return USER_ERROR
         except (FileExistsError, NotADirectoryError):  # mkdir of --plots or of a folder above it
             sys.stderr.write(f"pilot-commit report: --plots {args.plots} is not a folder (a file is there or above "
                              "it); nothing was written. Fix: give --plots a folder, new or existing.\n")
-            return 2
+            return USER_ERROR
         except OSError as exc:  # a read-only disk, a full one, ...
             sys.stderr.write(f"pilot-commit report: could not write the plots into {args.plots}: "
                              f"{exc.strerror or exc}. Fix: give --plots a folder you can write to.\n")
-            return 2
+            return output_status(exc)
         # with --json, stdout stays one JSON document: where the plots went goes to stderr
         out = sys.stderr if args.json else sys.stdout
         out.write(f"\n{len(paths)} plots in {Path(args.plots).resolve()}:\n" + "".join(f"  {p.name}\n" for p in paths))
-    return 0
+    return OK
 
 
 def prompt_ids_arg(value: str) -> list[int]:
@@ -266,7 +267,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     if args.prompts is None and args.top < 1:
         sys.stderr.write(f"pilot-commit timeline: --top {args.top}: the heatmap needs at least one row. Fix: give "
                          f"--top 1 or more (default {DEFAULT_TOP}), or --prompts.\n")
-        return 2
+        return USER_ERROR
     store = Store(args.store)
     onto_stdout = _is_stdout(args.out)  # --out /dev/stdout: the PNG is stdout, what was written goes to stderr
     sys.stdout.flush()
@@ -275,69 +276,52 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         result = write_timeline(store, args.run, args.out, prompts=args.prompts, top=args.top)
     except TimelineError as exc:
         sys.stderr.write(f"pilot-commit timeline: {exc}\n")
-        return 2
+        return USER_ERROR
     except OutputRefused as exc:  # a folder, a disk, a socket
         sys.stderr.write(f"pilot-commit timeline: --out {exc}.\n")
-        return 2
+        return USER_ERROR
     except BrokenPipeError:
         sys.stderr.write(f"pilot-commit timeline: the reader of {shown_path(args.out)} closed it before the PNG was whole. Fix: "
                          "let the reader take the whole PNG (no `head`), or give --out a PNG file path.\n")
-        return 2
+        return USER_ERROR
     except OSError as exc:  # a read-only disk, a full one, ...
         sys.stderr.write(f"pilot-commit timeline: could not write {shown_path(args.out)}: {exc.strerror or exc}. Fix: give --out "
                          "a PNG file path in a folder you can write to.\n")
-        return 2
+        return output_status(exc)
     _warn_problems(store, args.store)
     shown = result.path.resolve() if result.path.is_file() and not onto_stdout else result.path.absolute()
     (sys.stderr if onto_stdout else sys.stdout).write(f"wrote {shown}: {result.shows()}\n")
-    return 0
+    return OK
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Runs compared by step and by cumulative rollouts as a PNG (pc_pipelines/reports/compare.py): the runs drawn,
-    the SQL behind the plot and the TensorBoard command overlaying the same runs."""
-    from ..reports.compare import (
-        CompareError,
-        compare_query,
-        load_comparison,
-        plot_comparison,
-        tensorboard_dirs,
-        tensorboard_overlay_command,
-    )
+    """Runs compared by step and by cumulative rollouts as a PNG (:func:`~pc_pipelines.reports.compare.compare_runs`):
+    the runs drawn, the SQL behind the plot and the TensorBoard command overlaying the same runs."""
+    from ..reports.compare import CompareError, compare_runs, runs_drawn
 
     store = Store(args.store)
     try:
-        check_user_output(args.out, store.own_paths())  # never over the store it reads
-        lines = load_comparison(store, args.family, args.runs)
+        drawn = compare_runs(store, args.out, args.family, args.runs, tensorboard=installed_command("tensorboard"))
     except CompareError as exc:
         sys.stderr.write(f"pilot-commit compare: {exc}\n")
-        return 2
+        return USER_ERROR
     except OutputRefused as exc:
         sys.stderr.write(f"pilot-commit compare: --out {exc}.\n")
-        return 2
-    which = f"family {args.family}" if args.family is not None and not args.runs else (
-        "the runs named" if args.runs else "every run")
-    try:
-        path = plot_comparison(lines, args.out, f"{which}: {len(lines)} runs by step and by cumulative rollouts")
-    except OutputRefused as exc:
-        sys.stderr.write(f"pilot-commit compare: --out {exc}.\n")
-        return 2
+        return USER_ERROR
     except OSError as exc:
         sys.stderr.write(f"pilot-commit compare: could not write {shown_path(args.out)}: {exc.strerror or exc}. Fix: "
                          "give --out a PNG file path in a folder you can write to.\n")
-        return 2
+        return output_status(exc)
     _warn_problems(store, args.store)
     out = sys.stdout
-    out.write(f"wrote {Path(path).resolve()}: {len(lines)} runs by step and by cumulative rollouts\n")
-    for ln in lines:
+    out.write(f"wrote {Path(drawn.path).resolve()}: {runs_drawn(len(drawn.lines))}\n")
+    for ln in drawn.lines:
         out.write(f"  {ln.label}: {max(ln.step)} steps, {max(ln.cumulative_rollouts):,} rollouts\n")
     exe = installed_command("pilot-commit")  # commands a person pastes: as this shell reaches the scripts
-    out.write(f"the plot's rows: {shell_command(exe, 'sql', '--store', args.store, compare_query(args.family, args.runs))}\n")
-    tb = tensorboard_overlay_command(tensorboard_dirs(store, [ln.run_id for ln in lines]),
-                                     installed_command("tensorboard"))
-    out.write(f"in TensorBoard: {tb}\n" if tb else "in TensorBoard: none of these runs has TensorBoard logs "
-              "(simulated runs write none)\n")
-    return 0
+    out.write(f"the plot's rows: {shell_command(exe, 'sql', '--store', args.store, drawn.query)}\n")
+    out.write(f"in TensorBoard: {drawn.tensorboard}\n" if drawn.tensorboard else "in TensorBoard: none of these runs "
+              "has TensorBoard logs (simulated runs write none)\n")
+    return OK
 
 
 def _is_stdout(path: str) -> bool:
@@ -350,8 +334,7 @@ def _is_stdout(path: str) -> bool:
 
 def _print_report(report: dict) -> None:
     """Table 2 per family, as the CLI's readable table, with the runs it compares."""
-    from ..reports import format_ratio
-    from ..reports.tables import compared_runs_lines, family_smoke_test, format_reached, format_target
+    from ..reports.tables import compared_runs_lines, family_smoke_test, target_rows, target_table_cells
     from ..store.schema import COMPARED_RUN_RULE
 
     for family, fam in report.items():
@@ -360,15 +343,7 @@ def _print_report(report: dict) -> None:
         if caveat:
             sys.stdout.write(f"{caveat}.\n")
         cols = ["seed", "target", "grpo", "dapo", "pc", "grpo/pc", "dapo/pc"]
-        rows = [
-            (s["seed"], format_target(s["target"]),
-             *[format_reached(s["rollouts"][m], (s.get("runs") or {}).get(m, m)) for m in ("grpo", "dapo", "pc")],
-             format_ratio(s["grpo_over_pc"]), format_ratio(s["dapo_over_pc"]))
-            for s in fam["seeds"]
-        ]
-        rows.append(("median", "", "", "", "", format_ratio(fam["median_grpo_over_pc"]),
-                     format_ratio(fam["median_dapo_over_pc"])))
-        _print_rows(cols, rows, "table")
+        _print_rows(cols, [target_table_cells(row) for row in target_rows({family: fam})], "table")
         sys.stdout.write(f"runs compared ({COMPARED_RUN_RULE}):\n"
                          + "".join(f"  {ln}\n" for ln in compared_runs_lines(fam)))
         short = [f"seed {s['seed']}: {s['missing_steps']}" for s in fam["seeds"] if s.get("missing_steps")]

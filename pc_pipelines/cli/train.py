@@ -36,7 +36,7 @@ from pathlib import Path
 from ..errors import ConfigError, installed_command, shell_command
 from ..steps import step_label
 from .args import add_config_args, check_steps, int_arg, progress_bar, run_config, run_name_arg
-from .exits import exit_status
+from .exits import OK, exit_status
 
 log = logging.getLogger("pc_pipelines.cli")
 
@@ -146,7 +146,7 @@ def cmd_base_policy(args: argparse.Namespace) -> int:
     meta = read_meta(path)
     if args.json:
         print(json.dumps(meta))
-        return 0
+        return OK
     ws = meta["warm_start"]
     print(f"base policy: {path}  ({meta['parameters']:,} parameters, {meta['sft_steps_run']} SFT steps in "
           f"{meta['sft_seconds']:.0f} s, CPU kernels {meta['cpu_capability']})")
@@ -161,7 +161,7 @@ def cmd_base_policy(args: argparse.Namespace) -> int:
     for key, h in ws["pass_rate_histogram"].items():
         label = "all" if key == "all" else f"{key}-digit"
         print(f"  {label:>8}  n={h['n']:4d}  {h['below']:.2f} / {h['between']:.2f} / {h['above']:.2f}")
-    return 0
+    return OK
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -278,7 +278,7 @@ def _train(args: argparse.Namespace, stop) -> int:
             sys.stderr.write(f"run {run.run_id} already has {res.last_step} steps (>= --steps {args.steps}); "
                              "nothing to do.\n")
     if args.json:
-        return 0
+        return OK
     curve = store.query("SELECT step, benchmark, accuracy FROM eval_results WHERE run_id = ? ORDER BY step, benchmark",
                         [run.run_id])
     last_step = store.query("SELECT step, mean_reward, trained_rollouts FROM steps WHERE run_id = ? "
@@ -287,7 +287,7 @@ def _train(args: argparse.Namespace, stop) -> int:
                               last_step[0] if last_step else None, cfg.training.eval_samples,
                               cfg.training.eval_temperature, res.checkpoint, res.tensorboard_dir, store.path):
         print(line)
-    return 0
+    return OK
 
 
 def add_parsers(sub) -> None:

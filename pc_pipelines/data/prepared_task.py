@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .benchmarks import BENCHMARK_SPECS, BENCHMARKS, BENCHMARKS_SUBDIR
+from .evaluation_sets import BENCHMARK_SPECS, BENCHMARKS, BENCHMARKS_SUBDIR
 from .prepare import PreparedDataset
 from .readers import DatasetError
 from .task import EvalSet, TaskData

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunError
-from .benchmarks import BENCHMARKS_DATASET
 from .deepmath import DEEPMATH_DATASET
+from .evaluation_sets import BENCHMARKS_DATASET
 from .polaris import POLARIS_DATASET
 from .prepared_task import load_prepared_task
 from .spec import EVAL, ROLES, TRAINING, DatasetSpec

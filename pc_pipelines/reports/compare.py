@@ -2,7 +2,8 @@
 a user names) on one figure, one labelled line per run (``<run id> (<method>)``), training step 1 first and the
 evaluation before training at step 0 with 0 rollouts. The rows are those of :func:`compare_query`, one SQL query
 over the store that the ``run_comparison`` asset and ``pilot-commit compare`` also print; the same runs' TensorBoard
-logs overlay with :func:`tensorboard_overlay_command`.
+logs overlay with :func:`tensorboard_overlay_command`. :func:`compare_runs` is the whole use case (the figure, its
+query, the TensorBoard command) that both render.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..durable import check_user_output
 from ..errors import brief, shell_command, sql_string
 from ..store import Store
 from ..store.names import shown_path
@@ -133,6 +135,47 @@ def plot_comparison(lines: Sequence[RunLine], path: str | Path, title: str) -> P
     fig = comparison_figure(lines, title)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     return save_figure(fig, path)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What :func:`compare_runs` drew: the runs' lines, the PNG, the SQL behind it (:func:`compare_query`) and the
+    TensorBoard command overlaying the same runs (None: none of them has TensorBoard logs)."""
+
+    lines: list[RunLine]
+    path: Path
+    query: str
+    tensorboard: str | None
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [ln.run_id for ln in self.lines]
+
+
+def runs_drawn(runs: int) -> str:
+    """What a comparison drew, in words (the end of its title; ``pilot-commit compare``'s ``wrote`` line)."""
+    return f"{runs} runs by step and by cumulative rollouts"
+
+
+def compared_subject(family: str | None, run_ids: Sequence[str] | None) -> str:
+    """What a comparison shows, in words: ``family <f>``, ``the runs named`` or ``every run``."""
+    if run_ids:
+        return "the runs named"
+    return f"family {family}" if family is not None else "every run"
+
+
+def compare_runs(store: Store, out: str | Path, family: str | None = None, run_ids: Sequence[str] | None = None,
+                 which: str | None = None, tensorboard: str = "tensorboard") -> Comparison:
+    """Compare ``family``'s runs (or ``run_ids``, or every run) into the PNG ``out``, titled
+    ``<which>: <`runs_drawn`>`` (``which`` default: :func:`compared_subject`); ``tensorboard``: how to type TensorBoard in the command.
+    ``out`` is refused before anything is read when it is what the store reads, a folder, a disk
+    (:class:`~pc_pipelines.durable.OutputRefused`). Raises :class:`CompareError` (nothing to compare) and OSError
+    (the PNG could not be written)."""
+    check_user_output(out, store.own_paths())  # never over the store it reads
+    lines = load_comparison(store, family, run_ids)
+    path = plot_comparison(lines, out, f"{which or compared_subject(family, run_ids)}: {runs_drawn(len(lines))}")
+    command = tensorboard_overlay_command(tensorboard_dirs(store, [ln.run_id for ln in lines]), tensorboard)
+    return Comparison(lines=lines, path=path, query=compare_query(family, run_ids), tensorboard=command)
 
 
 def comparison_figure(lines: Sequence[RunLine], title: str):

@@ -1,5 +1,6 @@
 """The reports' numbers as text: counts and ratios (:func:`format_count`, :func:`format_ratio`, shared with the
-studies) and the Markdown tables, rollouts to target (paper Table 2) and the per-method summary."""
+studies), Table 2's rows as every report shows them (:func:`target_rows`: the CLI's table, the report asset's, the
+Markdown) and the Markdown tables, rollouts to target (paper Table 2) and the per-method summary."""
 
 from __future__ import annotations
 
@@ -50,6 +51,44 @@ def length_note(seed_row: Mapping[str, Any]) -> str | None:
             + " steps): each cost is to the common target, but the ratios compare runs given unequal budgets")
 
 
+COMPARED_METHODS = ("grpo", "dapo", "pc")
+"""Table 2's method columns, in order."""
+
+
+def target_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``Store.report()``'s dict as Table 2's rows, each family's seeds then its ``median`` row: ``family``, ``seed``,
+    ``target`` and the two ratios (numbers as stored: each report formats them), a cell per method of
+    :data:`COMPARED_METHODS` (:func:`format_reached`; empty on the median row), ``runs_compared``, ``note`` (a smoke
+    test, runs of different lengths) and ``missing_steps`` (> 0: a compared run lacks steps)."""
+    rows = []
+    for family, fam in report.items():
+        caveat = family_smoke_test(fam)  # a smoke test says so on each row that shows a ratio
+        for s in fam["seeds"]:
+            r, runs, steps = s["rollouts"], s.get("runs") or {}, s.get("steps") or {}
+            rows.append({
+                "family": family, "seed": s["seed"], "target": s["target"],
+                **{m: format_reached(r[m], runs.get(m, m)) for m in COMPARED_METHODS},
+                "grpo_over_pc": s["grpo_over_pc"], "dapo_over_pc": s["dapo_over_pc"],
+                "runs_compared": ", ".join(f"{m}: {runs[m]} ({steps[m]} steps)" if runs.get(m) else f"{m}: no run"
+                                           for m in COMPARED_METHODS),
+                "note": "; ".join(n for n in (caveat, length_note(s)) if n), "missing_steps": s.get("missing_steps") or 0,
+            })
+        rows.append({
+            "family": family, "seed": "median", "target": None, **{m: "" for m in COMPARED_METHODS},
+            "grpo_over_pc": fam["median_grpo_over_pc"], "dapo_over_pc": fam["median_dapo_over_pc"],
+            "runs_compared": "", "note": caveat or "",
+            "missing_steps": max([s.get("missing_steps") or 0 for s in fam["seeds"]], default=0),
+        })
+    return rows
+
+
+def target_table_cells(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """A :func:`target_rows` row as the text tables show it: seed, target, the method cells, the two ratios."""
+    target = "" if row["seed"] == "median" else format_target(row["target"])
+    return (str(row["seed"]), target, *(row[m] for m in COMPARED_METHODS), format_ratio(row["grpo_over_pc"]),
+            format_ratio(row["dapo_over_pc"]))
+
+
 def compared_runs_lines(fam: Mapping[str, Any]) -> list[str]:
     """One line per seed: the run compared for each method (or ``no run``) and its steps, then a line per seed whose
     runs differ in length."""
@@ -90,17 +129,8 @@ def rollouts_to_target_markdown(report: Mapping[str, Any]) -> str:
             "| seed | target | GRPO | DAPO | PC | GRPO/PC | DAPO/PC |",
             "|---:|---:|---:|---:|---:|---:|---:|",
         ]
-        for s in fam["seeds"]:
-            r, runs = s["rollouts"], s.get("runs") or {}
-            cells = [format_reached(r[m], runs.get(m, m)) for m in ("grpo", "dapo", "pc")]
-            lines.append(
-                f"| {s['seed']} | {format_target(s['target'])} | {' | '.join(cells)} | "
-                f"{format_ratio(s['grpo_over_pc'])} | {format_ratio(s['dapo_over_pc'])} |"
-            )
-        lines.append(
-            f"| median | | | | | {format_ratio(fam['median_grpo_over_pc'])} | "
-            f"{format_ratio(fam['median_dapo_over_pc'])} |"
-        )
+        lines += ["|" + "|".join(f" {c} " if c else " " for c in target_table_cells(row)) + "|"
+                  for row in target_rows({family: fam})]
         lines += ["", "Runs compared:", ""] + [f"- {ln}" for ln in compared_runs_lines(fam)]
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n\n" + TARGET_NOTE + "\n"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from ..steps import step_number
 from ..store import Store, StoreError
 from ..store.names import shown_path
 from ..store.rollouts_to_target import first_reaching
-from .fit import RunObservations, fit_simulator
+from .fit import RunObservations, fit_simulator, read_runs
 from .model import Simulation
 
 SMOOTH = 3
@@ -260,6 +261,28 @@ def plan(runs: Sequence[RunObservations], preset: str, fit_steps: int, horizon: 
         out.append(replace(r, first=firsts[r.candidate.name]))
     return Plan(runs=tuple(r.run_id for r in runs), preset=preset, fit_steps=fit_steps, horizon=horizon,
                 seeds=tuple(seeds), resamples=resamples, fit=fit.to_dict(), rows=out)
+
+
+TRUST = "How far to trust it: docs/STUDIES.md, \"The simulator's fitted law against the measured benchmark\""
+"""Where the planner's accuracy was measured (``pilot-commit plan`` and the ``budget_plan`` asset say it)."""
+
+
+def plan_store_runs(store: Store, run_ids: Sequence[str], preset: str | None, fit_steps: int, horizon: int,
+                    seeds: Sequence[int], resamples: int = 0, progress: Callable[[str], None] | None = None) -> Plan:
+    """The planner's use case over a store (``pilot-commit plan``, the ``budget_plan`` asset): read ``run_ids``
+    (:func:`~.fit.read_runs`) and :func:`plan` with ``preset``, by default the first run's (else ``bench``)."""
+    runs = read_runs(store, run_ids)
+    return plan(runs, preset or runs[0].preset or "bench", fit_steps, horizon, seeds, resamples=resamples,
+                progress=progress)
+
+
+def write_plan_plot(p: Plan, path: str | Path, store: Store) -> Path:
+    """:func:`plan_figure` as a PNG at ``path`` (its folder created; never over what ``store`` reads:
+    :class:`~pc_pipelines.durable.OutputRefused`); returns ``path``."""
+    from ..reports.plots import save_figure
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return save_figure(plan_figure(p), path, store.own_paths())
 
 
 def plan_figure(p: Plan):

@@ -35,7 +35,7 @@ from dagster import (
 )
 from pydantic import Field, create_model
 
-from pc_pipelines.data.benchmarks import BENCHMARK_SPECS, BENCHMARKS, BENCHMARKS_DATASET, prepare_benchmarks
+from pc_pipelines.data.evaluation_sets import BENCHMARK_SPECS, BENCHMARKS, BENCHMARKS_DATASET, prepare_benchmarks
 from pc_pipelines.data.expectations import (
     CHECK_NO_BINARY,
     CHECK_NON_EMPTY,

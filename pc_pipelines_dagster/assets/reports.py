@@ -34,19 +34,10 @@ from pydantic import Field
 from pc_pipelines.durable import OutputRefused, check_user_output
 from pc_pipelines.errors import ConfigError, installed_command, shell_command
 from pc_pipelines.reports import ReportError, build_report, method_label
-from pc_pipelines.reports.compare import (
-    CompareError,
-    compare_query,
-    load_comparison,
-    plot_comparison,
-    tensorboard_dirs,
-    tensorboard_overlay_command,
-)
-from pc_pipelines.reports.plots import save_figure
-from pc_pipelines.reports.tables import family_smoke_test, format_reached, length_note, significant
+from pc_pipelines.reports.compare import CompareError, compare_runs
+from pc_pipelines.reports.tables import family_smoke_test, significant, target_rows
 from pc_pipelines.reports.timeline import DEFAULT_TOP, RECENT_RUNS, TimelineError, recent_runs, write_timeline
-from pc_pipelines.simulator.fit import read_runs
-from pc_pipelines.simulator.plan import plan, plan_figure, plannable_runs
+from pc_pipelines.simulator.plan import TRUST, plan_store_runs, plannable_runs, write_plan_plot
 from pc_pipelines.store import StoreError
 from pc_pipelines.store.schema import COMPARED_RUN_RULE
 from pc_pipelines_dagster.resources import StoreResource
@@ -104,27 +95,11 @@ SUMMARY_SCHEMA = TableSchema(columns=[
 
 
 def target_records(report: dict) -> list[TableRecord]:
-    """``Store.report()``'s rows (family, seed) as table records, each family closed by its median row."""
-    rows = []
-    for family, fam in report.items():
-        caveat = family_smoke_test(fam)  # a smoke test says so on each row that shows a ratio
-        for s in fam["seeds"]:
-            r, runs, steps = s["rollouts"], s.get("runs") or {}, s.get("steps") or {}
-            rows.append(TableRecord({
-                "family": family, "seed": str(s["seed"]), "target": significant(s["target"]),
-                **{m: format_reached(r[m], runs.get(m, m)) for m in ("grpo", "dapo", "pc")},
-                "grpo_over_pc": significant(s["grpo_over_pc"]), "dapo_over_pc": significant(s["dapo_over_pc"]),
-                "runs_compared": ", ".join(f"{m}: {runs[m]} ({steps[m]} steps)" if runs.get(m) else f"{m}: no run"
-                                           for m in ("grpo", "dapo", "pc")),
-                "note": "; ".join(n for n in (caveat, length_note(s)) if n), "missing_steps": s.get("missing_steps") or 0,
-            }))
-        rows.append(TableRecord({
-            "family": family, "seed": "median", "target": None, "grpo": "", "dapo": "", "pc": "",
-            "grpo_over_pc": significant(fam["median_grpo_over_pc"]),
-            "dapo_over_pc": significant(fam["median_dapo_over_pc"]), "runs_compared": "", "note": caveat or "",
-            "missing_steps": max([s.get("missing_steps") or 0 for s in fam["seeds"]], default=0),
-        }))
-    return rows
+    """``Store.report()``'s rows (family, seed; :func:`~pc_pipelines.reports.tables.target_rows`) as table records,
+    each family closed by its median row."""
+    return [TableRecord({**row, "seed": str(row["seed"]), "target": significant(row["target"]),
+                         "grpo_over_pc": significant(row["grpo_over_pc"]),
+                         "dapo_over_pc": significant(row["dapo_over_pc"])}) for row in target_rows(report)]
 
 
 def summary_records(rows: list[dict]) -> list[TableRecord]:
@@ -274,23 +249,19 @@ def run_comparison(context: AssetExecutionContext, config: ComparisonConfig, sto
     sections, sql, labels, commands = [], {}, {}, {}
     for name, (family, run_ids) in groups.items():
         try:
-            lines = load_comparison(st, family, run_ids)
+            drawn = compare_runs(st, out_dir / f"compare_{re.sub(r'[^A-Za-z0-9._-]', '_', name)}.png", family, run_ids,
+                                 which=name, tensorboard=installed_command("tensorboard", from_cwd=False))
         except CompareError as exc:
             if config.family is None and not config.run_ids:  # a family of registered runs with no step yet
                 context.log.info("run_comparison: %s", exc)
                 continue
             raise Failure(str(exc)) from exc
-        png = plot_comparison(lines, out_dir / f"compare_{re.sub(r'[^A-Za-z0-9._-]', '_', name)}.png",
-                              f"{name}: {len(lines)} runs by step and by cumulative rollouts")
-        query = compare_query(family, run_ids)
         # pasted into any terminal: the scripts by their absolute path unless PATH finds them
-        sql[name] = sql_command(st.path, query)
-        labels[name] = [ln.label for ln in lines]
-        tb = tensorboard_overlay_command(tensorboard_dirs(st, [ln.run_id for ln in lines]),
-                                         installed_command("tensorboard", from_cwd=False))
-        commands[name] = tb or "no run here has TensorBoard logs (simulated runs write none)"
-        context.log.info("run_comparison: %s: %s -> %s", name, ", ".join(labels[name]), png)
-        sections.append(f"### {name}: {', '.join(f'`{lb}`' for lb in labels[name])}\n\n{_embedded(png)}")
+        sql[name] = sql_command(st.path, drawn.query)
+        labels[name] = [ln.label for ln in drawn.lines]
+        commands[name] = drawn.tensorboard or "no run here has TensorBoard logs (simulated runs write none)"
+        context.log.info("run_comparison: %s: %s -> %s", name, ", ".join(labels[name]), drawn.path)
+        sections.append(f"### {name}: {', '.join(f'`{lb}`' for lb in labels[name])}\n\n{_embedded(drawn.path)}")
     if not sections:
         raise Failure(f"no run in {st.path} has a recorded step yet, so there is nothing to compare. Fix: train or "
                       "simulate runs first, then materialize again.")
@@ -345,15 +316,13 @@ def budget_plan(context: AssetExecutionContext, config: PlanConfig, store: Store
     png = _out_dir(st, config.out_dir) / "budget_plan.png"
     try:
         run_ids = list(config.run_ids) if config.run_ids else plannable_runs(st, config.fit_steps, config.family)
-        runs = read_runs(st, run_ids)
-        preset = config.preset or runs[0].preset or "bench"
-        result = plan(runs, preset, config.fit_steps, config.horizon, config.seeds, resamples=config.resamples,
-                      progress=lambda msg: context.log.info("budget_plan: %s", msg))
+        result = plan_store_runs(st, run_ids, config.preset, config.fit_steps, config.horizon, config.seeds,
+                                 resamples=config.resamples,
+                                 progress=lambda msg: context.log.info("budget_plan: %s", msg))
     except (ConfigError, StoreError) as exc:
         raise Failure(str(exc)) from exc
-    png.parent.mkdir(parents=True, exist_ok=True)
     try:
-        save_figure(plan_figure(result), png, st.own_paths())
+        write_plan_plot(result, png, st)
     except OutputRefused as exc:
         raise Failure(f"out_dir: {exc}.") from exc
     best = shell_command(installed_command("pilot-commit", from_cwd=False), *result.train_args())
@@ -367,8 +336,7 @@ def budget_plan(context: AssetExecutionContext, config: PlanConfig, store: Store
             "best_command": MetadataValue.md(f"```\n{best}\n```"),
             "runs": MetadataValue.json(list(result.runs)),
             "fit": MetadataValue.json(result.fit["sim"]),
-            "trust": MetadataValue.md("How far to trust it: docs/STUDIES.md, \"The simulator's fitted law against "
-                                      "the measured benchmark\" (the order of the methods, not their ratios within 25%)."),
+            "trust": MetadataValue.md(f"{TRUST} (the order of the methods, not their ratios within 25%)."),
             "plot_path": MetadataValue.path(str(png.resolve())),
         }
     )

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pc_pipelines.data.benchmarks import BENCHMARK_SPECS, SMALL_SET_K
+from pc_pipelines.data.evaluation_sets import BENCHMARK_SPECS, SMALL_SET_K
 from pc_pipelines.data.prepared_task import to_task_data
 from pc_pipelines.data.task import EvalSet
 from pc_pipelines.evaluation import EvalResult, evaluate_sets

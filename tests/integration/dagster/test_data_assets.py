@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, AssetSelection, Definitions, materialize
 
-from pc_pipelines.data.benchmarks import EVAL_SETS_DIR
+from pc_pipelines.data.evaluation_sets import EVAL_SETS_DIR
 from pc_pipelines.data.prepare import PREPARED_SCHEMA, QUARANTINE_SCHEMA, problem_id
 from pc_pipelines_dagster.assets import arith_task, base_policy
 from pc_pipelines_dagster.assets.data import DATA_ASSETS, DATA_CHECKS, benchmarks, deepmath, polaris

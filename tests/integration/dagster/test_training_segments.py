@@ -291,7 +291,7 @@ def test_a_run_on_a_prepared_dataset_evaluates_on_heldout_and_benchmarks(tmp_pat
     import pyarrow.parquet as pq
 
     from pc_pipelines.config import resolve
-    from pc_pipelines.data.benchmarks import BENCHMARKS
+    from pc_pipelines.data.evaluation_sets import BENCHMARKS
     from pc_pipelines.data.tokenizer import build_tokenizer
     from pc_pipelines.training.base_policy import model_config
 

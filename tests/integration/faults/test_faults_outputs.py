@@ -194,6 +194,72 @@ def test_report_plots_into_a_file_is_refused_and_a_device_among_the_plots_is_kep
             whole_png(p.read_bytes())
 
 
+# ---- a failed write exits 1, a user error 2 (cli/exits.py; issue 56 point 4) ---------------------------------------
+def read_only_folder(tmp_path: Path) -> Path:
+    """A folder no file can be created in: as root (whom permissions do not stop) /sys, else a folder mode 0555."""
+    if os.geteuid() == 0:
+        return Path("/sys")
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o555)
+    return ro
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (every write: ENOSPC)")
+@pytest.mark.parametrize("command", ["timeline", "compare", "report"])
+def test_a_store_command_whose_output_hits_a_full_disk_exits_1(store, untouched, tmp_path, command):
+    """/dev/full: a real device whose every write fails with ENOSPC (no space left on device). Before, exit 2 (the
+    table of cli/exits.py says 1 for a failed write)."""
+    db = str(store / "runs.duckdb")
+    if command == "report":  # the first plot streamed into /dev/full through a link
+        plots = tmp_path / "figs"
+        plots.mkdir()
+        (plots / "accuracy_vs_rollouts.png").symlink_to("/dev/full")
+        args, what = ("report", "--store", db, "--plots", str(plots)), f"could not write the plots into {plots}"
+    else:
+        args = (command, "--store", db, "--out", "/dev/full", *(["--run", "pc-run"] if command == "timeline" else []))
+        what = "could not write /dev/full"
+    res = cli(*args)
+    err = res.stderr.decode()
+    assert res.returncode == 1, (res.returncode, err[-2000:])
+    assert f"pilot-commit {command}: {what}: No space left on device. Fix:" in err and "Traceback" not in err, err
+    assert len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("command", ["timeline", "compare", "report"])
+def test_a_store_command_writing_into_a_read_only_folder_exits_1(store, untouched, tmp_path, command):
+    ro = read_only_folder(tmp_path)
+    db = str(store / "runs.duckdb")
+    if command == "report":
+        args, what = ("report", "--store", db, "--plots", str(ro)), f"could not write the plots into {ro}"
+    else:
+        out = ro / "x.png"
+        args = (command, "--store", db, "--out", str(out), *(["--run", "pc-run"] if command == "timeline" else []))
+        what = f"could not write {out}"
+    try:
+        res = cli(*args)
+    finally:
+        if ro != Path("/sys"):
+            ro.chmod(0o755)
+    err = res.stderr.decode()
+    assert res.returncode == 1, (res.returncode, err[-2000:])
+    assert f"pilot-commit {command}: {what}: Permission denied. Fix:" in err and "Traceback" not in err, err
+    assert not list(tmp_path.glob("**/*.png"))
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("compare", "--runs", "no-such-run", "--out", "{tmp}/c.png"), "pilot-commit compare: no run 'no-such-run'"),
+    (("timeline", "--run", "no-such-run", "--out", "{tmp}/t.png"), "pilot-commit timeline: no run 'no-such-run'"),
+    (("compare", "--out", "{tmp}"), "pilot-commit compare: --out {tmp} is a directory"),
+    (("report", "--family", "nope"), "pilot-commit report: no family 'nope'"),
+])
+def test_a_store_command_given_a_wrong_name_or_path_exits_2(store, untouched, tmp_path, args, words):
+    res = cli(args[0], "--store", str(store / "runs.duckdb"), *(a.replace("{tmp}", str(tmp_path)) for a in args[1:]))
+    err = res.stderr.decode()
+    assert res.returncode == 2, (res.returncode, err[-2000:])
+    assert err.startswith(words.replace("{tmp}", str(tmp_path))) and "Fix:" in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 # ---- convert_pickled_payloads --------------------------------------------------------------------------------------
 def pickled_payloads(folder: Path, starts: list[int], meta_info: dict, index_starts: list[int] | None = None) -> Path:
     """A payload directory of the old format, as verl's ``DataProto.save_to_disk`` wrote it: ``<start>.pkl`` per

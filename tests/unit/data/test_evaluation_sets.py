@@ -1,4 +1,4 @@
-"""Benchmark adapters (pc_pipelines.data.benchmarks): the six real files shipped in the package, their sha256 check,
+"""Benchmark adapters (pc_pipelines.data.evaluation_sets): the six real files shipped in the package, their sha256 check,
 and small files for the error paths."""
 
 import hashlib
@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from pc_pipelines.data.benchmarks import (
+from pc_pipelines.data.evaluation_sets import (
     BENCHMARK_SPECS,
     BENCHMARKS,
     EVAL_SETS_DIR,

@@ -158,7 +158,7 @@ def _resolve(directory: str | os.PathLike | None, names: Sequence[str] | None) -
     if unknown:
         raise DatasetError(
             f"unknown benchmark name(s) {unknown}; known: {list(BENCHMARKS)}. Fix: pick names from that list "
-            "(each needs an answer adapter in pc_pipelines/data/benchmarks.py)."
+            "(each needs an answer adapter in pc_pipelines/data/evaluation_sets.py)."
         )
     d = Path(directory if directory is not None else EVAL_SETS_DIR).expanduser()
     if not d.is_dir():
