@@ -22,6 +22,7 @@ from dagster import (
     materialize,
 )
 
+from pc_pipelines.cli.exits import OK, RUN_FAILED, USER_ERROR
 from pc_pipelines.cli.train import transformers_bars_off
 from pc_pipelines.config import PC_ONLY_FIELDS, parse_overrides, resolve
 from pc_pipelines.errors import ConfigError, installed_command, shell_command
@@ -77,11 +78,11 @@ def demo(argv: list[str] | None = None) -> int:
             resolve(args.preset, parse_overrides(_method_overrides(args.overrides, method)), method=method,
                     seed=args.seed)
     except ConfigError as exc:
-        p.exit(2, f"{p.prog}: configuration error: {exc}\n")
+        p.exit(USER_ERROR, f"{p.prog}: configuration error: {exc}\n")
     for method in args.methods.split(","):  # and each run's start_run config, as its launch would check it
         problems = launch_problems(_start_config(args, method))
         if problems:
-            p.exit(2, "".join(f"{p.prog}: configuration error: {m}\n" for m in problems.values()))
+            p.exit(USER_ERROR, "".join(f"{p.prog}: configuration error: {m}\n" for m in problems.values()))
     logging.basicConfig(level=logging.WARNING)
     t0 = time.monotonic()
     root = args.root.rstrip("/")
@@ -104,7 +105,7 @@ def demo(argv: list[str] | None = None) -> int:
             signum = stop.signum or getattr(exc, "signum", signal.SIGINT)
             say(f"stopped by {signal.Signals(signum).name}; nothing else was started. Run the same command again: "
                 "the stopped segment resumes from its checkpoint.")
-            return 128 + signum
+            return StopRequested(signum).exit_code
 
 
 def _demo(args: argparse.Namespace, res: dict, instance: DagsterInstance, say, stop: StopFlag) -> int:
@@ -183,8 +184,8 @@ def _demo(args: argparse.Namespace, res: dict, instance: DagsterInstance, say, s
         say("`make ui` shows these materializations at http://127.0.0.1:3000")
     if failed:
         say(f"{len(failed)} segment run(s) failed: {', '.join(failed)} (their logs are above)")
-        return 1
-    return 0
+        return RUN_FAILED
+    return OK
 
 
 def _failure(result) -> str | None:
