@@ -308,7 +308,9 @@ def check_golds(
     dt = time.perf_counter() - t0
     bad = sum(v is not None for v in result.values())
     log.info("checked %d distinct golds with %d worker(s) in %.2f s: %d unparsable", len(unique), workers, dt, bad)
-    if cached_at is not None:
+    from pc_pipelines.rewards._verify import HUNG_NOTE
+
+    if cached_at is not None and not any(v is not None and HUNG_NOTE in v for v in result.values()):
         _store_golds(cached_at, result, {g: f for g, f in (forms or {}).items() if g in result})
     return result
 

@@ -31,6 +31,10 @@ T = TypeVar("T")
 
 # Outcome names exchanged between the verifier and the grader (values of math.GradeOutcome).
 CORRECT, WRONG, UNPARSABLE, TIMEOUT = "correct", "wrong", "unparsable", "timeout"
+HUNG = "hung"
+"""Not a verdict: the call hit the wall-clock backstop twice without using up its CPU-time deadline (the process was
+stopped or starved for minutes). Graded as a timeout, never cached."""
+HUNG_NOTE = "without using its CPU-time deadline (process stopped or starved; not cached)"
 
 GOLD_MIN_TIMEOUT_S = 5.0
 """A gold is parsed once per distinct gold, under max(timeout_s, 5 s): a load spike must not turn a good gold
@@ -41,8 +45,18 @@ GOLD_RETRY_TIMEOUT_S = 60.0
 busy machine (CI running two test suites on 2 cores) a benchmark gold that takes ~5 ms idle once took over 5 s, and
 a good problem was quarantined. A gold that really hangs costs this once (the result is cached)."""
 
+WALL_BACKSTOP_MIN_S = 60.0
+WALL_BACKSTOP_FACTOR = 30.0
+"""Deadlines are CPU time (see AlarmGuard); the wall-clock limit behind one of ``t`` CPU seconds is
+``max(WALL_BACKSTOP_MIN_S, WALL_BACKSTOP_FACTOR * t)``: a hang guard, never reached by a loaded machine's slowness."""
+
+_MAX_TIMER_S = 1e6
+"""setitimer's limit here (a larger value overflows time_t): ~11 days, i.e. no deadline."""
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
 _REFIRE_S = 0.05
-"""After the deadline the alarm re-fires every 50 ms, in case library code swallowed the first exception with a
+"""After the deadline the timer re-fires every 50 ms (of CPU time), in case library code swallowed the first exception with a
 bare ``except:`` and carried on computing."""
 
 
@@ -63,32 +77,61 @@ class _Deadline(BaseException):
 
 def alarm_available() -> bool:
     """True when SIGALRM-based deadlines work here: POSIX, and the calling thread is the main thread."""
-    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    return (
+        hasattr(signal, "setitimer") and hasattr(signal, "SIGPROF")
+    ) and threading.current_thread() is threading.main_thread()
+
+
+def wall_backstop(timeout_s: float) -> float:
+    """The wall-clock limit behind a CPU-time deadline of ``timeout_s``: only a hang guard (a call that waits without
+    computing), far beyond what load can stretch a deadline to (2 cores at load 13 give a process ~15 % of a core)."""
+    return max(WALL_BACKSTOP_MIN_S, WALL_BACKSTOP_FACTOR * timeout_s)
 
 
 class AlarmGuard:
-    """Runs callables under a wall-clock deadline using ``setitimer(ITIMER_REAL)`` + SIGALRM.
+    """Runs callables under a deadline in CPU seconds of the calling (main) thread, so that a verdict does not depend
+    on how busy the machine is: ``setitimer(ITIMER_PROF)`` + SIGPROF, whose handler checks ``time.thread_time()``
+    (ITIMER_PROF counts the whole process: CPU used by other threads re-arms it for the rest). Behind it a wall-clock
+    backstop, ``setitimer(ITIMER_REAL)`` + SIGALRM at :func:`wall_backstop`, against a call that hangs without
+    computing; ``run`` reports that one apart (``backstop_hit``), as it is not a verdict on the input.
 
-    Use as a context manager around a series of calls (the handler is installed once) and call ``run`` per item.
-    A previously installed SIGALRM handler and a pending ITIMER_REAL timer (e.g. pytest-timeout's) are restored
-    on exit; if that outer timer would have fired while we held the alarm, it is re-armed to fire right away.
+    Use as a context manager around a series of calls (the handlers are installed once) and call ``run`` per item.
+    Previously installed SIGALRM / SIGPROF handlers and pending ITIMER_REAL / ITIMER_PROF timers (e.g.
+    pytest-timeout's) are restored on exit; if such an outer timer would have fired while we held it, it is re-armed
+    to fire right away.
     """
 
     def __init__(self) -> None:
         self._active = False
         self._old_handler: Any = None
+        self._old_prof_handler: Any = None
         self._old_timer: tuple[float, float] = (0.0, 0.0)
+        self._old_prof_timer: tuple[float, float] = (0.0, 0.0)
         self._entered_at = 0.0
+        self._entered_cpu = 0.0
         self._old_unraisablehook: Any = None
+        self._cpu_deadline = 0.0  # time.thread_time() at which the running call's deadline passes
+        self.backstop_hit = False
+        """True when the last ``run`` ended on the wall-clock backstop (not on its CPU-time deadline)."""
 
-    def _handler(self, signum, frame):
+    def _handler(self, signum, frame):  # SIGALRM: the wall-clock backstop
         if self._active:
+            self.backstop_hit = True
             raise _Deadline()
+
+    def _prof_handler(self, signum, frame):  # SIGPROF: process CPU time passed; the deadline is this thread's
+        if not self._active:
+            return
+        left = self._cpu_deadline - time.thread_time()
+        if left > 0:  # other threads' CPU fired it early: wait for the rest of ours
+            signal.setitimer(signal.ITIMER_PROF, max(left, 1e-3), _REFIRE_S)
+            return
+        raise _Deadline()
 
     def _unraisablehook(self, args) -> None:
         """Drops a deadline that landed where Python cannot raise (a ``__del__``, a weakref or gc callback).
 
-        Such a deadline is lost, not harmful: the alarm re-fires every ``_REFIRE_S`` until ``run`` sees one. What
+        Such a deadline is lost, not harmful: the timer re-fires every ``_REFIRE_S`` until ``run`` sees one. What
         must not happen is reporting it: the default hook (and pytest's) formats the traceback, which at sympy's
         recursion depth itself fails with RecursionError. Every other unraisable goes to the previous hook.
         """
@@ -98,10 +141,13 @@ class AlarmGuard:
 
     def __enter__(self) -> AlarmGuard:
         if not alarm_available():
-            raise RuntimeError("AlarmGuard needs SIGALRM on the main thread")
+            raise RuntimeError("AlarmGuard needs SIGALRM and SIGPROF on the main thread")
         self._old_handler = signal.signal(signal.SIGALRM, self._handler)
+        self._old_prof_handler = signal.signal(signal.SIGPROF, self._prof_handler)
         self._old_timer = signal.setitimer(signal.ITIMER_REAL, 0)
+        self._old_prof_timer = signal.setitimer(signal.ITIMER_PROF, 0)
         self._entered_at = time.monotonic()
+        self._entered_cpu = time.process_time()
         self._old_unraisablehook = sys.unraisablehook
         sys.unraisablehook = self._unraisablehook
         return self
@@ -110,30 +156,35 @@ class AlarmGuard:
         self._disarm()
         if sys.unraisablehook == self._unraisablehook:  # someone may have replaced it since: leave theirs alone
             sys.unraisablehook = self._old_unraisablehook
-        signal.signal(
-            signal.SIGALRM,
-            self._old_handler if self._old_handler is not None else signal.SIG_DFL,
-        )
-        delay, interval = self._old_timer
-        if delay > 0:
-            left = delay - (time.monotonic() - self._entered_at)
-            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-4), interval)
+        for signum, old in ((signal.SIGALRM, self._old_handler), (signal.SIGPROF, self._old_prof_handler)):
+            signal.signal(signum, old if old is not None else signal.SIG_DFL)
+        for which, (delay, interval), used in (
+            (signal.ITIMER_REAL, self._old_timer, time.monotonic() - self._entered_at),
+            (signal.ITIMER_PROF, self._old_prof_timer, time.process_time() - self._entered_cpu),
+        ):
+            if delay > 0:
+                signal.setitimer(which, max(delay - used, 1e-4), interval)
 
     def _disarm(self) -> None:
-        while True:  # a last alarm may land inside this block: retry until both statements ran
+        while True:  # a last signal may land inside this block: retry until all three statements ran
             try:
                 self._active = False
+                signal.setitimer(signal.ITIMER_PROF, 0)
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 return
             except _Deadline:
                 continue
 
     def run(self, fn: Callable[..., T], timeout_s: float, *args) -> tuple[bool, T | None]:
-        """``(True, fn(*args))``, or ``(False, None)`` if the deadline passed first. Other exceptions propagate."""
+        """``(True, fn(*args))``, or ``(False, None)`` if ``timeout_s`` CPU seconds (or the wall-clock backstop,
+        then ``backstop_hit`` is True) passed first. Other exceptions propagate."""
+        self.backstop_hit = False
         try:
             try:
+                self._cpu_deadline = time.thread_time() + timeout_s
                 self._active = True
-                signal.setitimer(signal.ITIMER_REAL, timeout_s, _REFIRE_S)
+                signal.setitimer(signal.ITIMER_REAL, min(wall_backstop(timeout_s), _MAX_TIMER_S), _REFIRE_S)
+                signal.setitimer(signal.ITIMER_PROF, min(timeout_s, _MAX_TIMER_S), _REFIRE_S)
                 out = fn(*args)
             finally:
                 self._disarm()
@@ -326,30 +377,45 @@ def gold_under_guard(cache: GoldCache, guard: AlarmGuard, gold: str, timeout_s: 
     if hit is not None:
         return hit
     timeout_s = gold_timeout(timeout_s)
+    hung = False
     try:
         ok, parsed = guard.run(parse_gold, timeout_s, gold)
-        if not ok:  # a load spike, or a gold that really hangs: once more with a long deadline
+        if not ok:  # a gold that really computes that long, or a hang: once more with a long deadline
             ok, parsed = guard.run(parse_gold, GOLD_RETRY_TIMEOUT_S, gold)
-        value = (True, parsed) if ok else (
-            False, f"parsing it took longer than the {timeout_s:g} s timeout, and {GOLD_RETRY_TIMEOUT_S:g} s on a retry")
+            hung = not ok and guard.backstop_hit
+        if ok:
+            value = (True, parsed)
+        elif hung:
+            value = (False, f"parsing it hit the {wall_backstop(GOLD_RETRY_TIMEOUT_S):g} s wall-clock limit {HUNG_NOTE}")
+        else:
+            value = (False, f"parsing it took longer than the {timeout_s:g} s timeout, and {GOLD_RETRY_TIMEOUT_S:g} s "
+                     "on a retry")
     except GoldError as e:
         value = (False, str(e))
     except Exception as e:  # math-verify/sympy internals: any failure is "unparsable gold"
         value = (False, f"parsing it raised {type(e).__name__}: {e}")
-    cache.put(gold, value)
+    if not hung:
+        cache.put(gold, value)
     return value
 
 
 def answer_under_guard(guard: AlarmGuard, answer: str, gold_parsed: list, timeout_s: float) -> str:
-    """The outcome name of one (answer, parsed gold) pair under the deadline; never raises."""
-    try:
-        ok, outcome = guard.run(check_answer, timeout_s, answer, gold_parsed)
-    except RecursionError:
-        return UNPARSABLE
-    except Exception:
-        log.debug("verification raised; graded unparsable", exc_info=True)
-        return UNPARSABLE
-    return outcome if ok else TIMEOUT
+    """The outcome name of one (answer, parsed gold) pair under the deadline; never raises. A run that hits the
+    wall-clock backstop is run once more; a second such hit is HUNG (not a verdict)."""
+    for _ in range(2):
+        try:
+            ok, outcome = guard.run(check_answer, timeout_s, answer, gold_parsed)
+        except RecursionError:
+            return UNPARSABLE
+        except Exception:
+            log.debug("verification raised; graded unparsable", exc_info=True)
+            return UNPARSABLE
+        if ok:
+            return outcome
+        if not guard.backstop_hit:
+            return TIMEOUT
+        log.warning("math grading hit the wall-clock backstop on answer %.80r %s", answer, HUNG_NOTE)
+    return HUNG
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -509,29 +575,52 @@ class Worker:
                 proc.wait()
 
     # -- requests ----------------------------------------------------------------------------------------------
-    def _recv(self, limit: float) -> tuple | None:
-        """The next reply, or None if none came within ``limit`` seconds (or the worker died)."""
+    def _cpu_s(self) -> float | None:
+        """The worker's CPU seconds so far (user + system, from ``/proc``), or None where that cannot be read."""
         try:
-            if self._conn.poll(limit):
-                return self._conn.recv()
-        except (EOFError, OSError):
-            pass
-        return None
+            fields = Path(f"/proc/{self._proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+        except (OSError, ValueError, IndexError, AttributeError):
+            return None
+
+    def _recv(self, cpu_limit: float) -> tuple[tuple | None, str]:
+        """``(reply, "")``, or ``(None, why)`` when the worker used ``cpu_limit`` CPU seconds (why ``"cpu"``), ran
+        past the wall-clock backstop ``wall_backstop(cpu_limit)`` (``"wall"``: not a verdict) or died (``"dead"``)
+        first. Where the worker's CPU time cannot be read, ``cpu_limit`` is wall-clock time (``"cpu"``)."""
+        start_cpu = self._cpu_s()
+        start = time.monotonic()
+        wall_limit = wall_backstop(cpu_limit) if start_cpu is not None else cpu_limit
+        while True:
+            waited = time.monotonic() - start
+            try:
+                if self._conn.poll(max(0.0, min(0.05, wall_limit - waited))):
+                    return self._conn.recv(), ""
+            except (EOFError, OSError):
+                return None, "dead"
+            if self._proc.poll() is not None:
+                return None, "dead"
+            now_cpu = self._cpu_s() if start_cpu is not None else None
+            if now_cpu is not None and now_cpu - start_cpu >= cpu_limit:
+                return None, "cpu"
+            if time.monotonic() - start >= wall_limit:
+                return None, "wall" if start_cpu is not None else "cpu"
 
     def check_golds(self, golds: list[str]) -> dict[str, str | None]:
         """gold -> None (parsable) or the reason it is not. A gold whose parse hangs past the hard deadline is
-        reported as not parsable (the worker is replaced)."""
+        reported as not parsable (the worker is replaced); past the wall-clock backstop, with ``HUNG_NOTE``."""
         out: dict[str, str | None] = {}
         todo = list(golds)
         while todo:
             self._ensure_ready()
             self._conn.send(("golds", todo))
             for gold in todo:
-                reply = self._recv(gold_deadline(self.timeout_s) + self.grace_s)
+                reply, why = self._recv(gold_deadline(self.timeout_s) + self.grace_s)
                 if reply is None:
                     out[gold] = (
                         f"parsing it took longer than the {gold_deadline(self.timeout_s):g} s timeout with its retry "
-                        "(worker killed)"
+                        "(worker killed)" if why != "wall" else
+                        f"parsing it hit the {wall_backstop(gold_deadline(self.timeout_s)):g} s wall-clock limit "
+                        f"{HUNG_NOTE}"
                     )
                     self._kill("gold parse past the hard deadline")
                     break
@@ -540,27 +629,35 @@ class Worker:
         return out
 
     def grade_pairs(self, pairs: list[tuple[str, str]]) -> list[str]:
-        """Outcome names for (answer, gold) pairs whose golds were checked; a pair that hits the hard deadline or
-        takes the worker down is TIMEOUT, the worker is replaced and the rest are sent again."""
+        """Outcome names for (answer, gold) pairs whose golds were checked; a pair that hits the hard deadline (CPU
+        time) or takes the worker down is TIMEOUT, the worker is replaced and the rest are sent again. A pair that
+        hits the wall-clock backstop is sent once more, and is HUNG (not a verdict) the second time."""
         out: list[str | None] = [None] * len(pairs)
         pending = list(range(len(pairs)))
+        hung_once: set[int] = set()
         while pending:
             self._ensure_ready()
             self._conn.send(("pairs", [pairs[i] for i in pending]))
             done = 0
             for j in range(len(pending)):
                 limit = self.timeout_s + self.grace_s
-                reply = self._recv(limit)
+                reply, why = self._recv(limit)
                 while reply is not None and reply[0] in ("gold_start", "beat"):
                     if reply[0] == "gold_start":
                         limit = gold_deadline(self.timeout_s) + self.grace_s
                     else:
                         limit = self.timeout_s + self.grace_s
-                    reply = self._recv(limit)
+                    reply, why = self._recv(limit)
                 if reply is None:
-                    out[pending[j]] = TIMEOUT
-                    done = j + 1
-                    self._kill("answer verification past the hard deadline" if self._proc.poll() is None else "it died")
+                    i = pending[j]
+                    if why == "wall" and i not in hung_once:
+                        hung_once.add(i)
+                        done = j  # sent again, after a fresh worker starts
+                    else:
+                        out[i] = HUNG if why == "wall" else TIMEOUT
+                        done = j + 1
+                    self._kill({"cpu": "answer verification past the hard deadline", "dead": "it died",
+                                "wall": f"no reply within the wall-clock limit {HUNG_NOTE}"}[why])
                     break
                 out[pending[reply[1]]] = reply[2]
                 done = j + 1

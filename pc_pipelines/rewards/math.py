@@ -106,6 +106,7 @@ _VERIFIED = {
     _v.WRONG: GradeOutcome.WRONG,
     _v.UNPARSABLE: GradeOutcome.UNPARSABLE,
     _v.TIMEOUT: GradeOutcome.TIMEOUT,
+    _v.HUNG: GradeOutcome.TIMEOUT,  # the wall-clock backstop, twice: graded as a timeout but never cached
 }
 
 _HARD_DEADLINE_GRACE_S = 0.5
@@ -211,7 +212,8 @@ class MathGrader:
                 st.cache_misses += len(keys)
                 names = self._verify_worker(keys) if use_worker else self._verify_inline(keys)
                 for key, name in zip(keys, names):
-                    self._cache_put(key, name)
+                    if name != _v.HUNG:
+                        self._cache_put(key, name)
                     if name == _v.TIMEOUT:
                         log.info(
                             "math grading timed out after %.3g s on answer %.80r",
@@ -329,8 +331,13 @@ class MathGrader:
             unknown = [g for g in golds if self._golds_worker.get(g) is None]
             if unknown:
                 for g, reason in self._get_worker().check_golds(unknown).items():
-                    self._golds_worker.put(g, (reason is None, reason))
+                    if reason is not None and _v.HUNG_NOTE in reason:
+                        bad[g] = reason  # not a verdict on the gold: not remembered
+                    else:
+                        self._golds_worker.put(g, (reason is None, reason))
             for g in golds:
+                if g in bad:
+                    continue
                 ok, reason = self._golds_worker.get(g)  # type: ignore[misc]
                 if not ok:
                     bad[g] = reason
@@ -340,8 +347,12 @@ class MathGrader:
                 _v.warm_up()
                 with _v.AlarmGuard() as guard:
                     for g in unknown:
-                        _v.gold_under_guard(self._golds_inline, guard, g, self.timeout_s)
+                        ok, val = _v.gold_under_guard(self._golds_inline, guard, g, self.timeout_s)
+                        if not ok and _v.HUNG_NOTE in val:
+                            bad[g] = val  # not a verdict on the gold: not remembered (gold_under_guard)
             for g in golds:
+                if g in bad:
+                    continue
                 ok, val = self._golds_inline.get(g)  # type: ignore[misc]
                 if not ok:
                     bad[g] = val

@@ -22,6 +22,7 @@ from pc_pipelines.rewards import (
     extract_boxed,
     math_reward,
 )
+from pc_pipelines.rewards._verify import wall_backstop
 
 O = GradeOutcome  # noqa: E741 - short alias for the expectation tables
 SLOW_ANSWER = r"\boxed{9^{9^{9}}}"  # parses at once, verification runs for minutes: needs the timeout
@@ -354,11 +355,12 @@ def test_cache_disabled_and_lru_bound():
 def test_timeouts_are_outcomes_and_are_cached():
     g = MathGrader(timeout_s=0.3)
     g.check_gold("357")  # parse the gold outside the timed region
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.thread_time()
     first = g.grade(SLOW_ANSWER, "357")
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.thread_time() - cpu0
     assert (first.outcome, first.reward, first.answer) == (O.TIMEOUT, 0.0, "9^{9^{9}}")
-    assert 0.25 <= wall < 0.3 + SLACK_S
+    assert 0.3 <= cpu < 0.3 + SLACK_S  # the deadline is CPU time: it took what it was allowed, and stopped
+    assert wall < wall_backstop(0.3)  # and a CPU-burning input is stopped in bounded wall time, however busy the machine
     again = g.grade_batch([SLOW_ANSWER] * 64, ["357"] * 64)  # remembered: no second timeout (cache_misses stays 1)
     assert {x.outcome for x in again} == {O.TIMEOUT}
     assert (g.stats.cache_hits, g.stats.cache_misses, g.stats.outcomes[O.TIMEOUT]) == (
@@ -371,6 +373,85 @@ def test_timeouts_are_outcomes_and_are_cached():
     assert {x.outcome for x in fresh.grade_batch([SLOW_ANSWER] * 32, ["357"] * 32)} == {O.TIMEOUT}
     assert (fresh.stats.cache_misses, fresh.stats.batch_duplicates) == (1, 31)
     assert g.grade(r"\boxed{357}", "357").outcome is O.CORRECT  # the grader is fine afterwards
+
+
+# Ordinary answers and golds: arithmetic (padded, as the arith task's models write them) and evaluation-set forms.
+ORDINARY = [
+    (r"\boxed{04690}", "4690"),
+    (r"\boxed{357}", "357"),
+    (r"\boxed{0.5}", r"\frac{1}{2}"),
+    (r"\boxed{3\sqrt{2}}", r"3\sqrt{2}"),
+    (r"\boxed{(3, 7)}", "(3, 7)"),
+    (r"\boxed{1+x^2}", "x^2+1"),
+]
+
+
+def test_a_verdict_does_not_depend_on_wall_time_passing_without_cpu_use(monkeypatch):
+    """A starved process (2 cores at load 13) sees wall time pass while it computes nothing; the deadlines are CPU
+    time, so a correct answer stays CORRECT (under wall-clock deadlines every one here was a cached TIMEOUT).
+    math-verify stays real: each verification is only preceded by a wait that uses no CPU."""
+    import math_verify
+
+    real_verify = math_verify.verify
+
+    def descheduled_then_verify(*args, **kwargs):
+        time.sleep(0.3)  # wall time passes, no CPU is used: 3 x the grader's deadline
+        return real_verify(*args, **kwargs)
+
+    g = MathGrader(timeout_s=0.1)
+    for _, gold in ORDINARY:
+        g.check_gold(gold)
+    monkeypatch.setattr(math_verify, "verify", descheduled_then_verify)
+    out = g.grade_batch([a for a, _ in ORDINARY], [gold for _, gold in ORDINARY])
+    assert [x.outcome for x in out] == [O.CORRECT] * len(ORDINARY)
+
+
+def test_a_stopped_worker_process_still_gives_the_verdict():
+    """The worker process's deadline (its own, and the parent's hard kill) is CPU time too: a worker that is not
+    scheduled for longer than timeout + grace (SIGSTOP here) is neither killed nor graded TIMEOUT."""
+    import os
+    import threading
+
+    with MathGrader(timeout_s=0.1, isolation="process") as g:
+        g.grade_batch([r"\boxed{0}"] * len(ORDINARY), [gold for _, gold in ORDINARY])  # golds checked, worker warm
+        pid = g._worker._proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        resume = threading.Timer(1.5, os.kill, (pid, signal.SIGCONT))  # > the 0.6 s hard deadline, in wall time
+        resume.start()
+        try:
+            out = g.grade_batch([a for a, _ in ORDINARY], [gold for _, gold in ORDINARY])
+        finally:
+            resume.join()  # the worker runs again whatever happened
+        assert [x.outcome for x in out] == [O.CORRECT] * len(ORDINARY)
+        assert g.stats.worker_restarts == 0
+
+
+def test_a_call_past_the_wall_clock_backstop_is_retried_once_and_never_cached(monkeypatch):
+    """The wall-clock backstop guards against a hang, it is no verdict: hit once, the call runs again; hit twice,
+    the response is graded TIMEOUT but the pair is not cached (graded anew next time)."""
+    import math_verify
+
+    from pc_pipelines.rewards import _verify as v
+
+    real_verify = math_verify.verify
+    hangs = {"left": 1}
+
+    def hang_then_verify(*args, **kwargs):
+        if hangs["left"] > 0:
+            hangs["left"] -= 1
+            time.sleep(5.0)  # interrupted by the backstop (shortened below); no CPU used
+        return real_verify(*args, **kwargs)
+
+    monkeypatch.setattr(v, "WALL_BACKSTOP_MIN_S", 0.3)
+    monkeypatch.setattr(v, "WALL_BACKSTOP_FACTOR", 1.0)
+    g = MathGrader(timeout_s=0.2)
+    g.check_gold("357")
+    monkeypatch.setattr(math_verify, "verify", hang_then_verify)
+    assert g.grade(r"\boxed{357}", "357").outcome is O.CORRECT  # one hang: retried, graded
+    hangs["left"] = 2
+    assert g.grade(r"\boxed{0357}", "357").outcome is O.TIMEOUT  # two: a timeout...
+    assert g.grade(r"\boxed{0357}", "357").outcome is O.CORRECT  # ...not remembered
+    assert (g.stats.cache_hits, g.stats.cache_misses) == (0, 3)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -431,9 +512,11 @@ def test_grading_from_a_non_main_thread_works_and_respects_the_timeout():
     with MathGrader(timeout_s=0.5) as g:
         warm, _ = run_in_thread(lambda: g.grade_batch([r"\boxed{000357}", r"\boxed{358}"], ["357", "357"]))
         assert [x.outcome for x in warm] == [O.CORRECT, O.WRONG]
+        cpu0 = g._worker._cpu_s()
         slow, wall = run_in_thread(lambda: g.grade(SLOW_ANSWER, "357"))
         assert slow.outcome is O.TIMEOUT and slow.reward == 0.0
-        assert wall < 0.5 + SLACK_S
+        assert g._worker._cpu_s() - cpu0 < 0.5 + SLACK_S  # the worker's deadline is its CPU time
+        assert wall < wall_backstop(0.5)
         after, _ = run_in_thread(lambda: g.grade_batch([r"\boxed{0357}", SLOW_ANSWER], ["357", "357"]))
         assert [x.outcome for x in after] == [
             O.CORRECT,
@@ -488,6 +571,33 @@ def test_previous_sigalrm_handler_and_timer_are_restored():
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+def test_previous_sigprof_handler_and_timer_are_restored():
+    """The CPU-time deadline borrows SIGPROF / ITIMER_PROF (a sampling profiler's): given back as found."""
+    fired = []
+
+    def outer(signum, frame):
+        fired.append(signum)
+
+    old = signal.signal(signal.SIGPROF, outer)
+    try:
+        signal.setitimer(signal.ITIMER_PROF, 100.0)
+        g = MathGrader(timeout_s=0.2)
+        assert g.grade(SLOW_ANSWER, "357").outcome is O.TIMEOUT
+        assert g.grade(r"\boxed{357}", "357").outcome is O.CORRECT
+        assert signal.getsignal(signal.SIGPROF) is outer
+        remaining, _ = signal.getitimer(signal.ITIMER_PROF)
+        assert 90.0 < remaining < 100.0  # less the CPU time used meanwhile
+        assert fired == []
+        # an outer CPU timer that expires while we hold it still fires, right after
+        signal.setitimer(signal.ITIMER_PROF, 0.05)
+        assert g.grade(r"\boxed{9^{9^{10}}}", "357").outcome is O.TIMEOUT
+        _busy(0.05)
+        assert fired == [signal.SIGPROF]
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)
 
 
 def _busy(seconds: float) -> None:
@@ -571,6 +681,8 @@ def test_a_gold_that_misses_its_first_deadline_is_parsed_again_before_it_is_call
     from pc_pipelines.rewards import _verify as v
 
     class FirstTryLate:  # the guard's contract: (False, None) when the deadline passed first
+        backstop_hit = False  # the CPU-time deadline, not the wall-clock backstop
+
         def __init__(self, late: int) -> None:
             self.late, self.deadlines = late, []
 
