@@ -15,8 +15,8 @@ Public API (re-exported by ``pc_pipelines.rewards``)::
 
 Model output never makes grading raise or hang (a bad answer scores 0); a gold with no math expression raises
 ValueError naming the gold and the fix (a dataset error). What happens to one response, step by step, gold
-answers, and why timeouts take two mechanisms (SIGALRM on the main thread, a worker process elsewhere):
-docs/GRADING.md.
+answers, and why timeouts are CPU time and take two mechanisms (SIGPROF on the main thread, a worker process
+elsewhere): docs/GRADING.md.
 """
 from __future__ import annotations
 
