@@ -696,4 +696,9 @@ def test_a_gold_that_misses_its_first_deadline_is_parsed_again_before_it_is_call
     twice = FirstTryLate(late=2)
     ok, reason = v.gold_under_guard(v.GoldCache(8), twice, "\\frac{1}{2}", 2.0)
     assert not ok and reason == "parsing it took longer than the 5 s timeout, and 60 s on a retry"
+    hung = FirstTryLate(late=2)
+    hung.backstop_hit = True  # both runs ended on the wall-clock backstop: no verdict on the gold, none remembered
+    cache = v.GoldCache(8)
+    ok, reason = v.gold_under_guard(cache, hung, "\\frac{1}{2}", 2.0)
+    assert not ok and v.HUNG_NOTE in reason and cache.get("\\frac{1}{2}") is None
     assert v.gold_deadline(2.0) == v.GOLD_MIN_TIMEOUT_S + v.GOLD_RETRY_TIMEOUT_S
