@@ -39,7 +39,7 @@ import pyarrow.fs as pafs
 from ..errors import brief, inodes_fix, no_free_inodes, shell_command, sql_string
 from .again import again_fix
 from .held import holds
-from .names import RunIdError, nearby_stores, shown_path, store_example, store_path_problem, validate_run_id
+from .names import RunId, RunIdError, nearby_stores, shown_path, store_example, store_path_problem, validate_run_id
 from .rollouts_to_target import median
 from .schema import DDL, MIGRATIONS, SCHEMA_VERSION, STEP_TABLES, schema_problem, view_sql
 from .steplog import (
@@ -139,6 +139,17 @@ def _vanished_step_file(exc: BaseException, runs_root: Path) -> bool:
     return str(runs_root) in msg and any(k in msg.lower() for k in _VANISHED)
 
 
+def _one_directory(run_id: str) -> None:
+    """Refuse a run id that cannot name one directory under the store's ``.runs/``. Runs registered before run ids
+    were validated keep their directory as long as it is one path component; new runs go through
+    :meth:`Store.register_run` (:func:`~.names.validate_run_id`)."""
+    if not run_id or "/" in run_id or "\0" in run_id or run_id.startswith((".", "_")):
+        raise StoreError(
+            f"run id {run_id!r} cannot name a directory. Fix: use letters, digits, '.', '_' and '-' "
+            "(starting with a letter or a digit)."
+        )
+
+
 class Store:
     """A store at ``path`` (the catalog file); step logs live in ``<path>.runs/``."""
 
@@ -147,6 +158,7 @@ class Store:
         self.runs_root = self.path.with_name(self.path.name + ".runs")
         self.lock_timeout_s = lock_timeout_s
         self.last_scan: StoreScan | None = None
+        self.opened = False  # init() ran: the catalog is created or upgraded for this session
         # Glob characters ('*', '[', ']') are fine: no path is ever a pattern. DuckDB itself cannot open a database
         # file whose path holds '?' (it takes the rest for URI parameters) or a backslash (a separator to it).
         bad = sorted({c for c in str(self.path) if c in "?\\"})
@@ -469,6 +481,7 @@ class Store:
             if "no space left" not in str(exc).lower() and "disk quota" not in str(exc).lower():
                 raise
             raise StoreError(self._open_failure(exc, read_only=False)) from None
+        self.opened = True
         if vacuum:
             for run_dir in self._run_dirs():  # the runs this process writes; their writers vacuum the others
                 if holds(run_dir):
@@ -547,13 +560,10 @@ class Store:
 
     # ---- runs -----------------------------------------------------------------------------------------------------
     def run_dir(self, run_id: str) -> Path:
-        """The step-log directory of an existing run. Runs registered before run ids were validated keep their
-        directory as long as it is one path component; new runs go through :meth:`register_run`."""
-        if not run_id or "/" in run_id or "\0" in run_id or run_id.startswith((".", "_")):
-            raise StoreError(
-                f"run id {run_id!r} cannot name a directory. Fix: use letters, digits, '.', '_' and '-' "
-                "(starting with a letter or a digit)."
-            )
+        """The step-log directory of an existing run. A run id already checked (:class:`~.names.RunId`) is taken as
+        it is; any other must at least name one directory (:func:`_one_directory`)."""
+        if type(run_id) is not RunId:
+            _one_directory(run_id)
         return self.runs_root / run_id
 
     @staticmethod
