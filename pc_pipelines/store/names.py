@@ -5,8 +5,8 @@ character set: a letter or digit first, then letters, digits, ``.``, ``_`` and `
 path separators, no glob or shell metacharacters, no spaces, never ``.``/``..``/a hidden name, always a legal file
 name. Every entry point calls :func:`validate_run_id`: the Store API (``register_run``, ``writer``), the CLI
 (``--run-name``, ``--run-id``), a ``SegmentRequest`` and the Dagster ``start_run`` job; it returns a :class:`RunId`,
-which later checks (``Store.run_dir``, ``Store.writer``) take as it is: one check where the id enters. Default run ids (``<family>-<method>-s<seed>-<hash>``) are valid
-for every family made of the same characters.
+which later checks (``Store.run_dir``, ``Store.writer``) take as it is: one check where the id enters. Default run
+ids (``<family>-<method>-s<seed>-<hash>``) are valid for every family made of the same characters.
 
 A store path (``--store``) is checked by :func:`store_path_problem` before DuckDB opens it: a name too long for the
 file system, a directory, a device such as ``/dev/null``, no permission each get their own message and fix.

@@ -48,7 +48,8 @@ WALK_COUNTS = (  # (key, module, attribute): a segment's opens of the store, tak
     ("store.init", "pc_pipelines.store.catalog", "Store.init"),
     ("hold_run", "pc_pipelines.store.runlock", "hold_run"),
     ("run-id check", "pc_pipelines.store.names", "run_id_problem"),
-    ("Store.run_dir check", "pc_pipelines.store.catalog", "_one_directory"),
+    ("Store.run_dir check", "pc_pipelines.store.run_tables", "_one_directory"),
+    ("vacuum", "pc_pipelines.store.catalog", "Store.vacuum"),
 )
 
 

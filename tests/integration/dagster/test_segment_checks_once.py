@@ -104,7 +104,8 @@ def test_a_pipes_segment_opens_the_store_locks_and_checks_the_run_id_once_per_pr
     child = [json.loads(line) for line in out.read_text().splitlines()]
     print("asset process:", counted, "launched process:", child)
     assert len(child) == 1
-    assert counted == {"Store()": 1, "store.init": 1, "run-id check": 1}
-    assert child[0] == {"Store()": 1, "store.init": 1, "hold_run": 1, "run-id check": 1}
+    assert counted == {"Store()": 1, "store.init": 1, "run-id check": 1}  # no lock, no vacuum: it trains nothing
+    # the one vacuum: the run's writer, of its own run, under its lock (open_run); no session vacuums another run
+    assert child[0] == {"Store()": 1, "store.init": 1, "hold_run": 1, "run-id check": 1, "vacuum": 1}
     seg = Store(tmp_path / "pc.duckdb").segments(run_id)[0]
     assert (seg["status"], seg["attempts"], seg["orchestrator_run_id"]) == ("done", 1, res.run_id)
