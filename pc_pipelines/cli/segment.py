@@ -7,15 +7,15 @@ a multi-node RayJob, its ``PipesRayJobClient`` for a job on an existing Ray clus
 machine) instead of calling :func:`~.run.run_segment` in the orchestrator's process. It is a thin command line over the run layer, and calls the very same
 :func:`~.run.run_segment` the local compute uses:
 
-1. the run is read back from the store (its resolved config and lineage, registered by the ``start_run`` job), the
-   run directory is ``<runs-root>/<run-id>`` (checkpoints, TensorBoard), and the run's writer lock is taken;
-2. with ``--segment`` (the asset passes it, and ``--attempt``, its Dagster run) the segment's row records this
-   attempt's start, and at the end done, stopped or failed (:func:`~.run.lifecycle.record_segment_attempt`, the
-   same the asset uses in process): the process that trains a segment owns its row. Before that (before the lock,
-   the model or any record) the flags are checked against the run's plan
-   (:func:`~.run.lifecycle.check_segment_request`: ``--segment K`` trains exactly segment K's steps), and so are
-   ``--device`` (``cuda`` where torch sees none) and ``--runs-root`` (a file); a segment is recorded done only when
-   every one of its steps is in the store;
+1. the flags make one :class:`~.run.segment_attempt.SegmentRequest` (``--run-id`` checked once, by argparse), the
+   store is opened once (:func:`~.run.segment_attempt.open_store`) and the run read back from it (its resolved
+   config and lineage, registered by the ``start_run`` job); the run directory is ``<runs-root>/<run-id>``;
+2. :func:`~.run.segment_attempt.train_requested_segment`, the same the in-process compute uses, checks the request
+   against the run's plan (``--segment K`` trains exactly segment K's steps; nothing recorded otherwise), takes the
+   run's writer lock and, with ``--segment`` (the asset passes it, and ``--attempt``, its Dagster run), records this
+   attempt's start and at the end done, stopped or failed: the process that trains a segment owns its row. Before
+   that, ``--device`` (``cuda`` where torch sees none) and ``--runs-root`` (a file) are checked; a segment is
+   recorded done only when every one of its steps is in the store;
 3. the task is rebuilt (embedded, or the prepared dataset under ``--data-dir``) and ``run_segment`` trains steps
    ``--from-step + 1 .. --until-step``, writing the step logs to the store;
 4. each step is reported, and at the end the segment's materialization.
@@ -43,7 +43,6 @@ directories and prepared data must sit at the same paths in the Dagster run pod 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -59,14 +58,13 @@ from ..run import (
     SegmentResult,
     StepRecord,
     evaluate_checkpoint,
-    load_run_spec,
     run_segment,
     with_task,
 )
-from ..run.lifecycle import check_segment_request, record_segment_attempt
+from ..run.segment_attempt import SegmentRequest, load_requested_run, open_store, train_requested_segment
 from ..run.stopping import StopRequested, stop_on_signals
-from ..store import RunBusyError, Store, StoreError, hold_run
-from ..store.names import RunIdError, shown_path, validate_run_id
+from ..store import RunBusyError, Store, StoreError
+from ..store.names import RunIdError, validate_run_id
 from .exits import OK, exit_status
 
 
@@ -158,26 +156,25 @@ def _check_runs_root(runs_root: str) -> None:
             return
 
 
-def _load(args: argparse.Namespace) -> tuple[Store, RunSpec]:
-    """The store and the spec of the registered run the arguments name (``RunError`` with the fix when either is
-    missing, or when ``--device`` or ``--runs-root`` cannot work here)."""
+def _request(args: argparse.Namespace) -> SegmentRequest:
+    """The :class:`~.run.segment_attempt.SegmentRequest` the flags describe (``--run-id`` checked by argparse)."""
+    return SegmentRequest(store=args.store, run_id=args.run_id, until_step=getattr(args, "until_step", 0),
+                          from_step=getattr(args, "from_step", None), segment=getattr(args, "segment", None),
+                          attempt=getattr(args, "attempt", None), runs_root=args.runs_root, data_dir=args.data_dir)
+
+
+def _load(args: argparse.Namespace) -> tuple[Store, SegmentRequest, RunSpec]:
+    """The process's one store session, the request and the spec of the registered run the arguments name
+    (``RunError`` with the fix when either is missing, or when ``--device`` or ``--runs-root`` cannot work here)."""
     _check_device(args.device)
     _check_runs_root(args.runs_root)
-    store = Store(args.store)
-    if not store.path.exists():
-        raise RunError(f"no store at {shown_path(store.path)}. Fix: pass the store the run was registered in (--store).")
-    store.init(vacuum=False)
-    row = store.get_run(args.run_id)
-    if row is None:
-        raise RunError(f"run {brief(args.run_id)} is not in the store {shown_path(store.path)}. Fix: register it with the start_run "
-                       "job (or pass the right --store).")
-    return store, load_run_spec(row, args.runs_root)
+    request = _request(args)
+    store = open_store(request.store)
+    return store, request, load_requested_run(store, request)
 
 
 def _run(args: argparse.Namespace, reporter: Callable[[], Any], stop=None) -> SegmentResult:
-    store, spec = _load(args)
-    # the steps asked for must be the segment's (or within the plan) before anything is trained or recorded
-    check_segment_request(store, spec.run_id, args.segment, args.from_step, args.until_step, args.attempt)
+    store, request, spec = _load(args)
     rep = reporter()
     engines = engine_factory(args.engine, args.device)
 
@@ -192,19 +189,9 @@ def _run(args: argparse.Namespace, reporter: Callable[[], Any], stop=None) -> Se
         return run_segment(run, store, from_step=args.from_step, until_step=args.until_step, on_step=rep.step,
                            device=args.device, engine_factory=engines, stop=stop, backend=backend, lock_held=True)
 
-    # One writer per run, taken once: run_segment trains under this lock (lock_held).
-    with contextlib.ExitStack() as held:
-        try:
-            held.enter_context(hold_run(spec.run_id, store.run_dir(spec.run_id), spec.run_dir,
-                                        command="pilot-commit train-segment"))
-        except RunBusyError as exc:
-            rep.refused(exc)
-            raise
-        if args.segment is None:
-            result = train()
-        else:
-            result = record_segment_attempt(store, spec.run_id, args.segment, args.attempt, train, lambda r: (
-                r.cumulative_rollouts, r.last_eval_accuracy, r.mean_reward_std))
+    # checked against the plan, the run's lock taken and the attempt recorded in one place, as in process
+    result = train_requested_segment(store, request, spec, train, command="pilot-commit train-segment",
+                                     on_refused=rep.refused)
     rep.finish(result)
     return result
 
@@ -276,7 +263,7 @@ def eval_report(result, step: int) -> dict[str, Any]:
 
 def cmd_eval_segment(args: argparse.Namespace) -> int:
     def work(pipes) -> None:
-        _, spec = _load(args)
+        _, _, spec = _load(args)
         run = with_task(spec, args.data_dir)
         result = evaluate_checkpoint(run, args.step, engine_factory(args.engine, args.device), args.device)
         report = eval_report(result, args.step)

@@ -10,7 +10,9 @@
 * :mod:`.segments`: how a run is cut into Dagster partitions and what the sensor trains next (pure, no Dagster);
 * :mod:`.start`: the one way a training run starts (the CLI's ``train`` and the ``start_run`` job);
 * :mod:`.lifecycle`: how every writer of a run (the driver, the simulator) holds it and records its end, and the one
-  place a run becomes ``finished``; :mod:`.stopping`: clean stops on signals and the status an error ends a run with.
+  place a run becomes ``finished``; :mod:`.stopping`: clean stops on signals and the status an error ends a run with;
+* :mod:`.segment_attempt`: :class:`~.segment_attempt.SegmentRequest` and the one place a Dagster segment's attempt is
+  checked, locked and recorded, in whichever process trains it.
 
 Importing this package does not import torch: the local backend does, when a segment runs.
 """

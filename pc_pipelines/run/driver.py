@@ -318,7 +318,8 @@ def run_segment(
         backend = LocalBackend(run, device=device, engine_factory=engine_factory)
 
     def check() -> bool:  # under the lock, before the run is deleted
-        store.init(vacuum=False)  # once a segment; vacuuming other runs could race their replays (Store.replace_steps)
+        if not store.opened:  # one open a process: a caller's session (a segment's) is not opened again
+            store.init(vacuum=False)  # never vacuuming other runs: that could race their replays (Store.replace_steps)
         return True
 
     with writing_run(store, run.run_id, store.run_dir(run.run_id), run.run_dir, command=_command(),

@@ -4,8 +4,9 @@ A run id names a directory under ``<store>.runs/`` and appears in Dagster partit
 character set: a letter or digit first, then letters, digits, ``.``, ``_`` and ``-``; at most 128 characters. No
 path separators, no glob or shell metacharacters, no spaces, never ``.``/``..``/a hidden name, always a legal file
 name. Every entry point calls :func:`validate_run_id`: the Store API (``register_run``, ``writer``), the CLI
-(``--run-name``) and the Dagster ``start_run`` job. Default run ids (``<family>-<method>-s<seed>-<hash>``) are valid
-for every family made of the same characters.
+(``--run-name``, ``--run-id``), a ``SegmentRequest`` and the Dagster ``start_run`` job; it returns a :class:`RunId`,
+which later checks (``Store.run_dir``, ``Store.writer``) take as it is: one check where the id enters. Default run
+ids (``<family>-<method>-s<seed>-<hash>``) are valid for every family made of the same characters.
 
 A store path (``--store``) is checked by :func:`store_path_problem` before DuckDB opens it: a name too long for the
 file system, a directory, a device such as ``/dev/null``, no permission each get their own message and fix.
@@ -33,6 +34,14 @@ class RunIdError(ValueError):
     """A run id outside the allowed set; the message states the set and the fix."""
 
 
+class RunId(str):
+    """A run id that passed :func:`validate_run_id`: later checks in the same process take it as it is (one check,
+    where the id enters: a command line flag, a partition key, a ``SegmentRequest``). Text made from it (an
+    f-string, ``str()``, a store row) is a plain ``str`` again and would be checked again."""
+
+    __slots__ = ()
+
+
 def run_id_problem(run_id: object) -> str | None:
     """Why ``run_id`` is not a valid run id, or None when it is."""
     if not isinstance(run_id, str):
@@ -50,10 +59,13 @@ def run_id_problem(run_id: object) -> str | None:
 
 
 def validate_run_id(run_id: object, field: str = "run id") -> str:
-    """``run_id`` itself when valid, else :class:`RunIdError` naming ``field``, the allowed set and the fix."""
+    """``run_id`` as a :class:`RunId` when valid (one already checked passes as it is), else :class:`RunIdError`
+    naming ``field``, the allowed set and the fix."""
+    if type(run_id) is RunId:
+        return run_id
     problem = run_id_problem(run_id)
     if problem is None:
-        return run_id  # type: ignore[return-value]
+        return RunId(run_id)
     shown = run_id if not isinstance(run_id, str) or len(run_id) <= 80 else run_id[:77] + "..."
     raise RunIdError(
         f"{field} {shown!r} {problem}: {RUN_ID_RULE}. Fix: choose a name like 'pc-seed0-try2' (for the default "

@@ -16,7 +16,7 @@ from pc_pipelines_dagster.resources import (
     StoreResource,
 )
 
-from .training import SEGMENTS, run_for, run_spec, segment_row, training_segment
+from .training import SEGMENTS, run_spec, segment_row, training_segment
 
 EVAL_DATA = [AssetKey(d.asset_key) for d in datasets()]
 """The assets that prepare what a run trains on and is evaluated with (every dataset of the registry)."""
@@ -64,7 +64,7 @@ def segment_eval(
     ``eval_results``: for the embedded default its held-out split per digit length; for a real dataset its
     500-prompt held-out split and the six benchmarks the ``benchmarks`` asset prepared. It runs where the segments
     run (the compute resource: in process, or ``pilot-commit eval-segment`` in a GPU pod)."""
-    st = store.get()
+    st = store.get(vacuum=False)  # a segment's session: only a run's writer deletes its files
     run_id, k, run, seg = segment_row(st, context.partition_key)
     last = int(seg["last_step"])
     tr = run_spec(run, checkpoints)
@@ -83,7 +83,7 @@ def segment_eval(
         )
     try:
         with process_stop():  # a stop asked for meanwhile is honoured once the evaluation is recorded
-            res = compute.evaluate(run_for(compute, tr, data), st, last, engine_factory=engine.build, context=context)
+            res = compute.evaluate(tr, st, last, engine_factory=engine.build, context=context, data_dir=data.out_dir)
     except RunError as exc:
         raise Failure(str(exc)) from exc
     st.add_eval_results(res.rows(run_id, last))

@@ -9,7 +9,6 @@ added by hand in the UI carry no config, so the assets refuse any key the store 
 
 import base64
 import time
-from contextlib import ExitStack
 
 from dagster import (
     AssetExecutionContext,
@@ -27,13 +26,14 @@ from dagster import (
 
 from pc_pipelines.data.registry import TRAINING, datasets
 from pc_pipelines.errors import RunError, installed_command, shell_command
-from pc_pipelines.run import RunSpec, StepRecord, TrainingRun, list_checkpoints, load_run_spec, with_task
-from pc_pipelines.run.lifecycle import record_segment_attempt, segments_finished
+from pc_pipelines.run import RunSpec, StepRecord, list_checkpoints, load_run_spec
+from pc_pipelines.run.lifecycle import segments_finished
 from pc_pipelines.run.progress import SegmentProgress
+from pc_pipelines.run.segment_attempt import SegmentRequest
 from pc_pipelines.run.segments import SegmentError, parse_partition_key, partition_key, resume_step
 from pc_pipelines.run.stopping import StopRequested, process_stop
 from pc_pipelines.steps import segment_name
-from pc_pipelines.store import RunBusyError, Store, StoreError, hold_run
+from pc_pipelines.store import RunBusyError, Store, StoreError
 from pc_pipelines.store.runlock import describe
 from pc_pipelines_dagster.resources import (
     CheckpointResource,
@@ -103,17 +103,6 @@ def run_spec(run: dict, checkpoints: CheckpointResource) -> RunSpec:
     """The stored run's :class:`RunSpec` (no torch, no dataset), its directory under the checkpoint resource's root."""
     try:
         return load_run_spec(run, checkpoints.runs_root())
-    except RunError as exc:
-        raise Failure(str(exc)) from exc
-
-
-def run_for(compute: ComputeResource, spec: RunSpec, data: DataResource) -> RunSpec | TrainingRun:
-    """What ``compute`` trains or evaluates: the spec alone when it launches a process of its own (which builds the
-    task there), else the spec with its task, built here."""
-    if compute.launches_process:
-        return spec
-    try:
-        return with_task(spec, data.out_dir)
     except RunError as exc:
         raise Failure(str(exc)) from exc
 
@@ -202,23 +191,6 @@ def _refused(key: str, exc: RunBusyError, seg: dict) -> Failure:
     )
 
 
-def _launch_ended(st: Store, key: str, attempt: str, exc: BaseException, lock_dirs: tuple, command: str) -> None:
-    """After a launched process failed: it records its own end; one that never recorded this attempt (it did not
-    start: a bad volume, a missing image) or that was killed before its end (still ``running``) is recorded
-    failed here, so the attempt counts towards the sensor's pause limit."""
-    run_id, k, _, row = segment_row(st, key)
-    reason = f"the launched process failed: {type(exc).__name__}: {exc}"[:2000]
-    if row["orchestrator_run_id"] == attempt:
-        st.segment_failed(run_id, k, reason, orchestrator_run_id=attempt, only_running=True)
-        return
-    try:
-        with hold_run(run_id, *lock_dirs, command=command):
-            st.segment_started(run_id, k, attempt)
-            st.segment_failed(run_id, k, reason, orchestrator_run_id=attempt)
-    except RunBusyError:  # another process writes the run now: it is not this attempt's to record
-        pass
-
-
 # ---- training_segment ------------------------------------------------------------------------------------------
 @asset(
     group_name="training",
@@ -236,87 +208,57 @@ def training_segment(
 ) -> MaterializeResult:
     """Train one segment of a run from the previous segment's checkpoint; its steps go to the store.
 
-    The run's writer lock is taken before anything is recorded: refused (another process writes the run), the
-    segment's row is left as it was and the step fails naming the holder. In process, the lock is held throughout;
-    a launched process (``compute.launches_process``: Pipes) takes it itself and records the segment's start and end
-    (``train-segment --segment``), so the asset holds it only while it reads where the segment stands; a launched
-    process refused in between says so in a Pipes message and records nothing.
+    Where it trains is the compute resource's: it gets one :class:`~pc_pipelines.run.segment_attempt.SegmentRequest`
+    and, in this process or a launched one (Pipes: a subprocess, a pod, a Ray job), the process that trains checks it,
+    takes the run's writer lock and records the attempt (``train_requested_segment``). Refused by that lock (another
+    process writes the run), nothing is recorded and the step fails naming the holder.
 
     In the UI: a segment's progress while it trains is on ``segment_progress`` -> Partitions -> ``<run>/seg-NNNN``
     (one materialization per step); this asset's overview shows the latest segment done in any run, its first
     metadata entry naming the run and the segment."""
     started = time.monotonic()
-    st = store.get()
+    st = store.get(vacuum=False)  # this process's one session; only a run's writer deletes its files
     key, attempt = context.partition_key, context.run.run_id
-    run_id, k, run, _ = segment_row(st, key)
-    _starting(context, run_id, k, len(st.segments(run_id)), 1, "loading the run's config and training data", started)
+    run_id, k, run, seg = segment_row(st, key)
+    plan = st.segments(run_id)
+    _starting(context, run_id, k, len(plan), 1, "loading the run's config and training data", started)
     spec = run_spec(run, checkpoints)
-    target = run_for(compute, spec, data)  # in process: the task, loaded before anything is recorded
-    lock_dirs = (st.run_dir(run_id), spec.run_dir)
-    command = f"dagster training_segment {key} (Dagster run {attempt})"
-    lock = ExitStack()
+    first, last = int(seg["first_step"]), int(seg["last_step"])
+    have = [s for s, _ in list_checkpoints(spec.checkpoint_dir)]
     try:
-        lock.enter_context(hold_run(run_id, *lock_dirs, command=command))
-    except RunBusyError as exc:
+        start = resume_step(first, last, have, done=seg["status"] == "done")
+        request = SegmentRequest(store=str(st.path), run_id=run_id, until_step=last, from_step=start, segment=k,
+                                 attempt=attempt, runs_root=str(checkpoints.runs_root()), data_dir=data.out_dir)
+    except SegmentError as exc:
+        raise Failure(f"{key}: {exc} ({partition_key(run_id, k - 1)})") from exc
+    except RunError as exc:
+        raise Failure(f"{key}: {exc}") from exc
+    run_steps = max(int(r["last_step"]) for r in plan)
+    state = (f"training segment {segment_name(k)} of {len(plan)} (steps {first}..{last} of {run_steps}) from "
+             + ("the base policy" if start < 1 else f"the checkpoint after step {start}")
+             + (" (re-materializing a done segment: it stays done)" if seg["status"] == "done" else "")
+             + f"; requested {advanced_by(context.run.tags)}")
+    context.log.info("%s: %s", key, state)
+    context.log_event(AssetObservation(asset_key=context.asset_key, partition=key, metadata={"state": state}))
+    progress = SegmentProgress(run_id, k, len(plan), first, last, run_steps)
+    was_finished = (st.get_run(run_id) or {}).get("status") == "finished"
+    restoring = "the base policy" if start < 1 else f"the checkpoint after step {start}"
+    _starting(context, run_id, k, len(plan), 2, compute.starting(restoring) + "; each step's progress follows",
+              started)
+    try:
+        with process_stop() as stop:
+            result = compute.run_segment(request, st, context=context, on_step=_on_step(context, progress),
+                                         engine_factory=engine.build, stop=stop)
+    except RunBusyError as exc:  # another process writes the run: this attempt never happened
         raise _refused(key, exc, segment_row(st, key)[3]) from None
-    with lock:
-        seg = segment_row(st, key)[3]  # as it is now that this process writes the run
-        first, last = int(seg["first_step"]), int(seg["last_step"])
-        have = [s for s, _ in list_checkpoints(spec.checkpoint_dir)]
-        try:
-            start = resume_step(first, last, have, done=seg["status"] == "done")
-        except SegmentError as exc:
-            raise Failure(f"{key}: {exc} ({partition_key(run_id, k - 1)})") from exc
-        plan = st.segments(run_id)
-        run_steps = max(int(r["last_step"]) for r in plan)
-        state = (f"training segment {segment_name(k)} of {len(plan)} (steps {first}..{last} of {run_steps}) from "
-                 + ("the base policy" if start < 1 else f"the checkpoint after step {start}")
-                 + (" (re-materializing a done segment: it stays done)" if seg["status"] == "done" else "")
-                 + f"; requested {advanced_by(context.run.tags)}")
-        context.log.info("%s: %s", key, state)
-        context.log_event(AssetObservation(asset_key=context.asset_key, partition=key, metadata={"state": state}))
-        progress = SegmentProgress(run_id, k, len(plan), first, last, run_steps)
-        was_finished = (st.get_run(run_id) or {}).get("status") == "finished"
-        restoring = "the base policy" if start < 1 else f"the checkpoint after step {start}"
-        _starting(context, run_id, k, len(plan), 2,
-                  (f"launching the training process ({type(compute).__name__}), which restores {restoring} and "
-                   "starts its rollout engine" if compute.launches_process
-                   else f"restoring {restoring} and starting the rollout engine")
-                  + "; each step's progress follows", started)
-        if compute.launches_process:
-            lock.close()  # the launched process takes the run's lock itself and records the attempt
-
-        def train():
-            with process_stop() as stop:
-                return compute.run_segment(target, st, from_step=start, until_step=last,
-                                           on_step=_on_step(context, progress), engine_factory=engine.build,
-                                           context=context, stop=stop, segment=k, attempt=attempt)
-
-        try:
-            if compute.launches_process:
-                try:
-                    result = train()
-                except RunBusyError:
-                    raise
-                except BaseException as exc:
-                    try:
-                        _launch_ended(st, key, attempt, exc, lock_dirs, command)
-                    except Exception as rec_exc:  # the launch's error matters more (a full disk may refuse this)
-                        context.log.error("%s: could not record the failed launch: %s", key, rec_exc)
-                    raise
-            else:
-                result = record_segment_attempt(st, run_id, k, attempt, train, lambda r: (
-                    r.cumulative_rollouts, r.last_eval_accuracy, r.mean_reward_std))
-        except RunBusyError as exc:  # a launched process found another writer: this attempt never happened
-            raise _refused(key, exc, segment_row(st, key)[3]) from None
-        except StopRequested as exc:  # at a step boundary, with its checkpoint: stopped, not failed
-            why = exc.reason.split("; resume it with --resume")[0]
-            raise Failure(f"{key}: {why}; the segment is recorded stopped and resumes from that checkpoint when it is "
-                          "next materialized", allow_retries=False) from None
-        except (RunError, StoreError) as exc:  # refused (no intact checkpoint, ...): say why
-            raise Failure(f"{key}: {exc}") from exc
-        if segments_finished(st, run_id) and not was_finished:
-            context.log.info("run %s: every segment is done; finished", run_id)
+    except StopRequested as exc:  # at a step boundary, with its checkpoint: stopped, not failed
+        why = exc.reason.split("; resume it with --resume")[0]
+        raise Failure(f"{key}: {why}; the segment is recorded stopped and resumes from that checkpoint when it is "
+                      "next materialized", allow_retries=False) from None
+    except (RunError, StoreError) as exc:  # refused (no intact checkpoint, ...): say why
+        raise Failure(f"{key}: {exc}") from exc
+    if segments_finished(st, run_id) and not was_finished:
+        context.log.info("run %s: every segment is done; finished", run_id)
     steps = st.query(
         "SELECT step, sampled_rollouts, mean_reward_std, informative_share FROM steps WHERE run_id = ? "
         "AND step BETWEEN ? AND ? ORDER BY step", [run_id, first, last])

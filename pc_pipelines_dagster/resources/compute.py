@@ -22,12 +22,13 @@ benchmarks is GPU work, not the Dagster run pod's), returning an :class:`~pc_pip
 step rows themselves reach the store as Parquet step logs written by the process that trained (on a shared volume
 for pods), never through Pipes.
 
-A launched ``train-segment`` records its segment's start and end itself, under the run's writer lock. Refused by
-that lock (another process writes the run), it records nothing, sends the Pipes custom message
-``{"refused": {...}}`` (:data:`~pc_pipelines.run.REFUSED`) and exits 2; ``run_segment`` then raises
-:class:`LaunchRefused` (a ``RunBusyError``) with the launched process's message. The messages arrive through the
-client's own message reader class with :class:`StepTap` mixed in (:func:`tapped_reader`), passed to the client as
-its ``message_reader``.
+Every implementation takes one :class:`~pc_pipelines.run.segment_attempt.SegmentRequest`; the process that trains
+(this one, or the launched ``train-segment``) checks it, takes the run's writer lock and records the attempt
+(:func:`~pc_pipelines.run.segment_attempt.train_requested_segment`). Refused by that lock (another process writes the
+run), a launched one records nothing, sends the Pipes custom message ``{"refused": {...}}``
+(:data:`~pc_pipelines.run.REFUSED`) and exits 2; ``run_segment`` then raises :class:`LaunchRefused` (a
+``RunBusyError``) with the launched process's message. The messages arrive through the client's own message reader
+class with :class:`StepTap` mixed in (:func:`tapped_reader`), passed to the client as its ``message_reader``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from dagster import ConfigurableResource, Failure, MetadataValue, PipesMessageReader
 from pydantic import Field, model_validator
@@ -52,9 +53,15 @@ from pc_pipelines.run import (
     RunSpec,
     SegmentResult,
     StepRecord,
-    TrainingRun,
     evaluate_checkpoint,
     run_segment,
+    with_task,
+)
+from pc_pipelines.run.segment_attempt import (
+    SegmentRequest,
+    load_requested_run,
+    record_failed_launch,
+    train_requested_segment,
 )
 from pc_pipelines.run.stopping import StopFlag
 from pc_pipelines.store import RunBusyError, Store
@@ -152,39 +159,29 @@ def _reported(meta: dict[str, Any], key: str) -> Any:
 
 
 class ComputeResource(ConfigurableResource):
-    launches_process: ClassVar[bool] = False
-    """True: the segment runs in a process of its own, which takes the run's writer lock and records the segment's
-    start and end itself (the caller releases the lock first and records nothing); the caller passes a light
-    :class:`~pc_pipelines.run.RunSpec`. False: in this process, under the caller's lock, with a
-    :class:`~pc_pipelines.run.TrainingRun` (its task built)."""
+    """Where a segment trains: one call, :meth:`run_segment`, taking the :class:`SegmentRequest`. In this process or
+    in a launched one, :func:`~pc_pipelines.run.segment_attempt.train_requested_segment` checks the request, takes
+    the run's writer lock and records the attempt, once, in the process that trains."""
 
     @abstractmethod
-    def run_segment(
-        self,
-        run: RunSpec | TrainingRun,
-        store: Store,
-        steps: int | None = None,
-        on_step: Callable[[StepRecord], None] | None = None,
-        engine_factory: EngineFactory | None = None,
-        from_step: int | None = None,
-        until_step: int | None = None,
-        context: Any = None,
-        stop: StopFlag | None = None,
-        segment: int | None = None,
-        attempt: str | None = None,
-    ) -> SegmentResult:
-        """Advance ``run`` by ``steps`` steps or through ``until_step``, from the checkpoint after ``from_step``
-        (None: the latest); see :func:`pc_pipelines.run.run_segment`. ``context`` is the asset's execution
-        context (Pipes clients launch and report through it; the local compute ignores it). ``stop``: a stop flag
-        the local compute looks at between steps (a launched process handles its own signals). ``segment`` and
-        ``attempt``: the store's segment and the Dagster run training it, which a launched process records itself
-        (its start and end, under the run's lock; the in-process caller records them around this call)."""
+    def run_segment(self, request: SegmentRequest, store: Store, context: Any = None,
+                    on_step: Callable[[StepRecord], None] | None = None, engine_factory: EngineFactory | None = None,
+                    stop: StopFlag | None = None) -> SegmentResult:
+        """Train the segment ``request`` names (its paths: this process's); see :func:`pc_pipelines.run.run_segment`.
+        ``store``: the caller's store session. ``context`` is the asset's execution context (Pipes clients launch
+        and report through it; the local compute ignores it). ``on_step``: each step as it is done (or reported).
+        ``engine_factory``: the in-process rollout engine (a launched process builds its own). ``stop``: a stop
+        flag the local compute looks at between steps (a launched process handles its own signals)."""
 
     @abstractmethod
-    def evaluate(self, run: RunSpec | TrainingRun, store: Store, step: int, engine_factory: EngineFactory | None = None,
-                 context: Any = None) -> EvalResult:
-        """Mean@k of ``run``'s checkpoint after ``step``
-        (:func:`~pc_pipelines.run.evaluate_checkpoint`); the caller writes the rows to the store."""
+    def starting(self, restoring: str) -> str:
+        """What a segment's second start-up phase does here (``restoring``: the checkpoint, or the base policy)."""
+
+    @abstractmethod
+    def evaluate(self, run: RunSpec, store: Store, step: int, engine_factory: EngineFactory | None = None,
+                 context: Any = None, data_dir: str = "runs/data") -> EvalResult:
+        """Mean@k of ``run``'s checkpoint after ``step`` (:func:`~pc_pipelines.run.evaluate_checkpoint`; the task
+        from ``data_dir`` where it runs); the caller writes the rows to the store."""
 
 
 class LocalComputeResource(ComputeResource):
@@ -192,27 +189,31 @@ class LocalComputeResource(ComputeResource):
 
     device: str = Field(default="cpu", description="torch device: cpu or cuda.")
 
-    def run_segment(
-        self,
-        run: TrainingRun,
-        store: Store,
-        steps: int | None = None,
-        on_step: Callable[[StepRecord], None] | None = None,
-        engine_factory: EngineFactory | None = None,
-        from_step: int | None = None,
-        until_step: int | None = None,
-        context: Any = None,
-        stop: StopFlag | None = None,
-        segment: int | None = None,
-        attempt: str | None = None,
-    ) -> SegmentResult:
-        return run_segment(run, store, steps, on_step=on_step, device=self.device,
-                           engine_factory=engine_factory, from_step=from_step, until_step=until_step, stop=stop,
-                           lock_held=True)  # the caller holds the run's lock (launches_process False)
+    def run_segment(self, request: SegmentRequest, store: Store, context: Any = None,
+                    on_step: Callable[[StepRecord], None] | None = None, engine_factory: EngineFactory | None = None,
+                    stop: StopFlag | None = None) -> SegmentResult:
+        run = with_task(load_requested_run(store, request), request.data_dir)  # the task, before anything is recorded
 
-    def evaluate(self, run: TrainingRun, store: Store, step: int, engine_factory: EngineFactory | None = None,
-                 context: Any = None) -> EvalResult:
-        return evaluate_checkpoint(run, step, engine_factory, self.device)
+        def train() -> SegmentResult:
+            return run_segment(run, store, from_step=request.from_step, until_step=request.until_step,
+                               on_step=on_step, device=self.device, engine_factory=engine_factory, stop=stop,
+                               lock_held=True)  # under train_requested_segment's lock
+
+        return train_requested_segment(store, request, run, train, command=_command(context, request))
+
+    def starting(self, restoring: str) -> str:
+        return f"restoring {restoring} and starting the rollout engine"
+
+    def evaluate(self, run: RunSpec, store: Store, step: int, engine_factory: EngineFactory | None = None,
+                 context: Any = None, data_dir: str = "runs/data") -> EvalResult:
+        return evaluate_checkpoint(with_task(run, data_dir), step, engine_factory, self.device)
+
+
+def _command(context: Any, request: SegmentRequest) -> str:
+    """The run lock's ``command``: who trains the segment (the Dagster run and the partition, when in Dagster)."""
+    key = getattr(context, "partition_key", None) if context is not None else None
+    return (f"dagster training_segment {key} (Dagster run {request.attempt})" if key
+            else f"training segment {request.segment} of {request.run_id}")
 
 
 # ---- Pipes -------------------------------------------------------------------------------------------------------
@@ -222,8 +223,6 @@ class PipesComputeResource(ComputeResource):
     The launched process builds its own rollout engine (``engine``), so an in-process ``engine_factory`` is not
     used. Paths default to the orchestrator's own (right for a subprocess); a pod sees the shared volume under its
     own mount, set with ``store_path`` / ``runs_root`` / ``data_dir``."""
-
-    launches_process: ClassVar[bool] = True
 
     engine: EngineName = Field(
         default=DEFAULT_ENGINE, description="Rollout engine of the launched process, one registered in "
@@ -239,28 +238,33 @@ class PipesComputeResource(ComputeResource):
     )
     data_dir: str = Field(default="runs/data", description="Prepared datasets as the launched process sees them.")
 
-    def _args(self, command: str, run: RunSpec, store: Store, *specific: str) -> list[str]:
-        """``command``'s arguments for ``run`` as the launched process sees its paths, with ``specific`` ones."""
-        return [command, "--store", self.store_path or str(Path(store.path).resolve()),
-                "--run-id", run.run_id, "--runs-root", self.runs_root or str(run.run_dir.parent),
-                *specific, "--data-dir", self.data_dir, "--engine", self.engine, "--device", self.device]
+    def seen_here(self, request: SegmentRequest) -> SegmentRequest:
+        """``request`` with the paths the launched process sees (this resource's, where set)."""
+        return request.seen_from(self.store_path, self.runs_root, self.data_dir)
 
-    def segment_args(self, run: RunSpec, store: Store, from_step: int | None, until_step: int,
-                     segment: int | None = None, attempt: str | None = None) -> list[str]:
-        """The ``train-segment`` arguments (after the program name) for one segment of ``run``; with ``segment``
-        (and ``attempt``, the Dagster run) the process records the segment's start and end in the store."""
-        args = self._args("train-segment", run, store, "--until-step", str(until_step))
-        if from_step is not None:
-            args += ["--from-step", str(from_step)]
-        if segment is not None:
-            args += ["--segment", str(segment)]
-        if attempt is not None:
-            args += ["--attempt", attempt]
+    def _args(self, command: str, request: SegmentRequest, *specific: str) -> list[str]:
+        """``command``'s arguments for ``request`` (its paths as the launched process sees them), with ``specific``."""
+        seen = self.seen_here(request)
+        return [command, "--store", seen.store, "--run-id", seen.run_id, "--runs-root", seen.runs_root, *specific, "--data-dir", seen.data_dir,
+                "--engine", self.engine, "--device", self.device]
+
+    def segment_args(self, request: SegmentRequest) -> list[str]:
+        """The ``train-segment`` arguments (after the program name) for ``request``; with its ``segment`` (and
+        ``attempt``, the Dagster run) the process records the segment's start and end in the store."""
+        args = self._args("train-segment", request, "--until-step", str(request.until_step))
+        if request.from_step is not None:
+            args += ["--from-step", str(request.from_step)]
+        if request.segment is not None:
+            args += ["--segment", str(request.segment)]
+        if request.attempt is not None:
+            args += ["--attempt", request.attempt]
         return args
 
     def eval_args(self, run: RunSpec, store: Store, step: int) -> list[str]:
         """The ``eval-segment`` arguments for the checkpoint of ``run`` after ``step``."""
-        return self._args("eval-segment", run, store, "--step", str(step))
+        request = SegmentRequest(store=str(store.path), run_id=run.run_id, until_step=step,
+                                 runs_root=str(run.run_dir.parent), data_dir=self.data_dir)
+        return self._args("eval-segment", request, "--step", str(step))
 
     @abstractmethod
     def launch(self, context, args: list[str], on_message: Callable[[dict], None] | None = None):
@@ -272,31 +276,31 @@ class PipesComputeResource(ComputeResource):
         """Run ``eval-segment`` (default: where the segments run, ``launch``)."""
         return self.launch(context, args)
 
-    def run_segment(
-        self,
-        run: RunSpec,
-        store: Store,
-        steps: int | None = None,
-        on_step: Callable[[StepRecord], None] | None = None,
-        engine_factory: EngineFactory | None = None,
-        from_step: int | None = None,
-        until_step: int | None = None,
-        context: Any = None,
-        stop: StopFlag | None = None,
-        segment: int | None = None,
-        attempt: str | None = None,
-    ) -> SegmentResult:
-        if context is None or until_step is None:
+    def starting(self, restoring: str) -> str:
+        return f"launching the training process ({type(self).__name__}), which restores {restoring} and starts its " \
+               "rollout engine"
+
+    def run_segment(self, request: SegmentRequest, store: Store, context: Any = None,
+                    on_step: Callable[[StepRecord], None] | None = None, engine_factory: EngineFactory | None = None,
+                    stop: StopFlag | None = None) -> SegmentResult:
+        """The launched process checks the request, takes the run's lock and records the attempt itself
+        (:func:`~pc_pipelines.run.segment_attempt.train_requested_segment`); this one records only a launch that
+        failed before it could (:func:`~pc_pipelines.run.segment_attempt.record_failed_launch`)."""
+        if context is None:
             raise Failure(f"{type(self).__name__} runs segments of the training_segment asset (it needs the asset's "
-                          "context and until_step). Fix: use LocalComputeResource for step counts outside Dagster.")
+                          "context). Fix: use LocalComputeResource outside Dagster.")
         messages = LaunchMessages(on_step)
-        args = self.segment_args(run, store, from_step, until_step, segment, attempt)
         try:
-            completed = self.launch(context, args, on_message=messages)
-        except Exception as exc:
+            completed = self.launch(context, self.segment_args(request), on_message=messages)
+        except BaseException as exc:
             if messages.refusal is not None:  # the launched process found another writer of the run and did nothing
-                lock = store.run_dir(run.run_id) / LOCK_NAME
-                raise LaunchRefused(run.run_id, lock, read_holder(lock), str(messages.refusal.get("message"))) from exc
+                lock = store.run_dir(request.run_id) / LOCK_NAME
+                raise LaunchRefused(request.run_id, lock, read_holder(lock),
+                                    str(messages.refusal.get("message"))) from exc
+            try:
+                record_failed_launch(store, request, exc, _command(context, request))
+            except Exception as rec_exc:  # the launch's error matters more (a full disk may refuse this)
+                context.log.error("%s: could not record the failed launch: %s", request.run_id, rec_exc)
             raise
         rows = [m for m in completed.get_custom_messages() if isinstance(m, dict) and "step" in m]
         records = [StepRecord.from_json(m) for m in rows]
@@ -305,16 +309,17 @@ class PipesComputeResource(ComputeResource):
                 on_step(rec)
         meta = completed.get_materialize_result().metadata or {}
         if _reported(meta, "steps_run") is None:
-            raise Failure(f"the launched segment of {run.run_id} reported no materialization. Fix: look at its log "
-                          "(the pod's or the subprocess's stderr above).")
+            raise Failure(f"the launched segment of {request.run_id} reported no materialization. Fix: look at its "
+                          "log (the pod's or the subprocess's stderr above).")
         reported = {k: v for k, v in meta.items()}
         reported["pipes_steps"] = MetadataValue.json([{k: m.get(k) for k in STEP_KEYS} for m in rows])
         reported.update({f"launch/{k}": v for k, v in (completed.metadata or {}).items()})
         summary = {k: _reported(meta, k) for k in meta}
-        return SegmentResult.from_summary(run.run_id, summary, records, run.tensorboard_dir, reported)
+        return SegmentResult.from_summary(request.run_id, summary, records, request.run_dir() / "tensorboard",
+                                          reported)
 
     def evaluate(self, run: RunSpec, store: Store, step: int, engine_factory: EngineFactory | None = None,
-                 context: Any = None) -> EvalResult:
+                 context: Any = None, data_dir: str = "runs/data") -> EvalResult:
         if context is None:
             raise Failure(f"{type(self).__name__} evaluates for the segment_eval asset (it needs the asset's context). "
                           "Fix: use LocalComputeResource, or pc_pipelines.run.evaluate_checkpoint, outside Dagster.")
@@ -441,9 +446,8 @@ class KubeRayComputeResource(KubeComputeBase):
     eval_cpu: str = Field(default="8", description="CPU of the evaluation pod.")
     eval_memory: str = Field(default="64Gi", description="Memory of the evaluation pod.")
 
-    def segment_args(self, run: RunSpec, store: Store, from_step: int | None, until_step: int,
-                     segment: int | None = None, attempt: str | None = None) -> list[str]:
-        args = super().segment_args(run, store, from_step, until_step, segment, attempt)
+    def segment_args(self, request: SegmentRequest) -> list[str]:
+        args = super().segment_args(request)
         args += ["--backend", "verl", "--nnodes", str(self.workers), "--gpus-per-node", str(self.gpus_per_worker)]
         for o in self.recipe_overrides:
             args += ["--recipe-set", o]

@@ -121,8 +121,8 @@ class RayJobComputeResource(PipesComputeResource):
                              "set entrypoint_num_gpus (e.g. 1), or device=cpu and engine=transformers.")
         return self
 
-    def _args(self, command, run, store, *specific: str) -> list[str]:
-        args = super()._args(command, run, store, *specific)
+    def _args(self, command, request, *specific: str) -> list[str]:
+        args = super()._args(command, request, *specific)
         for flag in ("--store", "--runs-root", "--data-dir"):
             i = args.index(flag) + 1
             args[i] = _absolute(args[i])

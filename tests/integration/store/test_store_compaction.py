@@ -146,7 +146,7 @@ COMPACTOR = textwrap.dedent(
     import shutil, sys, time
     from pathlib import Path
     from pc_pipelines.store import Store, hold_run
-    from pc_pipelines.store import catalog
+    from pc_pipelines.store import compaction
 
     # A shared volume (docs/DESIGN.md section 5: k8s pods on one volume) deletes slowly: a few ms per directory.
     real_rmtree, marker = shutil.rmtree, Path(sys.argv[2])
@@ -156,7 +156,7 @@ COMPACTOR = textwrap.dedent(
         time.sleep(0.004)
         return real_rmtree(path, *args, **kwargs)
 
-    catalog.shutil.rmtree = slow_rmtree
+    compaction.shutil.rmtree = slow_rmtree
     store = Store(sys.argv[1])
     print(store.compact("r"), flush=True)
     with hold_run("r", store.run_dir("r")):

@@ -439,13 +439,13 @@ def test_version_4_catalog_is_upgraded_when_read_to_file_free_views(tmp_path):
 def test_the_latest_run_is_the_last_registered_whatever_the_clocks_say(new_store, monkeypatch):
     """Issue 31: a re-run on a machine whose clock is a day behind is still the newest attempt of its (family,
     method, seed): registration order is the store's own sequence, not created_at."""
-    from pc_pipelines.store import catalog
+    from pc_pipelines.store import run_tables
 
     st = new_store
     rec = dict(family="fam", method="grpo", preset="p", seed=0, config={}, config_hash="h", kind="simulate")
     st.register_run(RunRecord(run_id="first", **rec))
-    real_now = catalog._now
-    monkeypatch.setattr(catalog, "_now", lambda: real_now() - dt.timedelta(days=1))
+    real_now = run_tables._now
+    monkeypatch.setattr(run_tables, "_now", lambda: real_now() - dt.timedelta(days=1))
     st.register_run(RunRecord(run_id="second", **rec))  # created "yesterday"
     runs = {r["run_id"]: r for r in st.query("SELECT run_id, seq, created_at FROM runs")}
     assert runs["second"]["created_at"] < runs["first"]["created_at"]

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 from pydantic import ValidationError
 
+from pc_pipelines.run.segment_attempt import SegmentRequest
 from pc_pipelines_dagster.resources import (
     ENVIRONMENTS,
     LocalComputeResource,
@@ -22,7 +23,7 @@ from pc_pipelines_dagster.resources import (
 
 
 def fake_run(tmp_path: Path):
-    run = SimpleNamespace(run_id="pc-run/1", run_dir=tmp_path / "runs" / "pc-run")
+    run = SimpleNamespace(run_id="pc-run.1", run_dir=tmp_path / "runs" / "pc-run.1")
     return run, SimpleNamespace(path=tmp_path / "pc.duckdb")
 
 
@@ -30,13 +31,14 @@ def test_segment_job_runs_the_entrypoint_with_absolute_paths(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     res = RayJobComputeResource(address="http://127.0.0.1:8265", python="/venv/bin/python")
     assert isinstance(res, PipesComputeResource)
-    run, store = fake_run(tmp_path)
-    args = res.segment_args(run, store, from_step=1, until_step=3)
+    request = SegmentRequest(store=str(tmp_path / "pc.duckdb"), run_id="pc-run.1", until_step=3, from_step=1,
+                             runs_root=str(tmp_path / "runs"))
+    args = res.segment_args(request)
     params = res.submit_job_params(args)
     argv = shlex.split(params["entrypoint"])
     assert argv[:4] == ["/venv/bin/python", "-m", "pc_pipelines.cli", "train-segment"]
     flags = dict(zip(argv[4::2], argv[5::2]))
-    assert flags["--store"] == str(tmp_path / "pc.duckdb") and flags["--run-id"] == "pc-run/1"
+    assert flags["--store"] == str(tmp_path / "pc.duckdb") and flags["--run-id"] == "pc-run.1"
     assert flags["--runs-root"] == str(tmp_path / "runs")
     assert flags["--data-dir"] == str(tmp_path / "runs" / "data")  # the relative default, made absolute here
     assert flags["--until-step"] == "3" and flags["--from-step"] == "1"
@@ -44,7 +46,7 @@ def test_segment_job_runs_the_entrypoint_with_absolute_paths(tmp_path, monkeypat
     # env_vars only (dagster-ray adds the Pipes variables): the code is installed where the job runs.
     assert params["runtime_env"] == {"env_vars": {}}
     assert params["entrypoint_num_cpus"] == 1.0 and "entrypoint_num_gpus" not in params
-    assert params["metadata"] == {"pc_run_id": "pc-run/1", "pc_command": "train-segment"}
+    assert params["metadata"] == {"pc_run_id": "pc-run.1", "pc_command": "train-segment"}
     assert params["submission_id"].startswith("pc-train-segment-pc-run_1-")
     assert params["submission_id"] != res.submit_job_params(args)["submission_id"]  # unique per submission
 
