@@ -18,6 +18,8 @@ UI_PORT ?= 3000
 # the file's module fixtures (a trained run, a Ray cluster, the UI test's live server): measured on 6 files, 89 tests
 # (tests/unit/reports, test_fit_commands, test_store_views, test_faults_outputs), worksteal built 2 of their 7 module
 # fixtures twice (+30 s of setup) for the same wall time (270 s against 277 s, load average 11).
+# --no-loadscope-reorder: files go out in collection order, which tests/conftest.py sorts slowest first
+# (tests/support/slow_files.py); xdist's own order (most tests first) started the slowest files, of 1-2 tests, last.
 TEST_WORKERS ?= 2
 # The scale path's real engines on CPU (`make test-scale`): a virtual environment of its own, so that `make demo` and
 # `make test` stay light. Versions: etc/scale/constraints.txt (one place; the GPU image installs the same vLLM release).
@@ -64,7 +66,7 @@ lint: $(STAMP)
 
 # --durations=30: the slowest 30 tests close the report (docs/BENCHMARKS.md "CI time" says where CI's time goes).
 test: $(STAMP) check-chromium lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 
 # The real-engine tests (marker `scale`: vLLM on CPU, its Ray actors, the local backend on vLLM), one at a time: a vLLM
 # engine takes ~30 s and ~2 GB. CI (.ci/run) runs it after `make test`.
