@@ -68,10 +68,13 @@ lint: $(STAMP)
 test: $(STAMP) check-chromium lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 
-# The real-engine tests (marker `scale`: vLLM on CPU, its Ray actors, the local backend on vLLM), one at a time: a vLLM
-# engine takes ~30 s and ~2 GB. CI (.ci/run) runs it after `make test`.
+# The real-engine tests (marker `scale`: vLLM on CPU, its Ray actors, the local backend on vLLM, verl's trainer), two
+# files at a time (SCALE_WORKERS; one file per worker): a vLLM engine takes 30-60 s to start and ~3.6 GB, the verl test
+# 6-8 GB, so two fit in CI's 24 GB while one waits on its engine's start-up. `make test-scale SCALE_WORKERS=0`: one
+# process. CI (.ci/run) runs it after `make test`.
+SCALE_WORKERS ?= 2
 test-scale: $(SCALE_STAMP)
-	$(SCALE_BIN)/python -m pytest -q -m scale -p no:cacheprovider
+	$(SCALE_BIN)/python -m pytest -q -m scale -p no:cacheprovider -n $(SCALE_WORKERS) --dist loadfile --durations=10
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
