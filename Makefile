@@ -18,6 +18,8 @@ UI_PORT ?= 3000
 # the file's module fixtures (a trained run, a Ray cluster, the UI test's live server): measured on 6 files, 89 tests
 # (tests/unit/reports, test_fit_commands, test_store_views, test_faults_outputs), worksteal built 2 of their 7 module
 # fixtures twice (+30 s of setup) for the same wall time (270 s against 277 s, load average 11).
+# --no-loadscope-reorder: files go out in collection order, which tests/conftest.py sorts slowest first
+# (tests/support/slow_files.py); xdist's own order (most tests first) started the slowest files, of 1-2 tests, last.
 TEST_WORKERS ?= 2
 # The scale path's real engines on CPU (`make test-scale`): a virtual environment of its own, so that `make demo` and
 # `make test` stay light. Versions: etc/scale/constraints.txt (one place; the GPU image installs the same vLLM release).
@@ -64,12 +66,16 @@ lint: $(STAMP)
 
 # --durations=30: the slowest 30 tests close the report (docs/BENCHMARKS.md "CI time" says where CI's time goes).
 test: $(STAMP) check-chromium lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 
-# The real-engine tests (marker `scale`: vLLM on CPU, its Ray actors, the local backend on vLLM), one at a time: a vLLM
-# engine takes ~30 s and ~2 GB. CI (.ci/run) runs it after `make test`.
+# The real-engine tests (marker `scale`: vLLM on CPU, its Ray actors, the local backend on vLLM, verl's trainer), two
+# files at a time (SCALE_WORKERS; one file per worker): a vLLM engine takes 30-60 s to start and ~3.6 GB, the verl test
+# 6-8 GB, so two fit in CI's 24 GB while one waits on its engine's start-up. `make test-scale SCALE_WORKERS=0`: one
+# process. Measured 2026-11-29 (load 3-5): 7 passed in 539 s at 2 workers, the tests' own durations summing to 921 s
+# (verl 371, vLLM actors 283, local backend on vLLM 145, engine contract 122). CI (.ci/run) runs it after `make test`.
+SCALE_WORKERS ?= 2
 test-scale: $(SCALE_STAMP)
-	$(SCALE_BIN)/python -m pytest -q -m scale -p no:cacheprovider
+	$(SCALE_BIN)/python -m pytest -q -m scale -p no:cacheprovider -n $(SCALE_WORKERS) --dist loadfile --durations=10
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -18,7 +18,10 @@ from types import SimpleNamespace
 
 import proc_waits
 import pytest
+import slow_files
 from shared_runs import SharedRuns
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +100,13 @@ def no_leaked_dagster_instance():
             f"this test left a Dagster instance entered (its {type(leaked).__name__} is still the current "
             "definitions-state storage). Fix: close what entered it: `with DagsterInstance...`, `with "
             "build_schedule_context(...) as ctx`, `with build_op_context(...) as ctx`.")
+
+
+def pytest_collection_modifyitems(config, items):
+    """In `make test`'s workers (xdist), the slowest files first (``tests/support/slow_files.py``), so that no long
+    file starts last and sets the end; a stable sort: every file keeps its tests' order, the others their places."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: slow_files.order(item.path.relative_to(REPO).as_posix()))
 
 
 _SESSION = []  # the finished session, for pytest_unconfigure

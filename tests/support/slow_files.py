@@ -1,0 +1,24 @@
+"""The test files that take longest, by measured seconds, so that `make test`'s workers start them first (issue 53:
+the longest file must not set the end).
+
+`make test` runs one file per worker (``--dist loadfile``) and hands the files out in collection order
+(``--no-loadscope-reorder``; xdist's own order, most tests first, put these files, one or two tests each, last).
+``tests/conftest.py`` sorts the collection by ``SECONDS``, longest first; every other file keeps its place after them.
+The figures are one file's wall seconds under ``make test`` (sum of its tests' setup, call and teardown from pytest's
+``--durations``), rounded; what counts is their order. A file missing here only starts later: re-measure with
+``.venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=60`` when a file grows slow."""
+
+from __future__ import annotations
+
+SECONDS = {
+    "tests/research/test_bench_study_e2e.py": 250,
+    "tests/e2e/test_ui.py": 210,
+    "tests/e2e/test_demo_graph.py": 180,
+    "tests/e2e/test_demo_stop.py": 120,
+}
+
+
+def order(path: str) -> float:
+    """Sort key of a test file (its path below the repository, with /): the longest first, the rest after in their
+    collection order (a stable sort)."""
+    return -SECONDS.get(path, 0)
