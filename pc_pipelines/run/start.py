@@ -33,12 +33,16 @@ def check_trainable(cfg: RunConfig) -> None:
 def start_training_run(cfg: RunConfig, out_dir: str | Path, run_name: str | None = None, *,
               policy_path: str | Path | None = None, cache_dir: str | Path | None = None,
               progress: Callable[[int, float], None] | None = None, task: TaskData | None = None,
-              run_name_field: str = "--run-name", before_prepare: Callable[[], object] | None = None) -> TrainingRun:
+              run_name_field: str = "--run-name", before_prepare: Callable[[], object] | None = None,
+              config_checked: bool = False) -> TrainingRun:
     """The spec of a new (or resumed) training run of ``cfg`` in ``<out_dir>/<run id>``, after
     :func:`check_trainable` and the run id's check (both before the warm start is built): the one place a training
     run's config and id are checked. ``before_prepare`` is called once they pass, before the spec is built (the CLI
-    silences transformers' own progress bars there)."""
-    check_trainable(cfg)
+    silences transformers' own progress bars there). ``config_checked``: the caller ran :func:`check_trainable` on
+    this ``cfg`` in this process already (the ``start_run`` job's ``check_start_run``); a ``run_name`` it checked
+    (a :class:`~pc_pipelines.store.names.RunId`) is taken as it is."""
+    if not config_checked:
+        check_trainable(cfg)
     try:
         run_id = run_id_for(cfg.default_run_id(), run_name, run_name_field)
     except RunIdError as exc:

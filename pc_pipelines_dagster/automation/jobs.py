@@ -99,15 +99,15 @@ def register_training_run(
     # resolved the run's config here, before this op; check_start_run gives that check's outcome (run directly,
     # without the mapping, it checks now).
     try:
-        cfg, dataset = check_start_run(config)
+        cfg, dataset, run_id = check_start_run(config)
     except ConfigError as exc:  # the message names the setting and the fix: no traceback
         raise Failure(f"configuration error: {exc}", allow_retries=False) from None
     plan = SegmentPlan(config.segment_steps, config.total_steps)
-    run_id = run_id_for(cfg.default_run_id(), config.run_name, field="start_run config run_name")
     registered = registered_as(store.path, run_id, cfg.config_hash, plan)  # before the warm start and any write
     try:
-        run = start_training_run(
-            cfg, checkpoints.runs_root(), config.run_name, policy_path=config.policy_path, cache_dir=config.cache_dir,
+        run = start_training_run(  # cfg and the id (a RunId) as check_start_run checked them: not checked again
+            cfg, checkpoints.runs_root(), run_id, config_checked=True, policy_path=config.policy_path,
+            cache_dir=config.cache_dir,
             progress=lambda s, loss: s % 200 == 0 and context.log.info("warm start SFT step %d loss %.4f", s, loss),
             task=_task_for(dataset, cfg, data), run_name_field="start_run config run_name",
         )
@@ -227,10 +227,10 @@ def _pydantic_problems(exc: pydantic.ValidationError) -> dict[str, str]:
     return out
 
 
-def check_start_run(config: StartRunConfig) -> tuple[RunConfig, str]:
+def check_start_run(config: StartRunConfig) -> tuple[RunConfig, str, str]:
     """What start_run checks before its warm start: the preset, the overrides (they parse, resolve and keep the
     segment boundaries), the method and strategy names, the run id, the dataset and what it needs. The resolved
-    config and the dataset; :class:`ConfigError` naming the start_run field and the fix otherwise.
+    config, the dataset and the run id (a checked :class:`~pc_pipelines.store.names.RunId`); :class:`ConfigError` naming the start_run field and the fix otherwise.
 
     Checked once per process for a config and the preset files as they are: Dagster resolves a run's config
     several times in one process (``execute_in_process`` three times: the plan, the orchestration and the execution
@@ -244,7 +244,7 @@ def check_start_run(config: StartRunConfig) -> tuple[RunConfig, str]:
 
 
 @functools.lru_cache(maxsize=32)
-def _checked(config_json: str, presets: tuple) -> tuple[RunConfig, str] | ConfigError:
+def _checked(config_json: str, presets: tuple) -> tuple[RunConfig, str, str] | ConfigError:
     """:func:`_check_start_run` of the config ``config_json``, its refusal returned (kept like a result)."""
     try:
         return _check_start_run(StartRunConfig.model_validate_json(config_json))
@@ -252,7 +252,7 @@ def _checked(config_json: str, presets: tuple) -> tuple[RunConfig, str] | Config
         return exc
 
 
-def _check_start_run(config: StartRunConfig) -> tuple[RunConfig, str]:
+def _check_start_run(config: StartRunConfig) -> tuple[RunConfig, str, str]:
     if config.preset not in available_presets():
         raise ConfigError(f"start_run config preset {brief(config.preset)}: no such preset. Fix: use one of "
                           f"{available_presets()} (`pilot-commit presets`).")
@@ -274,7 +274,7 @@ def _check_start_run(config: StartRunConfig) -> tuple[RunConfig, str]:
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     try:
-        run_id_for(cfg.default_run_id(), config.run_name, field="start_run config run_name")
+        run_id = run_id_for(cfg.default_run_id(), config.run_name, field="start_run config run_name")
     except RunIdError as exc:
         if config.run_name is not None:  # the message names run_name
             raise ConfigError(str(exc)) from None
@@ -293,7 +293,7 @@ def _check_start_run(config: StartRunConfig) -> tuple[RunConfig, str]:
         raise ConfigError(f"start_run config policy_path: a run on dataset {dataset!r} starts from a model of your "
                           "own (the embedded warm start knows the addition task only). Fix: set policy_path to a local "
                           "Hugging Face causal LM directory.")
-    return cfg, dataset
+    return cfg, dataset, run_id
 
 
 def launch_problems(op_config: Mapping[str, Any], store_path: str | None = None) -> dict[str, str]:
@@ -305,13 +305,12 @@ def launch_problems(op_config: Mapping[str, Any], store_path: str | None = None)
     except pydantic.ValidationError as exc:
         return _pydantic_problems(exc)
     try:
-        cfg, _ = check_start_run(config)
+        cfg, _, run_id = check_start_run(config)
     except ConfigError as exc:
         text = str(exc)
         name = text.removeprefix("start_run config ").split(" ", 1)[0].rstrip(":")
         return {name if name in StartRunConfig.model_fields else "config": text}
     if store_path is not None:
-        run_id = run_id_for(cfg.default_run_id(), config.run_name, field="start_run config run_name")
         try:
             registered_as(store_path, run_id, cfg.config_hash, SegmentPlan(config.segment_steps, config.total_steps))
         except Failure as exc:

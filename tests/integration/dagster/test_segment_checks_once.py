@@ -7,7 +7,8 @@
   process only) and checks the run id once in each (issue 56; the child counts through ``counting_python``);
 * ``start_run``'s checks (:func:`check_start_run`: the preset, the overrides resolved, the method, the run id, the
   dataset) run once in a process, though Dagster resolves the job's config (its config mapping, ``launch_check``)
-  three times in ``execute_in_process`` and the op needs the resolved config too.
+  three times in ``execute_in_process`` and the op needs the resolved config too; the op hands the checked config
+  and run id to ``start_training_run``, which checks neither again.
 
 Counted by wrapping the real functions; the segment trains for real, on the real store and Dagster."""
 
@@ -23,6 +24,8 @@ from call_counts import count_calls, count_everywhere, count_walk, counting_pyth
 from dagster import DagsterInstance, materialize
 from dagster_runs import local_resources, register_run, step_failures
 
+import pc_pipelines.run.start as start
+import pc_pipelines.store.names as names
 import pc_pipelines.store.runlock as runlock
 import pc_pipelines_dagster.automation.jobs as jobs
 from pc_pipelines.cli import main
@@ -75,14 +78,15 @@ def test_train_segment_takes_the_runs_lock_once(tmp_path, base_policy, lock_take
 
 def test_start_run_checks_its_config_once(tmp_path, monkeypatch):
     seen: Counter = Counter()
-    count_calls(monkeypatch, seen, "check_trainable", (jobs,), "check_trainable")
+    count_everywhere(seen, "check_trainable", start, "check_trainable", patch=monkeypatch.setattr)
+    count_everywhere(seen, "run id checked", names, "run_id_problem", patch=monkeypatch.setattr)
     count_calls(monkeypatch, seen, "resolve", (jobs,), "resolve")
     cfg = {"method": "grpo", "overrides": ["allocator.n=8"], "segment_steps": 1, "total_steps": 2,
            "run_name": "checked-once"}
     res = jobs.start_run.execute_in_process(run_config={"ops": {"register_training_run": {"config": cfg}}},
                                             instance=DagsterInstance.ephemeral(), resources=local_resources(tmp_path))
     assert res.success and res.output_for_node("register_training_run") == "checked-once"
-    assert seen == {"resolve": 1, "check_trainable": 1}
+    assert seen == {"resolve": 1, "check_trainable": 1, "run id checked": 1}  # in check_start_run, then carried
     assert [s["segment"] for s in Store(tmp_path / "pc.duckdb").segments("checked-once")] == [0, 1]
 
 
