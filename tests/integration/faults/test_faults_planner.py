@@ -196,14 +196,22 @@ def test_sim_fit_while_simulate_writes_the_run(tmp_path):
     try:
         from pc_pipelines.store import Store
 
+        # a few steps with their evaluations first: the writer batches evaluation rows (every flush_every_s = 2 s
+        # of its time), so a fast machine can write 20 steps before the first evaluation lands; a fit needs the one
+        # before training and one more (the refusal for fewer is its own fault case)
+        ready = ("SELECT (SELECT count(*) FROM steps) AS steps, "
+                 "(SELECT count(DISTINCT step) FROM eval_results WHERE run_id = 'big') AS evals")
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:  # a few steps with their evaluations first
+        while time.monotonic() < deadline:
             try:
-                if store.exists() and Store(store).query("SELECT count(*) AS n FROM steps")[0]["n"] >= 20:
+                row = Store(store).query(ready)[0] if store.exists() else None
+                if row and row["steps"] >= 20 and row["evals"] >= 2:
                     break
             except Exception:  # the catalog is being created
                 pass
             time.sleep(0.5)
+        else:
+            raise AssertionError(f"no 20 steps and 2 evaluations within 300 s: {writer.poll()=}")
         fits = 0
         while writer.poll() is None and fits < 3:
             res = cli("sim-fit", "--store", str(store), "--runs", "big")
