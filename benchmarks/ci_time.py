@@ -10,6 +10,12 @@ clone with an empty uv cache, then `make install` of a second fresh clone with t
 (`.ci/standalone`). The clone has nothing beside it, as a user's. ``--load``: a second `make test` in another clone
 (installed first, not timed) runs beside the measured parts. Each part's row of the "CI time"
 section is replaced, the other rows are kept (parts measured on other days say when).
+
+Each row also says how busy the machine's CPUs were during the part (``/proc/stat``: a part far below 100% waits on
+something, start-ups, sensor ticks, sleeps, and more workers would fill it), and the `test` part's JUnit report
+(``--junitxml``, through ``PYTEST_ADDOPTS``) gives the files that take longest (sum of their tests' setup, call
+and teardown on one worker) with the share of the workers' time spent in tests: what
+``tests/support/slow_files.py`` orders by.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -37,6 +45,71 @@ PARTS = {  # part -> (what runs in the clone, what it is)
 }
 IDLE, LOADED = "no load added", "beside a second `make test`"
 ROW = re.compile(rf"^\| (?P<part>[^|]+?) \| (?P<load>{re.escape(IDLE)}|{re.escape(LOADED)}) \|")
+JUNIT_PARTS = ("test", "test-scale")
+"""Parts run by pytest: their JUnit report gives each test's seconds."""
+SLOWEST_FILES = 15
+FILES_BEGIN, FILES_END = "<!-- ci-time-files:begin -->", "<!-- ci-time-files:end -->"
+
+
+def cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies of every CPU since boot, from /proc/stat (None where there is none)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest is inside user)
+    return total - idle, total
+
+
+def busy_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of the machine's CPU time that was busy between two :func:`cpu_times` readings."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
+def test_file(classname: str, repo: Path) -> str:
+    """The test file of a JUnit ``classname`` (``tests.unit.x.test_y`` or ``tests.unit.x.test_y.TestClass``)."""
+    parts = classname.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = "/".join(parts[:end]) + ".py"
+        if (repo / candidate).is_file():
+            return candidate
+    return "/".join(parts) + ".py"
+
+
+def seconds_by_file(junit: Path, repo: Path) -> dict[str, tuple[int, float]]:
+    """{test file: (tests, seconds)} from a pytest JUnit report (a test's time there is its setup, call and
+    teardown)."""
+    out: dict[str, list] = defaultdict(lambda: [0, 0.0])
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        entry = out[test_file(case.get("classname", ""), repo)]
+        entry[0] += 1
+        entry[1] += float(case.get("time") or 0.0)
+    return {f: (n, s) for f, (n, s) in out.items()}
+
+
+def workers_of(log: Path) -> int | None:
+    """The pytest-xdist workers a part's log says it ran (``-n N``), None when not parallel."""
+    m = re.search(r"pytest .*?-n (\d+)", log.read_text(errors="replace")) if log.exists() else None
+    return int(m.group(1)) if m and int(m.group(1)) > 0 else None
+
+
+def files_table(by_file: dict[str, tuple[int, float]], wall_s: float, workers: int | None, label: str) -> list[str]:
+    """The slowest files of a part, and the share of its workers' time that tests took."""
+    total = sum(s for _, s in by_file.values())
+    ranked = sorted(by_file.items(), key=lambda kv: -kv[1][1])[:SLOWEST_FILES]
+    lanes = workers or 1
+    lines = [f"`{label}`: {sum(n for n, _ in by_file.values())} tests, {total:.0f} s of test time on {lanes} "
+             f"worker{'s' if lanes > 1 else ''} in {wall_s:.0f} s of wall time ({total / (wall_s * lanes):.0%} of the "
+             "workers' time in tests; the rest is start-up, collection and waiting for the last file). The slowest "
+             "files:",
+             "",
+             "| file | tests | seconds | share of test time |",
+             "|---|---:|---:|---:|"]
+    lines += [f"| `{f}` | {n} | {s:.0f} | {s / total:.1%} |" for f, (n, s) in ranked]
+    return lines
 
 
 def fresh_clone(dest: Path) -> Path:
@@ -77,8 +150,19 @@ def existing_rows(path: Path | None) -> dict[tuple[str, str], str]:
     rows = {}
     for line in (m.group(1).splitlines() if m else []):
         if r := ROW.match(line):
+            cells = line.split(" | ")
+            if len(cells) == 6:  # a row written before the CPU busy column: none measured
+                line = " | ".join([*cells[:4], "-", *cells[4:]])
             rows[(r["part"], r["load"])] = line
     return rows
+
+
+def previous_files(path: Path | None) -> str:
+    """The slowest-files part of the section already in ``path`` (kept when this run timed no test part)."""
+    if path is None or not path.exists():
+        return ""
+    m = re.search(rf"{re.escape(FILES_BEGIN)}.*?{re.escape(FILES_END)}", path.read_text(), re.S)
+    return m.group(0) if m else ""
 
 
 def main() -> int:
@@ -98,21 +182,29 @@ def main() -> int:
     env = {**os.environ, "UV_CACHE_DIR": str(tmp / "uv-cache"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("VIRTUAL_ENV", None)
     load = start_load(tmp / "load", env) if args.load else None
-    measured: list[tuple[str, str, float, str]] = []  # (part, what, seconds, the machine at its start)
+    measured: list[tuple[str, str, float, str, float | None]] = []  # (part, what, seconds, machine, CPU busy)
+    file_tables: list[str] = []
     try:
         repo = fresh_clone(tmp / "main")
         for part in parts:
             cmd, what = PARTS[part]
-            at = machine()
-            seconds = timed(cmd, repo, env, tmp / f"{part}.log")
+            at, cpu0 = machine(), cpu_times()
+            junit = tmp / f"{part}-junit.xml"
+            part_env = {**env, "PYTEST_ADDOPTS": f"--junitxml={junit}"} if part in JUNIT_PARTS else env
+            seconds = timed(cmd, repo, part_env, tmp / f"{part}.log")
+            busy = busy_share(cpu0, cpu_times())
             print(f"ci_time: {part}: {seconds:.0f} s", flush=True)
-            measured.append(("install, empty uv cache" if part == "install" else part, what, seconds, at))
+            measured.append(("install, empty uv cache" if part == "install" else part, what, seconds, at, busy))
+            if junit.is_file():
+                file_tables += ["", *files_table(seconds_by_file(junit, repo), seconds,
+                                                 workers_of(tmp / f"{part}.log"), part)]
             if part == "install":  # the same install again in a second clone, the uv cache now filled
                 again = fresh_clone(tmp / "again")
-                at = machine()
+                at, cpu0 = machine(), cpu_times()
                 seconds = timed(cmd, again, env, tmp / "install-again.log")
                 print(f"ci_time: install, uv cache filled: {seconds:.0f} s", flush=True)
-                measured.append(("install, uv cache filled", what + " (a second fresh clone)", seconds, at))
+                measured.append(("install, uv cache filled", what + " (a second fresh clone)", seconds, at,
+                                 busy_share(cpu0, cpu_times())))
     finally:
         if load is not None:
             os.killpg(load.pid, signal.SIGTERM)
@@ -124,8 +216,9 @@ def main() -> int:
 
     day = time.strftime("%Y-%m-%d")
     rows = existing_rows(args.write)
-    for label, what, seconds, at in measured:
-        rows[(label, load_word)] = (f"| {label} | {load_word} | {seconds:.0f} | {seconds / 60:.1f} | {what} | "
+    for label, what, seconds, at, busy in measured:
+        cpu = "-" if busy is None else f"{busy:.0%}"
+        rows[(label, load_word)] = (f"| {label} | {load_word} | {seconds:.0f} | {seconds / 60:.1f} | {cpu} | {what} | "
                                     f"{day}, `ci_time.py{flags}`; {at} |")
     order = ["install, empty uv cache", "install, uv cache filled", *list(PARTS)[1:]]
     ordered = sorted(rows.items(), key=lambda kv: (kv[0][1] != IDLE, order.index(kv[0][0])
@@ -140,13 +233,20 @@ def main() -> int:
         ".ci/run's parts on a fresh clone of HEAD (`git clone`, nothing beside it), one after the other in one clone. "
         "The install's first row starts with an empty uv cache (every wheel downloaded, torch from /opt/wheels); "
         "the second is another fresh clone with the cache the first filled (what a machine that installed once "
-        "gets). The machine's load average at each part's start is in its row. Targets (issue 53): install under 3 "
-        "minutes; .ci/run under 25 minutes idle, under 50 beside a second `make test`.",
+        "gets). The machine's load average at each part's start is in its row; CPU busy: the share of the "
+        "machine's CPU time that was busy during the part (all processes, the load's included). Targets (issue 53): "
+        "install under 3 minutes; .ci/run under 25 minutes idle, under 50 beside a second `make test`.",
         "",
-        "| part | load | seconds | minutes | what runs | measured; machine |",
-        "|---|---|---:|---:|---|---|",
+        "| part | load | seconds | minutes | CPU busy | what runs | measured; machine |",
+        "|---|---|---:|---:|---:|---|---|",
         *[line for _, line in ordered],
     ]
+    old_files = previous_files(args.write)
+    if file_tables:  # this run's slowest files replace the last run's
+        lines += ["", FILES_BEGIN, f"Where the test time went ({day}, `ci_time.py{flags}`, {load_word}):",
+                  *file_tables, FILES_END]
+    elif old_files:
+        lines += ["", old_files]
     text = "\n".join(lines)
     print(text)
     if args.write:

@@ -19,7 +19,7 @@ from pc_pipelines_dagster.assets.reports import budget_plan, pass_rate_timeline,
 from pc_pipelines_dagster.assets.training import SEGMENT_PROGRESS, training_segment
 from pc_pipelines_dagster.automation.jobs import build_start_run, report_job, train_segment_job
 from pc_pipelines_dagster.automation.schedules import ScheduleSettings, build_advance_schedule
-from pc_pipelines_dagster.automation.sensors import build_advance_runs_sensor
+from pc_pipelines_dagster.automation.sensors import build_advance_runs_sensor, interval_from_env
 from pc_pipelines_dagster.resources import StoreResource, environment_resources
 
 
@@ -29,7 +29,8 @@ def build_definitions(resources: dict | None = None, max_failures: int = 3,
     ``max_failures`` consecutive failures of a segment, ``start_run`` checking a launch against the ``store``
     resource's store (a run name it holds with another config is refused before a run exists).
     ``schedule_settings``: the window schedule's (default: from ``PC_ADVANCE_SCHEDULE_*``,
-    :mod:`pc_pipelines_dagster.automation.schedules`); while that schedule runs, the sensor requests no segment."""
+    :mod:`pc_pipelines_dagster.automation.schedules`); while that schedule runs, the sensor requests no segment.
+    The sensor's interval: ``PC_ADVANCE_SENSOR_INTERVAL_S`` (default 30 s)."""
     advance_schedule = build_advance_schedule(schedule_settings, max_failures=max_failures)
     resources = resources or environment_resources()
     store = resources.get("store")
@@ -39,7 +40,8 @@ def build_definitions(resources: dict | None = None, max_failures: int = 3,
                 pass_rate_timeline, run_comparison, budget_plan],
         asset_checks=DATA_CHECKS,
         jobs=[build_start_run(store_path), train_segment_job, report_job],
-        sensors=[build_advance_runs_sensor(max_failures=max_failures, defer_to=advance_schedule)],
+        sensors=[build_advance_runs_sensor(max_failures=max_failures, interval_s=interval_from_env(),
+                                           defer_to=advance_schedule)],
         schedules=[advance_schedule],
         resources=resources,
     )

@@ -37,10 +37,15 @@ as a crashed writer (:func:`pc_pipelines.store.runlock.between_segments`).
 sensor requests the ``report`` job (``rollouts_report``, ``pass_rate_timeline``) once for it: one request per tick
 for every run finished since, tagged ``pc/report_for`` with their ids (run key ``report-<first>[-and-N-more]``); a
 run some ``report`` run was already requested for is not requested again.
+
+**Cadence.** The sensor ticks every ``PC_ADVANCE_SENSOR_INTERVAL_S`` seconds (default 30; read once, when the code
+location loads: :func:`interval_from_env`), so a segment starts at most that long after the previous one ended.
 """
 
 import contextlib
 import hashlib
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dagster import (
@@ -57,6 +62,7 @@ from dagster import (
     sensor,
 )
 
+from pc_pipelines.errors import ConfigError, brief
 from pc_pipelines.run.lifecycle import record_finished
 from pc_pipelines.run.segments import Action, RunView, SegmentError, SegmentView, decide, parse_partition_key
 from pc_pipelines.steps import segment_name
@@ -68,6 +74,27 @@ from pc_pipelines_dagster.resources import StoreResource
 from .jobs import report_job, train_segment_job
 
 SENSOR_NAME = "advance_runs"
+ENV_INTERVAL = "PC_ADVANCE_SENSOR_INTERVAL_S"
+DEFAULT_INTERVAL_S = 30
+MAX_INTERVAL_S = 86_400
+
+
+def interval_from_env(env: Mapping[str, str] | None = None) -> int:
+    """Seconds between the sensor's ticks, from ``PC_ADVANCE_SENSOR_INTERVAL_S`` in ``env`` (default ``os.environ``;
+    unset or empty: 30); a value that is not a whole number from 1 to 86,400 is a :class:`ConfigError` naming the
+    variable and the fix (the code location does not load)."""
+    raw = (dict(os.environ if env is None else env).get(ENV_INTERVAL) or "").strip()
+    if not raw:
+        return DEFAULT_INTERVAL_S
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_INTERVAL_S:
+        raise ConfigError(f"{ENV_INTERVAL}={brief(raw)}: must be a whole number of seconds from 1 to {MAX_INTERVAL_S:,} "
+                          "(how often the advance_runs sensor ticks). Fix: set it to e.g. 30, or unset it for the "
+                          f"default ({DEFAULT_INTERVAL_S}).")
+    return value
 RUN_TAG = "pc/run"  # one training segment in flight per run: the run queue limits this tag per unique value
 REPORT_TAG = "pc/report_for"  # the finished training run a report run was requested for
 # Dagster's own tags on runs (constants private to Dagster): the partition of a partitioned run, the
@@ -278,7 +305,7 @@ def schedule_running(context, schedule: ScheduleDefinition) -> bool:
     return schedule.default_status == DefaultScheduleStatus.RUNNING
 
 
-def build_advance_runs_sensor(max_failures: int = 3, interval_s: int = 30, default_running: bool = True,
+def build_advance_runs_sensor(max_failures: int = 3, interval_s: int = DEFAULT_INTERVAL_S, default_running: bool = True,
                               defer_to: ScheduleDefinition | None = None):
     """The sensor advancing every active run by one segment at a time; pauses a run after ``max_failures``
     consecutive failures of its next segment (the reason goes to the store and the UI), and requests the report

@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from pc_pipelines.errors import installed_command
+from pc_pipelines_dagster.automation.sensors import ENV_INTERVAL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -34,6 +35,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "etc" / "dagster.yaml"
 LOCATION = "pc_pipelines_dagster.definitions"  # workspace.yaml's python_module, which names the code location
 STARTUP_TIMEOUT_S = 150
+SENSOR_INTERVAL_S = 5
+"""The advance_runs sensor's interval here (``make ui``'s is 30 s): the live run waits for three of its ticks (the
+first segment, the second, the report), idle time that is most of a worker's wait otherwise (issue 53)."""
 # Wide enough that the lineage graph is drawn at full node size (the full asset name is in each node's DOM);
 # the screenshots use a laptop-sized window.
 DOM_WINDOW = (3840, 2160)
@@ -149,7 +153,8 @@ def server(tmp_path_factory):
         proc = subprocess.Popen(
             [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(port),
              "--log-level", UI_LOG_LEVEL],  # as `make ui` starts it
-            cwd=cwd, env={**os.environ, "DAGSTER_HOME": str(home)}, stdout=out, stderr=subprocess.STDOUT,
+            cwd=cwd, env={**os.environ, "DAGSTER_HOME": str(home), ENV_INTERVAL: str(SENSOR_INTERVAL_S)},
+            stdout=out, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,
         )
     srv = Server(base, log)
