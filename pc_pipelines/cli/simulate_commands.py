@@ -287,7 +287,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     result = plan_store_runs(store, args.runs, args.preset, args.fit_steps, args.horizon, args.seeds,
                              resamples=args.resamples, progress=lambda msg: err.write(f"plan: {msg}\n"))
     out = sys.stdout
-    out.write(result.header() + "\n" + result.table() + "\n")
+    out.write(result.header() + "\n" + result.table() + "\n" + result.verdict_line() + "\n")
     out.write("best: " + shell_command(installed_command("pilot-commit"), *result.train_args()) + "\n")
     out.write(f"{TRUST}.\n")
     if args.plot:

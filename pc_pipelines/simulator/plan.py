@@ -13,6 +13,11 @@ it won (a tie counts for each tied budget: GRPO n = 8 with and without the prior
 step): the fit's uncertainty and the simulation's seed noise together, not the law's error (that is what
 docs/STUDIES.md's "The simulator's fitted law against the measured benchmark" measured: the order of the methods,
 not their ratios within 25%; group sizes outside those the fitted runs trained are an extrapolation).
+
+**Indistinguishable budgets** (issue 57 point 3). A budget whose interval overlaps the best one's is not ranked
+against it: its row says ``indistinguishable`` (``vs best``), and :meth:`Plan.verdict_line` names them all, so a
+user picks among them by what else matters (sampled rollouts a step, wall time) instead of by the order of points
+the data cannot tell apart. Without intervals (``resamples`` 0) the rows say ``-`` and the line says how to get them.
 """
 
 from __future__ import annotations
@@ -196,13 +201,47 @@ class Plan:
                 f"law); preset {self.preset}, {self.horizon} steps, seeds {' '.join(map(str, self.seeds))}; target = "
                 f"the lowest smoothed peak; interval: 10-90% over {self.resamples} refits on resampled steps")
 
+    def verdict(self, row: PlanRow) -> str:
+        """``row`` against the best (the first row): ``best``; ``indistinguishable`` when both have a 10-90% interval
+        and the two overlap; ``worse`` when they do not; ``never`` when it did not reach the target on most seeds;
+        ``-`` when there is nothing to compare (no interval: ``resamples`` 0, or reached in under half the refits)."""
+        best = self.rows[0]
+        if row is best:
+            return "best"
+        if row.rollouts_to_target is None:
+            return "never"
+        if None in (row.low, row.high, best.low, best.high):
+            return "-"
+        return "indistinguishable" if row.low <= best.high and best.low <= row.high else "worse"
+
+    def indistinguishable(self) -> list[Candidate]:
+        """The budgets the fit cannot rank against the best (their intervals overlap its), in rank order."""
+        return [r.candidate for r in self.rows[1:] if self.verdict(r) == "indistinguishable"]
+
+    def verdict_line(self) -> str:
+        """One line on what the ranking can be trusted for: which budgets are indistinguishable from the best."""
+        best = self.rows[0]
+        if self.resamples == 0 or best.low is None:
+            why = "no refits (--resamples 0)" if self.resamples == 0 else "the best reached the target in under half the refits"
+            return (f"ranking: one fit's order, with no interval ({why}), so it cannot say which budgets the data tell "
+                    "apart. Fix: run with --resamples 20 (the budget_plan asset's resamples) for the 10-90% intervals.")
+        tied = self.indistinguishable()
+        if not tied:
+            return (f"ranking: {best.candidate.name} is ahead of every other budget beyond the 10-90% intervals of "
+                    f"{self.resamples} refits.")
+        names = ", ".join(c.name for c in tied)
+        return (f"ranking: indistinguishable from {best.candidate.name} (their 10-90% intervals overlap its): {names}. "
+                "The data do not rank these: choose among them by sampled rollouts a step (or wall time), or refit on "
+                "more steps to narrow the intervals.")
+
     def table(self) -> str:
         """The ranked rows as fixed-width text (what ``pilot-commit plan`` prints)."""
         lines = [f"{'rank':>4} {'budget':<18} {'sampled/step':>12} {'rollouts to target':>18} {'10-90%':>17} "
-                 f"{'first in':>8} {'seeds':>5}"]
+                 f"{'first in':>8} {'seeds':>5}  vs best"]
         for i, r in enumerate(self.rows, 1):
             lines.append(f"{i:>4} {r.candidate.name:<18} {r.sampled_per_step:>12,.0f} {_num(r.rollouts_to_target):>18} "
-                         f"{_interval(r):>17} {f'{r.first}/{self.resamples}':>8} {f'{r.reached}/{len(self.seeds)}':>5}")
+                         f"{_interval(r):>17} {f'{r.first}/{self.resamples}':>8} {f'{r.reached}/{len(self.seeds)}':>5}  "
+                         f"{self.verdict(r)}")
         return "\n".join(lines)
 
     def records(self) -> list[dict]:
@@ -210,7 +249,8 @@ class Plan:
         return [{"rank": i, "budget": r.candidate.name, "method": r.candidate.method,
                  "sampled_per_step": round(r.sampled_per_step, 1), "rollouts_to_target": r.rollouts_to_target,
                  "low": r.low, "high": r.high, "first": r.first, "resamples": self.resamples,
-                 "reached": r.reached, "seeds": len(self.seeds)} for i, r in enumerate(self.rows, 1)]
+                 "reached": r.reached, "seeds": len(self.seeds), "vs_best": self.verdict(r)}
+                for i, r in enumerate(self.rows, 1)]
 
 
 def _num(v: float | None) -> str:

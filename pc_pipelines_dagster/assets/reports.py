@@ -302,6 +302,8 @@ PLAN_SCHEMA = TableSchema(columns=[
     TableColumn("high", "float", "90th percentile over the refits"),
     TableColumn("first", "int", "refits that ranked this budget first (of `resamples`)"),
     TableColumn("reached", "int", "seeds on which it reached the target"),
+    TableColumn("vs_best", "string", "best; indistinguishable (its 10-90% interval overlaps the best's: the data do "
+                                     "not rank them); worse; never (not reached); - (no interval)"),
 ])
 PLAN_SCHEMA_NAMES = {c.name for c in PLAN_SCHEMA.columns}
 
@@ -329,7 +331,9 @@ def budget_plan(context: AssetExecutionContext, config: PlanConfig, store: Store
     context.log.info("budget_plan: best %s: %s", result.best.name, best)
     return MaterializeResult(
         metadata={
-            "plan": MetadataValue.md(f"{result.header()}\n\n```\n{result.table()}\n```\n\n{_embedded(png)}"),
+            "plan": MetadataValue.md(f"{result.header()}\n\n```\n{result.table()}\n```\n\n{result.verdict_line()}"
+                                     f"\n\n{_embedded(png)}"),
+            "ranking": result.verdict_line(),
             "table": MetadataValue.table([TableRecord({k: v for k, v in r.items() if k in PLAN_SCHEMA_NAMES})
                                           for r in result.records()], PLAN_SCHEMA),
             "best": result.best.name,

@@ -93,7 +93,7 @@ def test_demo_materializes_the_graph_and_prints_the_table(tmp_path, base_policy,
                  "--fit-steps", "4", "--horizon", "20", "--seeds", "1", "--resamples", "2"]) == 0
     res = capsys.readouterr()
     table = [line.split() for line in res.out.splitlines() if line[:4].strip().isdigit()]
-    assert [int(r[0]) for r in table] == list(range(1, 11)) and 1 <= max(int(r[-2].split("/")[0]) for r in table) <= 2
+    assert [int(r[0]) for r in table] == list(range(1, 11)) and 1 <= max(int(r[-3].split("/")[0]) for r in table) <= 2
     best = next(line for line in res.out.splitlines() if line.startswith("best: "))
     assert f"train --preset bench --method {'grpo' if table[0][1] == 'GRPO' else 'pc'}" in best
 

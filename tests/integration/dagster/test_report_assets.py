@@ -232,6 +232,8 @@ def test_budget_plan_ranks_budgets_from_the_runs_first_steps(sim, tmp_path):
     assert 1 <= max(r["first"] for r in rows) <= 2  # every refit ranks a first (a tie counts for each)
     for r in rows:
         assert (r["low"] is None) == (r["high"] is None) and (r["low"] is None or r["low"] <= r["high"])
+    assert rows[0]["vs_best"] == "best" and {r["vs_best"] for r in rows[1:]} <= {"indistinguishable", "worse", "never", "-"}
+    assert md["ranking"].value.startswith("ranking: ") and md["ranking"].value in md["plan"].value
     assert md["best"].value == rows[0]["budget"]
     method = "grpo" if rows[0]["budget"].startswith("GRPO") else "pc"
     assert f"train --preset simulator --method {method}" in md["best_command"].value

@@ -85,14 +85,26 @@ def test_plan_ranks_budgets_and_prints_the_best_command(store, tmp_path):
     first = " ".join(table[0].split()[1:3])
     assert "train --preset simulator --method" in best
     assert ("--method grpo" in best) == first.startswith("GRPO")
-    # each row: its 10-90% interval over the refits ('-': reached in under half of them) and 'first in k/3'
-    firsts = [int(line.split()[-2].split("/")[0]) for line in table]
-    assert all(line.split()[-2].endswith("/3") for line in table)
+    # each row: its 10-90% interval over the refits ('-': reached in under half of them), 'first in k/3' and how
+    # it stands against the best: a row whose interval overlaps the best's is not ranked against it
+    firsts = [int(line.split()[-3].split("/")[0]) for line in table]
+    assert all(line.split()[-3].endswith("/3") for line in table)
     assert 1 <= max(firsts) <= 3  # every refit ranks a first (a tie counts for each)
+    intervals = []
     for line in table:
-        interval = line.split()[-3]
+        interval = line.split()[-4]
         assert interval == "-" or float(interval.split("-")[0].replace(",", "")) <= float(
             interval.split("-")[1].replace(",", ""))
+        intervals.append(None if interval == "-" else [float(x.replace(",", "")) for x in interval.split("-")])
+    verdicts = [line.split()[-1] for line in table]
+    assert verdicts[0] == "best" and set(verdicts[1:]) <= {"indistinguishable", "worse", "never", "-"}
+    for iv, verdict in zip(intervals[1:], verdicts[1:]):
+        if iv is not None and intervals[0] is not None:
+            overlaps = iv[0] <= intervals[0][1] and intervals[0][0] <= iv[1]
+            assert verdict == ("indistinguishable" if overlaps else "worse"), (iv, intervals[0], verdict)
+    (ranking,) = [line for line in lines if line.startswith("ranking: ")]
+    tied = [" ".join(line.split()[1:3]) for line, v in zip(table, verdicts) if v == "indistinguishable"]
+    assert all(name in ranking for name in tied) and (("indistinguishable from" in ranking) == bool(tied))
 
 
 def test_plan_refuses_bad_steps(store):

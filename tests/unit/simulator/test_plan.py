@@ -80,3 +80,42 @@ def test_resample_steps_draws_whole_steps_and_keeps_the_evaluations():
         assert rep.eval_step.tolist() == [-1, 2] and rep.eval_accuracy.tolist() == [0.5, 0.6] and rep.steps == 3
         seen.add(tuple(draw))
     assert len(seen) > 5  # the draws vary with the generator
+
+
+def _plan(rows, resamples=20):
+    from pc_pipelines.simulator.plan import Plan
+
+    return Plan(runs=("r",), preset="bench", fit_steps=20, horizon=100, seeds=(1,), resamples=resamples, fit={},
+                rows=rows)
+
+
+def _row(name, cost, low, high):
+    from pc_pipelines.simulator.plan import PlanRow
+
+    return PlanRow(Candidate(name, "grpo", (("allocator.n", 8),)), 100.0, cost, 1 if cost else 0, low, high, 0)
+
+
+def test_budgets_whose_intervals_overlap_the_best_are_not_ranked_against_it():
+    p = _plan([_row("A", 1000, 800, 1200), _row("B", 1100, 1150, 1500), _row("C", 1300, 1201, 1400),
+               _row("D", 1400, None, None), _row("E", None, None, None)])
+    assert [p.verdict(r) for r in p.rows] == ["best", "indistinguishable", "worse", "-", "never"]
+    assert [c.name for c in p.indistinguishable()] == ["B"]
+    line = p.verdict_line()
+    assert line.startswith("ranking: indistinguishable from A (their 10-90% intervals overlap its): B. The data do "
+                           "not rank these") and "C" not in line.split(".")[0]
+    table = p.table().splitlines()
+    assert table[0].endswith("vs best") and [row.split()[-1] for row in table[1:]] == [
+        "best", "indistinguishable", "worse", "-", "never"]
+    assert [r["vs_best"] for r in p.records()] == ["best", "indistinguishable", "worse", "-", "never"]
+
+
+def test_the_ranking_line_when_the_best_stands_apart_or_there_is_no_interval():
+    apart = _plan([_row("A", 1000, 800, 1200), _row("C", 1300, 1201, 1400)])
+    assert apart.verdict_line() == "ranking: A is ahead of every other budget beyond the 10-90% intervals of 20 refits."
+    none = _plan([_row("A", 1000, None, None), _row("C", 1300, None, None)], resamples=0)
+    assert [none.verdict(r) for r in none.rows] == ["best", "-"]
+    assert "no interval (no refits (--resamples 0))" in none.verdict_line()
+    assert none.verdict_line().endswith("Fix: run with --resamples 20 (the budget_plan asset's resamples) for the "
+                                        "10-90% intervals.")
+    rare = _plan([_row("A", 1000, None, None), _row("C", 1300, 1000, 1400)])
+    assert "the best reached the target in under half the refits" in rare.verdict_line()
