@@ -6,8 +6,8 @@ module is named for the file it manages; ``pc_pipelines.store`` exports the clas
 
 DuckDB lets one process hold a database file for writing and then no other process may open it, not even
 read-only (docs/DESIGN.md section 5). So every connection here is short: open, do one thing, close. Writers and readers
-that find the file locked retry with backoff until ``lock_timeout_s``; the step logs themselves never touch the
-catalog, so SQL works while any number of runs write steps.
+that find the file locked retry with backoff until ``lock_timeout_s`` (``PC_PIPELINES_STORE_LOCK_WAIT_S``, default
+60 s); the step logs themselves never touch the catalog, so SQL works while any number of runs write steps.
 
 User-supplied values (run names, families, prompt ids) reach SQL only as bound parameters, and paths never reach
 DuckDB as patterns: a reading session (:meth:`Store.connect`) lists the step directories, verifies each against its

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from ..errors import inodes_fix, no_free_inodes, shell_command, sql_string
+from ..errors import ConfigError, brief, inodes_fix, no_free_inodes, shell_command, sql_string
 from .again import again_fix
 from .errors import MissingStore, StoreError
 from .held import holds
@@ -29,15 +29,39 @@ from .steplog import QUARANTINE, list_step_dirs, renumber_step_dirs, verify_step
 
 log = logging.getLogger(__name__)
 
+ENV_LOCK_WAIT = "PC_PIPELINES_STORE_LOCK_WAIT_S"
+DEFAULT_LOCK_WAIT_S = 60.0
+MAX_LOCK_WAIT_S = 86_400.0
+
+
+def lock_wait_s(env: dict[str, str] | None = None) -> float:
+    """Seconds a command waits for a catalog another process holds before it gives up: ``PC_PIPELINES_STORE_LOCK_WAIT_S``
+    (default 60; 0 gives up at once); anything but a number from 0 to 86,400 is a :class:`ConfigError` naming the
+    variable and the fix."""
+    raw = (os.environ if env is None else env).get(ENV_LOCK_WAIT, "").strip()
+    if not raw:
+        return DEFAULT_LOCK_WAIT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= MAX_LOCK_WAIT_S:  # NaN fails both
+        raise ConfigError(f"{ENV_LOCK_WAIT}={brief(raw)}: must be a number of seconds from 0 to {MAX_LOCK_WAIT_S:,.0f} "
+                          "(how long a command waits for a store another process holds). Fix: set it to e.g. 60, or "
+                          f"unset it for the default ({DEFAULT_LOCK_WAIT_S:g}).")
+    return value
+
 
 class StoreSession:
     """A store at ``path`` (the catalog file); step logs live in ``<path>.runs/``: its connections, reading
-    sessions, integrity scan and the catalog's creation and upgrade (:meth:`init`)."""
+    sessions, integrity scan and the catalog's creation and upgrade (:meth:`init`). ``lock_timeout_s``: how long
+    opening the catalog waits while another process holds it (default :func:`lock_wait_s`, read when the store is
+    made)."""
 
-    def __init__(self, path: str | Path, lock_timeout_s: float = 60.0) -> None:
+    def __init__(self, path: str | Path, lock_timeout_s: float | None = None) -> None:
         self.path = Path(path).resolve()
         self.runs_root = self.path.with_name(self.path.name + ".runs")
-        self.lock_timeout_s = lock_timeout_s
+        self.lock_timeout_s = lock_wait_s() if lock_timeout_s is None else lock_timeout_s
         self.last_scan: StoreScan | None = None
         self.opened = False  # init() ran: the catalog is created or upgraded for this session
         # Glob characters ('*', '[', ']') are fine: no path is ever a pattern. DuckDB itself cannot open a database
@@ -98,7 +122,8 @@ class StoreSession:
             who = f" ({shown_path(held.group(1), 60)}, PID {held.group(2)})" if held else ""
             return (f"{head}: another process{who} holds the catalog, and DuckDB lets no other process open it "
                     f"meanwhile, not even to read (waited {self.lock_timeout_s:g} s). Fix: close the other process "
-                    "holding the catalog for writing (a long `duckdb` shell session, say) and retry.")
+                    "holding the catalog for writing (a long `duckdb` shell session, say) and retry (or wait longer: "
+                    f"{ENV_LOCK_WAIT}, default {DEFAULT_LOCK_WAIT_S:g}).")
         if "no space left" in low:
             inodes = no_free_inodes(self.path)
             if inodes:  # space is left, so `df -h` shows room: the fix must say inodes

@@ -314,8 +314,9 @@ HOLDER = "import duckdb, sys; con = duckdb.connect(sys.argv[1]); print('held', f
 
 def test_store_held_for_writing_by_another_process_says_close_the_other_process(tmp_path):
     """Expected: while another process holds the catalog open for writing (as a `duckdb` shell would), simulate,
-    runs and sql each wait for the lock (60 s), then exit 2 with "another process (..., PID n) holds the catalog"
-    and "Fix: close the other process holding the catalog", no traceback; the catalog is unchanged."""
+    runs and sql each wait for the lock (PC_PIPELINES_STORE_LOCK_WAIT_S: 5 s here, 60 by default), then exit 2 with
+    "another process (..., PID n) holds the catalog" and "Fix: close the other process holding the catalog", no
+    traceback; the catalog is unchanged."""
     store = tmp_path / "pc.duckdb"
     assert cli(*STORE_COMMANDS["simulate"](str(store))).returncode == 0
     files = tree_digest(tmp_path)
@@ -323,7 +324,7 @@ def test_store_held_for_writing_by_another_process_says_close_the_other_process(
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+        env = {**os.environ, "PYTHONWARNINGS": "ignore", "PC_PIPELINES_STORE_LOCK_WAIT_S": "5"}
         procs = {c: subprocess.Popen([sys.executable, "-m", "pc_pipelines.cli", *STORE_COMMANDS[c](str(store))],
                                      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for c in STORE_COMMANDS}  # side by side: each waits out the lock timeout
@@ -336,7 +337,7 @@ def test_store_held_for_writing_by_another_process_says_close_the_other_process(
         holder.wait(timeout=60)
     for c, res in results.items():
         err = refused_short(res, "store error", f"PID {holder.pid}", "close the other process holding the catalog")
-        assert "holds the catalog" in err, (c, err)
+        assert "holds the catalog" in err and "(waited 5 s)" in err, (c, err)
     assert tree_digest(tmp_path) == files
 
 
