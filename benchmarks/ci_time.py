@@ -48,7 +48,8 @@ ROW = re.compile(rf"^\| (?P<part>[^|]+?) \| (?P<load>{re.escape(IDLE)}|{re.escap
 JUNIT_PARTS = ("test", "test-scale")
 """Parts run by pytest: their JUnit report gives each test's seconds."""
 SLOWEST_FILES = 15
-FILES_BEGIN, FILES_END = "<!-- ci-time-files:begin -->", "<!-- ci-time-files:end -->"
+FILES_HEADING = "### Where the test time went"
+"""The heading of the section's last part, the slowest files (kept as it was by a run that times no test part)."""
 
 
 def cpu_times() -> tuple[int, int] | None:
@@ -161,8 +162,8 @@ def previous_files(path: Path | None) -> str:
     """The slowest-files part of the section already in ``path`` (kept when this run timed no test part)."""
     if path is None or not path.exists():
         return ""
-    m = re.search(rf"{re.escape(FILES_BEGIN)}.*?{re.escape(FILES_END)}", path.read_text(), re.S)
-    return m.group(0) if m else ""
+    m = re.search(rf"{re.escape(FILES_HEADING)}.*?(?=\n?<!-- {SECTION}:end -->)", path.read_text(), re.S)
+    return m.group(0).rstrip("\n") if m else ""
 
 
 def main() -> int:
@@ -241,10 +242,13 @@ def main() -> int:
         "|---|---|---:|---:|---:|---|---|",
         *[line for _, line in ordered],
     ]
+    if {label for label, *_ in measured} >= {"install, empty uv cache", *list(PARTS)[1:]}:
+        total = sum(sec for label, _, sec, _, _ in measured if label != "install, uv cache filled")
+        lines += ["", f"In all ({day}, {load_word}): {total:.0f} s ({total / 60:.1f} min) for install (empty uv cache), "
+                      "`make test`, `make test-scale` and `.ci/standalone` one after the other, as `.ci/run` runs them."]
     old_files = previous_files(args.write)
     if file_tables:  # this run's slowest files replace the last run's
-        lines += ["", FILES_BEGIN, f"Where the test time went ({day}, `ci_time.py{flags}`, {load_word}):",
-                  *file_tables, FILES_END]
+        lines += ["", FILES_HEADING, "", f"Measured {day}, `ci_time.py{flags}`, {load_word}.", *file_tables]
     elif old_files:
         lines += ["", old_files]
     text = "\n".join(lines)

@@ -72,3 +72,11 @@ def test_the_slowest_files_from_a_junit_report(ci_time, tmp_path):
     log = tmp_path / "test.log"
     log.write_text(".venv/bin/python -m pytest -q -n 2 --dist loadfile\n")
     assert ci_time.workers_of(log) == 2 and ci_time.workers_of(tmp_path / "none.log") is None
+
+
+def test_the_slowest_files_part_is_kept_by_a_run_that_times_no_test(ci_time, tmp_path):
+    doc = tmp_path / "BENCHMARKS.md"
+    files = f"{ci_time.FILES_HEADING}\n\nMeasured 2026-11-29.\n\n| file | tests |\n|---|---:|\n| `tests/x.py` | 3 |"
+    ci_time.write_section(doc, ci_time.SECTION, "\n".join(["## CI time", "", "| part |", "|---|", "", files]))
+    assert ci_time.previous_files(doc) == files
+    assert ci_time.previous_files(tmp_path / "missing.md") == ""
