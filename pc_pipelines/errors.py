@@ -23,6 +23,25 @@ def field_error(config: Any, name: str, why: str, fix: str) -> ConfigError:
     return ConfigError(f"{type(config).__name__}.{name}={brief(getattr(config, name))}: {why}. Fix: {fix}.")
 
 
+def seconds_from_env(name: str, default: float, low: float, high: float, what: str, *, whole: bool = False,
+                     env: Any = None) -> float:
+    """Seconds set by the environment variable ``name`` (in ``env``, default ``os.environ``; unset or blank:
+    ``default``): a number (a whole one with ``whole``) from ``low`` to ``high``; anything else is a
+    :class:`ConfigError` naming the variable, the bounds, ``what`` the setting does, and the fix."""
+    raw = (os.environ if env is None else env).get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw) if whole else float(raw)
+    except ValueError:
+        value = math.nan
+    if not low <= value <= high:  # NaN fails both
+        kind = "a whole number" if whole else "a number"
+        raise ConfigError(f"{name}={brief(raw)}: must be {kind} of seconds from {low:,g} to {high:,g} ({what}). Fix: "
+                          f"set it to e.g. {default:g}, or unset it for the default ({default:g}).")
+    return value
+
+
 _FLOAT_TYPES = ("float", "float | None", "Optional[float]")
 
 

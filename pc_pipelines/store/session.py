@@ -9,7 +9,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Self
 
@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from ..errors import ConfigError, brief, inodes_fix, no_free_inodes, shell_command, sql_string
+from ..errors import inodes_fix, no_free_inodes, seconds_from_env, shell_command, sql_string
 from .again import again_fix
 from .errors import MissingStore, StoreError
 from .held import holds
@@ -34,22 +34,11 @@ DEFAULT_LOCK_WAIT_S = 60.0
 MAX_LOCK_WAIT_S = 86_400.0
 
 
-def lock_wait_s(env: dict[str, str] | None = None) -> float:
+def lock_wait_s(env: Mapping[str, str] | None = None) -> float:
     """Seconds a command waits for a catalog another process holds before it gives up: ``PC_PIPELINES_STORE_LOCK_WAIT_S``
-    (default 60; 0 gives up at once); anything but a number from 0 to 86,400 is a :class:`ConfigError` naming the
-    variable and the fix."""
-    raw = (os.environ if env is None else env).get(ENV_LOCK_WAIT, "").strip()
-    if not raw:
-        return DEFAULT_LOCK_WAIT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= MAX_LOCK_WAIT_S:  # NaN fails both
-        raise ConfigError(f"{ENV_LOCK_WAIT}={brief(raw)}: must be a number of seconds from 0 to {MAX_LOCK_WAIT_S:,.0f} "
-                          "(how long a command waits for a store another process holds). Fix: set it to e.g. 60, or "
-                          f"unset it for the default ({DEFAULT_LOCK_WAIT_S:g}).")
-    return value
+    (default 60; 0 gives up at once; :func:`~pc_pipelines.errors.seconds_from_env`)."""
+    return seconds_from_env(ENV_LOCK_WAIT, DEFAULT_LOCK_WAIT_S, 0, MAX_LOCK_WAIT_S,
+                            "how long a command waits for a store another process holds", env=env)
 
 
 class StoreSession:

@@ -44,7 +44,6 @@ location loads: :func:`interval_from_env`), so a segment starts at most that lon
 
 import contextlib
 import hashlib
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -62,7 +61,7 @@ from dagster import (
     sensor,
 )
 
-from pc_pipelines.errors import ConfigError, brief
+from pc_pipelines.errors import seconds_from_env
 from pc_pipelines.run.lifecycle import record_finished
 from pc_pipelines.run.segments import Action, RunView, SegmentError, SegmentView, decide, parse_partition_key
 from pc_pipelines.steps import segment_name
@@ -81,20 +80,10 @@ MAX_INTERVAL_S = 86_400
 
 def interval_from_env(env: Mapping[str, str] | None = None) -> int:
     """Seconds between the sensor's ticks, from ``PC_ADVANCE_SENSOR_INTERVAL_S`` in ``env`` (default ``os.environ``;
-    unset or empty: 30); a value that is not a whole number from 1 to 86,400 is a :class:`ConfigError` naming the
-    variable and the fix (the code location does not load)."""
-    raw = (dict(os.environ if env is None else env).get(ENV_INTERVAL) or "").strip()
-    if not raw:
-        return DEFAULT_INTERVAL_S
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_INTERVAL_S:
-        raise ConfigError(f"{ENV_INTERVAL}={brief(raw)}: must be a whole number of seconds from 1 to {MAX_INTERVAL_S:,} "
-                          "(how often the advance_runs sensor ticks). Fix: set it to e.g. 30, or unset it for the "
-                          f"default ({DEFAULT_INTERVAL_S}).")
-    return value
+    unset or empty: 30): a whole number from 1 to 86,400, else a :class:`ConfigError` naming the variable and the fix
+    (the code location does not load; :func:`~pc_pipelines.errors.seconds_from_env`)."""
+    return int(seconds_from_env(ENV_INTERVAL, DEFAULT_INTERVAL_S, 1, MAX_INTERVAL_S,
+                                "how often the advance_runs sensor ticks", whole=True, env=env))
 RUN_TAG = "pc/run"  # one training segment in flight per run: the run queue limits this tag per unique value
 REPORT_TAG = "pc/report_for"  # the finished training run a report run was requested for
 # Dagster's own tags on runs (constants private to Dagster): the partition of a partitioned run, the
