@@ -28,7 +28,7 @@ SCALE_BIN   := $(SCALE_VENV)/bin
 SCALE_STAMP := $(SCALE_VENV)/.installed
 SCALE_PINS  := etc/scale/constraints.txt
 
-.PHONY: install install-scale test-scale demo lint test test-fast ui screenshots check-chromium bench bench-allocator bench-store bench-rewards bench-engine bench-vllm bench-verl \
+.PHONY: install install-scale test-scale demo lint bytecode test test-fast ui screenshots check-chromium bench bench-allocator bench-store bench-rewards bench-engine bench-vllm bench-verl \
         study-bench study-bench-tuned study-precision study-efficiency-v1 study-efficiency-ablations faults soak clean \
         bench-efficiency bench-precision bench-efficiency-v1 bench-efficiency-ablations bench-faults
 
@@ -37,9 +37,12 @@ $(UV):
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 # `uv sync --locked`: exactly the lock's versions (extra `main`, group dev), the project editable; it stops, saying
-# to run `uv lock`, when pyproject.toml changed and the lock did not.
+# to run `uv lock`, when pyproject.toml changed and the lock did not. --compile-bytecode: every installed module's .pyc
+# is written at install (+15 s). Without it, a machine that sets PYTHONDONTWRITEBYTECODE (CI's does) compiles torch,
+# transformers and Dagster from source again in every process: 6.3 s instead of 3.0 s of CPU to import what a
+# training imports, paid by every `pilot-commit` and Dagster run process a test starts (make test: 1523 s -> ~1030 s).
 $(STAMP): $(UV) pyproject.toml uv.lock
-	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --locked --quiet --python $(BIN)/python --extra main --group dev
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --locked --quiet --compile-bytecode --python $(BIN)/python --extra main --group dev
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -49,7 +52,7 @@ install: $(STAMP)
 # why, tests/unit/test_scale_pins.py keeps the lock equal to it). The install ends with an import and a generation
 # (etc/scale/check_install.py). The venv is made by the main venv's uv.
 $(SCALE_STAMP): $(UV) pyproject.toml uv.lock $(SCALE_PINS)
-	UV_PROJECT_ENVIRONMENT=$(SCALE_VENV) $(UV) sync --locked --quiet --python $(PYTHON) --extra scale --group dev
+	UV_PROJECT_ENVIRONMENT=$(SCALE_VENV) $(UV) sync --locked --quiet --compile-bytecode --python $(PYTHON) --extra scale --group dev
 	$(SCALE_BIN)/python etc/scale/check_install.py
 	touch $(SCALE_STAMP)
 
@@ -57,15 +60,20 @@ install-scale: $(SCALE_STAMP)
 
 # The whole Dagster graph, headless: data, warm start, GRPO / DAPO / PC runs of 2 segments, evaluation, report.
 # Recorded in the same instance as `make ui`, so the UI shows it afterwards. (`pilot-commit simulate-demo` is the simulator's comparison.)
-demo: $(STAMP) $(UI_HOME)/dagster.yaml
+demo: $(STAMP) $(UI_HOME)/dagster.yaml bytecode
 	DAGSTER_HOME=$(UI_HOME) $(BIN)/python -m pc_pipelines_dagster.demo --root runs
+
+# The project's own .pyc (the install compiles the installed packages only): written again for the files changed
+# since, so the processes the tests start do not each compile the package (~0.15 s of CPU each, ~1000 processes).
+bytecode:
+	$(PYTHON) -m compileall -q -j 0 pc_pipelines pc_pipelines_dagster research > /dev/null
 
 # `make test` lints first, so CI (.ci/run) fails on a finding; the rules are [tool.ruff] in pyproject.toml.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # --durations=30: the slowest 30 tests close the report (docs/BENCHMARKS.md "CI time" says where CI's time goes).
-test: $(STAMP) check-chromium lint
+test: $(STAMP) check-chromium lint bytecode
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 
 # The real-engine tests (marker `scale`: vLLM on CPU, its Ray actors, the local backend on vLLM, verl's trainer), two
@@ -74,7 +82,7 @@ test: $(STAMP) check-chromium lint
 # process. Measured 2026-11-29 (load 3-5): 7 passed in 539 s at 2 workers, the tests' own durations summing to 921 s
 # (verl 371, vLLM actors 283, local backend on vLLM 145, engine contract 122). CI (.ci/run) runs it after `make test`.
 SCALE_WORKERS ?= 2
-test-scale: $(SCALE_STAMP)
+test-scale: $(SCALE_STAMP) bytecode
 	$(SCALE_BIN)/python -m pytest -q -m scale -p no:cacheprovider -n $(SCALE_WORKERS) --dist loadfile --durations=10
 
 test-fast: $(STAMP)

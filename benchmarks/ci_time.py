@@ -38,7 +38,7 @@ from _report import machine, write_section
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "ci-time"
 PARTS = {  # part -> (what runs in the clone, what it is)
-    "install": (["make", "install"], "`make install`: the venv, uv, then `uv sync --locked` from uv.lock"),
+    "install": (["make", "install"], "`make install`: the venv, uv, then `uv sync --locked --compile-bytecode` from uv.lock"),
     "test": (["make", "test"], "`make test`: lint, then the suite on 2 workers"),
     "test-scale": (["make", "test-scale"], "`make test-scale`: the scale environment's install, then `-m scale`"),
     "standalone": ([".ci/standalone"], "`.ci/standalone`: the demo's data and a one-segment run in a bare copy"),
