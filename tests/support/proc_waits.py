@@ -72,7 +72,9 @@ def _is_resource_tracker(pid: int) -> bool:
 
 
 def descendants(pid: int | None = None) -> set[int]:
-    """Live descendants of ``pid`` (default: this process), from /proc. Python's multiprocessing resource tracker is
+    """Live descendants of ``pid`` (default: this process), from /proc, but the CLI fork server of this process
+    (tests/support/cli_forkserver.py: started on first use, it lives as long as the test process; the commands it
+    forks are its children, so they count). Python's multiprocessing resource tracker is
     left out: one per interpreter, started by the first ``spawn`` (vLLM's engine core) and shared by every later one,
     it exits with the interpreter, not with the engine that happened to start it."""
     children: dict[int, list[int]] = {}
@@ -87,7 +89,10 @@ def descendants(pid: int | None = None) -> set[int]:
             if c not in out and alive(c):
                 out.add(c)
                 todo.append(c)
-    return {p for p in out if not _is_resource_tracker(p)}
+    import cli_forkserver  # its server outlives the tests that first used it, by design; its children count
+
+    server = cli_forkserver.server_pid()
+    return {p for p in out if p != server and not _is_resource_tracker(p)}
 
 
 def with_cmdline(pids: Iterable[int]) -> dict[int, str]:

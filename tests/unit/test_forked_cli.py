@@ -1,0 +1,64 @@
+"""The tests' CLI fork server (tests/support/cli_forkserver.py, issue 53) stands in for a fresh interpreter: the same
+exit status, stdout and stderr as a real ``python -m pc_pipelines.cli`` / installed script for the same command, the
+child's environment and directory applied, a timeout that kills, nothing left running, and a real interpreter where
+the environment changes what is read at import."""
+
+import os
+import subprocess
+
+import cli_forkserver
+import pytest
+from pilot_cli import INSTALLED, MODULE, run_cli
+
+
+def both(*args, exe=MODULE, **kw):
+    """The command through the fork server, then through a real interpreter."""
+    forked = run_cli(*args, exe=exe, **kw)
+    real = run_cli(*args, exe=exe, **{**kw, "extra_env": {**kw.get("extra_env", {}), "PC_TEST_FORKSERVER": "0"}})
+    return forked, real
+
+
+@pytest.mark.parametrize("exe", [MODULE, INSTALLED], ids=["module", "installed"])
+@pytest.mark.parametrize("args", [
+    ("--help",),
+    ("train", "--no-such-flag"),  # argparse's own error: exit 2, usage on stderr
+    ("sql", "--store", "it's $(x) here/s.duckdb", "SELECT 1"),  # no store: our one line with the fix, exit 2
+])
+def test_a_forked_command_prints_and_exits_as_a_fresh_interpreter(exe, args, tmp_path):
+    forked, real = both(*args, exe=exe, cwd=tmp_path)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (real.returncode, real.stdout, real.stderr)
+    assert forked.returncode == (0 if args == ("--help",) else 2)
+    assert "Traceback" not in forked.stderr
+
+
+def test_the_child_runs_in_its_directory_with_its_environment(tmp_path):
+    # a relative store path lands in cwd; the environment variable is read by the child (a bad value: the fix)
+    run_cli("simulate", "--store", "s.duckdb", "--run-name", "a", "--steps", "2", "--method", "grpo",
+            exe=MODULE, cwd=tmp_path, check_rc=0)
+    assert (tmp_path / "s.duckdb").is_file()
+    forked, real = both("simulate", "--store", "s.duckdb", "--run-name", "b", "--steps", "2", "--method", "grpo",
+                        cwd=tmp_path, extra_env={"PC_PIPELINES_STORE_LOCK_WAIT_S": "soon"})
+    assert forked.returncode == real.returncode == 2
+    assert "PC_PIPELINES_STORE_LOCK_WAIT_S" in forked.stderr and forked.stderr == real.stderr
+    rows = run_cli("sql", "--store", str(tmp_path / "s.duckdb"), "SELECT run_id FROM runs", "--json", exe=MODULE,
+                   check_rc=0).stdout
+    assert '"a"' in rows and '"b"' not in rows  # the refused command wrote nothing
+
+
+def test_a_timeout_kills_the_child_and_nothing_is_left(procs, tmp_path):
+    before = procs.descendants()
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_cli("simulate", "--store", str(tmp_path / "s.duckdb"), "--run-name", "long", "--steps", "100000",
+                "--method", "grpo", exe=MODULE, timeout=3)
+    procs.assert_none_left(before, "the timed-out command")
+    assert cli_forkserver.server_pid() not in procs.descendants()  # the server is not counted; it stays up
+    assert run_cli("--help", exe=MODULE).returncode == 0
+
+
+def test_an_environment_read_at_import_gets_a_real_interpreter(monkeypatch):
+    assert cli_forkserver.usable(None)
+    assert cli_forkserver.usable({**os.environ, "PC_PIPELINES_STORE_LOCK_WAIT_S": "5", "PYTHONUNBUFFERED": "1"})
+    for key in ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "PYTHONHASHSEED", "LD_PRELOAD"):
+        assert not cli_forkserver.usable({**os.environ, key: "default"}), key
+    monkeypatch.setenv("PC_TEST_FORKSERVER", "0")
+    assert not cli_forkserver.usable(None)
