@@ -236,7 +236,8 @@ def _serve(path: str) -> None:
     import importlib
 
     for name in PRELOAD:
-        importlib.import_module(name)
+        with contextlib.suppress(ImportError):  # an environment without it: its child imports what it needs
+            importlib.import_module(name)
     import torch
 
     torch.random.default_generator.set_state(torch.Generator().get_state())  # as a fresh interpreter's
