@@ -99,10 +99,14 @@ def train_requested_segment(store: Store, request: SegmentRequest, run: RunSpec 
             r.cumulative_rollouts, r.last_eval_accuracy, r.mean_reward_std))
 
 
-def record_failed_launch(store: Store, request: SegmentRequest, exc: BaseException, command: str) -> None:
+def record_failed_launch(store: Store, request: SegmentRequest, exc: BaseException, command: str,
+                         stopped_by_launcher: bool = False) -> None:
     """After a launched process failed: it records its own end; one that never recorded this attempt (it did not
     start: a bad volume, a missing image) or that was killed before its end (still ``running``) is recorded
-    failed here, so the attempt counts towards the sensor's pause limit. ``request``'s paths are this process's."""
+    failed here, so the attempt counts towards the sensor's pause limit. ``request``'s paths are this process's.
+    ``stopped_by_launcher``: the launcher itself stopped the process (a Ray job past ``job_timeout_s``): failed even
+    when the process recorded the stop as ``stopped`` (which the sensor resumes without counting a failure: a
+    segment that always runs past the limit would be retried for ever)."""
     run_id, k, attempt = request.run_id, request.segment, request.attempt
     if k is None:
         return
@@ -111,7 +115,7 @@ def record_failed_launch(store: Store, request: SegmentRequest, exc: BaseExcepti
         return
     reason = f"the launched process failed: {type(exc).__name__}: {exc}"[:2000]
     if row["orchestrator_run_id"] == attempt:
-        store.segment_failed(run_id, k, reason, orchestrator_run_id=attempt, only_running=True)
+        store.segment_failed(run_id, k, reason, orchestrator_run_id=attempt, only_running=not stopped_by_launcher)
         return
     try:
         with hold_run(run_id, store.run_dir(run_id), request.run_dir(), command=command):

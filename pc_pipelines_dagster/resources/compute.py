@@ -298,7 +298,8 @@ class PipesComputeResource(ComputeResource):
                 raise LaunchRefused(request.run_id, lock, read_holder(lock),
                                     str(messages.refusal.get("message"))) from exc
             try:
-                record_failed_launch(store, request, exc, _command(context, request))
+                record_failed_launch(store, request, exc, _command(context, request),
+                                     stopped_by_launcher=getattr(exc, "stopped_by_launcher", False))
             except Exception as rec_exc:  # the launch's error matters more (a full disk may refuse this)
                 context.log.error("%s: could not record the failed launch: %s", request.run_id, rec_exc)
             raise

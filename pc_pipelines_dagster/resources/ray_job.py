@@ -217,8 +217,11 @@ class RayJobComputeResource(PipesComputeResource):
             why = (f"The job ran past job_timeout_s={self.job_timeout_s:g} and was stopped. Fix: raise job_timeout_s, "
                    "or make segments shorter (segment_steps). " if timed_out.is_set() else "")
             logs = shell_command("ray", "job", "logs", params["submission_id"], "--address", self.address)
-            raise Failure(f"{exc}\n{why}The job's whole log: `{logs}`. A retry of the segment resumes from its "
-                          "newest checkpoint.") from exc
+            failure = Failure(f"{exc}\n{why}The job's whole log: `{logs}`. A retry of the segment resumes from its "
+                              "newest checkpoint.")
+            # stopped by this resource, not by a person: a failed attempt, whatever its process recorded on the stop
+            failure.stopped_by_launcher = timed_out.is_set()
+            raise failure from exc
         finally:
             if timer is not None:
                 timer.cancel()
