@@ -28,18 +28,25 @@ import threading
 import time
 from pathlib import Path
 
-IMPORT_TIME_PREFIXES = ("PYTHON", "ATEN_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS", "TORCH", "LD_", "MALLOC",
-                        "HF_", "TRANSFORMERS", "TOKENIZERS", "CUDA", "NUMEXPR", "VLLM", "RAY_")
+IMPORT_TIME_PREFIXES = ("PYTHON", "ATEN_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS", "TORCH_", "LD_", "MALLOC",
+                        "HF_", "TRANSFORMERS", "TOKENIZERS", "CUDA")
 """An environment variable with one of these prefixes whose value differs from the server's: a real interpreter
-(torch, transformers and Python read them at start-up or import)."""
+(Python, torch and transformers read them at start-up or import). Not ``RAY_`` / ``VLLM``: the server does not import
+them (a child does, after the fork), and Ray's import sets ``RAY_CLIENT_MODE`` in the test process; nor
+``TORCHINDUCTOR_``, which torch's compiler sets when a test first uses it."""
 HANDLED = {"PYTHONUNBUFFERED"}
 """Read at start-up, and applied by the child (stdout / stderr written through)."""
 ENABLED_ENV = "PC_TEST_FORKSERVER"
+LOG_ENV = "PC_TEST_FORKSERVER_LOG"
+"""A file: each decision is appended to it (``pid forked|real KEYS``)."""
 PRELOAD = ("torch", "transformers", "safetensors.torch", "torch.utils.tensorboard", "duckdb", "pyarrow.dataset",
            "math_verify", "pc_pipelines.cli", "pc_pipelines.run.local", "pc_pipelines.rewards")
 """Imported by the server before any fork: what a training command imports (a read-only command imports less, and
 a child sees these already imported)."""
 _MSG = struct.Struct("!I")
+BASE_ENV = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+"""The environment the server starts with: this process's when the module was first imported (at collection,
+before any test's ``monkeypatch.setenv``), so which test happens to start the server changes nothing."""
 
 
 # ----------------------------------------------------------------------------------------------------------- client
@@ -86,8 +93,7 @@ def _get_server() -> _Server:
     global _server
     with _lock:
         if _server is None or _server.owner != os.getpid() or _server.proc.poll() is not None:
-            env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
-            _server = _Server(env)
+            _server = _Server(BASE_ENV)
             import atexit
 
             atexit.register(_server.close)
@@ -99,13 +105,12 @@ def usable(env: dict[str, str] | None) -> bool:
     if os.environ.get(ENABLED_ENV, "1") == "0":
         return False
     env = dict(os.environ if env is None else env)
-    base = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"} if _server is None else _server.env
-    for key in set(env) | set(base):
-        if key in HANDLED or env.get(key) == base.get(key):
-            continue
-        if key.startswith(IMPORT_TIME_PREFIXES):
-            return False
-    return True
+    why = sorted(key for key in set(env) | set(BASE_ENV) if key not in HANDLED and env.get(key) != BASE_ENV.get(key)
+                 and key.startswith(IMPORT_TIME_PREFIXES))
+    if os.environ.get(LOG_ENV):  # which commands ran in a real interpreter, and why (to keep the fallbacks rare)
+        with open(os.environ[LOG_ENV], "a") as log:
+            log.write(f"{os.getpid()} {'real' if why else 'forked'} {' '.join(why)}\n")
+    return not why
 
 
 def run(argv: list[str], *, entry: str, timeout: float | None, env: dict[str, str] | None,

@@ -3,7 +3,6 @@ exit status, stdout and stderr as a real ``python -m pc_pipelines.cli`` / instal
 child's environment and directory applied, a timeout that kills, nothing left running, and a real interpreter where
 the environment changes what is read at import."""
 
-import os
 import subprocess
 
 import cli_forkserver
@@ -56,9 +55,14 @@ def test_a_timeout_kills_the_child_and_nothing_is_left(procs, tmp_path):
 
 
 def test_an_environment_read_at_import_gets_a_real_interpreter(monkeypatch):
-    assert cli_forkserver.usable(None)
-    assert cli_forkserver.usable({**os.environ, "PC_PIPELINES_STORE_LOCK_WAIT_S": "5", "PYTHONUNBUFFERED": "1"})
+    base = cli_forkserver.BASE_ENV  # the server's: this worker's at collection
+    assert cli_forkserver.usable(base)
+    assert cli_forkserver.usable({**base, "PC_PIPELINES_STORE_LOCK_WAIT_S": "5", "PYTHONUNBUFFERED": "1"})
     for key in ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "PYTHONHASHSEED", "LD_PRELOAD"):
-        assert not cli_forkserver.usable({**os.environ, key: "default"}), key
-    monkeypatch.setenv("PC_TEST_FORKSERVER", "0")
+        assert not cli_forkserver.usable({**base, key: "default"}), key
+    # what libraries set in the test process once a test imported them (Ray, torch's compiler) is no reason
+    assert cli_forkserver.usable({**base, "RAY_CLIENT_MODE": "0", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x"})
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")  # a test's own change of the process's environment counts too
     assert not cli_forkserver.usable(None)
+    monkeypatch.setenv("PC_TEST_FORKSERVER", "0")
+    assert not cli_forkserver.usable(base)
