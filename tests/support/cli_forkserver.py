@@ -34,8 +34,10 @@ IMPORT_TIME_PREFIXES = ("PYTHON", "ATEN_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPE
 (Python, torch and transformers read them at start-up or import). Not ``RAY_`` / ``VLLM``: the server does not import
 them (a child does, after the fork), and Ray's import sets ``RAY_CLIENT_MODE`` in the test process; nor
 ``TORCHINDUCTOR_``, which torch's compiler sets when a test first uses it."""
-HANDLED = {"PYTHONUNBUFFERED"}
-"""Read at start-up, and applied by the child (stdout / stderr written through)."""
+HANDLED = {"PYTHONUNBUFFERED", "PYTHONBREAKPOINT"}
+"""Applied by the child: stdout / stderr written through; ``breakpoint()`` reads its variable when called (Ray's
+``init`` sets it in the test process). ``PYTHONWARNINGS`` too, where the server started without it (the Dagster
+webserver's CLI sets it in the test process): the child adds its filters as Python's start-up would."""
 ENABLED_ENV = "PC_TEST_FORKSERVER"
 LOG_ENV = "PC_TEST_FORKSERVER_LOG"
 """A file: each decision is appended to it (``pid forked|real KEYS``)."""
@@ -105,7 +107,8 @@ def usable(env: dict[str, str] | None) -> bool:
     if os.environ.get(ENABLED_ENV, "1") == "0":
         return False
     env = dict(os.environ if env is None else env)
-    why = sorted(key for key in set(env) | set(BASE_ENV) if key not in HANDLED and env.get(key) != BASE_ENV.get(key)
+    handled = HANDLED | ({"PYTHONWARNINGS"} if "PYTHONWARNINGS" not in BASE_ENV else set())
+    why = sorted(key for key in set(env) | set(BASE_ENV) if key not in handled and env.get(key) != BASE_ENV.get(key)
                  and key.startswith(IMPORT_TIME_PREFIXES))
     if os.environ.get(LOG_ENV):  # which commands ran in a real interpreter, and why (to keep the fallbacks rare)
         with open(os.environ[LOG_ENV], "a") as log:
@@ -342,6 +345,13 @@ def _child(request: dict) -> None:
                                       write_through=unbuffered or fd == 2)
             setattr(sys, name, stream)
             setattr(sys, f"__{name}__", stream)
+        warn = request["env"].get("PYTHONWARNINGS")
+        if warn and "PYTHONWARNINGS" not in BASE_ENV:  # as at an interpreter's start: sys.warnoptions, then filters
+            import warnings
+
+            options = [o for o in warn.split(",") if o]
+            sys.warnoptions.extend(options)
+            warnings._processoptions(options)
         random.seed()
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()

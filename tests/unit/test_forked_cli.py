@@ -60,9 +60,25 @@ def test_an_environment_read_at_import_gets_a_real_interpreter(monkeypatch):
     assert cli_forkserver.usable({**base, "PC_PIPELINES_STORE_LOCK_WAIT_S": "5", "PYTHONUNBUFFERED": "1"})
     for key in ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "PYTHONHASHSEED", "LD_PRELOAD"):
         assert not cli_forkserver.usable({**base, key: "default"}), key
-    # what libraries set in the test process once a test imported them (Ray, torch's compiler) is no reason
-    assert cli_forkserver.usable({**base, "RAY_CLIENT_MODE": "0", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x"})
+    # what libraries set in the test process once a test used them (Ray, torch's compiler, Dagster's webserver) is
+    # no reason: read after the fork, or applied by the child
+    assert cli_forkserver.usable({**base, "RAY_CLIENT_MODE": "0", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x",
+                                  "PYTHONBREAKPOINT": "ray.util.rpdb._driver_set_trace"}), base.get("PYTHONWARNINGS")
+    assert cli_forkserver.usable({**base, "PYTHONWARNINGS": "ignore"}) == ("PYTHONWARNINGS" not in base)
     monkeypatch.setenv("OMP_NUM_THREADS", "7")  # a test's own change of the process's environment counts too
     assert not cli_forkserver.usable(None)
     monkeypatch.setenv("PC_TEST_FORKSERVER", "0")
     assert not cli_forkserver.usable(base)
+
+
+def test_a_command_with_warning_filters_in_its_environment_is_forked_and_prints_as_a_fresh_interpreter(tmp_path):
+    """PYTHONWARNINGS (which Dagster's webserver CLI sets in the test process) no longer sends a command to a real
+    interpreter: the child adds the filters at its start, and prints what a fresh interpreter prints."""
+    store = tmp_path / "s.duckdb"
+    run_cli("simulate", "--store", str(store), "--run-name", "a", "--steps", "2", "--method", "grpo", exe=MODULE,
+            check_rc=0)
+    env = {"PYTHONWARNINGS": "error::DeprecationWarning,ignore::ResourceWarning"}
+    forked, real = both("sql", "--store", str(store), "SELECT count(*) AS n FROM steps", "--json", extra_env=env)
+    assert cli_forkserver.usable({**cli_forkserver.BASE_ENV, **env}) == ("PYTHONWARNINGS" not in
+                                                                          cli_forkserver.BASE_ENV)
+    assert (forked.returncode, forked.stdout) == (real.returncode, real.stdout) == (0, '[\n {\n  "n": 2\n }\n]\n')
