@@ -55,12 +55,11 @@ before any test's ``monkeypatch.setenv``), so which test happens to start the se
 
 
 class _Server:
-    def __init__(self, env: dict[str, str]):
-        self.env = dict(env)
+    def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="pcfs-")
         self.path = os.path.join(self.dir, "s")
         self.proc = subprocess.Popen([sys.executable, __file__, self.path], stdin=subprocess.PIPE,
-                                     stdout=subprocess.DEVNULL, stderr=None, env=self.env, cwd="/")
+                                     stdout=subprocess.DEVNULL, stderr=None, env=BASE_ENV, cwd="/")
         self.owner = os.getpid()
         deadline = time.monotonic() + 600  # a bound on the imports, for a machine under heavy load
         while not os.path.exists(self.path + ".ready"):
@@ -95,7 +94,7 @@ def _get_server() -> _Server:
     global _server
     with _lock:
         if _server is None or _server.owner != os.getpid() or _server.proc.poll() is not None:
-            _server = _Server(BASE_ENV)
+            _server = _Server()
             import atexit
 
             atexit.register(_server.close)

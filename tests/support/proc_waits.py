@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
+import cli_forkserver
+
 T = TypeVar("T")
 
 DEADLINE_S = 180.0
@@ -89,9 +91,7 @@ def descendants(pid: int | None = None) -> set[int]:
             if c not in out and alive(c):
                 out.add(c)
                 todo.append(c)
-    import cli_forkserver  # its server outlives the tests that first used it, by design; its children count
-
-    server = cli_forkserver.server_pid()
+    server = cli_forkserver.server_pid()  # it outlives the tests that first used it, by design; its children count
     return {p for p in out if p != server and not _is_resource_tracker(p)}
 
 
