@@ -87,7 +87,7 @@ class RunConfig:
             for name in names:
                 d.get(section, {}).pop(name, None)
         for section, names in ADDED_FIELDS.items():
-            defaults = SECTIONS[section]()
+            defaults = ALL_SECTIONS[section]()
             for name in names:
                 if section in d and d[section].get(name) == getattr(defaults, name):
                     d[section].pop(name)
@@ -110,6 +110,7 @@ NOT_BEHAVIOUR = {"training": ("checkpoint_every", "keep_checkpoints", "keep_ever
 # Fields added after the config format's first version: hashed only when they differ from their default.
 ADDED_FIELDS = {
     "training": ("torch_threads", "eval_samples", "dtype", "eval_every_rollouts"),
+    "task": ("length_weights",),
     "sim": (
         "law", "law_rate", "law_noise_floor", "law_noise_scale", "law_noise_power", "law_step_noise", "law_skill_cap",
         "difficulty_mix_weight", "difficulty_mean_2", "difficulty_spread_2", "eval_difficulty_mean",

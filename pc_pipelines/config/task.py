@@ -28,6 +28,10 @@ class ArithTaskConfig:
     """...and this share of longer ones (up to max_digits), so long prompts start hard but learnable."""
     data_seed: int = 0
     """Fixes the splits. Not the run seed: every method and seed of a study trains and is evaluated on one task."""
+    length_weights: str | None = None
+    """The RL pool's mix of digit lengths: one non-negative weight per length from min_digits to max_digits, comma
+    separated (``"1,2,2"`` with lengths 4-6: a fifth of 4-digit prompts). None (default): every length equally often.
+    Like num_prompts and min_digits, it is not a field the warm start depends on."""
 
     def __post_init__(self) -> None:
         check_finite(self)
@@ -47,6 +51,41 @@ class ArithTaskConfig:
             raise field_error(self, "data_seed", "must be >= 0", "e.g. 0")
         if self.sft_examples < 1:
             raise field_error(self, "sft_examples", "must be >= 1", "e.g. 60000")
+        if self.length_weights is not None:
+            self._check_length_weights()
+
+    def _check_length_weights(self) -> None:
+        lengths = self.max_digits - self.min_digits + 1
+        example = ",".join(["1"] * lengths)
+        raw = self.length_weights
+        if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+            raise field_error(self, "length_weights", "must be comma-separated numbers", f'e.g. "{example}"')
+        # A single weight parses as a number (YAML / --set): keep the field a string, as stored.
+        object.__setattr__(self, "length_weights", str(raw).strip())
+        parts = [p.strip() for p in self.length_weights.split(",")]
+        try:
+            weights = [float(p) for p in parts]
+        except ValueError:
+            raise field_error(self, "length_weights", "must be comma-separated numbers",
+                              f'e.g. "{example}" (one weight per length {self.min_digits}-{self.max_digits})') from None
+        if len(weights) != lengths:
+            raise field_error(self, "length_weights",
+                              f"has {len(weights)} weight(s) for the {lengths} lengths {self.min_digits}-{self.max_digits}",
+                              f'give one weight per length from min_digits to max_digits, e.g. "{example}"')
+        if any(not (w >= 0.0) or w == float("inf") for w in weights):
+            raise field_error(self, "length_weights", "weights must be finite and >= 0",
+                              f'e.g. "{example}"; 0 leaves a length out')
+        if sum(weights) <= 0.0:
+            raise field_error(self, "length_weights", "has no positive weight, so the pool would be empty",
+                              f'give at least one length a positive weight, e.g. "{example}"')
+
+    def length_probabilities(self) -> list[float] | None:
+        """The share of each length min_digits..max_digits in the RL pool (None: uniform, drawn as before the field
+        existed)."""
+        if self.length_weights is None:
+            return None
+        weights = [float(p) for p in self.length_weights.split(",")]
+        return [w / sum(weights) for w in weights]
 
     @property
     def width(self) -> int:
@@ -61,4 +100,5 @@ class ArithTaskConfig:
         d = self.to_dict()
         d.pop("num_prompts")
         d.pop("min_digits")
+        d.pop("length_weights")
         return d

@@ -130,7 +130,10 @@ def build_splits(config: ArithTaskConfig) -> ArithSplits:
             clash[idx] = np.fromiter((k in held_keys for k in probs.keys()[idx].tolist()), bool, len(idx))
         return probs
 
-    train = draw_excluding(train_rng, train_rng.choice(lengths_all, size=config.num_prompts))
+    # Uniform lengths are drawn without ``p`` (as before length_weights existed: same pool, same runs).
+    shares = config.length_probabilities()
+    train = draw_excluding(train_rng, train_rng.choice(lengths_all, size=config.num_prompts)
+                           if shares is None else train_rng.choice(lengths_all, size=config.num_prompts, p=shares))
     n_long = int(round(config.sft_examples * config.sft_long_share)) if config.sft_max_digits < config.max_digits else 0
     short_lengths = sft_rng.choice(np.arange(1, config.sft_max_digits + 1), size=config.sft_examples - n_long)
     long_lengths = sft_rng.choice(np.arange(config.sft_max_digits + 1, config.max_digits + 1), size=n_long)

@@ -213,10 +213,10 @@ def test_simulate_store_replayed_with_the_same_run_name_has_no_doubled_steps(tmp
     assert (r["steps"], r["status"]) == (5, "finished")
 
 
-def test_presets_lists_the_eight_presets():
+def test_presets_lists_the_nine_presets():
     lines = run("presets").stdout.splitlines()
     names = [ln.split()[0] for ln in lines if ln.strip()]
-    assert names == ["bench", "efficiency", "embedded", "paper", "paper-1.5b-n128", "paper-n16", "paper-qwen3-n64", "simulator"]
+    assert names == ["bench", "bench-paper", "efficiency", "embedded", "paper", "paper-1.5b-n128", "paper-n16", "paper-qwen3-n64", "simulator"]
     assert all(len(ln.split()) > 1 for ln in lines if ln.strip())  # each with its description
 
 

@@ -101,3 +101,31 @@ def test_bad_config_names_field_and_fix(kwargs, field):
     with pytest.raises(ConfigError, match=field) as exc:
         ArithTaskConfig(**kwargs)
     assert "Fix:" in str(exc.value)
+
+
+def test_length_weights_set_the_pool_mix_and_leave_the_rest():
+    uniform = build_splits(ArithTaskConfig(num_prompts=4000, min_digits=4))
+    mixed_cfg = ArithTaskConfig(num_prompts=4000, min_digits=4, length_weights="1, 0, 3")
+    mixed = build_splits(mixed_cfg)
+    assert mixed_cfg.length_probabilities() == [0.25, 0.0, 0.75]
+    counts = {d: int((mixed.train.digits == d).sum()) for d in (4, 5, 6)}
+    assert counts[5] == 0 and abs(counts[4] / 4000 - 0.25) < 0.03 and abs(counts[6] / 4000 - 0.75) < 0.03
+    # the warm start's data and the held-out split do not depend on the mix
+    assert np.array_equal(uniform.sft.a, mixed.sft.a) and np.array_equal(uniform.heldout.b, mixed.heldout.b)
+    assert mixed_cfg.sft_fields() == ArithTaskConfig(num_prompts=4000, min_digits=4).sft_fields()
+    # None keeps the uniform draw (the pools every earlier run trained on)
+    same = build_splits(ArithTaskConfig(num_prompts=4000, min_digits=4, length_weights=None))
+    assert np.array_equal(uniform.train.a, same.train.a)
+
+
+@pytest.mark.parametrize("weights, says", [
+    ("1,2", "has 2 weight(s) for the 3 lengths 4-6"),
+    ("1,x,2", "must be comma-separated numbers"),
+    ("1,-1,2", "weights must be finite and >= 0"),
+    ("1,inf,2", "weights must be finite and >= 0"),
+    ("0,0,0", "has no positive weight"),
+])
+def test_bad_length_weights_name_the_field_and_the_fix(weights, says):
+    with pytest.raises(ConfigError) as e:
+        ArithTaskConfig(min_digits=4, length_weights=weights)
+    assert says in str(e.value) and "ArithTaskConfig.length_weights=" in str(e.value) and "Fix: " in str(e.value)

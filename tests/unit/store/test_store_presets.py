@@ -20,14 +20,14 @@ from pc_pipelines.config import (
 )
 from pc_pipelines.errors import ConfigError
 
-EXPECTED_PRESETS = ["bench", "efficiency", "embedded", "paper", "paper-1.5b-n128", "paper-n16", "paper-qwen3-n64", "simulator"]
+EXPECTED_PRESETS = ["bench", "bench-paper", "efficiency", "embedded", "paper", "paper-1.5b-n128", "paper-n16", "paper-qwen3-n64", "simulator"]
 
 # The frozen `paper` preset resolved for method pc, seed 0. A change of this literal means the frozen preset (or
 # the behaviour it resolves to, e.g. a new config field's default) changed -- which it must not: add a new preset.
 PAPER_PC_SEED0_HASH = "26112b7609d8"
 
 
-def test_available_presets_lists_the_eight_files():
+def test_available_presets_lists_the_nine_files():
     assert available_presets() == EXPECTED_PRESETS
 
 

@@ -1,0 +1,321 @@
+"""Issue 57 point 1: a pool calibrated to the paper's regime, beside `bench` (same task family, policy, warm start,
+float64), its prompt mix chosen by a rule fixed here before any PC run, from the warm start's own samples.
+
+    .venv/bin/python research/paper_regime.py probe        # the warm start's pass counts per length (~10 min)
+    .venv/bin/python research/paper_regime.py choose       # the rule's table and choice, from the probe's file
+    .venv/bin/python research/paper_regime.py tune-grpo [--workers N]   # GRPO n 2-64 on seeds 100, 101 (resumable)
+    .venv/bin/python research/paper_regime.py status       # where each run stands
+
+**What the paper's regime is, in numbers this pool can match** (paper section 6.3, the 1.5B DeepMath run, n = 128 as
+32 pilots + 96 commits, b_t 128, b_g = 3 b_t): one pilot round fills the batch on most steps; a second round is
+needed on 35.8% of steps without eviction and 4.5% with it. With b_g = 3 b_t a round fills the batch when at least a
+third of its pilots land in the band, so about 1 piloted prompt in 3 is kept (on `bench`: 1 in 17).
+
+**The probe** (:func:`probe`): the shipped warm start (the preset's float64), :data:`PROBE_PROMPTS` RL prompts of
+each digit length 1-6 x :data:`PROBE_SAMPLES` samples at each candidate training temperature
+(:data:`TEMPERATURES`), the correct count per prompt written to :data:`PROBE_FILE` (committed: the rule re-reads it).
+No run trains: this is what GRPO's first step would sample.
+
+**The rule** (:func:`choose`, fixed before any PC run): a candidate is a training temperature and a mix of digit
+lengths (weights 0-3 per length, :data:`WEIGHT_GRID`; `task.length_weights`). For each, with the warm start's pass
+rates held fixed (no learning), a Monte Carlo of the paper's PC at this preset's scale (b_t 16, b_g 48, pilots of 16,
+static band [0.125, 0.75], strict eviction at 16 of 16, :data:`STEPS` steps over a pool of :data:`POOL` prompts drawn
+by the mix) gives the share of steps needing a second round without and with eviction, and the first-visit share of
+pilots in the band. A pilot's outcome is a draw of 16 of the prompt's probed samples without replacement (a random
+16 of 64 i.i.d. samples are 16 i.i.d. samples). Admissible: first-visit in-band share >= 1/3. Chosen: the lowest
+temperature with an admissible mix (`bench`'s 0.3 first: the regime changes as little as it can), and at it the
+admissible mix with the least squared distance of the two second-round shares to the paper's; ties to the mix
+closest to uniform over 4-6 digits (`bench`'s).
+
+What a static policy cannot match, stated beside the choice: learning moves prompts into and out of the band over
+a run (the paper's shares are means over 1,000 steps of a learning policy), so the real runs' shares are measured
+and reported against the prediction, not assumed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+ROOT = Path(__file__).resolve().parent.parent
+PRESET = "bench"
+PROBE_FILE = ROOT / "research" / "paper_regime_probe.json"
+PROBE_PROMPTS = 96
+PROBE_SAMPLES = 64
+PROBE_SEED = 1
+TEMPERATURES = (0.3, 0.5, 0.7, 1.0)
+MAX_DIGITS = 6
+
+PAPER = {"second_noevict": 0.358, "second_evict": 0.045}
+B_T, B_G, N_PILOT = 16, 48, 16
+P_LOWER, P_UPPER, P_SOLVE = 0.125, 0.75, 1.0
+STEPS = 60
+"""Monte Carlo steps per candidate: about the paper PC's steps in the study's sampled budget."""
+POOL = 500
+"""The pool's size (`bench`'s): with eviction, a pool PC drains shows as second rounds, as it would in a run."""
+MAX_ROUNDS = 10
+MC_SEEDS = (0, 1, 2, 3)
+WEIGHT_GRID = (0, 1, 2, 3)
+KEEP = 1 / 3
+
+
+# ---- the probe ------------------------------------------------------------------------------------------------------
+def probe(temperatures=TEMPERATURES, prompts: int = PROBE_PROMPTS, samples: int = PROBE_SAMPLES,
+          seed: int = PROBE_SEED) -> dict:
+    """Per temperature and digit length, the correct count of each probed prompt (of ``samples``)."""
+    import torch
+
+    from pc_pipelines.config import parse_overrides, resolve
+    from pc_pipelines.data.arith import build_splits
+    from pc_pipelines.rewards import MathGrader
+    from pc_pipelines.rollout import SamplingParams
+    from pc_pipelines.rollout.transformers_engine import TransformersEngine
+    from pc_pipelines.training.base_policy import ensure_base_policy, load_policy, sampled_pass_rates
+
+    cfg = resolve(PRESET, parse_overrides(["task.min_digits=1", "task.num_prompts=2000"]), method="grpo", seed=100)
+    t = cfg.training
+    torch.set_num_threads(t.torch_threads)
+    model, tok = load_policy(ensure_base_policy(cfg.task, cfg.policy, t.prompt_template), dtype=t.dtype)
+    engine, pool = TransformersEngine(model, tok), build_splits(cfg.task).train
+    out: dict = {"preset": PRESET, "dtype": t.dtype, "samples": samples, "seed": seed, "counts": {}}
+    with MathGrader() as grader:
+        for temp in temperatures:
+            params = SamplingParams(temp, t.top_p, t.max_response_length, seed)
+            per: dict[str, list[int]] = {}
+            for d in range(1, MAX_DIGITS + 1):
+                idx = np.flatnonzero(pool.digits == d)[:prompts]
+                rates = sampled_pass_rates(engine, grader, pool.subset(idx), t.prompt_template, samples, params)
+                per[str(d)] = [int(round(r * samples)) for r in rates]
+                print(f"T {temp} digits {d}: mean pass rate {rates.mean():.3f}", flush=True)
+            out["counts"][str(temp)] = per
+    return out
+
+
+# ---- the rule -------------------------------------------------------------------------------------------------------
+def in_band_probability(count: int, samples: int) -> float:
+    """P(a pilot of N_PILOT drawn without replacement from ``samples`` with ``count`` correct lands in the band)."""
+    from math import comb
+    lo, hi = int(np.ceil(P_LOWER * N_PILOT)), int(np.floor(P_UPPER * N_PILOT))
+    total = comb(samples, N_PILOT)
+    return sum(comb(count, k) * comb(samples - count, N_PILOT - k) for k in range(lo, hi + 1)) / total
+
+
+def simulate(counts: list[np.ndarray], weights: tuple[int, ...], samples: int, evict: bool, seed: int) -> dict:
+    """The paper's PC on a pool drawn by ``weights`` (lengths 1-6) with the warm start's pass rates held fixed."""
+    rng = np.random.default_rng(seed)
+    w = np.asarray(weights, float) / sum(weights)
+    lengths = rng.choice(np.arange(1, MAX_DIGITS + 1), size=POOL, p=w)
+    pool = np.array([counts[d - 1][rng.integers(len(counts[d - 1]))] for d in lengths])
+    lo, hi = int(np.ceil(P_LOWER * N_PILOT)), int(np.floor(P_UPPER * N_PILOT))
+    alive = np.ones(POOL, bool)
+    order: list[int] = []
+    second = kept_first = piloted_first = 0
+    seen = np.zeros(POOL, bool)
+    for _ in range(STEPS):
+        kept = rounds = 0
+        while kept < B_T and rounds < MAX_ROUNDS:
+            rounds += 1
+            draw = []
+            while len(draw) < B_G:
+                if not order:
+                    order = list(rng.permutation(np.flatnonzero(alive)))
+                    if not order:
+                        break
+                i = order.pop()
+                if alive[i]:
+                    draw.append(i)
+            if not draw:
+                break
+            draw_ = np.asarray(draw)
+            k = rng.hypergeometric(pool[draw_], samples - pool[draw_], N_PILOT)
+            hit = (k >= lo) & (k <= hi)
+            fresh = ~seen[draw_]
+            seen[draw_] = True
+            piloted_first += int(fresh.sum())
+            kept_first += int((hit & fresh).sum())
+            kept += int(hit.sum())
+            if evict:
+                alive[draw_[k >= P_SOLVE * N_PILOT]] = False
+        second += rounds > 1
+    return {"second": second / STEPS, "first_visit_in_band": kept_first / max(piloted_first, 1)}
+
+
+def mixes() -> list[tuple[int, ...]]:
+    return [w for w in itertools.product(WEIGHT_GRID, repeat=MAX_DIGITS) if sum(w) > 0]
+
+
+def candidate_rows(probe_data: dict, temperature: str) -> list[dict]:
+    samples = int(probe_data["samples"])
+    counts = [np.asarray(probe_data["counts"][temperature][str(d)]) for d in range(1, MAX_DIGITS + 1)]
+    band = [float(np.mean([in_band_probability(int(c), samples) for c in cs])) for cs in counts]
+    rows = []
+    for w in mixes():
+        share = np.asarray(w, float) / sum(w)
+        q = float(share @ band)
+        if q < KEEP:
+            rows.append({"weights": w, "in_band": q, "admissible": False})
+            continue
+        no = [simulate(counts, w, samples, False, s) for s in MC_SEEDS]
+        ev = [simulate(counts, w, samples, True, s) for s in MC_SEEDS]
+        s_no, s_ev = float(np.mean([r["second"] for r in no])), float(np.mean([r["second"] for r in ev]))
+        loss = (s_no - PAPER["second_noevict"]) ** 2 + (s_ev - PAPER["second_evict"]) ** 2
+        rows.append({"weights": w, "in_band": q, "admissible": True, "second_noevict": s_no, "second_evict": s_ev,
+                     "loss": loss, "from_uniform": float(np.abs(share - np.array([0, 0, 0, 1, 1, 1]) / 3).sum())})
+    return rows
+
+
+def choose(probe_data: dict) -> tuple[str | None, dict | None, dict[str, list[dict]]]:
+    """The rule: (temperature, its chosen row, every temperature's rows up to the chosen one)."""
+    tables: dict[str, list[dict]] = {}
+    for temp in sorted(probe_data["counts"], key=float):
+        rows = candidate_rows(probe_data, temp)
+        tables[temp] = rows
+        ok = [r for r in rows if r["admissible"]]
+        if ok:
+            return temp, min(ok, key=lambda r: (round(r["loss"], 6), r["from_uniform"], r["weights"])), tables
+    return None, None, tables
+
+
+def length_weights(weights: tuple[int, ...], min_digits: int) -> str:
+    """``task.length_weights`` for lengths min_digits..6 (the weights below min_digits are 0)."""
+    return ",".join(str(w) for w in weights[min_digits - 1:])
+
+
+def report(probe_data: dict, probe_path: Path) -> str:
+    temp, best, tables = choose(probe_data)
+    samples = int(probe_data["samples"])
+    lines = ["## A pool in the paper's regime (`research/paper_regime.py`, issue 57 point 1)", "",
+             f"Probe: the shipped warm start in {probe_data['dtype']}, {PROBE_PROMPTS} RL prompts per digit length x "
+             f"{samples} samples per temperature (`{probe_path.relative_to(ROOT) if probe_path.is_relative_to(ROOT) else probe_path}`, "
+             f"{probe_data.get('wall_s', '?')} s). In band = the chance a pilot of {N_PILOT} lands in "
+             f"[{P_LOWER}, {P_UPPER}]; all wrong / all right = of the {samples} samples.", "",
+             "| T | " + " | ".join(f"{d} digits: in band / all wrong / all right" for d in range(1, MAX_DIGITS + 1))
+             + " |", "|---|" + "---:|" * MAX_DIGITS]
+    for t, per in probe_data["counts"].items():
+        cells = []
+        for d in range(1, MAX_DIGITS + 1):
+            c = np.asarray(per[str(d)])
+            band = np.mean([in_band_probability(int(x), samples) for x in c])
+            cells.append(f"{band:.2f} / {np.mean(c == 0):.2f} / {np.mean(c == samples):.2f}")
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    lines += ["", f"Rule (fixed before any PC run): {RULE}", ""]
+    for t, rows in tables.items():
+        ok = sorted((r for r in rows if r["admissible"]), key=lambda r: r["loss"])
+        best_q = max(r["in_band"] for r in rows)
+        lines.append(f"- T {t}: {len(ok)} of {len(rows)} mixes admissible (best first-visit in-band share "
+                     f"{best_q:.2f}).")
+    if best is None:
+        lines += ["", "No candidate is admissible: no pool of this task reaches the paper's regime by this rule."]
+        return "\n".join(lines) + "\n"
+    ok = sorted((r for r in tables[temp] if r["admissible"]), key=lambda r: (r["loss"], r["from_uniform"]))
+    lines += ["", f"At T {temp}, the five best admissible mixes (weights for 1-6 digits):", "",
+              "| weights 1-6 digits | first-visit in band | second rounds, no eviction | with eviction | loss |",
+              "|---|---:|---:|---:|---:|",
+              f"| paper | ~0.33 | {PAPER['second_noevict']:.1%} | {PAPER['second_evict']:.1%} | |"]
+    for r in ok[:5]:
+        lines.append(f"| {','.join(map(str, r['weights']))} | {r['in_band']:.2f} | {r['second_noevict']:.1%} | "
+                     f"{r['second_evict']:.1%} | {r['loss']:.4f} |")
+    lo = next(i for i, w in enumerate(best["weights"]) if w) + 1
+    lines += ["", f"Chosen: training temperature {temp}, lengths {lo}-{MAX_DIGITS} weighted "
+              f"`{length_weights(best['weights'], lo)}` (task.min_digits {lo}, task.length_weights).", ""]
+    return "\n".join(lines) + "\n"
+
+
+RULE = (f"a candidate = a training temperature ({', '.join(map(str, TEMPERATURES))}) and digit-length weights "
+        f"({'/'.join(map(str, WEIGHT_GRID))} per length 1-{MAX_DIGITS}); admissible if the warm start's first-visit "
+        f"in-band share of a {N_PILOT}-rollout pilot is >= 1/3; the lowest temperature with an admissible mix, and at it "
+        f"the admissible mix whose simulated second-round shares (the paper's PC, b_t {B_T}, b_g {B_G}, pool {POOL}, "
+        f"{STEPS} steps, pass rates held at the warm start's, {len(MC_SEEDS)} seeds) are closest to the paper's "
+        f"{PAPER['second_noevict']:.1%} / {PAPER['second_evict']:.1%} (squared distance; ties to the mix nearest "
+        "`bench`'s uniform 4-6 digits)")
+
+
+# ---- the study on the chosen pool (point 2), fixed before any run ------------------------------------------------
+STUDY_PRESET = "bench-paper"
+STORE = "/work/pr57/pr57.duckdb"
+OUT = "/work/pr57/runs"
+TUNE_SEEDS = (100, 101)  # the only seeds that tune
+STUDY_SEEDS = (24, 25, 26, 27, 28)  # fresh: 0-18 were reported by earlier studies, 19-23 by the small-groups study
+TUNE_FAMILY = "paper-tune"
+STUDY_FAMILY = "paper-study"
+EVAL_EVERY = 2_048
+"""Sampled rollouts between evaluations, the same for every arm (2 GRPO-64 steps, 64 GRPO-2 steps)."""
+BUDGET = 81_920
+"""Every run stops at the first step at or past this many sampled rollouts (40 evaluation intervals)."""
+SMOOTH = 3
+EQUAL_BUDGETS = (40_960, 81_920)
+MEASURE = (f"training.eval_every_rollouts={EVAL_EVERY}",)
+GRPO_SIZES = (2, 4, 8, 16, 32, 64)
+TARGET_SHARE = 0.8
+TARGET_RULE = (f"from GRPO's tuning runs alone, before any PC run: start = the median first evaluation, G = the "
+               f"highest over GRPO's sizes of the median over seeds {TUNE_SEEDS[0]}, {TUNE_SEEDS[1]} of the smoothed "
+               f"peak (trailing mean of {SMOOTH} evaluations) within {BUDGET:,} sampled rollouts; target = start + "
+               f"{TARGET_SHARE} (G - start), rounded down to 0.005")
+SIZE_RULE = (f"lowest median over seeds {TUNE_SEEDS[0]}, {TUNE_SEEDS[1]} of sampled rollouts to the target (first "
+             f"smoothed evaluation at or above it; never within {BUDGET:,}: infinity); ties to the higher median "
+             f"smoothed accuracy at {BUDGET:,}")
+
+
+def grpo_job(n: int, seed: int, family: str = TUNE_FAMILY, steps: int = 1):
+    from research import study
+    return study.StudyJob(f"{family}-grpo-n{n}-s{seed}", "grpo", seed, steps, STUDY_PRESET, family,
+                          (*MEASURE, f"allocator.n={n}"))
+
+
+def grpo_tune_jobs() -> list:
+    return [grpo_job(n, s) for n in GRPO_SIZES for s in TUNE_SEEDS]
+
+
+def status_lines(store_path: str, jobs: list) -> list[str]:
+    from pc_pipelines.store import Store
+    from research.small_groups import sampled_so_far
+    store = Store(store_path)
+    out = []
+    for j in jobs:
+        steps, sampled = sampled_so_far(store, j.run_id)
+        out.append(f"{j.run_id}: {steps} steps, {sampled:,} of {BUDGET:,} sampled rollouts"
+                   f"{' (done)' if sampled >= BUDGET else ''}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("cmd", choices=["probe", "choose", "tune-grpo", "status"])
+    ap.add_argument("--probe-file", type=Path, default=PROBE_FILE)
+    ap.add_argument("--store", default=STORE)
+    ap.add_argument("--out", default=OUT)
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args(argv)
+    if args.cmd == "tune-grpo":
+        from pc_pipelines.store import Store
+        from research.small_groups import run_to_budget
+        Path(args.store).parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        run_to_budget(grpo_tune_jobs(), Store(args.store), args.out, args.workers, BUDGET)
+        print(f"GRPO's tuning runs reached {BUDGET:,} sampled rollouts; {time.perf_counter() - t0:.0f} s.")
+        return 0
+    if args.cmd == "status":
+        print("\n".join(status_lines(args.store, grpo_tune_jobs())))
+        return 0
+    if args.cmd == "probe":
+        t0 = time.perf_counter()
+        data = probe()
+        data["wall_s"] = round(time.perf_counter() - t0)
+        args.probe_file.write_text(json.dumps(data, indent=None, separators=(",", ":")) + "\n")
+        print(f"wrote {args.probe_file} ({data['wall_s']} s)")
+        return 0
+    data = json.loads(args.probe_file.read_text())
+    print(report(data, args.probe_file))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
