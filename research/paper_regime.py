@@ -274,6 +274,149 @@ def grpo_tune_jobs() -> list:
     return [grpo_job(n, s) for n in GRPO_SIZES for s in TUNE_SEEDS]
 
 
+# PC's budgets, fixed before any PC run: the paper's PC and ours (the preset's four strategies) at n = 64, ours at
+# n = 32, and trained groups of 16, 8 and 4 (single pilots + uniform commits, as the small-groups study's), the
+# smallest also with issue 42's frozen history prior (candidate A: the small-groups study's choice on `bench`).
+# Eviction: the preset's strict rule for pilots of 8 or more; off for pilots of 4 or fewer (the small-groups study
+# measured it first: a pilot of 2 is all right for a prompt of pass rate 0.7 one time in two, and strict eviction
+# retired such prompts for good).
+PAPER_PC = ("allocator.band_strategy=static", "allocator.sampling_strategy=fixed", "allocator.pilot_strategy=single",
+            "allocator.commit_strategy=uniform")
+SMALL = ("allocator.pilot_strategy=single", "allocator.commit_strategy=uniform", "allocator.evict=false")
+
+
+def _prior_a() -> tuple[str, ...]:
+    """Issue 42's frozen candidate A, without the first-wave rule (single pilots have one wave)."""
+    from research.prior_study import PRIOR_CANDIDATES
+    return tuple(o for o in PRIOR_CANDIDATES["A"] if not o.startswith("allocator.screen_early_wave"))
+
+
+PC_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "paper": PAPER_PC,
+    "ours": (),
+    "ours-n32": ("allocator.n=32", "allocator.n_pilot=8", "allocator.commit_mean=8"),
+    "p4c12": ("allocator.n=16", "allocator.n_pilot=4", *SMALL),
+    "p4c4": ("allocator.n=8", "allocator.n_pilot=4", *SMALL),
+    "p2c2": ("allocator.n=4", "allocator.n_pilot=2", *SMALL),
+    "p2c2-prior": ("allocator.n=4", "allocator.n_pilot=2", *SMALL, *_prior_a()),
+}
+
+
+def pc_job(name: str, seed: int, family: str = TUNE_FAMILY, steps: int = 1):
+    from research import study
+    return study.StudyJob(f"{family}-pc-{name}-s{seed}", "pc", seed, steps, STUDY_PRESET, family,
+                          (*MEASURE, *PC_CANDIDATES[name]))
+
+
+def pc_tune_jobs() -> list:
+    return [pc_job(c, s) for c in PC_CANDIDATES for s in TUNE_SEEDS]
+
+
+def _curves(store_path: str, jobs: list) -> dict:
+    from pc_pipelines.store import Store
+    from research import study
+    store = Store(store_path)
+    if not store.path.exists():
+        return {}
+    got = study.curves_by_run(store, [j.run_id for j in jobs])
+    return {j.run_id: got[j.run_id] for j in jobs if j.run_id in got and got[j.run_id].total_sampled >= BUDGET}
+
+
+def smoothed_within(curve, budget: int = BUDGET):
+    """The curve smoothed (trailing mean of SMOOTH evaluations), cut at the first evaluation at or past ``budget``."""
+    from research import study
+    sm = study.smoothed(curve, SMOOTH)
+    k = next((i + 1 for i, r in enumerate(sm.eval_rollouts) if r >= budget), len(sm.eval_rollouts))
+    return sm.eval_rollouts[:k], sm.eval_accuracy[:k]
+
+
+def target_from_grpo(curves: dict) -> tuple[float, float, float, dict[int, float]] | None:
+    """:data:`TARGET_RULE` over GRPO's tuning curves: (target, start, G, size -> median smoothed peak); None while a
+    GRPO tuning run is missing."""
+    import math
+    import statistics
+    jobs = {(n, s): grpo_job(n, s).run_id for n in GRPO_SIZES for s in TUNE_SEEDS}
+    if any(r not in curves for r in jobs.values()):
+        return None
+    start = statistics.median(curves[r].eval_accuracy[0] for r in jobs.values())
+    peaks = {n: statistics.median(max(smoothed_within(curves[jobs[(n, s)]])[1]) for s in TUNE_SEEDS)
+             for n in GRPO_SIZES}
+    g = max(peaks.values())
+    return math.floor((start + TARGET_SHARE * (g - start)) * 200 + 1e-9) / 200, start, g, peaks
+
+
+def cost(curve, target: float) -> dict:
+    """Sampled rollouts to ``target`` (smoothed; None: never within the budget) and smoothed accuracy at the equal
+    budgets (the first evaluation at or past each)."""
+    rollouts, acc = smoothed_within(curve)
+    hit = next((r for r, a in zip(rollouts, acc) if a >= target - 1e-12), None)
+    at = {b: next((a for r, a in zip(rollouts, acc) if r >= b), None) for b in EQUAL_BUDGETS}
+    steps = max(curve.steps, 1)
+    return {"rollouts": hit, **at, "peak": max(acc), "sampled_per_step": curve.total_sampled / steps,
+            "sampled_per_trained": curve.total_sampled / max(curve.total_trained, 1)}
+
+
+def pick(rows: dict[tuple[str, int], dict], names) -> str | None:
+    """:data:`SIZE_RULE` over ``rows`` ((name, seed) -> :func:`cost`); None while one is missing."""
+    import math
+    import statistics
+    if any((c, s) not in rows for c in names for s in TUNE_SEEDS):
+        return None
+
+    def key(c):
+        r = [rows[(c, s)] for s in TUNE_SEEDS]
+        return (statistics.median(math.inf if x["rollouts"] is None else x["rollouts"] for x in r),
+                -statistics.median(-math.inf if x[BUDGET] is None else x[BUDGET] for x in r))
+    return min(names, key=key)
+
+
+def tuning(store_path: str) -> dict:
+    """Target, GRPO's rows and pick, PC's rows and pick (each None while its runs are missing)."""
+    curves = _curves(store_path, grpo_tune_jobs() + pc_tune_jobs())
+    t = target_from_grpo(curves)
+    out: dict = {"target": t, "grpo": {}, "pc": {}, "grpo_best": None, "pc_best": None}
+    if t is None:
+        return out
+    target = t[0]
+    for n in GRPO_SIZES:
+        for s in TUNE_SEEDS:
+            out["grpo"][(f"grpo-n{n}", s)] = cost(curves[grpo_job(n, s).run_id], target)
+    out["grpo_best"] = pick(out["grpo"], [f"grpo-n{n}" for n in GRPO_SIZES])
+    for c in PC_CANDIDATES:
+        for s in TUNE_SEEDS:
+            r = pc_job(c, s).run_id
+            if r in curves:
+                out["pc"][(c, s)] = cost(curves[r], target)
+    out["pc_best"] = pick(out["pc"], list(PC_CANDIDATES))
+    return out
+
+
+def tuning_section(store_path: str) -> str:
+    t = tuning(store_path)
+    lines = ["## The paper-regime study's tuning (`research/paper_regime.py`, issue 57 point 2)", "",
+             f"Preset `{STUDY_PRESET}`; every run evaluates every {EVAL_EVERY:,} sampled rollouts and stops at the first "
+             f"step at or past {BUDGET:,}; seeds {TUNE_SEEDS[0]}, {TUNE_SEEDS[1]} only. Target rule (fixed before the "
+             f"runs): {TARGET_RULE}. GRPO's size and PC's budget rule (fixed before the runs): {SIZE_RULE}.", ""]
+    if t["target"] is None:
+        return "\n".join(lines + ["GRPO's tuning runs are not all finished: no target yet.", ""])
+    target, start, g, peaks = t["target"]
+    lines += [f"Start {start:.3f}; GRPO's best median smoothed peak G {g:.3f} (per size: "
+              + ", ".join(f"n {n} {p:.3f}" for n, p in peaks.items()) + f"): **target {target:.3f}**.", "",
+              f"| run | seed | sampled / step | sampled / trained | rollouts to {target:.3f} | accuracy at "
+              f"{EQUAL_BUDGETS[0]:,} | at {EQUAL_BUDGETS[1]:,} | smoothed peak |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, rows in (("grpo", t["grpo"]), ("pc", t["pc"])):
+        for (c, s), r in rows.items():
+            def fmt(v):
+                return "-" if v is None else f"{v:.3f}"
+            reach = "never" if r["rollouts"] is None else f"{r['rollouts']:,}"
+            lines.append(f"| {c if name == 'grpo' else 'PC ' + c} | {s} | {r['sampled_per_step']:,.0f} | "
+                         f"{r['sampled_per_trained']:.2f} | {reach} | "
+                         f"{fmt(r[EQUAL_BUDGETS[0]])} | {fmt(r[EQUAL_BUDGETS[1]])} | {r['peak']:.3f} |")
+    lines += ["", f"GRPO's size by the rule: **{t['grpo_best'] or '-'}**; PC's budget by the rule: "
+              f"**{t['pc_best'] or '(PC tuning runs not all finished)'}**.", ""]
+    return "\n".join(lines)
+
+
 def status_lines(store_path: str, jobs: list) -> list[str]:
     from pc_pipelines.store import Store
     from research.small_groups import sampled_so_far
@@ -288,7 +431,7 @@ def status_lines(store_path: str, jobs: list) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("cmd", choices=["probe", "choose", "tune-grpo", "status"])
+    ap.add_argument("cmd", choices=["probe", "choose", "tune-grpo", "tune-pc", "tuning", "status"])
     ap.add_argument("--probe-file", type=Path, default=PROBE_FILE)
     ap.add_argument("--store", default=STORE)
     ap.add_argument("--out", default=OUT)

@@ -1,0 +1,112 @@
+"""research/paper_regime.py (issue 57 points 1-2): the pilot's in-band chance, the static Monte Carlo of the paper's
+PC, the mix rule on the committed probe (it must still choose what `bench-paper` froze), the target and size rules,
+and every tuning candidate resolving to a valid config on the frozen preset."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+from math import comb
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load():
+    sys.path.insert(0, str(ROOT))
+    return importlib.import_module("research.paper_regime")
+
+
+def test_in_band_probability_is_the_hypergeometric_band_mass():
+    pr = load()
+    assert pr.in_band_probability(0, 64) == 0.0  # never a right answer: below the band
+    assert pr.in_band_probability(64, 64) == 0.0  # always right: 16 of 16, above 12
+    # 2..12 right of 16, drawn from 32 right of 64
+    want = sum(comb(32, k) * comb(32, 16 - k) for k in range(2, 13)) / comb(64, 16)
+    assert pr.in_band_probability(32, 64) == pytest.approx(want) and 0.9 < want < 1.0
+
+
+def test_simulate_counts_second_rounds_and_eviction_retires_solved_prompts():
+    pr = load()
+    middling = np.full(50, 32)  # every pilot in band
+    solved = np.full(50, 64)  # every pilot 16 of 16
+    counts = [solved, solved, solved, middling, middling, middling]
+    # half the pool solved: a round of 48 keeps ~24 >= 16, so second rounds are rare with or without eviction
+    half = pr.simulate(counts, (1, 0, 0, 1, 0, 0), 64, evict=False, seed=0)
+    assert half["second"] < 0.1 and 0.4 < half["first_visit_in_band"] < 0.6
+    # 80% solved: a round keeps ~10 < 16, so without eviction most steps need a second round; with it the solved
+    # prompts leave after their first pilot and later steps fill in one round
+    heavy = (4, 0, 0, 1, 0, 0)
+    no = pr.simulate(counts, heavy, 64, evict=False, seed=0)
+    ev = pr.simulate(counts, heavy, 64, evict=True, seed=0)
+    assert no["second"] > 0.9 and ev["second"] < 0.3
+
+
+def test_the_rule_on_the_committed_probe_chooses_what_bench_paper_froze():
+    import json
+
+    from pc_pipelines.config import resolve
+
+    pr = load()
+    temp, best, tables = pr.choose(json.loads(pr.PROBE_FILE.read_text()))
+    cfg = resolve(pr.STUDY_PRESET, method="grpo", seed=100)
+    lo = next(i for i, w in enumerate(best["weights"]) if w) + 1
+    assert float(temp) == cfg.training.temperature == 0.5
+    assert (lo, pr.length_weights(best["weights"], lo)) == (cfg.task.min_digits, cfg.task.length_weights)
+    assert best["in_band"] >= 1 / 3
+    # T 0.3 (bench's) was tried first and had no admissible mix
+    assert list(tables) == ["0.3", "0.5"] and not any(r["admissible"] for r in tables["0.3"])
+    # everything but the pool and the temperature is bench's
+    bench = resolve("bench", method="grpo", seed=100)
+    assert cfg.policy == bench.policy and cfg.allocator == bench.allocator
+    assert cfg.task.sft_fields() == bench.task.sft_fields() and cfg.training.dtype == "float64"
+
+
+def _curve(run_id, rollouts, accuracy):
+    from pc_pipelines.reports import RunCurves
+
+    return RunCurves(run_id, "f", "grpo", 0, tuple(range(len(rollouts))), tuple(rollouts), tuple(accuracy),
+                     (1,), (rollouts[-1],), (rollouts[-1] // 2,), (0.0,), (0.0,))
+
+
+def test_target_rule_and_size_rule():
+    pr = load()
+    budget = pr.BUDGET
+    grid = [0, budget // 2, budget]
+    curves = {}
+    for n in pr.GRPO_SIZES:
+        for s in pr.TUNE_SEEDS:
+            top = 0.70 if n != 16 else 0.80  # n 16 peaks highest
+            curves[pr.grpo_job(n, s).run_id] = _curve(pr.grpo_job(n, s).run_id, grid, (0.60, 0.60, top * 3 - 1.2))
+    target, start, g, peaks = pr.target_from_grpo(curves)
+    # smoothed over 3: the last eval is mean(0.60, 0.60, 3 top - 1.2) = top
+    assert start == 0.60 and g == pytest.approx(0.80) and peaks[16] == pytest.approx(0.80)
+    assert target == math.floor((0.60 + 0.8 * 0.20) * 200 + 1e-9) / 200 == 0.76
+    missing = dict(curves)
+    missing.pop(pr.grpo_job(2, 100).run_id)
+    assert pr.target_from_grpo(missing) is None
+    rows = {(f"grpo-n{n}", s): pr.cost(curves[pr.grpo_job(n, s).run_id], target)
+            for n in pr.GRPO_SIZES for s in pr.TUNE_SEEDS}
+    assert rows[("grpo-n16", 100)]["rollouts"] == budget and rows[("grpo-n2", 100)]["rollouts"] is None
+    assert pr.pick(rows, [f"grpo-n{n}" for n in pr.GRPO_SIZES]) == "grpo-n16"
+    del rows[("grpo-n4", 101)]
+    assert pr.pick(rows, [f"grpo-n{n}" for n in pr.GRPO_SIZES]) is None
+
+
+@pytest.mark.parametrize("name", ["paper", "ours", "ours-n32", "p4c12", "p4c4", "p2c2", "p2c2-prior"])
+def test_every_pc_candidate_is_a_valid_config_with_the_trained_group_it_names(name):
+    from pc_pipelines.allocation import check_config
+    from pc_pipelines.config.presets import parse_overrides, resolve
+
+    pr = load()
+    job = pr.pc_job(name, 100)
+    cfg = resolve(job.preset, parse_overrides(list(job.overrides)), method="pc", seed=100)
+    check_config(cfg.allocator)
+    assert cfg.training.eval_every_rollouts == pr.EVAL_EVERY and job.seed in pr.TUNE_SEEDS
+    n = {"paper": 64, "ours": 64, "ours-n32": 32, "p4c12": 16, "p4c4": 8, "p2c2": 4, "p2c2-prior": 4}[name]
+    assert cfg.allocator.n == n and cfg.allocator.evict == (cfg.allocator.n_pilot >= 8)
+    assert (cfg.allocator.screen_strategy == "posterior") == name.endswith("-prior")
