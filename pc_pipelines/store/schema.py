@@ -251,11 +251,20 @@ DDL.append(SEGMENTS_DDL)
 
 # v11 -> v12: every stored step number + 1 (steps from 1, the evaluation before training step 0); a buffer entry's
 # ``born`` is a step too, a watermark is the last compacted step.
+def shift_keyed_steps(table: str, by: int) -> list[str]:
+    """SQL moving every row of ``table``, whose primary key holds ``step``, by ``by`` steps. Not an UPDATE: DuckDB
+    checks the key row by row within one, so evaluations at adjacent steps (step 20 moving onto 21 while 21 is still
+    there) failed the upgrade and left the store unreadable; a copy, a delete and an insert move them all at once."""
+    tmp = f"_shift_{table}"
+    return [f"CREATE TEMP TABLE {tmp} AS SELECT * REPLACE (step + ({by}) AS step) FROM {table}",
+            f"DELETE FROM {table}", f"INSERT INTO {table} BY NAME SELECT * FROM {tmp}", f"DROP TABLE {tmp}"]
+
+
 RENUMBER_STEPS_SQL = [
     *(f"UPDATE compacted_{t} SET step = step + 1" + (", born = born + 1" if t == "buffer_state" else "")
       for t in ("steps", "prompt_observations", "buffer_state", "evictions")),
-    "UPDATE eval_results SET step = step + 1",
-    "UPDATE checkpoints SET step = step + 1",
+    *shift_keyed_steps("eval_results", 1),
+    *shift_keyed_steps("checkpoints", 1),
     "UPDATE runs SET compacted_through = compacted_through + 1 WHERE compacted_through IS NOT NULL",
     "UPDATE segments SET first_step = first_step + 1, last_step = last_step + 1",
 ]

@@ -15,13 +15,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pc_pipelines.store import STEP_TABLES, steplog
+from pc_pipelines.store.schema import shift_keyed_steps
 from pc_pipelines.store.steplog import MANIFEST, StepLogWriter, list_step_dirs
 
 COUNTED_FROM_ZERO_SQL = [
     *(f"UPDATE compacted_{t} SET step = step - 1" + (", born = born - 1" if t == "buffer_state" else "")
       for t in STEP_TABLES),
-    "UPDATE eval_results SET step = step - 1",
-    "UPDATE checkpoints SET step = step - 1",
+    *shift_keyed_steps("eval_results", -1),
+    *shift_keyed_steps("checkpoints", -1),
     "UPDATE runs SET compacted_through = compacted_through - 1 WHERE compacted_through IS NOT NULL",
     "UPDATE segments SET first_step = first_step - 1, last_step = last_step - 1",
 ]

@@ -553,3 +553,36 @@ def test_version_11_store_is_renumbered_once_from_one_and_loses_nothing(tmp_path
     assert [n for n, _ in steplog.list_step_dirs(st.runs_root / "pc")] == list(range(1, 13))
     assert {k: Store(st.path).query(q) for k, q in queries.items()} == now
     assert Store(st.path).check().problems == []
+
+
+def test_version_11_store_with_evaluations_and_checkpoints_at_adjacent_steps_is_upgraded(tmp_path):
+    """A v11 store evaluated at adjacent steps (a sampled-rollout cadence evaluates after several steps in a row):
+    moving step 20 onto 21 while 21 is still there broke the upgrade's UPDATE on the primary key, so such a store
+    (the small-groups study's) could not even be read. Every evaluation and checkpoint moves by one, none lost."""
+    from pc_pipelines.config import resolve
+    from pc_pipelines.simulator import record_simulation
+    from tests.support.old_numbering import count_from_zero
+
+    st = Store(tmp_path / "v11.duckdb").init()
+    cfg = resolve("simulator", {"allocator.train_batch": 16, "sim.num_prompts": 600, "training.eval_every": 1},
+                  method="grpo", seed=5)
+    assert len(list(record_simulation(cfg, st, 6, run_id="g", compact_every=None))) == 6
+    for step in (3, 4, 5):
+        st.add_checkpoint("g", step, f"/ckpt/step-{step}")
+    evals = st.query("SELECT step, benchmark, accuracy FROM eval_results ORDER BY ALL")
+    assert [r["step"] for r in evals] == [0, 1, 2, 3, 4, 5, 6]
+    count_from_zero(st.path, st.runs_root)
+    con = duckdb.connect(str(st.path))
+    assert con.execute("SELECT list(step ORDER BY step) FROM eval_results").fetchall() == [([-1, 0, 1, 2, 3, 4, 5],)]
+    # DuckDB checks a key UPDATE one vector (2,048 rows) at a time: the failure needs adjacent steps in two vectors,
+    # so 2,500 more evaluations of one benchmark at consecutive steps (another run's, as a long study has)
+    con.execute("INSERT INTO runs SELECT * REPLACE ('long' AS run_id, 10 ** 6 AS seq) FROM runs WHERE run_id = 'g'")
+    con.execute("INSERT INTO eval_results SELECT 'long', i - 1, 'b', 1, 1.0, i / 2500, 1, now() FROM range(2500) t(i)")
+    con.close()
+    reader = Store(st.path)
+    assert reader.query("SELECT step, benchmark, accuracy FROM eval_results WHERE run_id = 'g' ORDER BY ALL") == evals
+    long = reader.query("SELECT count(*) AS n, min(step) AS lo, max(step) AS hi, sum(accuracy) AS total "
+                        "FROM eval_results WHERE run_id = 'long'")
+    assert long == [{"n": 2500, "lo": 0, "hi": 2499, "total": pytest.approx(sum(range(2500)) / 2500)}]
+    assert [r["step"] for r in reader.query("SELECT step FROM checkpoints ORDER BY step")] == [3, 4, 5]
+    assert reader.schema_version() == SCHEMA_VERSION
