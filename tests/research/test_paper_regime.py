@@ -110,3 +110,25 @@ def test_every_pc_candidate_is_a_valid_config_with_the_trained_group_it_names(na
     n = {"paper": 64, "ours": 64, "ours-n32": 32, "p4c12": 16, "p4c4": 8, "p2c2": 4, "p2c2-prior": 4}[name]
     assert cfg.allocator.n == n and cfg.allocator.evict == (cfg.allocator.n_pilot >= 8)
     assert (cfg.allocator.screen_strategy == "posterior") == name.endswith("-prior")
+
+
+def test_fresh_seed_arms_need_the_frozen_choices_and_resolve(monkeypatch):
+    from pc_pipelines.allocation import check_config
+    from pc_pipelines.config.presets import parse_overrides, resolve
+
+    pr = load()
+    monkeypatch.setattr(pr, "GRPO_BEST_N", None)
+    with pytest.raises(ValueError, match="not frozen"):
+        pr.study_jobs()
+    monkeypatch.setattr(pr, "GRPO_BEST_N", 8)
+    monkeypatch.setattr(pr, "PC_BEST", "p4c4")
+    monkeypatch.setattr(pr, "TARGET", 0.75)
+    jobs = pr.study_jobs()
+    assert len(jobs) == 6 * len(pr.STUDY_SEEDS) and not {j.seed for j in jobs} & set(pr.TUNE_SEEDS)
+    assert {j.run_id for j in jobs if j.seed == 24} == {f"paper-study-{a}-s24" for a in (
+        "grpo-n8", "grpo-n64", "dapo", "pc-paper", "pc-paper-noevict", "pc-p4c4")}
+    for j in jobs[:6]:
+        cfg = resolve(j.preset, parse_overrides(list(j.overrides)), method=j.method, seed=j.seed)
+        check_config(cfg.allocator)
+        assert cfg.training.eval_every_rollouts == pr.EVAL_EVERY
+        assert cfg.allocator.evict == ("noevict" not in j.run_id and "p4c4" not in j.run_id) or j.method != "pc"
