@@ -132,3 +132,11 @@ def test_fresh_seed_arms_need_the_frozen_choices_and_resolve(monkeypatch):
         check_config(cfg.allocator)
         assert cfg.training.eval_every_rollouts == pr.EVAL_EVERY
         assert cfg.allocator.evict == ("noevict" not in j.run_id and "p4c4" not in j.run_id) or j.method != "pc"
+
+
+def test_pc_tuning_refuses_to_start_before_the_target_is_fixed(tmp_path):
+    pr = load()
+    store = tmp_path / "empty.duckdb"
+    with pytest.raises(SystemExit, match="target is not fixed. Fix: run `research/paper_regime.py tune-grpo` first"):
+        pr.main(["tune-pc", "--store", str(store), "--out", str(tmp_path / "runs")])
+    assert not (tmp_path / "runs").exists()
