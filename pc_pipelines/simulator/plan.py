@@ -284,7 +284,8 @@ def plan(runs: Sequence[RunObservations], preset: str, fit_steps: int, horizon: 
     firsts: dict[str, int] = {c.name: 0 for c in cands}
     rng = np.random.default_rng(resample_seed)
     for b in range(resamples):
-        refit = fit_simulator([resample_steps(r, rng) for r in cut], mix_steps=fit_steps, forms=(fit.chosen,))
+        refit = fit_simulator([resample_steps(r, rng) for r in cut], mix_steps=fit_steps, forms=(fit.chosen,),
+                              terms=None, fixed_terms=fit.kept_terms)
         rep = rank(preset, refit.sim, cands, [seeds[b % len(seeds)]], horizon)
         best = [r.candidate.name for r in rep if r.rollouts_to_target == rep[0].rollouts_to_target]  # ties: all
         for name in best:
