@@ -43,8 +43,11 @@ history prior (``allocator.screen_strategy=posterior``, read from the run's stor
 hold both sides; ``law_noise_floor`` free (``snr`` forms); ``law_gain_max``, the update's saturation ``g / (1 +
 g / law_gain_max)`` of a step's mean gain. Under ``snr`` the normalized step is itself a saturation, so
 ``law_gain_max`` is there nearly a rescaling of the rate and v and the criterion rarely keeps it; under ``linear`` it
-is what bends the gain. On the small-groups study's tuning runs (research/planner_validation.py) no term lowered the
-AIC by 10: the fit is the form's alone, and docs/STUDIES.md's ``planner-validation`` says what that costs.
+is what bends the gain. On the small-groups study's 26 tuning runs (GRPO-4 and 12 PC budgets on seeds 100-101,
+research/planner_validation.py) the form is ``snr-1`` with v at its bound (noise-dominated), and forward selection
+keeps ``law_cap_pc`` (AIC lower by 38: PC's plateau 1.9x GRPO's cap of 0.45 logits); ``law_cap_prior`` (9.3 more)
+and the floor (7.4) fall under the margin, ``law_gain_max`` changes nothing. What the terms buy as a decision tool
+(regret, rank correlation, interval coverage): docs/STUDIES.md, ``planner-validation``.
 The step noise (``law_step_noise``) and the evaluation noise are then estimated by moments from the residuals: a
 random walk in skill makes residuals of the same run correlated (their covariance grows with the summed per-step
 noise share ``V / (S^2 + V)``); evaluation noise does not.
