@@ -3,7 +3,7 @@ runs, three ways, before (the law as it was: the form chosen by AIC, no other te
 selection keeps, pc_pipelines/simulator/fit.py):
 
     .venv/bin/python research/planner_validation.py [--dataset s52] [--store S] [--write docs/STUDIES.md]
-        [--which loo,fresh,early] [--resamples 8] [--sim-seeds 5] [--json FILE]
+        [--which loo,fresh,early] [--resamples 8] [--sim-seeds 3] [--json FILE]
 
 * **loo** (leave one configuration out): fit on every tuning configuration's runs but one, predict every
   configuration; the held-out one's prediction is scored, and the pick (the lowest prediction among all) is the
@@ -21,8 +21,9 @@ the law's form and terms kept), refit b simulated on seed b. Scores, each agains
 **regret** = measured rollouts to the target of the planner's pick / of the best measured configuration; **Kendall's
 tau** (tau-b) of predicted vs measured; **coverage** = share of measured medians inside their 10-90% interval.
 
-Data sets (:data:`DATASETS`): ``s52`` the small-groups study (research/small_groups.py); a new one is a few lines
-(its store, preset, target, budget, cadence and run ids per configuration).
+Data sets (:data:`DATASETS`): ``s52`` the small-groups study (research/small_groups.py), ``pr57`` the
+``bench-paper`` study (research/paper_regime.py; tuning seeds only so far); a new one is a few lines (its store,
+target, budget, cadence and run ids per configuration).
 """
 
 from __future__ import annotations
@@ -69,19 +70,36 @@ class Dataset:
     fresh: dict[str, tuple[str, ...]]  # configuration -> its fresh-seed runs
 
 
-def _s52() -> Dataset:
+def _s52(store: str | None = None) -> Dataset:
     from research import small_groups as sg
     tune = {f"grpo-n{sg.GRPO_N}": tuple(sg.grpo_job(s).run_id for s in sg.TUNE_SEEDS)}
     tune |= {c: tuple(sg.pc_job(c, s).run_id for s in sg.TUNE_SEEDS) for c in sg.CANDIDATES}
     fresh = {f"grpo-n{sg.GRPO_N}": tuple(sg.grpo_job(s, sg.STUDY_FAMILY).run_id for s in sg.STUDY_SEEDS)}
     fresh |= {c: tuple(sg.pc_job(c, s, sg.STUDY_FAMILY).run_id for s in sg.STUDY_SEEDS)
               for c in sg.study_arms().values()}
-    return Dataset("s52", "/work/data57/s52.duckdb", sg.TARGET, sg.BUDGET, sg.EVAL_EVERY, sg.SMOOTH, tune, fresh)
+    return Dataset("s52", store or "/work/data57/s52.duckdb", sg.TARGET, sg.BUDGET, sg.EVAL_EVERY, sg.SMOOTH, tune,
+                   fresh)
 
 
-DATASETS: dict[str, Callable[[], Dataset]] = {"s52": _s52}
-"""Registry: data set name -> its protocol. The ``bench-paper`` study (research/paper_regime.py, store
-/work/data57/pr57.duckdb) is added here with its target, budget, cadence and run ids once its runs are finished."""
+def _pr57(store: str | None = None) -> Dataset:
+    """The ``bench-paper`` study (research/paper_regime.py): GRPO n 2-64 and PC's 7 budgets on the tuning seeds; its
+    target comes from GRPO's tuning runs (the study's TARGET_RULE), so they must be in the store; no fresh seeds
+    yet."""
+    from research import paper_regime as pr
+    path = store or "/work/data57/pr57.duckdb"
+    tune = {f"grpo-n{n}": tuple(pr.grpo_job(n, s).run_id for s in pr.TUNE_SEEDS) for n in pr.GRPO_SIZES}
+    tune |= {c: tuple(pr.pc_job(c, s).run_id for s in pr.TUNE_SEEDS) for c in pr.PC_CANDIDATES}
+    got = pr.target_from_grpo(pr._curves(path, pr.grpo_tune_jobs()))
+    if got is None:
+        raise SystemExit(f"planner_validation: data set pr57: GRPO's tuning runs are not all in {path} with "
+                         f"{pr.BUDGET:,} sampled rollouts (the study's target comes from them). Fix: finish them "
+                         "(research/paper_regime.py tune-grpo), or pass --store with the study's store.")
+    return Dataset("pr57", path, got[0], pr.BUDGET, pr.EVAL_EVERY, pr.SMOOTH, tune, fresh={})
+
+
+DATASETS: dict[str, Callable[[str | None], Dataset]] = {"s52": _s52, "pr57": _pr57}
+"""Registry: data set name -> its protocol, given the store (None: the data set's default). A configuration whose
+runs are not all finished (``budget`` sampled rollouts) is left out of the validation, and named."""
 
 
 # ---- the scores -------------------------------------------------------------------------------------------------
@@ -238,6 +256,14 @@ def scores(rows: list[dict], variant: str, picks: list[float] | None = None) -> 
 
 def validate(ds: Dataset, store: Store, which: Sequence[str], resamples: int, sim_seeds: int,
              say: Callable[[str], None]) -> dict:
+    done = {r["run_id"] for r in store.query("SELECT run_id FROM steps GROUP BY run_id HAVING sum(sampled_rollouts) "
+                                             ">= ?", [ds.budget])}
+    missing = sorted(c for part in (ds.tune, ds.fresh) for c, ids in part.items() if not set(ids) <= done)
+    if missing:
+        say(f"left out (runs not finished in {ds.store}): {', '.join(missing)}")
+    ds = replace(ds, tune={c: ids for c, ids in ds.tune.items() if set(ids) <= done},
+                 fresh={c: ids for c, ids in ds.fresh.items() if set(ids) <= done})
+    which = [w for w in which if w != "fresh" or ds.fresh]
     all_ids = [r for ids in (*ds.tune.values(), *ds.fresh.values()) for r in ids]
     runs = {r.run_id: r for r in read_runs(store, all_ids)}
     costs = measured_costs(store, ds, all_ids)
@@ -346,8 +372,8 @@ def _goals(res: dict) -> str:
                          if r["after"]["high"] is not None and math.isinf(r["after"]["high"]))
         out.append(f"coverage (held-out and fresh) {covered} of {total} ({share:.0%}): "
                    + ("met" if share >= GOAL_COVERAGE else f"missed by {GOAL_COVERAGE - share:.0%} points")
-                   + f", but {open_ended} of those {total} intervals are open-ended (their 90th percentile never "
-                   "reaches the target): wide, not sharp")
+                   + (f"; {open_ended} of those {total} intervals are open-ended (their 90th percentile never "
+                      "reaches the target): wide, not sharp" if open_ended else ""))
     return "; ".join(out)
 
 
@@ -402,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--store", help="the data set's store (default: the registry's)")
     ap.add_argument("--which", default="loo,fresh,early")
     ap.add_argument("--resamples", type=int, default=8)
-    ap.add_argument("--sim-seeds", type=int, default=5)
+    ap.add_argument("--sim-seeds", type=int, default=3)
     ap.add_argument("--json", help="write the results as JSON here")
     ap.add_argument("--from-json", nargs="*", default=(), help="render the section from these results files")
     ap.add_argument("--write", help="docs/STUDIES.md: write the section there")
@@ -414,9 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             merged.setdefault(res["dataset"], {}).update(res)
         results = list(merged.values())
     else:
-        ds = DATASETS[args.dataset]()
-        if args.store:
-            ds = replace(ds, store=args.store)
+        ds = DATASETS[args.dataset](args.store)
         which = [w.strip() for w in args.which.split(",") if w.strip()]
         results = [validate(ds, Store(ds.store), which, args.resamples, args.sim_seeds,
                             lambda m: print(f"[planner-validation] {m}", flush=True))]

@@ -82,7 +82,13 @@ def test_simulate_cost_follows_the_protocol():
 
 def test_the_registry_names_each_configurations_runs():
     pv = load()
-    ds = pv.DATASETS["s52"]()
+    ds = pv.DATASETS["s52"](None)
     assert ds.target == 0.725 and ds.budget == 40_960 and ds.eval_every == 1_280
     assert ds.tune["grpo-n4"] == ("small-tune-grpo-n4-s100", "small-tune-grpo-n4-s101")
     assert len(ds.tune) == 13 and ds.fresh["p2c2-prior"][0] == "small-study-p2c2-prior-s19"
+
+
+def test_the_paper_regime_data_set_needs_grpos_tuning_runs_for_its_target(tmp_path):
+    pv = load()
+    with pytest.raises(SystemExit, match=r"pr57: GRPO's tuning runs are not all in .*Fix: finish them"):
+        pv.DATASETS["pr57"](str(tmp_path / "absent.duckdb"))
