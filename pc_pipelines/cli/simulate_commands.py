@@ -239,10 +239,11 @@ def cmd_sim_fit(args: argparse.Namespace) -> int:
             raise ConfigError(f"--out {exc}.") from exc
     fit = fit_simulator(read_runs(store, args.runs), mix_steps=args.mix_steps)
     out = sys.stdout
-    law = fit.laws[fit.chosen]
+    law = fit.law or fit.laws[fit.chosen]
     out.write(f"sim-fit: {len(fit.runs)} runs from {shown_path(args.store)}; law form {fit.chosen} (AIC "
               + ", ".join(f"{k} {v.aic:.1f}" for k, v in fit.laws.items()) + ")"
               + (f"; at a search bound: {', '.join(law.at_bound)}" if law.at_bound else "") + "\n")
+    out.write(fit.terms_line() + "\n")
     out.write("fitted SimConfig fields (--set sim.<field>=<value>):\n")
     for k, v in fit.sim.items():
         out.write(f"  {k} = {v:.6g}\n" if isinstance(v, float) else f"  {k} = {v}\n")

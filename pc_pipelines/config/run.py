@@ -114,7 +114,7 @@ ADDED_FIELDS = {
     "sim": (
         "law", "law_rate", "law_noise_floor", "law_noise_scale", "law_noise_power", "law_step_noise", "law_skill_cap",
         "difficulty_mix_weight", "difficulty_mean_2", "difficulty_spread_2", "eval_difficulty_mean",
-        "eval_difficulty_spread", "eval_noise",
+        "eval_difficulty_spread", "eval_noise", "law_cap_pc", "law_cap_prior", "law_gain_max",
     ),
     "allocator": (
         "band_strategy", "sampling_strategy", "survival_margin", "pilot_strategy", "pilot_wave",

@@ -66,6 +66,17 @@ class SimConfig:
     """Std of Gaussian noise added to each reported accuracy (a measured evaluation's noise; 0: the exact
     expectation, as before), >= 0."""
 
+    # ---- added with issue 57's law terms; the defaults leave every earlier run's law as it was ---------------------
+    law_cap_pc: float = 1.0
+    """Both laws: the skill cap's multiplier for a PC run (its plateau may differ from GRPO's: the groups it trains
+    are chosen in band); 1 = the same cap, > 0. Applied only with a law_skill_cap."""
+    law_cap_prior: float = 1.0
+    """Both laws: the skill cap's multiplier for a run with the history prior (allocator.screen_strategy=posterior);
+    1 = the same cap, > 0. Applied only with a law_skill_cap."""
+    law_gain_max: float | None = None
+    """Both laws: the saturation of a step's mean skill gain g (the trainer clips every update): g becomes
+    g / (1 + g / law_gain_max) (None: no saturation), > 0."""
+
     def __post_init__(self) -> None:
         check_finite(self)
         for name in ("num_prompts", "eval_prompts"):
@@ -79,6 +90,13 @@ class SimConfig:
             raise field_error(self, "law", f"is not a learning law ({', '.join(LAWS)})", "use linear or fitted")
         if self.law_skill_cap is not None and self.law_skill_cap <= 0:
             raise field_error(self, "law_skill_cap", "must be > 0", "use a positive cap, or leave it empty (no cap)")
+        for name in ("law_cap_pc", "law_cap_prior"):
+            if getattr(self, name) <= 0:
+                raise field_error(self, name, "must be > 0", f"use a positive multiplier ({name}=1 leaves the cap as "
+                                  "it is)")
+        if self.law_gain_max is not None and self.law_gain_max <= 0:
+            raise field_error(self, "law_gain_max", "must be > 0", "use a positive gain, or leave it empty (no "
+                              "saturation)")
         if not 0 <= self.difficulty_mix_weight < 1:
             raise field_error(self, "difficulty_mix_weight", "must be in [0, 1)", "use a share in [0, 1)")
         if self.eval_difficulty_spread is not None and self.eval_difficulty_spread < 0:

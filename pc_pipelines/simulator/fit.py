@@ -33,6 +33,21 @@ diagnostic in docs/STUDIES.md found, but not flat above ~7 a step; the flattenin
 cap (gains fade as skill nears ``law_skill_cap``), not from the signal term. Only ``law_rate / sqrt(v)`` is
 identified there; a noise floor c is not identified by group sizes 2-16 (fitted free, it changes the SSE by < 1e-4),
 so it stays 0 and group sizes above 16 are an extrapolation (:attr:`LawFit.at_bound` names parameters at a bound).
+
+**Terms beyond the form** (issue 57), added by forward selection on the chosen form (:func:`select_terms`), each kept
+only when the data support it: a round fits the chosen law with each remaining term added (from the kept fit's
+optimum and a few starts where the term acts) and keeps the one that lowers the AIC most, **if by more than
+AIC_MARGIN (10)**, the form's criterion; it stops when no term does. The terms (SimConfig fields, applied alike by
+the simulator): ``law_cap_pc`` and ``law_cap_prior``, multipliers of the skill cap for PC runs and for runs with the
+history prior (``allocator.screen_strategy=posterior``, read from the run's stored config), tried only when the runs
+hold both sides; ``law_noise_floor`` free (``snr`` forms); ``law_gain_max``, the update's saturation ``g / (1 +
+g / law_gain_max)`` of a step's mean gain. Under ``snr`` the normalized step is itself a saturation, so
+``law_gain_max`` is there nearly a rescaling of the rate and v and the criterion rarely keeps it; under ``linear`` it
+is what bends the gain. On the small-groups study's 26 tuning runs (GRPO-4 and 12 PC budgets on seeds 100-101,
+research/planner_validation.py) the form is ``snr-1`` with v at its bound (noise-dominated), and forward selection
+keeps ``law_cap_pc`` (AIC lower by 38: PC's plateau 1.9x GRPO's cap of 0.45 logits); ``law_cap_prior`` (9.3 more)
+and the floor (7.4) fall under the margin, ``law_gain_max`` changes nothing. What the terms buy as a decision tool
+(regret, rank correlation, interval coverage): docs/STUDIES.md, ``planner-validation``.
 The step noise (``law_step_noise``) and the evaluation noise are then estimated by moments from the residuals: a
 random walk in skill makes residuals of the same run correlated (their covariance grows with the summed per-step
 noise share ``V / (S^2 + V)``); evaluation noise does not.
@@ -51,7 +66,7 @@ import numpy as np
 from ..errors import brief, shell_command, sql_string
 from ..store import Store, StoreError
 from ..store.names import shown_path
-from .model import signal_share
+from .model import cap_factor, saturate, signal_share
 
 _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(64)
 _GH_W = _GH_W / _GH_W.sum()  # expectation over a standard Normal
@@ -82,6 +97,7 @@ class RunObservations:
     sampled_per_step: float = 0.0
     num_prompts: int = 0  # the training pool (task.num_prompts, else sim.num_prompts)
     preset: str = ""  # the run's preset
+    screen_strategy: str = "none"  # allocator.screen_strategy of the run's config (posterior: the history prior)
 
 
 _GROUPS_SQL = """
@@ -118,7 +134,7 @@ def _read_run(store: Store, con: Any, run_id: str) -> RunObservations:
         raise StoreError(f"run {brief(run_id)} is not in {shown_path(store.path)} or has no steps. Fix: name a "
                          f"run that `{shell_command('pilot-commit', 'runs', '--store', store.path)}` lists with "
                          "steps.")
-    pool, preset = _config(store, run_id, meta[0][2])
+    pool, preset, screen = _config(store, run_id, meta[0][2])
     # The fit's arrays index steps from 0 (index = stored step - 1, steps count from 1 in the store).
     steps = int(last)  # a step left out as damaged still has its place on the step axis
     g = [(r[0] - 1, *r[1:]) for r in query(_GROUPS_SQL) if r[0] - 1 < steps]
@@ -137,12 +153,13 @@ def _read_run(store: Store, con: Any, run_id: str) -> RunObservations:
         first_n=np.array([r[1] for r in first], dtype=np.int64),
         first_correct=np.rint([r[2] for r in first]).astype(np.int64),
         benchmark_start={r[0]: float(r[1]) for r in bench},
-        sampled_per_step=float(sampled or 0.0), num_prompts=pool, preset=preset,
+        sampled_per_step=float(sampled or 0.0), num_prompts=pool, preset=preset, screen_strategy=screen,
     )
 
 
-def _config(store: Store, run_id: str, config_json: Any) -> tuple[int, str]:
-    """(the training pool's size: task.num_prompts, else sim.num_prompts; the preset) of a run's recorded config,
+def _config(store: Store, run_id: str, config_json: Any) -> tuple[int, str, str]:
+    """(the training pool's size: task.num_prompts, else sim.num_prompts; the preset; allocator.screen_strategy,
+    ``none`` when absent) of a run's recorded config,
     or a StoreError with the fix when the config is not a JSON object naming a pool (issue 54: a traceback)."""
     try:
         cfg = json.loads(config_json) if isinstance(config_json, str) else None
@@ -164,7 +181,9 @@ def _config(store: Store, run_id: str, config_json: Any) -> tuple[int, str]:
                          f"`{shell_command('pilot-commit', 'sql', '--store', store.path, query)}`), or record the run "
                          "again.")
     preset = cfg.get("preset", "")
-    return int(pool), preset if isinstance(preset, str) else ""
+    alloc = cfg.get("allocator") if isinstance(cfg.get("allocator"), dict) else {}
+    screen = alloc.get("screen_strategy", "none")
+    return int(pool), preset if isinstance(preset, str) else "", screen if isinstance(screen, str) else "none"
 
 
 # ---- a small optimizer ------------------------------------------------------------------------------------------
@@ -335,6 +354,41 @@ THETA_BOUND = 15.0
 
 # ---- the learning law -------------------------------------------------------------------------------------------
 LAW_FORMS = ("linear", "snr-1", "snr")
+_FORM_START = {"linear": [math.log(1e-4), math.log(1.0)], "snr-1": [math.log(0.003), math.log(1.0), math.log(10.0)],
+               "snr": [math.log(0.003), math.log(1.0), math.log(10.0), 1.0]}
+LAW_TERMS = ("law_cap_pc", "law_cap_prior", "law_noise_floor", "law_gain_max")
+"""The terms forward selection may add to the chosen form (module docstring): PC's and the history prior's plateau
+(multipliers of the skill cap), a free noise floor (the ``snr`` forms only), the update's saturation."""
+_TERM_START = {"law_cap_pc": lambda p: 0.0, "law_cap_prior": lambda p: 0.0,
+               "law_noise_floor": lambda p: math.log(1e-2),
+               "law_gain_max": lambda p: math.log(3 * (p.get("law_rate") or p.get("global_rate") * 16))}
+
+
+def _term_starts(runs: Sequence[RunObservations], law: LawFit, term: str) -> list[list[float]]:
+    """Where a fit with ``term`` added starts its search: ``law``'s optimum with the term near neutral, and (the
+    search is local) a few points where the term acts: a plateau multiplier of 0.7 or 1.4 with the cap reset to 1.5x
+    the highest skill ``law`` reaches (with the cap far above the runs, a multiplier moves nothing), a floor of 1 or
+    30, a saturation at 0.3x or 0.1x the largest gain; and the form's own start beside the term's (a form with few
+    group sizes can sit in a limit, e.g. gamma 0 where v is itself a floor, from which no local step finds the
+    term)."""
+    base = list(law.theta)
+    p = law.params
+    fresh = _FORM_START[law.form] + [law.theta[len(_FORM_START[law.form]) + i] for i in range(len(law.terms))]
+    out = [base + [_TERM_START[term](p)]]
+    if term == "law_noise_floor":
+        out += [fresh + [math.log(c)] for c in (1.0, 30.0)]
+    else:
+        out.append(fresh + [_TERM_START[term](_params(law.form, np.array(fresh), law.terms))])
+    if term in ("law_cap_pc", "law_cap_prior"):
+        top = max(float(np.cumsum(_gains(r, law.form, p)[0]).max(initial=0.0)) for r in runs)
+        cap = math.log(min(max(1.5 * top, 1e-3), p["law_skill_cap"] or math.inf))
+        out += [[base[0], cap, *base[2:], math.log(m)] for m in (0.7, 1.4)]
+    elif term == "law_noise_floor":
+        out += [base + [math.log(c)] for c in (1.0, 30.0)]
+    else:
+        top = max(float(_gains(r, law.form, p)[0].max(initial=0.0)) for r in runs) or 1e-6
+        out += [base + [math.log(f * top)] for f in (0.3, 0.1)]
+    return out
 
 
 @dataclass(frozen=True)
@@ -346,20 +400,57 @@ class LawFit:
     evaluations: int
     per_run: list[dict]  # run_id, evaluations, rmse, bias (mean measured - predicted)
     at_bound: list[str] = field(default_factory=list)  # parameters the optimizer left at a search bound
+    terms: tuple[str, ...] = ()  # the LAW_TERMS fitted beside the form's own parameters
+    theta: tuple[float, ...] = ()  # the optimum's search coordinates (a richer fit starts from them)
 
 
-def _gains(run: RunObservations, form: str, p: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Per step: the law's mean gain and its noise share V / (S^2 + V)."""
+@dataclass(frozen=True)
+class _Replay:
+    """A run's law inputs, summed per step once (a fit evaluates the law thousands of times)."""
+
+    signal: np.ndarray  # per step: S, the summed reward stds
+    sizes: np.ndarray  # the distinct group sizes
+    sigma2: np.ndarray  # per step x size: the summed sigma^2 of that size's groups
+    eval_index: np.ndarray  # per evaluation: its index on the skill path (0 = before training)
+    accuracy: np.ndarray
+    pc: bool
+    prior: bool
+
+
+def _replay(run: RunObservations) -> _Replay:
     steps = run.steps
+    sizes, which = np.unique(np.maximum(run.group_size, 1.0), return_inverse=True)
+    sigma2 = np.zeros((steps, sizes.size))
+    np.add.at(sigma2, (run.group_step, which), run.group_sigma ** 2)
     # float even when no group trained in these steps (numpy's bincount of nothing is int64: issue 54)
-    s = np.bincount(run.group_step, weights=run.group_sigma, minlength=steps)[:steps].astype(np.float64)
+    signal = np.bincount(run.group_step, weights=run.group_sigma, minlength=steps)[:steps].astype(np.float64)
+    return _Replay(signal, sizes, sigma2, run.eval_step + 1, run.eval_accuracy, run.method == "pc",
+                   run.screen_strategy == "posterior")
+
+
+def _gains(run: RunObservations | _Replay, form: str, p: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per step: the law's mean gain (saturated) and its noise share V / (S^2 + V) scaled by the saturation^2."""
+    r = run if isinstance(run, _Replay) else _replay(run)
+    s = r.signal
     if form == "linear":
-        return p["global_rate"] * s, np.zeros(steps)
-    noise = p["law_noise_floor"] + p["law_noise_scale"] / np.maximum(run.group_size, 1) ** p["law_noise_power"]
-    v = np.bincount(run.group_step, weights=run.group_sigma ** 2 * noise, minlength=steps)[:steps].astype(np.float64)
-    share = signal_share(s, v)
+        raw = p["global_rate"] * s
+        return saturate(raw, p.get("law_gain_max")), np.zeros_like(s)
+    noise = p.get("law_noise_floor", 0.0) + p["law_noise_scale"] / r.sizes ** p["law_noise_power"]
+    v = r.sigma2 @ noise if r.sizes.size else np.zeros_like(s)
+    raw = p["law_rate"] * signal_share(s, v)
+    gains = saturate(raw, p.get("law_gain_max"))
+    scale = np.divide(gains, raw, out=np.ones_like(raw), where=raw > 0)
     noise_share = np.divide(v, s * s + v, out=np.zeros_like(v), where=(s * s + v) > 0)
-    return p["law_rate"] * share, noise_share
+    return gains, noise_share * scale ** 2
+
+
+def _cap(r: RunObservations | _Replay, p: dict) -> float | None:
+    cap = p.get("law_skill_cap")
+    if cap is None:
+        return None
+    if isinstance(r, _Replay):
+        return cap * (p.get("law_cap_pc", 1.0) if r.pc else 1.0) * (p.get("law_cap_prior", 1.0) if r.prior else 1.0)
+    return cap * cap_factor(p.get("law_cap_pc", 1.0), p.get("law_cap_prior", 1.0), r.method, r.screen_strategy)
 
 
 def skill_path(gains: np.ndarray, cap: float | None) -> np.ndarray:
@@ -369,52 +460,117 @@ def skill_path(gains: np.ndarray, cap: float | None) -> np.ndarray:
     return cap * (1 - np.cumprod(np.clip(1 - gains / cap, 0.0, None)))
 
 
-def predicted_accuracy(run: RunObservations, form: str, p: dict, eval_mean: float, eval_spread: float) -> np.ndarray:
-    gains, _ = _gains(run, form, p)
-    path = np.concatenate([[0.0], skill_path(gains, p.get("law_skill_cap"))])
-    return _expected_accuracy(path[run.eval_step + 1], eval_mean, eval_spread)
+def predicted_accuracy(run: RunObservations | _Replay, form: str, p: dict, eval_mean: float,
+                       eval_spread: float) -> np.ndarray:
+    r = run if isinstance(run, _Replay) else _replay(run)
+    gains, _ = _gains(r, form, p)
+    path = np.concatenate([[0.0], skill_path(gains, _cap(r, p))])
+    return _expected_accuracy(path[r.eval_index], eval_mean, eval_spread)
 
 
-def _params(form: str, theta: np.ndarray) -> dict:
+def _params(form: str, theta: np.ndarray, terms: Sequence[str] = ()) -> dict:
     if form == "linear":
-        return {"global_rate": math.exp(theta[0]), "law_skill_cap": math.exp(theta[1])}
-    return {"law_rate": math.exp(theta[0]), "law_skill_cap": math.exp(theta[1]), "law_noise_floor": 0.0,
-            "law_noise_scale": math.exp(theta[2]), "law_noise_power": 1.0 if form == "snr-1" else float(theta[3])}
+        p = {"global_rate": math.exp(theta[0]), "law_skill_cap": math.exp(theta[1])}
+        base = 2
+    else:
+        p = {"law_rate": math.exp(theta[0]), "law_skill_cap": math.exp(theta[1]), "law_noise_floor": 0.0,
+             "law_noise_scale": math.exp(theta[2]), "law_noise_power": 1.0 if form == "snr-1" else float(theta[3])}
+        base = 3 if form == "snr-1" else 4
+    p.update({"law_cap_pc": 1.0, "law_cap_prior": 1.0, "law_gain_max": None})
+    for i, term in enumerate(terms):
+        p[term] = math.exp(theta[base + i])
+    return p
 
 
-def fit_law(runs: Sequence[RunObservations], eval_mean: float, eval_spread: float, form: str) -> LawFit:
-    """Least squares of the measured held-out accuracy on the law's replay of what each run trained."""
+def _names(form: str, terms: Sequence[str]) -> list[str]:
+    base = {"linear": ["global_rate", "law_skill_cap"], "snr-1": ["law_rate", "law_skill_cap", "law_noise_scale"],
+            "snr": ["law_rate", "law_skill_cap", "law_noise_scale", "law_noise_power"]}[form]
+    return base + list(terms)
+
+
+def fit_law(runs: Sequence[RunObservations], eval_mean: float, eval_spread: float, form: str,
+            terms: Sequence[str] = (), start: Sequence[float] | None = None) -> LawFit:
+    """Least squares of the measured held-out accuracy on the law's replay of what each run trained: ``form``'s own
+    parameters and the :data:`LAW_TERMS` named in ``terms``, from ``start`` (search coordinates) when given."""
     if form not in LAW_FORMS:
         raise ValueError(f"law form {form!r} is not one of {', '.join(LAW_FORMS)}")
-    start = {"linear": [math.log(1e-4), math.log(1.0)], "snr-1": [math.log(0.003), math.log(1.0), math.log(10.0)],
-             "snr": [math.log(0.003), math.log(1.0), math.log(10.0), 1.0]}[form]
-
+    bad = [t for t in terms if t not in LAW_TERMS or (t == "law_noise_floor" and form == "linear")]
+    if bad:
+        raise ValueError(f"law term(s) {bad} are not among {', '.join(LAW_TERMS)} for the {form} form")
+    if start is None:  # the form's start, and for snr a second (the simplex is local: gamma 0 is a trap)
+        starts = [list(_FORM_START[form])] + ([[math.log(0.01), math.log(1.0), math.log(100.0), 2.0]]
+                                              if form == "snr" else [])
+        fits = [fit_law(runs, eval_mean, eval_spread, form, terms,
+                        start=base + [_TERM_START[t](_params(form, np.array(base))) for t in terms])
+                for base in starts]
+        return min(fits, key=lambda f: f.sse)
+    replays = [_replay(r) for r in runs]
     mean_evals = float(np.mean([len(r.eval_step) - 1 for r in runs]))
+    gamma = 3 if form == "snr" else None
 
     def sse(theta: np.ndarray) -> float:  # every run weighs the same, however many evaluations it has
-        if np.any(np.abs(theta) > THETA_BOUND) or (form == "snr" and not 0 <= theta[3] <= 6):
+        if np.any(np.abs(theta) > THETA_BOUND) or (gamma is not None and not 0 <= theta[gamma] <= 6):
             return 1e9
-        p = _params(form, theta)
-        return float(sum(((predicted_accuracy(r, form, p, eval_mean, eval_spread) - r.eval_accuracy)[1:] ** 2).mean()
-                         for r in runs) * mean_evals)
+        p = _params(form, theta, terms)
+        return float(sum(((predicted_accuracy(r, form, p, eval_mean, eval_spread) - r.accuracy)[1:] ** 2).mean()
+                         for r in replays) * mean_evals)
 
     best, f = nelder_mead(sse, start, step=0.7, iters=2000)
     for _ in range(2):  # restart at the optimum: the simplex can stall on a ridge
         best, f = nelder_mead(sse, best, step=0.3, iters=2000)
-    p = _params(form, best)
+    p = _params(form, best, terms)
     m = sum(len(r.eval_step) - 1 for r in runs)
     per_run = []
-    for r in runs:
-        res = (r.eval_accuracy - predicted_accuracy(r, form, p, eval_mean, eval_spread))[1:]
+    for r, rp in zip(runs, replays):
+        res = (rp.accuracy - predicted_accuracy(rp, form, p, eval_mean, eval_spread))[1:]
         per_run.append({"run_id": r.run_id, "evaluations": int(res.size), "rmse": float(np.sqrt((res ** 2).mean())),
                         "bias": float(res.mean())})
-    names = ["law_rate" if form != "linear" else "global_rate", "law_skill_cap", "law_noise_scale", "law_noise_power"]
-    at_bound = [names[i] for i, t in enumerate(best) if abs(t) >= THETA_BOUND - 0.05 and i != 3]
-    if form == "snr" and (best[3] <= 0.01 or best[3] >= 5.99):
+    names = _names(form, terms)
+    at_bound = [names[i] for i, t in enumerate(best) if abs(t) >= THETA_BOUND - 0.05 and i != gamma]
+    if gamma is not None and (best[gamma] <= 0.01 or best[gamma] >= 5.99):
         at_bound.append("law_noise_power")
     # a law that replays every evaluation exactly (every one 1.0, say) has sse 0: its AIC is the floor's
     return LawFit(form=form, params=p, sse=f, aic=m * math.log(max(f, 1e-300) / m) + 2 * len(best), evaluations=m,
-                  per_run=per_run, at_bound=at_bound)
+                  per_run=per_run, at_bound=at_bound, terms=tuple(terms), theta=tuple(float(t) for t in best))
+
+
+def candidate_terms(runs: Sequence[RunObservations], form: str) -> list[str]:
+    """The :data:`LAW_TERMS` the runs can identify under ``form``: a plateau multiplier only when the runs hold both
+    sides (PC and not; the prior and not), the noise floor only in an ``snr`` form."""
+    out = []
+    for term, side in (("law_cap_pc", [r.method == "pc" for r in runs]),
+                       ("law_cap_prior", [r.screen_strategy == "posterior" for r in runs])):
+        if any(side) and not all(side):
+            out.append(term)
+    if form != "linear":
+        out.append("law_noise_floor")
+    return out + ["law_gain_max"]
+
+
+def select_terms(runs: Sequence[RunObservations], law: LawFit, eval_mean: float, eval_spread: float,
+                 terms: Sequence[str]) -> tuple[LawFit, list[dict]]:
+    """Forward selection from ``law``: each round fits every remaining term of ``terms`` beside those kept (from the
+    kept fit's optimum) and keeps the one that lowers the AIC most, if by more than :data:`AIC_MARGIN`; stops when
+    none does. Returns (the final fit, one record per term tried: term, round, aic_drop, kept)."""
+    log: list[dict] = []
+    remaining = list(terms)
+    rnd = 0
+    while remaining:
+        rnd += 1
+        tries = {}
+        for term in remaining:
+            fits = [fit_law(runs, eval_mean, eval_spread, law.form, (*law.terms, term), start=start)
+                    for start in _term_starts(runs, law, term)]
+            tries[term] = min(fits, key=lambda f: f.sse)
+        best = min(tries, key=lambda t: tries[t].aic)
+        for term, fit in tries.items():
+            log.append({"term": term, "round": rnd, "aic_drop": law.aic - fit.aic,
+                        "kept": term == best and law.aic - fit.aic > AIC_MARGIN})
+        if law.aic - tries[best].aic <= AIC_MARGIN:
+            break
+        law = tries[best]
+        remaining.remove(best)
+    return law, log
 
 
 def noise_moments(runs: Sequence[RunObservations], law: LawFit, eval_mean: float,
@@ -422,16 +578,17 @@ def noise_moments(runs: Sequence[RunObservations], law: LawFit, eval_mean: float
     """(law_step_noise, eval_noise) by moments of the residuals (see the module docstring)."""
     p = law.params
     cross, weight, sq, walk = 0.0, 0.0, 0.0, 0.0
-    for r in runs:
+    for run in runs:
+        r = _replay(run)
         gains, q = _gains(r, law.form, p)
-        path = np.concatenate([[0.0], skill_path(gains, p.get("law_skill_cap"))])
-        s = path[r.eval_step + 1]
+        path = np.concatenate([[0.0], skill_path(gains, _cap(r, p))])
+        s = path[r.eval_index]
         eps = 1e-4
         slope = (_expected_accuracy(s + eps, eval_mean, eval_spread) - _expected_accuracy(s, eval_mean, eval_spread))
         slope = slope / eps
         rate = p.get("law_rate", 0.0)
-        walk_var = np.concatenate([[0.0], np.cumsum(rate * rate * q)])[r.eval_step + 1] * slope ** 2
-        res = r.eval_accuracy - _expected_accuracy(s, eval_mean, eval_spread)
+        walk_var = np.concatenate([[0.0], np.cumsum(rate * rate * q)])[r.eval_index] * slope ** 2
+        res = r.accuracy - _expected_accuracy(s, eval_mean, eval_spread)
         res, walk_var = res[1:], walk_var[1:]
         for i in range(res.size):
             cross += float((res[i] * res[i + 1:]).sum())
@@ -454,18 +611,42 @@ class SimFit:
     eval_mix: tuple[float, float]
     laws: dict[str, LawFit]
     chosen: str
+    law: LawFit | None = None  # the chosen form with the terms forward selection kept (None: the form's own fit)
+    term_log: list[dict] = field(default_factory=list)  # every term tried: term, round, aic_drop, kept
+
+    @property
+    def kept_terms(self) -> tuple[str, ...]:
+        return self.law.terms if self.law is not None else ()
+
+    def terms_line(self) -> str:
+        """What forward selection kept and dropped, with the AIC each changed (``sim-fit`` prints it)."""
+        if not self.term_log:
+            return "law terms: none tried"
+        last = {}
+        for t in self.term_log:
+            last[t["term"]] = t
+        kept = [t for t in self.term_log if t["kept"]]
+        dropped = [t for name, t in last.items() if not any(k["term"] == name for k in kept)]
+        say = lambda ts: ", ".join(f"{t['term']} ({t['aic_drop']:+.1f})" for t in ts) or "none"  # noqa: E731
+        return (f"law terms kept (AIC lower by): {say(kept)}; dropped (AIC lower by at most {AIC_MARGIN:g}, or "
+                f"higher): {say(dropped)}")
 
     def to_dict(self) -> dict:
         return {"runs": self.runs, "sim": self.sim, "chosen_form": self.chosen,
+                "kept_terms": list(self.kept_terms), "term_log": self.term_log,
                 "mix": asdict(self.mix), "eval_mix": {"eval_difficulty_mean": self.eval_mix[0],
                                                       "eval_difficulty_spread": self.eval_mix[1]},
-                "laws": {k: asdict(v) for k, v in self.laws.items()}}
+                "laws": {k: asdict(v) for k, v in self.laws.items()},
+                "law": asdict(self.law) if self.law is not None else None}
 
 
 def fit_simulator(runs: Sequence[RunObservations], mix_steps: int = 20,
-                  forms: Sequence[str] = LAW_FORMS) -> SimFit:
+                  forms: Sequence[str] = LAW_FORMS, terms: Sequence[str] | None = LAW_TERMS,
+                  fixed_terms: Sequence[str] = ()) -> SimFit:
     """Fit the mix (first visits within ``mix_steps``), the held-out mix and every law form; choose the form with
-    the lowest AIC (a richer form only when it beats the simpler by :data:`AIC_MARGIN`)."""
+    the lowest AIC (a richer form only when it beats the simpler by :data:`AIC_MARGIN`), then add the ``terms``
+    forward selection keeps (:func:`select_terms`; ``()`` or None: none tried, the law as before issue 57), or, with
+    ``fixed_terms``, fit exactly those (a refit of a law whose terms were already chosen)."""
     short = [r.run_id for r in runs if len(r.eval_step) < 2 or r.eval_step[0] != -1]
     if not runs or short:
         raise StoreError(f"run(s) {brief(short)} lack an evaluation before training or after it (the law is fitted "
@@ -482,14 +663,28 @@ def fit_simulator(runs: Sequence[RunObservations], mix_steps: int = 20,
     for form in forms[1:]:
         if laws[form].aic < laws[chosen].aic - AIC_MARGIN:
             chosen = form
-    law = laws[chosen]
+    law, term_log = laws[chosen], []
+    if fixed_terms:
+        law = fit_law(runs, eval_mean, eval_spread, chosen, tuple(fixed_terms))
+    elif terms:
+        tried = [t for t in candidate_terms(runs, chosen) if t in terms]
+        law, term_log = select_terms(runs, law, eval_mean, eval_spread, tried)
+    fit = SimFit(runs=[r.run_id for r in runs], sim={}, mix=mix, eval_mix=(eval_mean, eval_spread), laws=laws,
+                 chosen=chosen, law=law if (terms or fixed_terms) else None, term_log=term_log)
+    fit.sim = law_sim_fields(runs, fit, law)
+    return fit
+
+
+def law_sim_fields(runs: Sequence[RunObservations], fit: SimFit, law: LawFit) -> dict[str, float | str | None]:
+    """The SimConfig fields of ``fit`` with ``law`` (its chosen law, or another of its laws: the form alone, say),
+    the step and evaluation noise estimated for that law."""
+    eval_mean, eval_spread = fit.eval_mix
     step_noise, eval_noise = noise_moments(runs, law, eval_mean, eval_spread)
     sim: dict[str, float | str | None] = {"num_prompts": max(r.num_prompts for r in runs),
-                                          **mix.sim_fields(), "eval_difficulty_mean": eval_mean,
+                                          **fit.mix.sim_fields(), "eval_difficulty_mean": eval_mean,
                                           "eval_difficulty_spread": eval_spread, "eval_noise": eval_noise}
-    if chosen == "linear":
+    if law.form == "linear":
         sim.update(law="linear", **law.params)
     else:
         sim.update(law="fitted", **law.params, law_step_noise=step_noise)
-    return SimFit(runs=[r.run_id for r in runs], sim=sim, mix=mix, eval_mix=(eval_mean, eval_spread), laws=laws,
-                  chosen=chosen)
+    return sim

@@ -28,6 +28,11 @@ The model (deliberately simple, every term documented):
     the mean gain is ``law_rate * sqrt(k / (k + c + v / n^gamma))``: it grows with the informative groups and
     saturates (nearly flat once k is well above ``c + v / n^gamma``), zero-variance groups change nothing, and the
     step's noise falls with group size. Why this form, from the data: :mod:`.fit`.
+* Three terms both laws take (issue 57; their defaults leave a law as it was): the skill cap is scaled by
+  ``law_cap_pc`` in a PC run and by ``law_cap_prior`` in a run with the history prior (``screen_strategy=posterior``):
+  a method's plateau may differ (:func:`cap_factor`); and the mean gain ``g`` of a step saturates as ``g / (1 + g /
+  law_gain_max)`` (:func:`saturate`: the trainer clips every update, so a step's size has a ceiling), the step's noise
+  scaled alike.
 * Accuracy is the expected pass rate ``mean_j sigmoid(s + e_j)`` over a held-out population: by default drawn from the
   same difficulty distribution as the training prompts, or ``Normal(-eval_difficulty_mean, eval_difficulty_spread)``
   (a benchmark's held-out mix, which can differ from the training pool's). Held-out prompts get no per-prompt bonus:
@@ -84,6 +89,20 @@ def signal_share(signal: np.ndarray | float, noise: np.ndarray | float) -> np.nd
     return np.divide(signal, norm, out=np.zeros_like(norm), where=norm > 0)
 
 
+def cap_factor(law_cap_pc: float, law_cap_prior: float, method: str, screen_strategy: str) -> float:
+    """The skill cap's multiplier for a run of ``method`` with ``screen_strategy``: ``law_cap_pc`` for PC times
+    ``law_cap_prior`` for the history prior (``posterior``)."""
+    return (law_cap_pc if method == "pc" else 1.0) * (law_cap_prior if screen_strategy == "posterior" else 1.0)
+
+
+def saturate(gain: np.ndarray | float, gain_max: float | None) -> np.ndarray:
+    """``gain / (1 + gain / gain_max)``: a step's mean gain under the update's ceiling (``gain`` itself without one)."""
+    gain = np.asarray(gain, dtype=np.float64)
+    if gain_max is None:
+        return gain
+    return gain / (1.0 + np.maximum(gain, 0.0) / gain_max)
+
+
 def heldout_accuracy(skill: float | np.ndarray, eval_difficulty: np.ndarray) -> np.ndarray:
     """``mean_j sigmoid(skill + e_j)``, for one skill or an array of them."""
     s = np.asarray(skill, dtype=np.float64)
@@ -93,8 +112,9 @@ def heldout_accuracy(skill: float | np.ndarray, eval_difficulty: np.ndarray) -> 
 class PromptPopulation:
     """Latent pass rates that rise as prompts are trained on."""
 
-    def __init__(self, config: SimConfig) -> None:
+    def __init__(self, config: SimConfig, cap_scale: float = 1.0) -> None:
         self.config = config
+        self.cap = None if config.law_skill_cap is None else config.law_skill_cap * cap_scale
         rng = np.random.default_rng([config.seed, 0x5111])
         self.difficulty = rng.normal(-config.difficulty_mean, config.difficulty_spread, config.num_prompts)
         eval_mean = config.difficulty_mean if config.eval_difficulty_mean is None else config.eval_difficulty_mean
@@ -134,7 +154,8 @@ class PromptPopulation:
         sigma = np.fromiter((g.reward_std for g in outcome.groups), np.float64, len(outcome.groups))
         np.add.at(self.bonus, ids, self.config.local_rate * sigma)
         if self.config.law == "linear":
-            self.skill += self.config.global_rate * float(sigma.sum()) * self._room()
+            self.skill += float(saturate(self.config.global_rate * float(sigma.sum()), self.config.law_gain_max)) \
+                * self._room()
             return
         sizes = np.fromiter((sum(c for _, c in g.spans) for g in outcome.groups), np.float64, len(outcome.groups))
         self.skill += self.fitted_gain(sigma, sizes)
@@ -148,11 +169,13 @@ class PromptPopulation:
         norm = float(np.sqrt(signal * signal + noise))
         drift = signal + (c.law_step_noise * np.sqrt(noise) * float(self.law_rng.standard_normal())
                           if c.law_step_noise > 0 else 0.0)
-        return c.law_rate * drift / norm * self._room()
+        mean = c.law_rate * signal / norm
+        ceiling = float(saturate(mean, c.law_gain_max)) / mean  # the mean's saturation, the noise scaled alike
+        return c.law_rate * drift / norm * ceiling * self._room()
 
     def _room(self) -> float:
-        """``1 - skill / law_skill_cap`` (at least 0), 1 without a cap."""
-        cap = self.config.law_skill_cap
+        """``1 - skill / cap`` (at least 0; the cap scaled for the run's method and prior), 1 without a cap."""
+        cap = self.cap
         return 1.0 if cap is None else max(0.0, 1.0 - self.skill / cap)
 
     def accuracy(self) -> float:
@@ -186,7 +209,8 @@ class Simulation:
     def __init__(self, alloc_config: AllocatorConfig, sim_config: SimConfig) -> None:
         self.alloc_config = alloc_config
         self.sim_config = sim_config
-        self.population = PromptPopulation(sim_config)
+        self.population = PromptPopulation(sim_config, cap_factor(sim_config.law_cap_pc, sim_config.law_cap_prior,
+                                                                  alloc_config.method, alloc_config.screen_strategy))
         self.allocator = Allocator(alloc_config, sim_config.num_prompts)
         if isinstance(self.allocator.method, Oracle):
             self.allocator.method.pass_rates = self.population.pass_rates

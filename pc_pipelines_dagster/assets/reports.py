@@ -340,7 +340,7 @@ def budget_plan(context: AssetExecutionContext, config: PlanConfig, store: Store
             "best_command": MetadataValue.md(f"```\n{best}\n```"),
             "runs": MetadataValue.json(list(result.runs)),
             "fit": MetadataValue.json(result.fit["sim"]),
-            "trust": MetadataValue.md(f"{TRUST} (the order of the methods, not their ratios within 25%)."),
+            "trust": MetadataValue.md(f"{TRUST}."),
             "plot_path": MetadataValue.path(str(png.resolve())),
         }
     )

@@ -51,6 +51,8 @@ def test_sim_fit_fits_and_writes_residuals(store, tmp_path):
     assert sim["difficulty_spread"] == pytest.approx(1.2, abs=0.25)
     assert fit["mix"]["observations"] == 2 * 320
     assert "sim-fit: 2 runs" in res.stdout and "g16" in res.stdout
+    assert "law terms kept (AIC lower by): " in res.stdout  # which terms forward selection kept, by how much AIC
+    assert fit["kept_terms"] == [t["term"] for t in fit["term_log"] if t["kept"]]
 
 
 def test_sim_fit_refuses_a_missing_run(store, tmp_path):
@@ -102,6 +104,8 @@ def test_plan_ranks_budgets_and_prints_the_best_command(store, tmp_path):
         if iv is not None and intervals[0] is not None:
             overlaps = iv[0] <= intervals[0][1] and intervals[0][0] <= iv[1]
             assert verdict == ("indistinguishable" if overlaps else "worse"), (iv, intervals[0], verdict)
+    (trust,) = [line for line in lines if line.startswith("validated on ")]  # how far to trust it, in words
+    assert "median regret" in trust and "docs/STUDIES.md, planner-validation" in trust
     (ranking,) = [line for line in lines if line.startswith("ranking: ")]
     tied = [" ".join(line.split()[1:3]) for line, v in zip(table, verdicts) if v == "indistinguishable"]
     assert all(name in ranking for name in tied) and (("indistinguishable from" in ranking) == bool(tied))

@@ -119,3 +119,16 @@ def test_the_ranking_line_when_the_best_stands_apart_or_there_is_no_interval():
                                         "10-90% intervals.")
     rare = _plan([_row("A", 1000, None, None), _row("C", 1300, 1000, 1400)])
     assert "the best reached the target in under half the refits" in rare.verdict_line()
+
+
+def test_trust_line_says_how_far_the_plan_was_validated():
+    from pc_pipelines.simulator.plan import TRUST, VALIDATION, Validation, trust_line
+
+    line = trust_line(Validation(study="study X", held_out_regret=1.1, fresh_regret=1.304, covered=7, intervals=10))
+    assert line.startswith("validated on study X: median regret 1.10x on held-out configurations and 1.30x on fresh")
+    assert "covered 7 of 10 measured medians (docs/STUDIES.md, planner-validation)" in line
+    with_caveat = trust_line(Validation("X", 1.0, 1.0, 1, 2, caveat="one interval never closes"))
+    assert "covered 1 of 2 measured medians; one interval never closes (docs/STUDIES.md" in with_caveat
+    assert "Where intervals overlap, the candidates are indistinguishable" in line
+    # the shipped numbers are measured ones, not placeholders
+    assert TRUST == trust_line() and VALIDATION.intervals > 0 and VALIDATION.held_out_regret >= 1.0

@@ -1,0 +1,459 @@
+"""Issue 57 point 3: the planner (``pilot-commit plan``'s fit and simulator) validated as a decision tool on measured
+runs, three ways, before (the law as it was: the form chosen by AIC, no other term) and after (the terms forward
+selection keeps, pc_pipelines/simulator/fit.py):
+
+    .venv/bin/python research/planner_validation.py [--dataset s52] [--store S] [--write docs/STUDIES.md]
+        [--which loo,fresh,early] [--resamples 8] [--sim-seeds 3] [--json FILE]
+
+* **loo** (leave one configuration out): fit on every tuning configuration's runs but one, predict every
+  configuration; the held-out one's prediction is scored, and the pick (the lowest prediction among all) is the
+  fold's pick;
+* **fresh** (fresh seeds): fit on the tuning seeds' runs, predict the fresh seeds' configurations;
+* **early** (fit on the first 1/6 of the budget, the issue's "20 steps of 120"): every run cut at the step where its
+  sampled rollouts pass BUDGET / 6 (steps differ per configuration: a GRPO-4 step samples 64 rollouts, a PC step
+  400-800), predict the full runs.
+
+A prediction of a configuration: its stored config (from its first run) simulated with the fitted SimConfig by the
+study's protocol (an evaluation each ``eval_every`` sampled rollouts, ``budget`` sampled rollouts, the smoothed
+first evaluation at or above ``target``), the median over ``--sim-seeds`` simulator seeds (never reaching the target:
+infinity); its interval, as ``plan``'s: 10-90% over ``--resamples`` refits on resampled steps (plan.resample_steps,
+the law's form and terms kept), refit b simulated on seed b. Scores, each against the measured medians over seeds:
+**regret** = measured rollouts to the target of the planner's pick / of the best measured configuration; **Kendall's
+tau** (tau-b) of predicted vs measured; **coverage** = share of measured medians inside their 10-90% interval.
+
+Data sets (:data:`DATASETS`): ``s52`` the small-groups study (research/small_groups.py), ``pr57`` the
+``bench-paper`` study (research/paper_regime.py; tuning seeds only so far); a new one is a few lines (its store,
+target, budget, cadence and run ids per configuration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pc_pipelines.config.run import from_dict
+from pc_pipelines.simulator.fit import RunObservations, fit_simulator, law_sim_fields, read_runs
+from pc_pipelines.simulator.model import Simulation
+from pc_pipelines.simulator.plan import first_steps, resample_steps
+from pc_pipelines.store import Store
+from pc_pipelines.store.rollouts_to_target import first_reaching
+
+ROOT = Path(__file__).resolve().parent.parent
+MARKER = "planner-validation"
+GOAL_REGRET, GOAL_COVERAGE = 1.25, 0.70
+EARLY_SHARE = 6
+"""``early`` fits on each run's first 1 / EARLY_SHARE of the budget (20 steps of 120)."""
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """One study's protocol: where its runs are and how its rollouts to target are measured."""
+
+    name: str
+    store: str
+    target: float
+    budget: int
+    eval_every: int  # sampled rollouts between evaluations
+    smooth: int
+    tune: dict[str, tuple[str, ...]]  # configuration -> its tuning runs
+    fresh: dict[str, tuple[str, ...]]  # configuration -> its fresh-seed runs
+
+
+def _s52(store: str | None = None) -> Dataset:
+    from research import small_groups as sg
+    tune = {f"grpo-n{sg.GRPO_N}": tuple(sg.grpo_job(s).run_id for s in sg.TUNE_SEEDS)}
+    tune |= {c: tuple(sg.pc_job(c, s).run_id for s in sg.TUNE_SEEDS) for c in sg.CANDIDATES}
+    fresh = {f"grpo-n{sg.GRPO_N}": tuple(sg.grpo_job(s, sg.STUDY_FAMILY).run_id for s in sg.STUDY_SEEDS)}
+    fresh |= {c: tuple(sg.pc_job(c, s, sg.STUDY_FAMILY).run_id for s in sg.STUDY_SEEDS)
+              for c in sg.study_arms().values()}
+    return Dataset("s52", store or "/work/data57/s52.duckdb", sg.TARGET, sg.BUDGET, sg.EVAL_EVERY, sg.SMOOTH, tune,
+                   fresh)
+
+
+def _pr57(store: str | None = None) -> Dataset:
+    """The ``bench-paper`` study (research/paper_regime.py): GRPO n 2-64 and PC's 7 budgets on the tuning seeds; its
+    target comes from GRPO's tuning runs (the study's TARGET_RULE), so they must be in the store; no fresh seeds
+    yet."""
+    from research import paper_regime as pr
+    path = store or "/work/data57/pr57.duckdb"
+    tune = {f"grpo-n{n}": tuple(pr.grpo_job(n, s).run_id for s in pr.TUNE_SEEDS) for n in pr.GRPO_SIZES}
+    tune |= {c: tuple(pr.pc_job(c, s).run_id for s in pr.TUNE_SEEDS) for c in pr.PC_CANDIDATES}
+    got = pr.target_from_grpo(pr._curves(path, pr.grpo_tune_jobs()))
+    if got is None:
+        raise SystemExit(f"planner_validation: data set pr57: GRPO's tuning runs are not all in {path} with "
+                         f"{pr.BUDGET:,} sampled rollouts (the study's target comes from them). Fix: finish them "
+                         "(research/paper_regime.py tune-grpo), or pass --store with the study's store.")
+    return Dataset("pr57", path, got[0], pr.BUDGET, pr.EVAL_EVERY, pr.SMOOTH, tune, fresh={})
+
+
+DATASETS: dict[str, Callable[[str | None], Dataset]] = {"s52": _s52, "pr57": _pr57}
+"""Registry: data set name -> its protocol, given the store (None: the data set's default). A configuration whose
+runs are not all finished (``budget`` sampled rollouts) is left out of the validation, and named."""
+
+
+# ---- the scores -------------------------------------------------------------------------------------------------
+def regret(predicted: dict[str, float], measured: dict[str, float]) -> float:
+    """Measured cost of the planner's pick (lowest prediction; ties: the first in order) / the best measured cost."""
+    pick = min(predicted, key=lambda c: predicted[c])
+    best = min(measured.values())
+    if math.isinf(best):
+        return math.nan
+    return measured[pick] / best
+
+
+def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
+    """Kendall's tau-b of two equally long sequences (infinities rank last, tied among themselves); nan when either
+    is constant."""
+    n = len(x)
+    conc = disc = tx = ty = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx = (x[i] > x[j]) - (x[i] < x[j])
+            dy = (y[i] > y[j]) - (y[i] < y[j])
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                tx += 1
+            elif dy == 0:
+                ty += 1
+            elif dx == dy:
+                conc += 1
+            else:
+                disc += 1
+    denom = math.sqrt((conc + disc + tx) * (conc + disc + ty))
+    return (conc - disc) / denom if denom else math.nan
+
+
+def inside(value: float, low: float, high: float) -> bool:
+    return low <= value <= high
+
+
+def coverage(rows: Sequence[dict]) -> tuple[int, int]:
+    """(measured medians inside their 10-90% interval, rows with an interval)."""
+    scored = [r for r in rows if r.get("low") is not None]
+    return sum(inside(r["measured"], r["low"], r["high"]) for r in scored), len(scored)
+
+
+def median_cost(costs: Sequence[float]) -> float:
+    return statistics.median(costs) if costs else math.inf
+
+
+# ---- measured and predicted ---------------------------------------------------------------------------------------
+def measured_costs(store: Store, ds: Dataset, runs: Sequence[str]) -> dict[str, float]:
+    """run id -> sampled rollouts at its first smoothed evaluation at or above the target (never: infinity)."""
+    from research import study
+    curves = study.curves_by_run(store, list(runs))
+    out = {}
+    for r in runs:
+        sm = study.smoothed(curves[r], ds.smooth)
+        hit = study.first_at_or_above(sm, ds.target)
+        out[r] = math.inf if hit is None else float(hit)
+    return out
+
+
+def simulate_cost(config_json: dict, sim_fields: dict, seed: int, ds: Dataset) -> float:
+    """One simulated run of a stored config with ``sim_fields``, by the study's protocol: its rollouts to target."""
+    cfg = from_dict(config_json)
+    alloc = replace(cfg.allocator, seed=seed)
+    sim = Simulation(alloc, replace(cfg.sim, **sim_fields, seed=seed))
+    rollouts, acc = [0], [sim.population.accuracy()]
+    mark = ds.eval_every
+    while sim.cumulative_sampled < ds.budget:
+        st = sim.step()
+        if st.cumulative_sampled >= mark:
+            rollouts.append(st.cumulative_sampled)
+            acc.append(st.accuracy)
+            mark = (st.cumulative_sampled // ds.eval_every + 1) * ds.eval_every
+    a = np.asarray(acc)
+    smooth = np.array([a[max(0, i - ds.smooth + 1):i + 1].mean() for i in range(a.size)])
+    hit = first_reaching(np.asarray(rollouts), smooth, ds.target)
+    return math.inf if hit is None else float(hit)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q, method="nearest"))
+
+
+@dataclass
+class Fitted:
+    """The two laws of one fit (before: the form alone; after: with the kept terms) and their refits' laws."""
+
+    before: dict
+    after: dict
+    kept: tuple[str, ...]
+    refits_before: list[dict]
+    refits_after: list[dict]
+    seconds: float
+
+
+def fit_both(runs: Sequence[RunObservations], resamples: int, mix_steps: int = 20) -> Fitted:
+    t0 = time.time()
+    fit = fit_simulator(runs, mix_steps=mix_steps)
+    before = law_sim_fields(runs, fit, fit.laws[fit.chosen])
+    rng = np.random.default_rng(0)
+    refits_before, refits_after = [], []
+    for _ in range(resamples):
+        sample = [resample_steps(r, rng) for r in runs]
+        rb = fit_simulator(sample, mix_steps=mix_steps, forms=(fit.chosen,), terms=None)
+        refits_before.append(rb.sim)
+        if fit.kept_terms:
+            refits_after.append(fit_simulator(sample, mix_steps=mix_steps, forms=(fit.chosen,), terms=None,
+                                              fixed_terms=fit.kept_terms).sim)
+        else:
+            refits_after.append(rb.sim)
+    return Fitted(before, fit.sim, fit.kept_terms, refits_before, refits_after, time.time() - t0)
+
+
+def predict(configs: dict[str, dict], fitted: Fitted, ds: Dataset, sim_seeds: int,
+            interval_for: Sequence[str]) -> dict[str, dict[str, dict]]:
+    """variant (before / after) -> configuration -> {point, low, high}: point over ``sim_seeds`` seeds, the interval
+    (configurations in ``interval_for``) over the refits."""
+    out: dict[str, dict[str, dict]] = {}
+    for variant, law, refits in (("before", fitted.before, fitted.refits_before),
+                                 ("after", fitted.after, fitted.refits_after)):
+        if variant == "after" and not fitted.kept:
+            out["after"] = out["before"]
+            continue
+        rows = {}
+        for name, cfg in configs.items():
+            point = median_cost([simulate_cost(cfg, law, s, ds) for s in range(sim_seeds)])
+            row = {"point": point, "low": None, "high": None}
+            if name in interval_for and refits:
+                reps = [simulate_cost(cfg, r, b, ds) for b, r in enumerate(refits)]
+                row.update(low=percentile(reps, 10), high=percentile(reps, 90))
+            rows[name] = row
+        out[variant] = rows
+    return out
+
+
+# ---- the three validations ------------------------------------------------------------------------------------------
+def early_cut(run: RunObservations, budget: int) -> RunObservations:
+    """``run``'s first steps up to the one where its sampled rollouts pass budget / EARLY_SHARE (by its mean sampled
+    rollouts a step: the fit's observations do not keep each step's count)."""
+    steps = max(2, math.ceil(budget / EARLY_SHARE / max(run.sampled_per_step, 1.0)))
+    return first_steps(run, steps)
+
+
+def scores(rows: list[dict], variant: str, picks: list[float] | None = None) -> dict:
+    pred = {r["config"]: r[variant]["point"] for r in rows}
+    meas = {r["config"]: r["measured"] for r in rows}
+    cov = coverage([{"measured": r["measured"], **r[variant]} for r in rows])
+    return {"regret": statistics.median(picks) if picks else regret(pred, meas),
+            "tau": kendall_tau([pred[c] for c in pred], [meas[c] for c in pred]),
+            "covered": cov[0], "intervals": cov[1]}
+
+
+def validate(ds: Dataset, store: Store, which: Sequence[str], resamples: int, sim_seeds: int,
+             say: Callable[[str], None]) -> dict:
+    done = {r["run_id"] for r in store.query("SELECT run_id FROM steps GROUP BY run_id HAVING sum(sampled_rollouts) "
+                                             ">= ?", [ds.budget])}
+    missing = sorted(c for part in (ds.tune, ds.fresh) for c, ids in part.items() if not set(ids) <= done)
+    if missing:
+        say(f"left out (runs not finished in {ds.store}): {', '.join(missing)}")
+    ds = replace(ds, tune={c: ids for c, ids in ds.tune.items() if set(ids) <= done},
+                 fresh={c: ids for c, ids in ds.fresh.items() if set(ids) <= done})
+    which = [w for w in which if w != "fresh" or ds.fresh]
+    all_ids = [r for ids in (*ds.tune.values(), *ds.fresh.values()) for r in ids]
+    runs = {r.run_id: r for r in read_runs(store, all_ids)}
+    costs = measured_costs(store, ds, all_ids)
+    cfg_json = {r["run_id"]: json.loads(r["config_json"])
+                for r in store.query("SELECT run_id, config_json FROM runs")}
+    tune_cfg = {c: cfg_json[ids[0]] for c, ids in ds.tune.items()}
+    measured_tune = {c: median_cost([costs[r] for r in ids]) for c, ids in ds.tune.items()}
+    out: dict = {"dataset": ds.name, "resamples": resamples, "sim_seeds": sim_seeds}
+    tune_runs = [runs[r] for ids in ds.tune.values() for r in ids]
+
+    if "loo" in which:
+        rows, picks = [], {"before": [], "after": []}
+        kept = []
+        for held in ds.tune:
+            fitted = fit_both([runs[r] for c, ids in ds.tune.items() if c != held for r in ids], resamples)
+            kept.append(fitted.kept)
+            pred = predict(tune_cfg, fitted, ds, sim_seeds, [held])
+            for v in picks:
+                picks[v].append(regret({c: p["point"] for c, p in pred[v].items()}, measured_tune))
+            rows.append({"config": held, "measured": measured_tune[held], "before": pred["before"][held],
+                         "after": pred["after"][held]})
+            say(f"loo {held}: measured {measured_tune[held]:,.0f}, before {pred['before'][held]['point']:,.0f}, "
+                f"after {pred['after'][held]['point']:,.0f}, kept {fitted.kept} ({fitted.seconds:.0f} s)")
+        out["loo"] = {"rows": rows, "kept": [list(k) for k in kept], "picks": picks,
+                      **{v: scores(rows, v, picks[v]) for v in ("before", "after")}}
+
+    if "fresh" in which:
+        fitted = fit_both(tune_runs, resamples)
+        cfgs = {c: cfg_json[ids[0]] for c, ids in ds.fresh.items()}
+        pred = predict(cfgs, fitted, ds, sim_seeds, list(cfgs))
+        rows = [{"config": c, "measured": median_cost([costs[r] for r in ds.fresh[c]]), "before": pred["before"][c],
+                 "after": pred["after"][c]} for c in cfgs]
+        out["fresh"] = {"rows": rows, "kept": list(fitted.kept), **{v: scores(rows, v) for v in ("before", "after")}}
+        say(f"fresh: kept {fitted.kept}; {out['fresh']['before']} / {out['fresh']['after']}")
+
+    if "early" in which:
+        fitted = fit_both([early_cut(r, ds.budget) for r in tune_runs], resamples)
+        pred = predict(tune_cfg, fitted, ds, sim_seeds, list(tune_cfg))
+        rows = [{"config": c, "measured": measured_tune[c], "before": pred["before"][c], "after": pred["after"][c]}
+                for c in tune_cfg]
+        out["early"] = {"rows": rows, "kept": list(fitted.kept), **{v: scores(rows, v) for v in ("before", "after")}}
+        say(f"early: kept {fitted.kept}; {out['early']['before']} / {out['early']['after']}")
+    return out
+
+
+# ---- the report ---------------------------------------------------------------------------------------------------
+NAMES = {"loo": "held-out configuration (leave one out)", "fresh": "fresh seeds",
+         "early": f"first 1/{EARLY_SHARE} of the budget -> full runs"}
+
+
+def _n(v: float | None) -> str:
+    return "-" if v is None else "never" if math.isinf(v) else f"{v:,.0f}"
+
+
+def _x(v: float) -> str:
+    return "-" if v is None or math.isnan(v) else "inf" if math.isinf(v) else f"{v:.2f}x"
+
+
+def _tau(v: float) -> str:
+    return "-" if v is None or math.isnan(v) else f"{v:+.2f}"
+
+
+READING: dict[str, str] = {"s52": (
+    "Reading (`s52`, run 2026-11-29 with `plan`'s defaults: 8 refits, 3 simulator seeds; a first run with 6 refits "
+    "and 4 seeds is quoted where it differs). **Terms**: on all 26 tuning runs forward selection keeps "
+    "`law_cap_pc` (AIC lower by 38: PC's plateau 1.9x GRPO's), and `law_cap_prior` (9.3), the floor (7.4) and "
+    "`law_gain_max` (0) fall under the margin of 10; across the 13 leave-one-out fits the kept set varies "
+    "(`law_cap_pc` in 8, `law_cap_prior` in 6, `law_gain_max` in 2, the floor in none): the terms are at the "
+    "edge of what 2 seeds a configuration identify. **Held-out configurations**: before, GRPO-4 is the pick in 10 "
+    "of 13 folds (regret 1.31x: GRPO-4 measured 26,240 against p2c2-prior's 19,979); after, `law_cap_pc` makes "
+    "the PC budgets with the prior cheaper: p2s2c4-prior is the pick in 5 folds, p2c2-prior (the best) in 2, "
+    "p4c4-prior in 2, p2c2-b32-prior in 1, GRPO-4 in 3 (median 1.03x, goal met) -- "
+    "but on the first run's seeds the same folds picked GRPO-4 again (median 1.31x, missed by 5%): the pick "
+    "between GRPO-4 and the prior's PC budgets flips with the simulator's seeds, so the improvement is real in "
+    "the point predictions and not robust in the pick. Kendall's tau falls (+0.48 -> +0.36): the PC budgets with "
+    "the prior are now predicted cheaper than measured (p4c4-prior 16,892 against 28,430). **Why GRPO-4 is "
+    "predicted 2x too cheap**: not a law term. Simulated with the fitted population, GRPO-4 trains 1.4x the "
+    "measured reward-std signal a step (1.42 against 1.03 in its first quarter; PC's p2c2 matches within 1%): "
+    "the pass-rate mix, fitted from first visits most of which are PC's pilots of 2, comes out too spread "
+    "(logit std 7.5) and gives groups of 4 too many informative draws. **Fresh seeds**: the pick is GRPO-4, the "
+    "measured best (1.00x), with the law before and after; after, GRPO-4's prediction is within 7% (20,480 "
+    "against 19,200) and p2c2-prior's within 11%, but the planner still predicts the prior to help PC (21,932 "
+    "against 32,032) where it cost it on the fresh seeds (24,554 against 21,760): the one discordant pair of "
+    "tau +0.67. **First 1/6 of the budget**: PC runs are 9-17 steps in (6,827 sampled rollouts), too few for "
+    "the law: most PC budgets are predicted never to reach the target (3 of 13 covered; regret 1.22x because "
+    "p2c2-b32-prior, predicted cheapest, measured 24,352). **Coverage** meets 70% (13 of 17, held-out and "
+    "fresh), by width: 11 of the 17 intervals never close (their 90th percentile never reaches the target). "
+    "The `bench-paper` data set (GRPO n 2-64, the issue's 0.64x against the paper's 1.5x) is not in this run: "
+    "its store was not there; it is a `DATASETS` entry away.")}
+"""Data set -> the reading of its numbers, written by hand after a run (what met the goals, what missed, and why)."""
+
+
+def _goals(res: dict) -> str:
+    """The issue's goals against the ``after`` numbers, met or missed and by how much."""
+    out = []
+    for v in ("loo", "fresh"):
+        if v in res:
+            r = res[v]["after"]["regret"]
+            out.append(f"regret on {NAMES[v]} {_x(r)}: " + ("met" if r <= GOAL_REGRET else
+                                                           f"missed by {r / GOAL_REGRET - 1:.0%}"))
+    covered = sum(res[v]["after"]["covered"] for v in ("loo", "fresh") if v in res)
+    total = sum(res[v]["after"]["intervals"] for v in ("loo", "fresh") if v in res)
+    if total:
+        share = covered / total
+        open_ended = sum(1 for v in ("loo", "fresh") if v in res for r in res[v]["rows"]
+                         if r["after"]["high"] is not None and math.isinf(r["after"]["high"]))
+        out.append(f"coverage (held-out and fresh) {covered} of {total} ({share:.0%}): "
+                   + ("met" if share >= GOAL_COVERAGE else f"missed by {GOAL_COVERAGE - share:.0%} points")
+                   + (f"; {open_ended} of those {total} intervals are open-ended (their 90th percentile never "
+                      "reaches the target): wide, not sharp" if open_ended else ""))
+    return "; ".join(out)
+
+
+def section(results: Sequence[dict]) -> str:
+    lines = ["## The planner validated as a decision tool (issue 57 point 3)", "",
+             "`research/planner_validation.py`: the planner's fit and simulator (`pilot-commit plan`) scored on "
+             "measured runs three ways, with the law as it was (**before**: the form chosen by AIC) and with the "
+             "terms forward selection keeps (**after**: a plateau for PC and for the history prior, a free noise "
+             "floor, the update's saturation; each kept only if it lowers the AIC by more than 10). **Regret**: "
+             "measured sampled rollouts to the target of the planner's pick / of the best measured configuration "
+             "(held-out configurations: the median over the folds of each fold's pick among all configurations). "
+             "**tau**: Kendall's tau-b of predicted vs measured. **Coverage**: measured medians inside the "
+             f"prediction's 10-90% interval (plan's: refits on resampled steps, refit b simulated on seed b). Goals "
+             f"(the issue): median regret <= {GOAL_REGRET}x on held-out configurations and on fresh seeds, coverage "
+             f">= {GOAL_COVERAGE:.0%}.", ""]
+    for res in results:
+        lines += [f"### Data set `{res['dataset']}` ({res['resamples']} refits per interval, point predictions the "
+                  f"median of {res['sim_seeds']} simulator seeds)", "",
+                  "| validation | terms kept (after) | regret before | after | tau before | after | "
+                  "coverage before | after |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for v in ("loo", "fresh", "early"):
+            if v not in res:
+                continue
+            r = res[v]
+            kept = r["kept"]
+            if v == "loo":
+                kept = sorted({t for k in kept for t in k})
+            lines.append(f"| {NAMES[v]} | {', '.join(kept) or 'none'} | {_x(r['before']['regret'])} | "
+                         f"{_x(r['after']['regret'])} | {_tau(r['before']['tau'])} | {_tau(r['after']['tau'])} | "
+                         f"{r['before']['covered']} of {r['before']['intervals']} | "
+                         f"{r['after']['covered']} of {r['after']['intervals']} |")
+        lines += ["", f"Goals (after): {_goals(res)}.", ""]
+        if res["dataset"] in READING:
+            lines += [READING[res["dataset"]], ""]
+        for v in ("loo", "fresh", "early"):
+            if v not in res:
+                continue
+            lines += [f"**{NAMES[v]}**: each prediction beside its measurement (sampled rollouts to the target; "
+                      "median over seeds)", "",
+                      "| configuration | measured | before | 10-90% | after | 10-90% |", "|---|---:|---:|---:|---:|---:|"]
+            for r in res[v]["rows"]:
+                b, a = r["before"], r["after"]
+                lines.append(f"| {r['config']} | {_n(r['measured'])} | {_n(b['point'])} | "
+                             f"{_n(b['low'])}-{_n(b['high'])} | {_n(a['point'])} | {_n(a['low'])}-{_n(a['high'])} |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", default="s52", choices=sorted(DATASETS))
+    ap.add_argument("--store", help="the data set's store (default: the registry's)")
+    ap.add_argument("--which", default="loo,fresh,early")
+    ap.add_argument("--resamples", type=int, default=8)
+    ap.add_argument("--sim-seeds", type=int, default=3)
+    ap.add_argument("--json", help="write the results as JSON here")
+    ap.add_argument("--from-json", nargs="*", default=(), help="render the section from these results files")
+    ap.add_argument("--write", help="docs/STUDIES.md: write the section there")
+    args = ap.parse_args(argv)
+    if args.from_json:
+        merged: dict[str, dict] = {}  # one data set's validations may come from several files (runs in parallel)
+        for p in args.from_json:
+            res = json.loads(Path(p).read_text())
+            merged.setdefault(res["dataset"], {}).update(res)
+        results = list(merged.values())
+    else:
+        ds = DATASETS[args.dataset](args.store)
+        which = [w.strip() for w in args.which.split(",") if w.strip()]
+        results = [validate(ds, Store(ds.store), which, args.resamples, args.sim_seeds,
+                            lambda m: print(f"[planner-validation] {m}", flush=True))]
+        if args.json:
+            Path(args.json).write_text(json.dumps(results[0], indent=1, default=str) + "\n")
+    text = section(results)
+    print(text)
+    if args.write:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from _report import STUDIES_HEADER, write_section
+        write_section(Path(args.write), MARKER, text, STUDIES_HEADER)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

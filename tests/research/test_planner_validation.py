@@ -1,0 +1,94 @@
+"""research/planner_validation.py: its scores (regret, Kendall's tau-b, coverage) on hand-built rows, the early cut,
+the simulated protocol, the registry and the section's tables."""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import numpy as np
+import pytest
+
+from pc_pipelines.simulator.fit import RunObservations
+
+
+def load():
+    return importlib.import_module("research.planner_validation")
+
+
+def test_regret_is_the_picks_measured_cost_over_the_best():
+    pv = load()
+    measured = {"a": 20_000.0, "b": 25_000.0, "c": math.inf}
+    assert pv.regret({"a": 9.0, "b": 5.0, "c": 7.0}, measured) == pytest.approx(1.25)  # picks b
+    assert pv.regret({"a": 1.0, "b": 5.0, "c": 7.0}, measured) == 1.0  # picks the best
+    assert math.isinf(pv.regret({"a": 9.0, "b": 8.0, "c": 1.0}, measured))  # picks one that never reached it
+    assert math.isnan(pv.regret({"a": 1.0}, {"a": math.inf}))  # nothing measured reached it: no regret defined
+
+
+def test_kendall_tau_b_with_ties_and_infinities():
+    pv = load()
+    assert pv.kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert pv.kendall_tau([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
+    # one swapped pair of 6: (5 - 1) / 6
+    assert pv.kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
+    # tau-b with a tie in y: 5 concordant, 0 discordant, 1 tie -> 5 / sqrt(6 * 5)
+    assert pv.kendall_tau([1, 2, 3, 4], [1, 2, math.inf, math.inf]) == pytest.approx(5 / math.sqrt(30))
+    assert math.isnan(pv.kendall_tau([1, 1, 1], [1, 2, 3]))
+
+
+def test_coverage_counts_measured_medians_inside_their_interval():
+    pv = load()
+    rows = [{"measured": 10.0, "low": 8.0, "high": 12.0}, {"measured": 10.0, "low": 11.0, "high": 12.0},
+            {"measured": math.inf, "low": 30.0, "high": math.inf}, {"measured": 5.0, "low": None, "high": None}]
+    assert pv.coverage(rows) == (2, 3)  # the row without an interval is not scored
+
+
+def test_scores_and_the_section_show_each_prediction_beside_its_measurement():
+    pv = load()
+    rows = [{"config": c, "measured": m, "before": {"point": p, "low": lo, "high": hi},
+             "after": {"point": p, "low": lo, "high": hi}}
+            for c, m, p, lo, hi in (("g", 20_000.0, 10_000.0, 8_000.0, 12_000.0),
+                                    ("p", 15_000.0, 16_000.0, 12_000.0, 18_000.0))]
+    s = pv.scores(rows, "before")
+    assert s == {"regret": pytest.approx(20_000 / 15_000), "tau": pytest.approx(-1.0), "covered": 1, "intervals": 2}
+    res = {"dataset": "x", "resamples": 4, "sim_seeds": 2,
+           "fresh": {"rows": rows, "kept": ["law_cap_pc"], "before": s, "after": s}}
+    text = pv.section([res])
+    assert "| fresh seeds | law_cap_pc | 1.33x | 1.33x | -1.00 | -1.00 | 1 of 2 | 1 of 2 |" in text
+    assert "| g | 20,000 | 10,000 | 8,000-12,000 | 10,000 | 8,000-12,000 |" in text
+
+
+def test_early_cut_keeps_the_first_sixth_of_the_budget():
+    pv = load()
+    run = RunObservations(run_id="r", method="grpo", seed=0, steps=640, group_step=np.arange(640),
+                          group_sigma=np.full(640, 0.4), group_size=np.full(640, 4.0),
+                          eval_step=np.arange(-1, 640, 20), eval_accuracy=np.linspace(0.6, 0.8, 33),
+                          first_step=np.zeros(0, np.int64), first_n=np.zeros(0, np.int64),
+                          first_correct=np.zeros(0, np.int64), sampled_per_step=64.0)
+    cut = pv.early_cut(run, 40_960)
+    assert cut.steps == 107 and cut.group_step.max() == 106 and cut.eval_step.max() == 99
+
+
+def test_simulate_cost_follows_the_protocol():
+    pv = load()
+    from pc_pipelines.config import resolve
+    cfg = resolve("simulator", overrides={"allocator.n": 4, "allocator.train_batch": 8, "sim.num_prompts": 300},
+                  method="grpo", seed=0).to_dict()
+    ds = pv.Dataset("t", "", target=0.0, budget=640, eval_every=64, smooth=3, tune={}, fresh={})
+    assert pv.simulate_cost(cfg, {}, 0, ds) == 0.0  # reached before training
+    never = pv.Dataset("t", "", target=1.01, budget=640, eval_every=64, smooth=3, tune={}, fresh={})
+    assert math.isinf(pv.simulate_cost(cfg, {}, 0, never))
+
+
+def test_the_registry_names_each_configurations_runs():
+    pv = load()
+    ds = pv.DATASETS["s52"](None)
+    assert ds.target == 0.725 and ds.budget == 40_960 and ds.eval_every == 1_280
+    assert ds.tune["grpo-n4"] == ("small-tune-grpo-n4-s100", "small-tune-grpo-n4-s101")
+    assert len(ds.tune) == 13 and ds.fresh["p2c2-prior"][0] == "small-study-p2c2-prior-s19"
+
+
+def test_the_paper_regime_data_set_needs_grpos_tuning_runs_for_its_target(tmp_path):
+    pv = load()
+    with pytest.raises(SystemExit, match=r"pr57: GRPO's tuning runs are not all in .*Fix: finish them"):
+        pv.DATASETS["pr57"](str(tmp_path / "absent.duckdb"))
