@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -92,3 +93,19 @@ def test_the_paper_regime_data_set_needs_grpos_tuning_runs_for_its_target(tmp_pa
     pv = load()
     with pytest.raises(SystemExit, match=r"pr57: GRPO's tuning runs are not all in .*Fix: finish them"):
         pv.DATASETS["pr57"](str(tmp_path / "absent.duckdb"))
+
+
+def test_plans_trust_line_quotes_the_committed_validation():
+    """One truth: the numbers `plan` prints (copied into the package, which never imports research/) are the ones
+    research/planner_validation.py measured and committed."""
+    import json
+
+    from pc_pipelines.simulator.plan import VALIDATION
+
+    root = Path(__file__).resolve().parents[2]
+    measured = json.loads((root / "research" / "planner_validation_s52.json").read_text())
+    assert round(measured["loo"]["after"]["regret"], 2) == VALIDATION.held_out_regret
+    assert round(measured["fresh"]["after"]["regret"], 2) == VALIDATION.fresh_regret
+    assert (measured["loo"]["after"]["covered"] + measured["fresh"]["after"]["covered"],
+            measured["loo"]["after"]["intervals"] + measured["fresh"]["after"]["intervals"]) == (
+        VALIDATION.covered, VALIDATION.intervals)
