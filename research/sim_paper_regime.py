@@ -37,7 +37,8 @@ EVAL_EVERY, SMOOTH = 10, 3
 def law_fields(fit: dict) -> dict:
     """The fitted law and noise of ``fit`` (the mix and the pool size are the paper's, not the benchmark's)."""
     keep = ("law", "law_rate", "law_skill_cap", "law_noise_floor", "law_noise_scale", "law_noise_power",
-            "law_step_noise", "eval_difficulty_mean", "eval_difficulty_spread", "eval_noise")
+            "law_step_noise", "law_cap_pc", "law_cap_prior", "law_gain_max", "eval_difficulty_mean",
+            "eval_difficulty_spread", "eval_noise")
     return {k: fit["sim"][k] for k in keep if k in fit["sim"]}
 
 

@@ -16,6 +16,9 @@ def test_law_fields_leave_the_mix_to_the_calibration():
     sp = load()
     fit = {"sim": {**LAW, "difficulty_mean": 5.0, "num_prompts": 500, "eval_noise": 0.01}}
     assert sp.law_fields(fit) == {**LAW, "eval_noise": 0.01}
+    # the planner's law terms (issue 57) travel with the law: PC's plateau, the prior's, the update's saturation
+    terms = {"law_cap_pc": 1.9, "law_cap_prior": 1.0, "law_gain_max": 0.02}
+    assert sp.law_fields({"sim": {**fit["sim"], **terms}}) == {**LAW, "eval_noise": 0.01, **terms}
 
 
 def test_pc_stats_counts_second_rounds_and_rollouts():
