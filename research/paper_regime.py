@@ -550,12 +550,22 @@ def status_lines(store_path: str, jobs: list) -> list[str]:
     return out
 
 
-def _write(path: Path | None, marker: str, body: str) -> None:
-    print(body)
-    if path:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from _report import STUDIES_HEADER, write_section
-        write_section(path, marker, body, STUDIES_HEADER)
+def _sections(path: Path | None, chosen: str | None = None, tuned: str | None = None,
+              studied: str | None = None) -> None:
+    """Print each section given; with ``path``, write it there (docs/STUDIES.md) between its markers."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _report import STUDIES_HEADER, write_section
+    for body in (chosen, tuned, studied):
+        if body is not None:
+            print(body)
+    if path is None:
+        return
+    if chosen is not None:
+        write_section(path, "paper-regime", chosen, STUDIES_HEADER)
+    if tuned is not None:
+        write_section(path, "paper-regime-tuning", tuned, STUDIES_HEADER)
+    if studied is not None:
+        write_section(path, "paper-regime-study", studied, STUDIES_HEADER)
 
 
 def _run(jobs: list, store_path: str, out: str, workers: int, what: str) -> None:
@@ -583,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         args.probe_file.write_text(json.dumps(data, indent=None, separators=(",", ":")) + "\n")
         print(f"wrote {args.probe_file} ({data['wall_s']} s)")
     elif args.cmd == "choose":
-        _write(args.write, "paper-regime", report(json.loads(args.probe_file.read_text()), args.probe_file))
+        _sections(args.write, chosen=report(json.loads(args.probe_file.read_text()), args.probe_file))
     elif args.cmd == "tune-grpo":
         _run(grpo_tune_jobs(), args.store, args.out, args.workers, "GRPO's tuning runs")
     elif args.cmd == "tune-pc":
@@ -594,11 +604,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cmd == "study":
         _run(study_jobs(), args.store, args.out, args.workers, "the fresh seeds' runs")
     elif args.cmd == "tuning":
-        _write(args.write, "paper-regime-tuning", tuning_section(args.store))
+        _sections(args.write, tuned=tuning_section(args.store))
     elif args.cmd == "report":
-        _write(args.write, "paper-regime", report(json.loads(args.probe_file.read_text()), args.probe_file))
-        _write(args.write, "paper-regime-tuning", tuning_section(args.store))
-        _write(args.write, "paper-regime-study", study_section(args.store))
+        _sections(args.write, chosen=report(json.loads(args.probe_file.read_text()), args.probe_file),
+                  tuned=tuning_section(args.store), studied=study_section(args.store))
     elif args.cmd == "status":
         more = study_jobs() if None not in (GRPO_BEST_N, PC_BEST, TARGET) else []
         print("\n".join(status_lines(args.store, grpo_tune_jobs() + pc_tune_jobs() + more)))
