@@ -430,7 +430,12 @@ def tuning_section(store_path: str) -> str:
 # n 4 53,248 / 47,104 (50,176), n 16 67,584 / never, n 32 and n 64 never within 81,920.
 GRPO_BEST_N: int | None = 8
 """GRPO's size :data:`SIZE_RULE` picked on the tuning seeds (frozen from ``tuning``)."""
-PC_BEST: str | None = None
+# Frozen from PC's tuning runs (`paper_regime.py tuning`, 2026-11-29), before any fresh-seed run: median sampled
+# rollouts to 0.755 over seeds 100 / 101: p2c2 59,508 / 43,290 (51,399; 8.6-9.1 sampled a trained rollout),
+# p2c2-prior 61,876 / 57,518 (59,697); every other budget never within 81,920 (smoothed peaks: ours 0.747-0.749 at
+# 1.45-1.49 sampled a trained rollout, ours-n32 0.749-0.754, p4c12 0.752-0.754, p4c4 0.753-0.754, the paper's PC
+# 0.711-0.719: its strict eviction retired 415-427 of the 500 prompts). GRPO-8: 45,056 / 45,056.
+PC_BEST: str | None = "p2c2"
 """PC's budget :data:`SIZE_RULE` picked on the tuning seeds (frozen from ``tuning``)."""
 TARGET: float | None = 0.755
 """The target :data:`TARGET_RULE` fixed from GRPO's tuning runs (frozen from ``tuning``)."""
