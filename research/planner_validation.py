@@ -151,13 +151,16 @@ def median_cost(costs: Sequence[float]) -> float:
 
 # ---- measured and predicted ---------------------------------------------------------------------------------------
 def measured_costs(store: Store, ds: Dataset, runs: Sequence[str]) -> dict[str, float]:
-    """run id -> sampled rollouts at its first smoothed evaluation at or above the target (never: infinity)."""
+    """run id -> sampled rollouts at its first smoothed evaluation at or above the target, up to the first evaluation
+    at or past the budget (the studies' rule: a run that trained past its budget is read as if it had stopped
+    there; never: infinity)."""
     from research import study
     curves = study.curves_by_run(store, list(runs))
     out = {}
     for r in runs:
         sm = study.smoothed(curves[r], ds.smooth)
-        hit = study.first_at_or_above(sm, ds.target)
+        k = next((i + 1 for i, x in enumerate(sm.eval_rollouts) if x >= ds.budget), len(sm.eval_rollouts))
+        hit = first_reaching(sm.eval_rollouts[:k], sm.eval_accuracy[:k], ds.target)
         out[r] = math.inf if hit is None else float(hit)
     return out
 

@@ -109,3 +109,27 @@ def test_plans_trust_line_quotes_the_committed_validation():
     assert (measured["loo"]["after"]["covered"] + measured["fresh"]["after"]["covered"],
             measured["loo"]["after"]["intervals"] + measured["fresh"]["after"]["intervals"]) == (
         VALIDATION.covered, VALIDATION.intervals)
+
+
+def test_measured_cost_reads_a_run_only_up_to_its_budget(tmp_path):
+    """A run that trained past the study's budget (a chunk overshot) is read as if it had stopped there."""
+    from pc_pipelines.config import resolve
+    from pc_pipelines.simulator import record_simulation
+    from pc_pipelines.store import Store
+
+    pv = load()
+    st = Store(tmp_path / "s.duckdb").init()
+    cfg = resolve("simulator", {"allocator.train_batch": 16, "sim.num_prompts": 600, "training.eval_every": 2},
+                  method="grpo", seed=1)
+    assert len(list(record_simulation(cfg, st, 12, run_id="g", compact_every=None))) == 12
+    curve = st.query("SELECT step, cumulative_sampled, accuracy FROM eval_curve WHERE run_id = 'g' ORDER BY step")
+    # smoothing 1: the target is the curve's peak, first reached at evaluation m (after training: it learned)
+    target = max(r["accuracy"] for r in curve)
+    m = next(i for i, r in enumerate(curve) if r["accuracy"] == target)
+    assert m > 0
+    at = int(curve[m]["cumulative_sampled"])
+    ds = pv.Dataset("t", str(st.path), target, at, 1, 1, {}, {})
+    assert pv.measured_costs(st, ds, ["g"]) == {"g": float(at)}
+    # a budget one evaluation earlier: the run is read up to there, where it had not reached the peak yet
+    early = pv.Dataset("t", str(st.path), target, int(curve[m - 1]["cumulative_sampled"]) or 1, 1, 1, {}, {})
+    assert pv.measured_costs(st, early, ["g"]) == {"g": math.inf}
