@@ -8,7 +8,7 @@ import pytest
 
 from pc_pipelines.allocation import AllocatorConfig
 from pc_pipelines.config import SimConfig
-from pc_pipelines.simulator import PromptPopulation, Simulation
+from pc_pipelines.simulator import PromptPopulation
 from pc_pipelines.simulator.fit import (
     RunObservations,
     fit_eval_mix,
@@ -18,6 +18,7 @@ from pc_pipelines.simulator.fit import (
     nelder_mead,
 )
 from pc_pipelines.store import StoreError
+from tests.support import simulated_observations
 
 
 def first_visit_draws(sim: SimConfig, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -71,24 +72,7 @@ LAW = dict(law="fitted", law_rate=0.02, law_noise_scale=30.0, law_noise_power=1.
 
 
 def observe(alloc: AllocatorConfig, sim_cfg: SimConfig, steps: int, run_id: str) -> RunObservations:
-    """A simulated run as :func:`read_runs` would give it: its trained groups, evaluations and first visits."""
-    sim = Simulation(alloc, sim_cfg)
-    g_step, g_sigma, g_size = [], [], []
-    ev_step, ev_acc = [-1], [sim.population.accuracy()]
-    for st in sim.run(steps):
-        for g in st.outcome.groups:
-            g_step.append(st.outcome.step)
-            g_sigma.append(g.reward_std)
-            g_size.append(sum(c for _, c in g.spans))
-        if (st.outcome.step + 1) % 5 == 0:
-            ev_step.append(st.outcome.step)
-            ev_acc.append(st.accuracy)
-    return RunObservations(run_id=run_id, method=alloc.method, seed=alloc.seed, steps=steps,
-                           group_step=np.array(g_step), group_sigma=np.array(g_sigma), group_size=np.array(g_size,
-                                                                                                          float),
-                           eval_step=np.array(ev_step), eval_accuracy=np.array(ev_acc),
-                           first_step=np.zeros(0, np.int64), first_n=np.zeros(0, np.int64),
-                           first_correct=np.zeros(0, np.int64), num_prompts=sim_cfg.num_prompts)
+    return simulated_observations.observe(alloc, sim_cfg, steps, run_id, eval_every=5)
 
 
 def test_law_fit_recovers_a_known_law():

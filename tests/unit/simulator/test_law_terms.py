@@ -19,30 +19,14 @@ from pc_pipelines.simulator.fit import (
     select_terms,
 )
 from pc_pipelines.simulator.model import saturate
+from tests.support import simulated_observations
 
 EVAL = dict(eval_difficulty_mean=-0.5, eval_difficulty_spread=1.0, eval_prompts=50_000, eval_noise=0.004)
 LAW = dict(law="fitted", law_rate=0.02, law_noise_scale=30.0, law_noise_power=1.5, **EVAL)
 
 
 def observe(alloc: AllocatorConfig, sim_cfg: SimConfig, steps: int, run_id: str) -> RunObservations:
-    """A simulated run as :func:`read_runs` would give it (its method and screen strategy included)."""
-    sim = Simulation(alloc, sim_cfg)
-    g_step, g_sigma, g_size = [], [], []
-    ev_step, ev_acc = [-1], [sim.population.accuracy()]
-    for st in sim.run(steps):
-        for g in st.outcome.groups:
-            g_step.append(st.outcome.step)
-            g_sigma.append(g.reward_std)
-            g_size.append(sum(c for _, c in g.spans))
-        if (st.outcome.step + 1) % 4 == 0:
-            ev_step.append(st.outcome.step)
-            ev_acc.append(st.accuracy)
-    return RunObservations(run_id=run_id, method=alloc.method, seed=alloc.seed, steps=steps,
-                           group_step=np.array(g_step), group_sigma=np.array(g_sigma),
-                           group_size=np.array(g_size, float), eval_step=np.array(ev_step),
-                           eval_accuracy=np.array(ev_acc), first_step=np.zeros(0, np.int64),
-                           first_n=np.zeros(0, np.int64), first_correct=np.zeros(0, np.int64),
-                           num_prompts=sim_cfg.num_prompts, screen_strategy=alloc.screen_strategy)
+    return simulated_observations.observe(alloc, sim_cfg, steps, run_id, eval_every=4)
 
 
 def runs_of(steps: int = 96, **law) -> list[RunObservations]:
