@@ -331,9 +331,8 @@ def _curves(store_path: str, jobs: list) -> dict:
 def smoothed_within(curve, budget: int = BUDGET):
     """The curve smoothed (trailing mean of SMOOTH evaluations), cut at the first evaluation at or past ``budget``."""
     from research import study
-    sm = study.smoothed(curve, SMOOTH)
-    k = next((i + 1 for i, r in enumerate(sm.eval_rollouts) if r >= budget), len(sm.eval_rollouts))
-    return sm.eval_rollouts[:k], sm.eval_accuracy[:k]
+    sm = study.within_budget(study.smoothed(curve, SMOOTH), budget)
+    return sm.eval_rollouts, sm.eval_accuracy
 
 
 def target_from_grpo(curves: dict) -> tuple[float, float, float, dict[int, float]] | None:

@@ -158,9 +158,7 @@ def measured_costs(store: Store, ds: Dataset, runs: Sequence[str]) -> dict[str, 
     curves = study.curves_by_run(store, list(runs))
     out = {}
     for r in runs:
-        sm = study.smoothed(curves[r], ds.smooth)
-        k = next((i + 1 for i, x in enumerate(sm.eval_rollouts) if x >= ds.budget), len(sm.eval_rollouts))
-        hit = first_reaching(sm.eval_rollouts[:k], sm.eval_accuracy[:k], ds.target)
+        hit = study.first_at_or_above(study.within_budget(study.smoothed(curves[r], ds.smooth), ds.budget), ds.target)
         out[r] = math.inf if hit is None else float(hit)
     return out
 

@@ -414,6 +414,14 @@ def smoothed(curve: RunCurves, window: int) -> RunCurves:
     return replace(curve, eval_accuracy=tuple(sum(w) / len(w) for w in spans))
 
 
+def within_budget(curve: RunCurves, budget: int) -> RunCurves:
+    """``curve``'s evaluations up to the first at or past ``budget`` sampled rollouts: a run that trained past its
+    study's budget (a chunk overshot) is read as if it had stopped there."""
+    k = next((i + 1 for i, r in enumerate(curve.eval_rollouts) if r >= budget), len(curve.eval_rollouts))
+    return replace(curve, eval_step=curve.eval_step[:k], eval_rollouts=curve.eval_rollouts[:k],
+                   eval_accuracy=curve.eval_accuracy[:k])
+
+
 def versus(run: RunCurves, grpo: RunCurves, dapo: RunCurves | None = None, window: int = 1) -> Versus:
     """Rollouts to target of ``run`` against ``grpo``: target = min(GRPO peak, run peak) (see module docstring),
     on the curves smoothed by a trailing mean over ``window`` evals (:func:`smoothed`; 1: the raw evals)."""
