@@ -249,9 +249,10 @@ def finished(curve: RunCurves | None, budget: int = BUDGET) -> bool:
 
 
 def cost_row(curve: RunCurves) -> dict:
-    """One run's numbers: rollouts to the fixed target (smoothed), accuracies at the equal budgets, per-step costs."""
+    """One run's numbers: rollouts to the fixed target (smoothed, read up to the first evaluation at or past BUDGET:
+    a chunk may overshoot it), accuracies at the equal budgets, per-step costs (whole run)."""
     from research import study
-    sm = study.smoothed(curve, SMOOTH)
+    sm = study.within_budget(study.smoothed(curve, SMOOTH), BUDGET)
     steps = max(curve.steps, 1)
     return {"rollouts": study.first_at_or_above(sm, TARGET), "peak": sm.peak_accuracy,
             **{b: at_budget(sm, b) for b in EQUAL_BUDGETS},

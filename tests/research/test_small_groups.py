@@ -3,6 +3,7 @@ has the same measurement, the chunked budget and the tuning rule, and only the t
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 import sys
@@ -109,6 +110,11 @@ def test_cost_row_reads_the_smoothed_curve_at_the_fixed_target_and_budgets():
     assert row[15_360] == pytest.approx((0.70 + 0.71 + 0.72) / 3)  # the first eval at or past 15,360: 25,600
     assert row["sampled_per_trained"] == pytest.approx(4.0)
     assert not math.isnan(row["peak"])
+    # a chunk that overshoots the budget: the evaluations after the first at or past it are not read
+    late = dataclasses.replace(curve, eval_step=tuple(range(-1, 7)), eval_rollouts=(*evals, 76_800, 89_600),
+                               eval_accuracy=(0.70, 0.70, 0.70, 0.70, 0.70, 0.70, 0.80, 0.80))
+    row = sg.cost_row(late)
+    assert row["rollouts"] is None and row["peak"] == pytest.approx(0.70)
 
 
 def test_ratio_counts_a_run_that_never_reaches_the_target_as_infinitely_costly():
