@@ -351,28 +351,16 @@ def target_from_grpo(curves: dict) -> tuple[float, float, float, dict[int, float
 
 
 def cost(curve, target: float) -> dict:
-    """Sampled rollouts to ``target`` (smoothed; None: never within the budget) and smoothed accuracy at the equal
-    budgets (the first evaluation at or past each)."""
-    rollouts, acc = smoothed_within(curve)
-    hit = next((r for r, a in zip(rollouts, acc) if a >= target - 1e-12), None)
-    at = {b: next((a for r, a in zip(rollouts, acc) if r >= b), None) for b in EQUAL_BUDGETS}
-    steps = max(curve.steps, 1)
-    return {"rollouts": hit, **at, "peak": max(acc), "sampled_per_step": curve.total_sampled / steps,
-            "sampled_per_trained": curve.total_sampled / max(curve.total_trained, 1)}
+    """Sampled rollouts to ``target`` (smoothed, within BUDGET; None: never) and smoothed accuracy at the equal
+    budgets (study.budget_cost)."""
+    from research import study
+    return study.budget_cost(curve, target, BUDGET, SMOOTH, EQUAL_BUDGETS)
 
 
 def pick(rows: dict[tuple[str, int], dict], names) -> str | None:
     """:data:`SIZE_RULE` over ``rows`` ((name, seed) -> :func:`cost`); None while one is missing."""
-    import math
-    import statistics
-    if any((c, s) not in rows for c in names for s in TUNE_SEEDS):
-        return None
-
-    def key(c):
-        r = [rows[(c, s)] for s in TUNE_SEEDS]
-        return (statistics.median(math.inf if x["rollouts"] is None else x["rollouts"] for x in r),
-                -statistics.median(-math.inf if x[BUDGET] is None else x[BUDGET] for x in r))
-    return min(names, key=key)
+    from research import study
+    return study.lowest_median(rows, names, TUNE_SEEDS, BUDGET)
 
 
 def tuning(store_path: str) -> dict:

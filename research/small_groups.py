@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -239,39 +238,21 @@ def _trained_per_step(job) -> int:
 
 
 # ---- the rule -----------------------------------------------------------------------------------------------------
-def at_budget(curve: RunCurves, budget: int) -> float | None:
-    """The accuracy of the first evaluation at or past ``budget`` sampled rollouts (None: the run stopped before)."""
-    return next((a for r, a in zip(curve.eval_rollouts, curve.eval_accuracy) if r >= budget), None)
-
-
 def finished(curve: RunCurves | None, budget: int = BUDGET) -> bool:
     return curve is not None and curve.total_sampled >= budget
 
 
 def cost_row(curve: RunCurves) -> dict:
-    """One run's numbers: rollouts to the fixed target (smoothed, read up to the first evaluation at or past BUDGET:
-    a chunk may overshoot it), accuracies at the equal budgets, per-step costs (whole run)."""
+    """One run's numbers (study.budget_cost): rollouts to TARGET (smoothed, within BUDGET), accuracies at the equal
+    budgets, per-step costs."""
     from research import study
-    sm = study.within_budget(study.smoothed(curve, SMOOTH), BUDGET)
-    steps = max(curve.steps, 1)
-    return {"rollouts": study.first_at_or_above(sm, TARGET), "peak": sm.peak_accuracy,
-            **{b: at_budget(sm, b) for b in EQUAL_BUDGETS},
-            "sampled_per_step": curve.total_sampled / steps, "trained_per_step": curve.total_trained / steps,
-            "sampled_per_trained": curve.total_sampled / max(curve.total_trained, 1), "steps": curve.steps}
+    return study.budget_cost(curve, TARGET, BUDGET, SMOOTH, EQUAL_BUDGETS)
 
 
 def choose(rows: dict[tuple[str, int], dict], names: Sequence[str], seeds: Sequence[int] = TUNE_SEEDS) -> str | None:
     """:data:`RULE` over ``rows`` ((candidate, seed) -> :func:`cost_row`); None while a run is missing."""
-    if any((c, s) not in rows for c in names for s in seeds):
-        return None
-
-    def key(c: str) -> tuple[float, float]:
-        cost = statistics.median(math.inf if rows[(c, s)]["rollouts"] is None else rows[(c, s)]["rollouts"]
-                                 for s in seeds)
-        acc = [rows[(c, s)][EQUAL_BUDGETS[1]] for s in seeds]
-        return cost, -statistics.median(a if a is not None else -math.inf for a in acc)
-
-    return min(names, key=key)
+    from research import study
+    return study.lowest_median(rows, names, seeds, EQUAL_BUDGETS[1])
 
 
 def tuning_rows(store: Store) -> dict[tuple[str, int], dict]:

@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import queue
+import statistics
 import subprocess
 import sys
 import threading
@@ -420,6 +421,35 @@ def within_budget(curve: RunCurves, budget: int) -> RunCurves:
     k = next((i + 1 for i, r in enumerate(curve.eval_rollouts) if r >= budget), len(curve.eval_rollouts))
     return replace(curve, eval_step=curve.eval_step[:k], eval_rollouts=curve.eval_rollouts[:k],
                    eval_accuracy=curve.eval_accuracy[:k])
+
+
+def budget_cost(curve: RunCurves, target: float, budget: int, smooth: int, equal_budgets: Sequence[int]) -> dict:
+    """One run's numbers by a tuning study's protocol: sampled rollouts to ``target`` (smoothed over ``smooth``
+    evaluations, read up to the first at or past ``budget``; None: never), the smoothed accuracy at each of
+    ``equal_budgets`` (the first evaluation at or past it) and the peak within the budget, and the whole run's costs a
+    step."""
+    sm = within_budget(smoothed(curve, smooth), budget)
+    steps = max(curve.steps, 1)
+    return {"rollouts": first_at_or_above(sm, target), "peak": sm.peak_accuracy,
+            **{b: next((a for r, a in zip(sm.eval_rollouts, sm.eval_accuracy) if r >= b), None)
+               for b in equal_budgets},
+            "sampled_per_step": curve.total_sampled / steps, "trained_per_step": curve.total_trained / steps,
+            "sampled_per_trained": curve.total_sampled / max(curve.total_trained, 1), "steps": curve.steps}
+
+
+def lowest_median(rows: Mapping[tuple[str, int], dict], names: Sequence[str], seeds: Sequence[int],
+                  tie_budget: int) -> str | None:
+    """A tuning rule: the name with the lowest median over ``seeds`` of ``rows[(name, seed)]["rollouts"]`` (None:
+    never, infinitely costly), ties to the higher median accuracy at ``tie_budget``; None while a row is missing."""
+    if any((c, s) not in rows for c in names for s in seeds):
+        return None
+
+    def key(c: str) -> tuple[float, float]:
+        r = [rows[(c, s)] for s in seeds]
+        return (statistics.median(math.inf if x["rollouts"] is None else x["rollouts"] for x in r),
+                -statistics.median(-math.inf if x[tie_budget] is None else x[tie_budget] for x in r))
+
+    return min(names, key=key)
 
 
 def versus(run: RunCurves, grpo: RunCurves, dapo: RunCurves | None = None, window: int = 1) -> Versus:
