@@ -532,14 +532,8 @@ def study_section(store_path: str, seeds=STUDY_SEEDS) -> str:
 
 def status_lines(store_path: str, jobs: list) -> list[str]:
     from pc_pipelines.store import Store
-    from research.small_groups import sampled_so_far
-    store = Store(store_path)
-    out = []
-    for j in jobs:
-        steps, sampled = sampled_so_far(store, j.run_id)
-        out.append(f"{j.run_id}: {steps} steps, {sampled:,} of {BUDGET:,} sampled rollouts"
-                   f"{' (done)' if sampled >= BUDGET else ''}")
-    return out
+    from research import study
+    return study.budget_status(Store(store_path), jobs, BUDGET)
 
 
 def _sections(path: Path | None, chosen: str | None = None, tuned: str | None = None,
@@ -562,10 +556,10 @@ def _sections(path: Path | None, chosen: str | None = None, tuned: str | None = 
 
 def _run(jobs: list, store_path: str, out: str, workers: int, what: str) -> None:
     from pc_pipelines.store import Store
-    from research.small_groups import run_to_budget
+    from research.study import run_to_budget
     Path(store_path).parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    run_to_budget(jobs, Store(store_path), out, workers, BUDGET)
+    run_to_budget(jobs, Store(store_path), out, workers, BUDGET, label="paper-regime")
     print(f"{what} reached {BUDGET:,} sampled rollouts; {time.perf_counter() - t0:.0f} s.")
 
 

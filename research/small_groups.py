@@ -35,7 +35,6 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -174,69 +173,6 @@ def study_jobs(seeds: Sequence[int] = STUDY_SEEDS) -> list:
     return [j for s in seeds for j in (grpo_job(s, STUDY_FAMILY), *(pc_job(c, s, STUDY_FAMILY) for c in arms.values()))]
 
 
-def sampled_so_far(store: Store, run_id: str) -> tuple[int, int]:
-    """(steps, cumulative sampled rollouts) of a run in the store; (0, 0) before its first step."""
-    if not store.path.exists():
-        return 0, 0
-    row = store.query("SELECT count(*) AS steps, coalesce(sum(sampled_rollouts), 0) AS sampled FROM steps "
-                      "WHERE run_id = ?", [run_id])
-    return (int(row[0]["steps"]), int(row[0]["sampled"])) if row else (0, 0)
-
-
-def recent_rate(store: Store, run_id: str, last: int = 32) -> float | None:
-    """Sampled rollouts a step over the run's last ``last`` steps (None before its first step)."""
-    row = store.query("SELECT avg(sampled_rollouts) AS r FROM (SELECT sampled_rollouts FROM steps WHERE run_id = ? "
-                      "ORDER BY step DESC LIMIT ?)", [run_id, last])
-    return float(row[0]["r"]) if row and row[0]["r"] is not None else None
-
-
-def next_steps(steps: int, sampled: int, budget: int = BUDGET, first_guess: int = 64,
-               rate: float | None = None) -> int | None:
-    """The step count to train a run to next so that it reaches ``budget`` sampled rollouts (None: it has).
-
-    A run's sampled rollouts a step are known only once it trains, so a run goes in chunks: the first to
-    ``first_guess`` steps, then to the steps its own mean says reach the budget (at least one more step: a step
-    samples at least one rollout, so the count grows and the loop ends). Resumed chunks reproduce the uninterrupted run exactly.
-
-    >>> next_steps(0, 0), next_steps(64, 4096), next_steps(640, 40960)
-    (64, 640, None)"""
-    if sampled >= budget:
-        return None
-    if steps == 0:
-        return first_guess
-    # ``rate``: the recent cost a step (a PC run's grows as prompts leave the band, so the mean undershoots it and
-    # the chunk overshot the budget 2x on `bench-paper`); the run's mean otherwise
-    return steps + max(1, math.ceil((budget - sampled) / max(rate or 0.0, sampled / steps)))
-
-
-def run_to_budget(jobs: Sequence, store: Store, out_dir: str | Path, workers: int, budget: int = BUDGET) -> None:
-    """Train every job until it has sampled ``budget`` rollouts (chunks of :func:`next_steps`; resumable)."""
-    from research import study
-    rounds = 0
-    while True:
-        todo = []
-        for j in jobs:
-            steps, sampled = sampled_so_far(store, j.run_id)
-            rate = recent_rate(store, j.run_id) if 0 < sampled < budget else None
-            want = next_steps(steps, sampled, budget, first_guess=max(8, budget // (16 * _trained_per_step(j))),
-                              rate=rate)
-            if want is not None:
-                todo.append(replace(j, steps=want))
-        if not todo:
-            return
-        rounds += 1
-        print(f"[small-groups] round {rounds}: {len(todo)} runs below {budget:,} sampled rollouts", flush=True)
-        study.run_jobs(todo, store, out_dir, workers=workers)
-
-
-def _trained_per_step(job) -> int:
-    """n * b_t from the job's overrides (the bench preset's 64 and 16 otherwise). The first chunk assumes 16 sampled
-    rollouts a trained one (PC with pilots of 2 on `bench` sampled 14: the first tuning runs, which assumed 8,
-    overshot the budget by 60%), so it stays under the budget; the next one is measured."""
-    over = dict(o.split("=", 1) for o in job.overrides)
-    return int(over.get("allocator.n", 64)) * int(over.get("allocator.train_batch", 16))
-
-
 # ---- the rule -----------------------------------------------------------------------------------------------------
 def finished(curve: RunCurves | None, budget: int = BUDGET) -> bool:
     return curve is not None and curve.total_sampled >= budget
@@ -287,12 +223,8 @@ def tuning_table(rows: dict[tuple[str, int], dict]) -> list[str]:
 
 
 def status(store: Store) -> list[str]:
-    lines = []
-    for j in [*tune_jobs(), *(study_jobs() if PC_SMALL_BEST else [])]:
-        steps, sampled = sampled_so_far(store, j.run_id)
-        lines.append(f"{j.run_id}: {steps} steps, {sampled:,} of {BUDGET:,} sampled rollouts"
-                     f"{' (done)' if sampled >= BUDGET else ''}")
-    return lines
+    from research import study
+    return study.budget_status(store, [*tune_jobs(), *(study_jobs() if PC_SMALL_BEST else [])], BUDGET)
 
 
 # ---- the fresh seeds' report ----------------------------------------------------------------------------------------
@@ -744,6 +676,7 @@ def main(argv: list[str] | None = None) -> int:
     st = sub.add_parser("status", help="each run's sampled rollouts so far (tuning and fresh seeds)")
     st.add_argument("--store", default=STORE, help="the study's store (default %(default)s)")
     args = p.parse_args(argv)
+    from research import study
     store = Store(args.store)
     if args.cmd == "status":
         print("\n".join(status(store)))
@@ -762,12 +695,12 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     if args.cmd == "study":
         Path(args.store).parent.mkdir(parents=True, exist_ok=True)
-        run_to_budget(study_jobs(), store, args.out, args.workers)
+        study.run_to_budget(study_jobs(), store, args.out, args.workers, BUDGET, label="small-groups")
         print(f"the fresh seeds' runs reached {BUDGET:,} sampled rollouts; {time.monotonic() - t0:.0f} s.")
         return 0
     if not args.no_run:
         Path(args.store).parent.mkdir(parents=True, exist_ok=True)
-        run_to_budget(tune_jobs(), store, args.out, args.workers)
+        study.run_to_budget(tune_jobs(), store, args.out, args.workers, BUDGET, label="small-groups")
     if args.write:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         from _report import STUDIES_HEADER, write_section

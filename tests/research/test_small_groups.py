@@ -65,17 +65,6 @@ def test_only_tuning_seeds_tune_and_the_study_waits_for_the_choice():
         assert any(n.endswith(f"-{base}-co-ne") for n in names)  # the commits-only ablation, same seeds
 
 
-def test_next_steps_reaches_the_budget_and_always_grows():
-    sg = load()
-    assert sg.next_steps(0, 0, 1000, first_guess=10) == 10
-    assert sg.next_steps(10, 500, 1000) == 20
-    assert sg.next_steps(10, 999, 1000) == 11
-    # a run whose steps got dearer: the recent rate (100 a step, mean 50) plans fewer steps, never more
-    assert sg.next_steps(10, 500, 1000, rate=100.0) == 15
-    assert sg.next_steps(10, 500, 1000, rate=10.0) == 20
-    assert sg.next_steps(10, 1000, 1000) is None
-
-
 def _row(rollouts, acc):
     sg = load()
     return {"rollouts": rollouts, sg.EQUAL_BUDGETS[1]: acc}
@@ -173,17 +162,3 @@ def test_the_first_wave_shares_of_the_fitted_mix_sum_to_one_and_an_empty_store_m
     assert [k for k, _, _ in rows] == ["0 of 2 correct", "1 of 2 correct", "2 of 2 correct"]
     assert all(m is None for _, m, _ in rows) and sum(p for _, _, p in rows) == pytest.approx(1.0)
     assert rows[0][2] > rows[1][2]  # a pool this spread out: few first waves split
-
-
-def test_recent_rate_is_the_mean_of_the_last_steps_in_the_store(tmp_path):
-    from pc_pipelines.config import resolve
-    from pc_pipelines.simulator import record_simulation
-    from pc_pipelines.store import Store
-
-    sg = load()
-    st = Store(tmp_path / "s.duckdb").init()
-    cfg = resolve("simulator", {"allocator.train_batch": 16, "sim.num_prompts": 600}, method="pc", seed=3)
-    assert len(list(record_simulation(cfg, st, 12, run_id="pc", compact_every=None))) == 12
-    per_step = [r["sampled_rollouts"] for r in st.query("SELECT sampled_rollouts FROM steps ORDER BY step")]
-    assert sg.recent_rate(st, "pc", last=4) == pytest.approx(sum(per_step[-4:]) / 4)
-    assert sg.recent_rate(st, "other") is None

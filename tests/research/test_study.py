@@ -231,3 +231,25 @@ def test_per_step_plot_colours_by_variant_when_labelled(sim_store, tmp_path, mon
     assert colors[f"run:{ids[0]}"] != colors[f"run:{ids[1]}"]
     assert len({colors[f"run:{r}"] for r in ids[1:]}) == 1  # one colour per variant
     assert "strict" not in seen["by_method.png"][0]
+
+
+def test_next_steps_reaches_the_budget_and_always_grows():
+    assert study.next_steps(0, 0, 1000, first_guess=10) == 10
+    assert study.next_steps(10, 500, 1000) == 20
+    assert study.next_steps(10, 999, 1000) == 11
+    # a run whose steps got dearer: the recent rate (100 a step, mean 50) plans fewer steps, never more
+    assert study.next_steps(10, 500, 1000, rate=100.0) == 15
+    assert study.next_steps(10, 500, 1000, rate=10.0) == 20
+    assert study.next_steps(10, 1000, 1000) is None
+
+
+def test_recent_rate_is_the_mean_of_the_last_steps_in_the_store(tmp_path):
+    from pc_pipelines.config import resolve
+    from pc_pipelines.simulator import record_simulation
+
+    st = Store(tmp_path / "s.duckdb").init()
+    cfg = resolve("simulator", {"allocator.train_batch": 16, "sim.num_prompts": 600}, method="pc", seed=3)
+    assert len(list(record_simulation(cfg, st, 12, run_id="pc", compact_every=None))) == 12
+    per_step = [r["sampled_rollouts"] for r in st.query("SELECT sampled_rollouts FROM steps ORDER BY step")]
+    assert study.recent_rate(st, "pc", last=4) == pytest.approx(sum(per_step[-4:]) / 4)
+    assert study.recent_rate(st, "other") is None
