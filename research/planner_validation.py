@@ -104,10 +104,12 @@ runs are not all finished (``budget`` sampled rollouts) is left out of the valid
 
 # ---- the scores -------------------------------------------------------------------------------------------------
 def regret(predicted: dict[str, float], measured: dict[str, float]) -> float:
-    """Measured cost of the planner's pick (lowest prediction; ties: the first in order) / the best measured cost."""
+    """Measured cost of the planner's pick (lowest prediction; ties: the first in order) / the best measured cost;
+    nan when there is no pick (every prediction never reaches the target: ranking ties is no decision) or nothing
+    measured reaches it."""
     pick = min(predicted, key=lambda c: predicted[c])
     best = min(measured.values())
-    if math.isinf(best):
+    if math.isinf(best) or math.isinf(predicted[pick]):
         return math.nan
     return measured[pick] / best
 
@@ -250,7 +252,8 @@ def scores(rows: list[dict], variant: str, picks: list[float] | None = None) -> 
     pred = {r["config"]: r[variant]["point"] for r in rows}
     meas = {r["config"]: r["measured"] for r in rows}
     cov = coverage([{"measured": r["measured"], **r[variant]} for r in rows])
-    return {"regret": statistics.median(picks) if picks else regret(pred, meas),
+    decided = [p for p in picks or () if not math.isnan(p)]  # folds where every prediction was never: no pick
+    return {"regret": (statistics.median(decided) if decided else math.nan) if picks else regret(pred, meas),
             "tau": kendall_tau([pred[c] for c in pred], [meas[c] for c in pred]),
             "covered": cov[0], "intervals": cov[1]}
 
@@ -310,6 +313,16 @@ def validate(ds: Dataset, store: Store, which: Sequence[str], resamples: int, si
     return out
 
 
+def rescore(res: dict) -> dict:
+    """A stored result's scores recomputed from its rows (and each fold's regret) by the rules above, so a results file
+    written before a rule changed renders by the current one."""
+    for v in ("loo", "fresh", "early"):
+        if v in res:
+            picks = res[v].get("picks")
+            res[v].update({k: scores(res[v]["rows"], k, picks[k] if picks else None) for k in ("before", "after")})
+    return res
+
+
 # ---- the report ---------------------------------------------------------------------------------------------------
 NAMES = {"loo": "held-out configuration (leave one out)", "fresh": "fresh seeds",
          "early": f"first 1/{EARLY_SHARE} of the budget -> full runs"}
@@ -320,7 +333,7 @@ def _n(v: float | None) -> str:
 
 
 def _x(v: float) -> str:
-    return "-" if v is None or math.isnan(v) else "inf" if math.isinf(v) else f"{v:.2f}x"
+    return "no pick" if v is None or math.isnan(v) else "inf" if math.isinf(v) else f"{v:.2f}x"
 
 
 def _tau(v: float) -> str:
@@ -363,8 +376,9 @@ def _goals(res: dict) -> str:
     for v in ("loo", "fresh"):
         if v in res:
             r = res[v]["after"]["regret"]
-            out.append(f"regret on {NAMES[v]} {_x(r)}: " + ("met" if r <= GOAL_REGRET else
-                                                           f"missed by {r / GOAL_REGRET - 1:.0%}"))
+            out.append(f"regret on {NAMES[v]} {_x(r)}: " + (
+                "missed (every prediction never reaches the target)" if math.isnan(r) else
+                "met" if r <= GOAL_REGRET else f"missed by {r / GOAL_REGRET - 1:.0%}"))
     covered = sum(res[v]["after"]["covered"] for v in ("loo", "fresh") if v in res)
     total = sum(res[v]["after"]["intervals"] for v in ("loo", "fresh") if v in res)
     if total:
@@ -372,7 +386,7 @@ def _goals(res: dict) -> str:
         open_ended = sum(1 for v in ("loo", "fresh") if v in res for r in res[v]["rows"]
                          if r["after"]["high"] is not None and math.isinf(r["after"]["high"]))
         out.append(f"coverage (held-out and fresh) {covered} of {total} ({share:.0%}): "
-                   + ("met" if share >= GOAL_COVERAGE else f"missed by {GOAL_COVERAGE - share:.0%} points")
+                   + ("met" if share >= GOAL_COVERAGE else f"missed by {100 * (GOAL_COVERAGE - share):.1f} points")
                    + (f"; {open_ended} of those {total} intervals are open-ended (their 90th percentile never "
                       "reaches the target): wide, not sharp" if open_ended else ""))
     return "; ".join(out)
@@ -437,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.from_json:
         merged: dict[str, dict] = {}  # one data set's validations may come from several files (runs in parallel)
         for p in args.from_json:
-            res = json.loads(Path(p).read_text())
+            res = rescore(json.loads(Path(p).read_text()))
             merged.setdefault(res["dataset"], {}).update(res)
         results = list(merged.values())
     else:

@@ -24,6 +24,26 @@ def test_regret_is_the_picks_measured_cost_over_the_best():
     assert pv.regret({"a": 1.0, "b": 5.0, "c": 7.0}, measured) == 1.0  # picks the best
     assert math.isinf(pv.regret({"a": 9.0, "b": 8.0, "c": 1.0}, measured))  # picks one that never reached it
     assert math.isnan(pv.regret({"a": 1.0}, {"a": math.inf}))  # nothing measured reached it: no regret defined
+    # every prediction never: the planner ranks nothing, so there is no pick (not the first configuration in order)
+    assert math.isnan(pv.regret({"a": math.inf, "b": math.inf}, measured))
+
+
+def test_a_stored_result_is_rescored_by_the_current_rules():
+    pv = load()
+    rows = [{"config": c, "measured": m, "before": {"point": math.inf, "low": math.inf, "high": math.inf},
+             "after": {"point": math.inf, "low": math.inf, "high": math.inf}}
+            for c, m in (("g", 20_000.0), ("p", math.inf))]
+    stale = {"regret": 1.0, "tau": 0.0, "covered": 0, "intervals": 0}
+    res = pv.rescore({"dataset": "x", "resamples": 4, "sim_seeds": 2,
+                      "early": {"rows": rows, "kept": [], "before": stale, "after": stale},
+                      "loo": {"rows": rows, "kept": [[]], "picks": {"before": [1.5, math.nan, 1.0],
+                                                                    "after": [math.nan]},
+                              "before": stale, "after": stale}})
+    assert math.isnan(res["early"]["after"]["regret"]) and res["early"]["after"]["covered"] == 1
+    assert res["loo"]["before"]["regret"] == pytest.approx(1.25)  # the folds with a pick: median(1.5, 1.0)
+    assert math.isnan(res["loo"]["after"]["regret"])
+    text = pv.section([res])
+    assert "| no pick | no pick |" in text and "missed (every prediction never reaches the target)" in text
 
 
 def test_kendall_tau_b_with_ties_and_infinities():
