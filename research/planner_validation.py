@@ -22,7 +22,7 @@ the law's form and terms kept), refit b simulated on seed b. Scores, each agains
 tau** (tau-b) of predicted vs measured; **coverage** = share of measured medians inside their 10-90% interval.
 
 Data sets (:data:`DATASETS`): ``s52`` the small-groups study (research/small_groups.py), ``pr57`` the
-``bench-paper`` study (research/paper_regime.py; tuning seeds only so far); a new one is a few lines (its store,
+``bench-paper`` study (research/paper_regime.py); a new one is a few lines (its store,
 target, budget, cadence and run ids per configuration).
 """
 
@@ -83,8 +83,10 @@ def _s52(store: str | None = None) -> Dataset:
 
 def _pr57(store: str | None = None) -> Dataset:
     """The ``bench-paper`` study (research/paper_regime.py): GRPO n 2-64 and PC's 7 budgets on the tuning seeds; its
-    target comes from GRPO's tuning runs (the study's TARGET_RULE), so they must be in the store; no fresh seeds
-    yet."""
+    target comes from GRPO's tuning runs (the study's TARGET_RULE), so they must be in the store. Fresh seeds: the
+    study's arms that are tuning configurations (GRPO at its best n, GRPO-64, the paper's PC, our PC's best), each
+    under its tuning name; DAPO and the paper's PC without eviction were never tuned, so predicting them would
+    score an extrapolation, not the pick."""
     from research import paper_regime as pr
     path = store or "/work/data57/pr57.duckdb"
     tune = {f"grpo-n{n}": tuple(pr.grpo_job(n, s).run_id for s in pr.TUNE_SEEDS) for n in pr.GRPO_SIZES}
@@ -94,7 +96,13 @@ def _pr57(store: str | None = None) -> Dataset:
         raise SystemExit(f"planner_validation: data set pr57: GRPO's tuning runs are not all in {path} with "
                          f"{pr.BUDGET:,} sampled rollouts (the study's target comes from them). Fix: finish them "
                          "(research/paper_regime.py tune-grpo), or pass --store with the study's store.")
-    return Dataset("pr57", path, got[0], pr.BUDGET, pr.EVAL_EVERY, pr.SMOOTH, tune, fresh={})
+    arms = {f"grpo-n{pr.GRPO_BEST_N}": f"grpo-n{pr.GRPO_BEST_N}", "grpo-n64": "grpo-n64", "paper": "pc-paper",
+            pr.PC_BEST: f"pc-{pr.PC_BEST}"}
+    by_arm: dict[str, list[str]] = {}
+    for j in pr.study_jobs():  # run ids "<family>-<arm>-s<seed>"
+        by_arm.setdefault(j.run_id.removeprefix(f"{pr.STUDY_FAMILY}-").rsplit("-s", 1)[0], []).append(j.run_id)
+    fresh = {c: tuple(by_arm[label]) for c, label in arms.items()}
+    return Dataset("pr57", path, got[0], pr.BUDGET, pr.EVAL_EVERY, pr.SMOOTH, tune, fresh)
 
 
 DATASETS: dict[str, Callable[[str | None], Dataset]] = {"s52": _s52, "pr57": _pr57}

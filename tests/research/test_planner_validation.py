@@ -115,6 +115,18 @@ def test_the_paper_regime_data_set_needs_grpos_tuning_runs_for_its_target(tmp_pa
         pv.DATASETS["pr57"](str(tmp_path / "absent.duckdb"))
 
 
+def test_the_paper_regime_data_sets_fresh_seeds_are_the_studys_tuned_arms(monkeypatch):
+    pv = load()
+    pr = importlib.import_module("research.paper_regime")
+    monkeypatch.setattr(pr, "_curves", lambda path, jobs: {})
+    monkeypatch.setattr(pr, "target_from_grpo", lambda curves: (0.755, 0.677, 0.775, {}))
+    ds = pv.DATASETS["pr57"]("unused.duckdb")
+    study_runs = {j.run_id for j in pr.study_jobs()}
+    assert set(ds.fresh) == {f"grpo-n{pr.GRPO_BEST_N}", "grpo-n64", "paper", pr.PC_BEST} <= set(ds.tune)
+    assert all(len(ids) == len(pr.STUDY_SEEDS) and set(ids) <= study_runs for ids in ds.fresh.values())
+    assert ds.fresh[pr.PC_BEST][0] == f"{pr.STUDY_FAMILY}-pc-{pr.PC_BEST}-s{pr.STUDY_SEEDS[0]}"
+
+
 def test_plans_trust_line_quotes_the_committed_validation():
     """One truth: the numbers `plan` prints (copied into the package, which never imports research/) are the ones
     research/planner_validation.py measured and committed."""
