@@ -306,7 +306,7 @@ def plan(runs: Sequence[RunObservations], preset: str, fit_steps: int, horizon: 
 
 @dataclass(frozen=True)
 class Validation:
-    """What research/planner_validation.py measured of the planner on real runs (docs/STUDIES.md,
+    """What research/planner_validation.py measured of the planner on one study's real runs (docs/STUDIES.md,
     ``planner-validation``), copied here by hand when it is rerun: the package never imports research/."""
 
     study: str
@@ -315,23 +315,31 @@ class Validation:
     covered: int  # measured medians inside their 10-90% interval, over the held-out and fresh-seed validations
     intervals: int
     caveat: str = ""  # what the numbers do not show, in words
+    results: str = ""  # the committed results file these numbers come from (a test keeps them equal)
 
 
-VALIDATION = Validation(
-    study="the small-groups study on `bench` (GRPO-4, 12 PC budgets)", held_out_regret=1.03, fresh_regret=1.00,
-    covered=13, intervals=17,
-    caveat="the held-out pick flips with the simulator's seeds (1.31x on another run), and 11 of the 17 intervals "
-           "never close, so they cover by width")
+VALIDATIONS: tuple[Validation, ...] = (
+    Validation(
+        study="the small-groups study on `bench` (GRPO-4, 12 PC budgets)", held_out_regret=1.03, fresh_regret=1.00,
+        covered=13, intervals=17,
+        caveat="the held-out pick flips with the simulator's seeds (1.31x on another run), and 11 of the 17 intervals "
+               "never close, so they cover by width", results="research/planner_validation_s52.json"),
+)
 
 
-def trust_line(v: Validation = VALIDATION) -> str:
-    """How far to trust a plan, in words a user can act on (``pilot-commit plan``'s footer, the budget_plan asset)."""
-    return (f"validated on {v.study}: median regret {v.held_out_regret:.2f}x on held-out configurations and "
+def _one(v: Validation) -> str:
+    return (f"on {v.study}: median regret {v.held_out_regret:.2f}x on held-out configurations and "
             f"{v.fresh_regret:.2f}x on fresh seeds (measured rollouts to target of the planner's pick / of the best); "
             f"10-90% intervals covered {v.covered} of {v.intervals} measured medians"
-            + (f"; {v.caveat}" if v.caveat else "") + " (docs/STUDIES.md, planner-validation). Where intervals "
-            "overlap, the candidates are indistinguishable; outside the validated group sizes and methods, the "
-            "ranking is an extrapolation")
+            + (f"; {v.caveat}" if v.caveat else ""))
+
+
+def trust_line(validations: Validation | Sequence[Validation] = VALIDATIONS) -> str:
+    """How far to trust a plan, in words a user can act on (``pilot-commit plan``'s footer, the budget_plan asset)."""
+    vs = (validations,) if isinstance(validations, Validation) else tuple(validations)
+    return ("validated " + "; and ".join(_one(v) for v in vs) + " (docs/STUDIES.md, planner-validation). Where "
+            "intervals overlap, the candidates are indistinguishable; outside the validated group sizes and methods, "
+            "the ranking is an extrapolation")
 
 
 TRUST = trust_line()

@@ -132,15 +132,17 @@ def test_plans_trust_line_quotes_the_committed_validation():
     research/planner_validation.py measured and committed."""
     import json
 
-    from pc_pipelines.simulator.plan import VALIDATION
+    from pc_pipelines.simulator.plan import VALIDATIONS
 
     root = Path(__file__).resolve().parents[2]
-    measured = json.loads((root / "research" / "planner_validation_s52.json").read_text())
-    assert round(measured["loo"]["after"]["regret"], 2) == VALIDATION.held_out_regret
-    assert round(measured["fresh"]["after"]["regret"], 2) == VALIDATION.fresh_regret
-    assert (measured["loo"]["after"]["covered"] + measured["fresh"]["after"]["covered"],
-            measured["loo"]["after"]["intervals"] + measured["fresh"]["after"]["intervals"]) == (
-        VALIDATION.covered, VALIDATION.intervals)
+    assert VALIDATIONS
+    for v in VALIDATIONS:
+        measured = json.loads((root / v.results).read_text())
+        assert round(measured["loo"]["after"]["regret"], 2) == v.held_out_regret
+        assert round(measured["fresh"]["after"]["regret"], 2) == v.fresh_regret
+        assert (measured["loo"]["after"]["covered"] + measured["fresh"]["after"]["covered"],
+                measured["loo"]["after"]["intervals"] + measured["fresh"]["after"]["intervals"]) == (
+            v.covered, v.intervals)
 
 
 def test_measured_cost_reads_a_run_only_up_to_its_budget(tmp_path):
