@@ -426,6 +426,8 @@ PC_BEST: str | None = "p2c2"
 """PC's budget :data:`SIZE_RULE` picked on the tuning seeds (frozen from ``tuning``)."""
 TARGET: float | None = 0.755
 """The target :data:`TARGET_RULE` fixed from GRPO's tuning runs (frozen from ``tuning``)."""
+STUDY_REGIME = "bench-paper"
+"""The results file's regime the study's report sets (``--results``)."""
 GOAL_RATIO = 1.3
 """Issue 57: median over the fresh seeds of GRPO at its best n / our PC best, sampled rollouts to the target."""
 GOAL_KEPT = 1 / 3
@@ -468,8 +470,9 @@ def pc_shares(store_path: str, run_ids: list[str]) -> dict[str, dict]:
     return out
 
 
-def study_section(store_path: str, seeds=STUDY_SEEDS) -> str:
-    """The fresh seeds' fixed-target and equal-budget tables, PC's kept and second-round shares, the goals."""
+def study_section(store_path: str, seeds=STUDY_SEEDS) -> tuple[str, dict]:
+    """The fresh seeds' fixed-target and equal-budget tables, PC's kept and second-round shares, the goals; and the
+    same numbers as the results file's regime :data:`STUDY_REGIME` (``pilot-commit report``'s headline reads it)."""
     from pc_pipelines.store.rollouts_to_target import median
     from research.small_groups import _ratio_cell, ratio
     arms = study_arms()
@@ -537,7 +540,25 @@ def study_section(store_path: str, seeds=STUDY_SEEDS) -> str:
               f"{kept_goal('pc-paper-noevict')} (our PC best, pilots of "
               f"{dict(o.split('=') for o in PC_CANDIDATES[PC_BEST]).get('allocator.n_pilot', '?')}: "
               f"{'-' if best not in kept_of else f'{kept_of[best]:.2f}'}).", ""]
-    return "\n".join(lines)
+    from research.small_groups import _plain
+    short = {grpo: f"GRPO{GRPO_BEST_N}", "grpo-n64": "GRPO64", "dapo": "DAPO", best: f"our PC {PC_BEST}",
+             "pc-paper": "paper PC"}
+    results = {"preset": STUDY_PRESET, "dtype": "float64", "family": STUDY_FAMILY, "seeds": list(seeds),
+               "grpo_best_n": GRPO_BEST_N, "pc_best": {"name": PC_BEST, "overrides": list(PC_CANDIDATES[PC_BEST])},
+               "target": TARGET, "eval_every_rollouts": EVAL_EVERY, "budget": BUDGET, "smooth_evals": SMOOTH,
+               "medians": {f"{short[a]} / {short[b]}": meds[(a, b)] for a, b in pairs},
+               "per_seed": {f"{short[a]} / {short[b]}": {str(s): v for s, v in per[(a, b)].items()} for a, b in pairs},
+               "accuracy_at_budget": {lab: {str(b): median([rows[(lab, s)][b] if (lab, s) in rows else None
+                                                           for s in seeds]) for b in EQUAL_BUDGETS} for lab in labels},
+               "kept_share": kept_of, "goals": {"ratio": meds[(grpo, best)], "ratio_goal": GOAL_RATIO,
+                                                "kept_paper_pc": kept_of.get("pc-paper"), "kept_goal": GOAL_KEPT},
+               "command": "research/paper_regime.py report"}
+    if r is not None:
+        results["advice"] = (f"on a pool calibrated to the paper's, our PC at `{PC_BEST}` needs {_ratio_cell(r)} fewer "
+                             f"sampled rollouts than GRPO at its best n = {GRPO_BEST_N} (median of {len(seeds)} fresh "
+                             "seeds; " + ("the 1.3x goal met" if r >= GOAL_RATIO else f"short of the {GOAL_RATIO}x goal")
+                             + ")")
+    return "\n".join(lines), _plain(results)
 
 
 def status_lines(store_path: str, jobs: list) -> list[str]:
@@ -581,6 +602,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", default=STORE)
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--results", type=Path, help="report: also set the regime 'bench-paper' in this results file "
+                                                 "(pc_pipelines/reports/bench_study_results.json)")
     args = ap.parse_args(argv)
     if args.cmd == "probe":
         t0 = time.perf_counter()
@@ -602,8 +625,14 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cmd == "tuning":
         _sections(args.write, tuned=tuning_section(args.store))
     elif args.cmd == "report":
+        studied, results = study_section(args.store)
         _sections(args.write, chosen=report(json.loads(args.probe_file.read_text()), args.probe_file),
-                  tuned=tuning_section(args.store), studied=study_section(args.store))
+                  tuned=tuning_section(args.store), studied=studied)
+        if args.results:
+            from types import SimpleNamespace
+
+            from research.bench_study import write_results
+            write_results(args.results, SimpleNamespace(name=STUDY_REGIME), results)
     elif args.cmd == "status":
         more = study_jobs() if None not in (GRPO_BEST_N, PC_BEST, TARGET) else []
         print("\n".join(status_lines(args.store, grpo_tune_jobs() + pc_tune_jobs() + more)))

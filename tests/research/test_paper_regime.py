@@ -140,3 +140,14 @@ def test_pc_tuning_refuses_to_start_before_the_target_is_fixed(tmp_path):
     with pytest.raises(SystemExit, match="target is not fixed. Fix: run `research/paper_regime.py tune-grpo` first"):
         pr.main(["tune-pc", "--store", str(store), "--out", str(tmp_path / "runs")])
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_study_report_on_a_store_without_the_runs_leaves_every_cell_open(tmp_path):
+    pr = load()
+    body, results = pr.study_section(str(tmp_path / "absent.duckdb"))
+    assert "| 24 | - | - | - | - | - | - | - | - | - | - |" in body
+    assert "GRPO at its best n / our PC best >= 1.3x: - (-)" in body
+    assert results["medians"] == {f"GRPO{pr.GRPO_BEST_N} / our PC {pr.PC_BEST}": None,
+                                  f"GRPO64 / our PC {pr.PC_BEST}": None, f"DAPO / our PC {pr.PC_BEST}": None,
+                                  f"GRPO{pr.GRPO_BEST_N} / paper PC": None}
+    assert results["target"] == pr.TARGET and results["seeds"] == list(pr.STUDY_SEEDS) and "advice" not in results
