@@ -104,7 +104,7 @@ def test_plan_ranks_budgets_and_prints_the_best_command(store, tmp_path):
         if iv is not None and intervals[0] is not None:
             overlaps = iv[0] <= intervals[0][1] and intervals[0][0] <= iv[1]
             assert verdict == ("indistinguishable" if overlaps else "worse"), (iv, intervals[0], verdict)
-    (trust,) = [line for line in lines if line.startswith("validated on ")]  # how far to trust it, in words
+    (trust,) = [line for line in lines if line.startswith("validated (regret: ")]  # how far to trust it, in words
     assert "median regret" in trust and "docs/STUDIES.md, planner-validation" in trust
     (ranking,) = [line for line in lines if line.startswith("ranking: ")]
     tied = [" ".join(line.split()[1:3]) for line, v in zip(table, verdicts) if v == "indistinguishable"]

@@ -125,12 +125,13 @@ def test_trust_line_says_how_far_the_plan_was_validated():
     from pc_pipelines.simulator.plan import TRUST, VALIDATIONS, Validation, trust_line
 
     line = trust_line(Validation(study="study X", held_out_regret=1.1, fresh_regret=1.304, covered=7, intervals=10))
-    assert line.startswith("validated on study X: median regret 1.10x on held-out configurations and 1.30x on fresh")
-    assert "covered 7 of 10 measured medians (docs/STUDIES.md, planner-validation)" in line
+    assert line.startswith("validated (regret: measured rollouts to target of the planner's pick / of the best) on "
+                           "study X: median regret 1.10x on held-out configurations and 1.30x on fresh seeds, 10-90% "
+                           "intervals covered 7 of 10 measured medians (docs/STUDIES.md, planner-validation)")
     with_caveat = trust_line(Validation("X", 1.0, 1.0, 1, 2, caveat="one interval never closes"))
     assert "covered 1 of 2 measured medians; one interval never closes (docs/STUDIES.md" in with_caveat
     assert "Where intervals overlap, the candidates are indistinguishable" in line
     # the shipped numbers are measured ones, not placeholders
     assert TRUST == trust_line() and all(v.intervals > 0 and v.held_out_regret >= 1.0 for v in VALIDATIONS)
     both = trust_line([Validation("A", 1.0, 1.0, 1, 2), Validation("B", 1.2, 1.1, 3, 4)])
-    assert "validated on A: median regret 1.00x" in both and "; and on B: median regret 1.20x" in both
+    assert "on A: median regret 1.00x" in both and "; and on B: median regret 1.20x" in both
