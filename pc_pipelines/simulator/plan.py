@@ -328,8 +328,9 @@ VALIDATIONS: tuple[Validation, ...] = (
         study="the paper-like pool `bench-paper` (GRPO n 2-64, 7 PC budgets)", held_out_regret=1.14,
         fresh_regret=1.30, covered=12, intervals=17,
         caveat="on the fresh seeds its pick (GRPO-8) and the best (p2c2) had overlapping intervals, so plan called "
-               "them indistinguishable; fitted on the first sixth of the budget it predicted nothing reaching a "
-               "target near the plateau", results="research/planner_validation_pr57.json"),
+               "them indistinguishable, and the tuning seeds' own measured pick was the same; fitted on the first "
+               "sixth of the budget it predicted nothing reaching a target near the plateau",
+        results="research/planner_validation_pr57.json"),
 )
 
 

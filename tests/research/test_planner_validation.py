@@ -167,3 +167,20 @@ def test_measured_cost_reads_a_run_only_up_to_its_budget(tmp_path):
     # a budget one evaluation earlier: the run is read up to there, where it had not reached the peak yet
     early = pv.Dataset("t", str(st.path), target, int(curve[m - 1]["cumulative_sampled"]) or 1, 1, 1, {}, {})
     assert pv.measured_costs(st, early, ["g"]) == {"g": math.inf}
+
+
+def test_the_fresh_seeds_reference_is_the_tuning_runs_own_pick():
+    pv = load()
+
+    def rows(measured):
+        return [{"config": c, "measured": m, "before": {"point": 1.0, "low": None, "high": None},
+                 "after": {"point": 1.0, "low": None, "high": None}} for c, m in measured.items()]
+    res = {"dataset": "x", "resamples": 2, "sim_seeds": 1,
+           "loo": {"rows": rows({"g": 100.0, "p": 120.0, "q": math.inf, "only-tuned": 50.0}), "kept": [[]],
+                   "picks": {"before": [1.0], "after": [1.0]}},
+           "fresh": {"rows": rows({"g": 150.0, "p": 100.0, "q": math.inf}), "kept": []}}
+    # "only-tuned" is cheapest on the tuning seeds but has no fresh runs: the pick is among the fresh configurations
+    assert pv.tuning_pick(res) == ("g", pytest.approx(1.5))
+    assert pv.tuning_pick({k: v for k, v in res.items() if k != "loo"}) is None
+    text = pv.section([pv.rescore(res)])
+    assert "the tuning seeds' own measured pick (`g`, the lowest tuning median) scores 1.50x on them" in text
