@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -547,6 +548,9 @@ def study_section(store_path: str, seeds=STUDY_SEEDS) -> tuple[str, dict]:
                "grpo_best_n": GRPO_BEST_N, "pc_best": {"name": PC_BEST, "overrides": list(PC_CANDIDATES[PC_BEST])},
                "target": TARGET, "eval_every_rollouts": EVAL_EVERY, "budget": BUDGET, "smooth_evals": SMOOTH,
                "medians": {f"{short[a]} / {short[b]}": meds[(a, b)] for a, b in pairs},
+               "baseline_never": [f"{short[a]} / {short[b]}" for a, b in pairs
+                                  if meds[(a, b)] is not None and math.isinf(meds[(a, b)])],
+               "pc_never": [f"{short[a]} / {short[b]}" for a, b in pairs if meds[(a, b)] == 0.0],
                "per_seed": {f"{short[a]} / {short[b]}": {str(s): v for s, v in per[(a, b)].items()} for a, b in pairs},
                "accuracy_at_budget": {lab: {str(b): median([rows[(lab, s)][b] if (lab, s) in rows else None
                                                            for s in seeds]) for b in EQUAL_BUDGETS} for lab in labels},

@@ -41,10 +41,14 @@ def _regime_sentence(name: str, r: dict) -> str:
     every median ratio by PC variant (its goals, met or missed, are in docs/STUDIES.md beside the reading), and the
     study's advice in one sentence when it states one (``small-groups``: what its decision means for a user)."""
     med = r.get("medians") or {}
+    never = set(r.get("baseline_never") or ())  # ratios with no finite value: the baseline never reached the target
+    pc_never = set(r.get("pc_never") or ())  # ratios of 0: the PC variant never reached it
     by_pc: dict[str, list[str]] = {}
     for k, v in med.items():
         base, _, pc = k.partition(" / ")
-        by_pc.setdefault(pc, []).append(f"{base} {format_ratio(v)}")
+        by_pc.setdefault(pc, []).append(f"{base} never reached the target" if v is None and k in never
+                                        else f"{base} {format_ratio(v)} (PC never reached the target)" if k in pc_never
+                                        else f"{base} {format_ratio(v)}")
     budget = (r.get("pc_best") or {}).get("name")
     tuned = ", ".join(x for x in (f"GRPO n = {r['grpo_best_n']}" if r.get("grpo_best_n") else "",
                                   f"our PC's budget {budget}" if budget else "") if x)

@@ -53,6 +53,12 @@ def test_study_headline_adds_each_regime_of_the_results_file(tmp_path):
     path.write_text(json.dumps({**res, "regimes": {"small-groups": small}}))
     assert ("Regime `small-groups` (seeds 19, 20; tuned on other seeds: GRPO n = 4, our PC's budget p2c2-prior): "
             "PC-small p2c2-prior GRPO4 0.85x. In short: use GRPO at n = 4.") in study_headline(path)
+    paper = {"seeds": [24], "medians": {"GRPO8 / our PC p2c2": 1.19, "GRPO64 / our PC p2c2": None,
+                                        "DAPO / our PC p2c2": None, "GRPO8 / paper PC": 0.0},
+             "baseline_never": ["GRPO64 / our PC p2c2"], "pc_never": ["GRPO8 / paper PC"]}
+    path.write_text(json.dumps({**res, "regimes": {"bench-paper": paper}}))
+    assert ("our PC p2c2 GRPO8 1.19x, GRPO64 never reached the target, DAPO -; paper PC GRPO8 0.00x (PC never "
+            "reached the target).") in study_headline(path)
 
 
 def test_one_rule_says_when_a_ratio_is_a_smoke_test(tmp_path):
