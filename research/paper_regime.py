@@ -541,7 +541,7 @@ def study_section(store_path: str, seeds=STUDY_SEEDS) -> tuple[str, dict]:
               f"{kept_goal('pc-paper-noevict')} (our PC best, pilots of "
               f"{dict(o.split('=') for o in PC_CANDIDATES[PC_BEST]).get('allocator.n_pilot', '?')}: "
               f"{'-' if best not in kept_of else f'{kept_of[best]:.2f}'}).", ""]
-    from research.small_groups import _plain
+    from research.study import plain_json
     short = {grpo: f"GRPO{GRPO_BEST_N}", "grpo-n64": "GRPO64", "dapo": "DAPO", best: f"our PC {PC_BEST}",
              "pc-paper": "paper PC"}
     results = {"preset": STUDY_PRESET, "dtype": "float64", "family": STUDY_FAMILY, "seeds": list(seeds),
@@ -562,7 +562,7 @@ def study_section(store_path: str, seeds=STUDY_SEEDS) -> tuple[str, dict]:
                              f"sampled rollouts than GRPO at its best n = {GRPO_BEST_N} (median of {len(seeds)} fresh "
                              "seeds; " + ("the 1.3x goal met" if r >= GOAL_RATIO else f"short of the {GOAL_RATIO}x goal")
                              + ")")
-    return "\n".join(lines), _plain(results)
+    return "\n".join(lines), plain_json(results)
 
 
 def status_lines(store_path: str, jobs: list) -> list[str]:

@@ -168,7 +168,7 @@ def measured_costs(store: Store, ds: Dataset, runs: Sequence[str]) -> dict[str, 
     curves = study.curves_by_run(store, list(runs))
     out = {}
     for r in runs:
-        hit = study.first_at_or_above(study.within_budget(study.smoothed(curves[r], ds.smooth), ds.budget), ds.target)
+        hit = study.budget_cost(curves[r], ds.target, ds.budget, ds.smooth, ())["rollouts"]
         out[r] = math.inf if hit is None else float(hit)
     return out
 

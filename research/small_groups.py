@@ -445,18 +445,8 @@ def study_report(store: Store, seeds: Sequence[int] = STUDY_SEEDS) -> tuple[str,
                "sampled_per_trained": {name[a]: v for a, v in spt.items()},
                "goals": goals, "decision": dec, "advice": advice(dec["verdict"], PC_SMALL_BEST),
                "wall_s": walls, "command": "research/small_groups.py report"}
-    results = _plain(results)
+    results = study.plain_json(results)
     return "\n".join(body), results
-
-
-def _plain(v):
-    """``v`` with every infinite or NaN float as None, so the results file stays strict JSON (an arm that never
-    reached the target is said in docs/STUDIES.md's table)."""
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def tuning_section(store: Store) -> str:
@@ -564,6 +554,7 @@ def validation_section(store: Store, seeds: Sequence[int] = STUDY_SEEDS) -> tupl
     from _report import machine
 
     from pc_pipelines.store.rollouts_to_target import median
+    from research import study
     t0 = time.monotonic()
     fit = fit_on_tuning(store)
     arms = study_arms()
@@ -628,7 +619,7 @@ def validation_section(store: Store, seeds: Sequence[int] = STUDY_SEEDS) -> tupl
     ]
     res = {"fit": fit.to_dict()["sim"], "law": fit.chosen, "predicted_ratios": pr, "measured_ratios": mr,
            "first_waves": {k: {"measured": m, "fitted": p} for k, m, p in waves}}
-    return "\n".join(body), _plain(res)
+    return "\n".join(body), study.plain_json(res)
 
 
 def _cnt(v: float | None) -> str:

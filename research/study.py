@@ -549,6 +549,16 @@ def baselines(store: Store, family: str) -> dict[tuple[str, int], RunCurves]:
     return {(c.method, c.seed): c for c in load_curves(store, family)}
 
 
+def plain_json(v: Any) -> Any:
+    """``v`` with every infinite or NaN float as None, so the results file stays strict JSON (an arm that never
+    reached the target is said in docs/STUDIES.md's table)."""
+    if isinstance(v, dict):
+        return {k: plain_json(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [plain_json(x) for x in v]
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
 # ---- tables ----------------------------------------------------------------------------------------------------
 def seed_ratio_table(seeds: Sequence[int], columns: Mapping[str, tuple[Any, Any]],
                      curve: Callable[[Any, int], RunCurves | None], window: int = 1,
