@@ -565,6 +565,82 @@ def study_section(store_path: str, seeds=STUDY_SEEDS) -> tuple[str, dict]:
     return "\n".join(lines), plain_json(results)
 
 
+# ---- the other CPU kernels ----------------------------------------------------------------------------------------
+KERNEL_SEEDS = (24,)  # the fresh seed whose six arms are re-run under each other kernel set
+KERNEL_SETS = ("avx2", "default")  # ATEN_CPU_CAPABILITY values this machine (AVX-512) did not pick
+KERNELS_FILE = ROOT / "research" / "paper_regime_kernels.json"
+LEDGER = ("step", "rounds", "sampled_rollouts", "trained_rollouts", "kept", "skipped_easy", "evicted",
+          "mean_reward_std", "loss", "mean_reward")
+"""The ``steps`` columns compared bit for bit (the losses included)."""
+
+
+def kernels_store(store_path: str, isa: str) -> str:
+    """Where the runs under ``isa`` go: a store of their own beside the study's (same run ids, nothing mixed)."""
+    p = Path(store_path)
+    return str(p.with_name(f"{p.stem}-kernels-{isa}{p.suffix}"))
+
+
+def kernel_jobs(store_path: str, isa: str, seeds=KERNEL_SEEDS) -> list:
+    """The fresh seeds' runs again under ``ATEN_CPU_CAPABILITY=isa``, each uninterrupted to the steps its stored run
+    trained (the study reached them in resumed chunks: the comparison also checks resume)."""
+    from dataclasses import replace
+
+    from pc_pipelines.store import Store
+    store = Store(store_path)
+    out = []
+    for j in study_jobs(seeds):
+        steps = store.query("SELECT count(*) AS n FROM steps WHERE run_id = ?", [j.run_id])[0]["n"] \
+            if store.path.exists() else 0
+        if not steps:
+            raise SystemExit(f"{j.run_id} is not in {store_path}, so there is nothing to compare with. Fix: run "
+                             "`research/paper_regime.py study` first (or pass the study's --store).")
+        out.append(replace(j, steps=steps, env=(("ATEN_CPU_CAPABILITY", isa),)))
+    return out
+
+
+def compare_kernels(store_path: str, other_path: str, run_ids: list[str]) -> dict:
+    """Per run: the steps whose :data:`LEDGER` row is identical in both stores, the first that is not, whether every
+    evaluation's accuracy is identical, and the rollouts to the target read from each."""
+    from pc_pipelines.store import Store
+    from research import study
+    a, b = Store(store_path), Store(other_path)
+    cols = ", ".join(LEDGER)
+    curves_a = study.curves_by_run(a, run_ids)
+    curves_b = study.curves_by_run(b, run_ids) if b.path.exists() else {}
+    out = {}
+    for r in run_ids:
+        ra = a.query(f"SELECT {cols} FROM steps WHERE run_id = ? ORDER BY step", [r])
+        rb = b.query(f"SELECT {cols} FROM steps WHERE run_id = ? ORDER BY step", [r]) if b.path.exists() else []
+        if not rb:
+            continue
+        same = [x == y for x, y in zip(ra, rb)]
+        ea = a.query("SELECT step, benchmark, accuracy FROM eval_results WHERE run_id = ? ORDER BY ALL", [r])
+        eb = b.query("SELECT step, benchmark, accuracy FROM eval_results WHERE run_id = ? ORDER BY ALL", [r])
+        hit = {k: (cost(c[r], TARGET)["rollouts"] if r in c else None) for k, c in (("study", curves_a),
+                                                                                  ("other", curves_b))}
+        out[r] = {"steps": len(ra), "compared": len(rb), "identical": sum(same),
+                  "first_different": next((ra[i]["step"] for i, ok in enumerate(same) if not ok), None),
+                  "evals": len(eb), "evals_identical": ea[:len(eb)] == eb, "to_target": hit}
+    return out
+
+
+def kernels_section(data: dict) -> list[str]:
+    """The study section's lines on the runs under the other kernels (from :data:`KERNELS_FILE`)."""
+    if not data:
+        return []
+    lines = [f"Under the CPU kernels this machine ({data['machine_kernels']}) did not pick, seed "
+             f"{', '.join(map(str, data['seeds']))}'s arms re-run uninterrupted to their steps (`research/"
+             "paper_regime.py kernels`; the study trained them in resumed chunks):", "",
+             "| kernels | runs | steps identical (ledger, losses included) | evaluations identical | rollouts to "
+             "target the same |", "|---|---:|---:|---:|---:|"]
+    for isa, runs in data["kernels"].items():
+        rows = list(runs.values())
+        lines.append(f"| `ATEN_CPU_CAPABILITY={isa}` | {len(rows)} | {sum(r['identical'] for r in rows):,} of "
+                     f"{sum(r['steps'] for r in rows):,} | {sum(r['evals_identical'] for r in rows)} of {len(rows)} | "
+                     f"{sum(r['to_target']['study'] == r['to_target']['other'] for r in rows)} of {len(rows)} |")
+    return [*lines, ""]
+
+
 def status_lines(store_path: str, jobs: list) -> list[str]:
     from pc_pipelines.store import Store
     from research import study
@@ -600,12 +676,16 @@ def _run(jobs: list, store_path: str, out: str, workers: int, what: str) -> None
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("cmd", choices=["probe", "choose", "tune-grpo", "tune-pc", "tuning", "study", "report", "status"])
+    ap.add_argument("cmd", choices=["probe", "choose", "tune-grpo", "tune-pc", "tuning", "study", "kernels", "report",
+                                    "status"])
     ap.add_argument("--write", type=Path, help="write the section(s) into this Markdown file (docs/STUDIES.md)")
     ap.add_argument("--probe-file", type=Path, default=PROBE_FILE)
     ap.add_argument("--store", default=STORE)
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--isa", action="append", choices=KERNEL_SETS,
+                    help="kernels: the ATEN_CPU_CAPABILITY to re-run under (repeat; default: each of "
+                         f"{', '.join(KERNEL_SETS)})")
     ap.add_argument("--results", type=Path, help="report: also set the regime 'bench-paper' in this results file "
                                                  "(pc_pipelines/reports/bench_study_results.json)")
     args = ap.parse_args(argv)
@@ -626,6 +706,23 @@ def main(argv: list[str] | None = None) -> int:
         _run(pc_tune_jobs(), args.store, args.out, args.workers, "PC's tuning runs")
     elif args.cmd == "study":
         _run(study_jobs(), args.store, args.out, args.workers, "the fresh seeds' runs")
+    elif args.cmd == "kernels":
+        from pc_pipelines.store import Store
+        from research.study import plain_json, run_jobs
+        found = {}
+        for isa in args.isa or KERNEL_SETS:
+            jobs = kernel_jobs(args.store, isa)
+            other = kernels_store(args.store, isa)
+            t0 = time.perf_counter()
+            run_jobs(jobs, Store(other), f"{args.out}-kernels-{isa}", workers=args.workers)
+            print(f"{isa}: {len(jobs)} runs in {other}; {time.perf_counter() - t0:.0f} s.")
+            found[isa] = compare_kernels(args.store, other, [j.run_id for j in jobs])
+        old = json.loads(KERNELS_FILE.read_text()) if KERNELS_FILE.exists() else {}
+        import torch
+        data = {"seeds": list(KERNEL_SEEDS), "machine_kernels": torch.backends.cpu.get_cpu_capability(), "ledger": list(LEDGER),
+                "kernels": {**old.get("kernels", {}), **found}}
+        KERNELS_FILE.write_text(json.dumps(plain_json(data), indent=1) + "\n")
+        print("\n".join(kernels_section(data)))
     elif args.cmd == "tuning":
         _sections(args.write, tuned=tuning_section(args.store))
     elif args.cmd == "report":
