@@ -475,7 +475,7 @@ def study_section(store_path: str, seeds=STUDY_SEEDS) -> tuple[str, dict]:
     """The fresh seeds' fixed-target and equal-budget tables, PC's kept and second-round shares, the goals; and the
     same numbers as the results file's regime :data:`STUDY_REGIME` (``pilot-commit report``'s headline reads it)."""
     from pc_pipelines.store.rollouts_to_target import median
-    from research.small_groups import _ratio_cell, ratio
+    from research.study import ratio, ratio_cell
     arms = study_arms()
     labels = list(arms)
     jobs = {(j.run_id.rsplit("-s", 1)[0].removeprefix(f"{STUDY_FAMILY}-"), j.seed): j for j in study_jobs(seeds)}
@@ -500,9 +500,9 @@ def study_section(store_path: str, seeds=STUDY_SEEDS) -> tuple[str, dict]:
         for a, b in pairs:
             ra, rb = rows.get((a, s)), rows.get((b, s))
             per[(a, b)][s] = ratio(ra["rollouts"], rb["rollouts"]) if ra and rb else None
-        lines.append(f"| {s} | " + " | ".join(cells) + " | " + " | ".join(_ratio_cell(per[p][s]) for p in pairs) + " |")
+        lines.append(f"| {s} | " + " | ".join(cells) + " | " + " | ".join(ratio_cell(per[p][s]) for p in pairs) + " |")
     meds = {p: median(list(per[p].values())) for p in pairs}
-    lines.append("| **median** |" + " |" * len(labels) + " " + " | ".join(f"**{_ratio_cell(meds[p])}**" for p in pairs)
+    lines.append("| **median** |" + " |" * len(labels) + " " + " | ".join(f"**{ratio_cell(meds[p])}**" for p in pairs)
                  + " |")
     lines += ["", "Smoothed held-out accuracy at equal sampled budgets (the first evaluation at or past each), median over "
               "the seeds:", "", "| budget | " + " | ".join(labels) + " |", "|---:|" + "---:|" * len(labels)]
@@ -535,8 +535,10 @@ def study_section(store_path: str, seeds=STUDY_SEEDS) -> tuple[str, dict]:
     # the pool's share in band is measured by the paper's PC (pilots of 16, the statistic the preset was chosen to
     # match); a pilot of 2 splits only when exactly one rollout is right, so our best budget's share says little
     # about the pool and is shown beside it
-    lines += ["", f"Goals (issue 57): GRPO at its best n / our PC best >= {GOAL_RATIO}x: "
-              f"{'-' if r is None else ('met' if r >= GOAL_RATIO else 'missed')} ({_ratio_cell(r)}); the pool keeps "
+    kernels = json.loads(KERNELS_FILE.read_text()) if KERNELS_FILE.exists() else {}
+    lines += ["", *kernels_section(kernels)]
+    lines += [f"Goals (issue 57): GRPO at its best n / our PC best >= {GOAL_RATIO}x: "
+              f"{'-' if r is None else ('met' if r >= GOAL_RATIO else 'missed')} ({ratio_cell(r)}); the pool keeps "
               f">= 1 piloted prompt in 3 under the paper's PC: {kept_goal('pc-paper')}, without eviction "
               f"{kept_goal('pc-paper-noevict')} (our PC best, pilots of "
               f"{dict(o.split('=') for o in PC_CANDIDATES[PC_BEST]).get('allocator.n_pilot', '?')}: "
@@ -557,8 +559,14 @@ def study_section(store_path: str, seeds=STUDY_SEEDS) -> tuple[str, dict]:
                "kept_share": kept_of, "goals": {"ratio": meds[(grpo, best)], "ratio_goal": GOAL_RATIO,
                                                 "kept_paper_pc": kept_of.get("pc-paper"), "kept_goal": GOAL_KEPT},
                "command": "research/paper_regime.py report"}
+    if kernels:
+        results["reproducibility"] = {isa: {"runs": len(runs), "steps": sum(r["steps"] for r in runs.values()),
+                                            "identical_steps": sum(r["identical"] for r in runs.values()),
+                                            "same_rollouts_to_target": sum(r["to_target"]["study"] == r["to_target"]
+                                                                           ["other"] for r in runs.values())}
+                                      for isa, runs in kernels["kernels"].items()}
     if r is not None:
-        results["advice"] = (f"on a pool calibrated to the paper's, our PC at `{PC_BEST}` needs {_ratio_cell(r)} fewer "
+        results["advice"] = (f"on a pool calibrated to the paper's, our PC at `{PC_BEST}` needs {ratio_cell(r)} fewer "
                              f"sampled rollouts than GRPO at its best n = {GRPO_BEST_N} (median of {len(seeds)} fresh "
                              "seeds; " + ("the 1.3x goal met" if r >= GOAL_RATIO else f"short of the {GOAL_RATIO}x goal")
                              + ")")

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pc_pipelines.reports import RunCurves
 from pc_pipelines.store import Store
+from research.study import ratio, ratio_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = "bench"
@@ -253,18 +254,6 @@ def study_rows(store: Store, seeds: Sequence[int] = STUDY_SEEDS) -> dict[tuple[s
     return {k: {**cost_row(curves[r]), "curve": curves[r]} for k, r in want.items() if finished(curves.get(r))}
 
 
-def ratio(base: int | None, run: int | None) -> float | None:
-    """``base`` / ``run`` of rollouts to the fixed target: a run that never reaches it costs infinity (0 when only it
-    never does, infinity when only the base never does, None when neither does)."""
-    if run is None and base is None:
-        return None
-    if run is None:
-        return 0.0
-    if base is None:
-        return math.inf
-    return base / run
-
-
 def decide(ratios: Sequence[float | None], grpo_acc: dict[int, Sequence[float | None]],
            pc_acc: dict[int, Sequence[float | None]], seeds: Sequence[int] = STUDY_SEEDS) -> dict:
     """:data:`DECISION` on the per-seed ratios (GRPO-4 / best) and accuracies at :data:`EQUAL_BUDGETS` (seed ->
@@ -296,11 +285,6 @@ def advice(verdict: str, best: str) -> str:
             "open": "no answer yet: the fresh seeds' runs are not all finished"}[verdict]
 
 
-def _ratio_cell(v: float | None) -> str:
-    from pc_pipelines.reports.tables import format_ratio
-    return "inf" if v is not None and math.isinf(v) else format_ratio(v)
-
-
 def study_report(store: Store, seeds: Sequence[int] = STUDY_SEEDS) -> tuple[str, dict]:
     """The fresh seeds' section of docs/STUDIES.md and the results file's ``small-groups`` regime (a missing run
     leaves its cells '-' and the decision open, never guessed)."""
@@ -327,11 +311,11 @@ def study_report(store: Store, seeds: Sequence[int] = STUDY_SEEDS) -> tuple[str,
             r = rows.get((lab, s))
             cells.append(("never" if r["rollouts"] is None else f"{r['rollouts']:,}") if r else "-")
             per[lab][s] = ratio(g["rollouts"], r["rollouts"]) if g and r else None
-        fixed.append(f"| {s} | " + " | ".join(cells) + " | " + " | ".join(_ratio_cell(per[lab][s]) for lab in labels)
+        fixed.append(f"| {s} | " + " | ".join(cells) + " | " + " | ".join(ratio_cell(per[lab][s]) for lab in labels)
                      + " |")
     medians = {lab: median(list(per[lab].values())) for lab in labels}
     fixed.append("| **median** |" + " |" * (1 + len(labels)) + " "
-                 + " | ".join(f"**{_ratio_cell(medians[lab])}**" for lab in labels) + " |")
+                 + " | ".join(f"**{ratio_cell(medians[lab])}**" for lab in labels) + " |")
 
     equal = [f"| seed | budget | {' | '.join(name[a] for a in (GRPO, *labels))} |",
              "|---:|---:|" + "---:|" * (1 + len(labels))]
@@ -421,16 +405,16 @@ def study_report(store: Store, seeds: Sequence[int] = STUDY_SEEDS) -> tuple[str,
         "",
         f"Commits only (pilots screen, only commits train) against its twin that trains the kept pilots too "
         f"({arms['twin']}; rollouts to {TARGET}, twin / commits only, > 1: commits only needed fewer): "
-        + (", ".join(f"seed {s} {_ratio_cell(v)}" for s, v in co_vs_twin.items()) or "(runs missing)")
-        + f"; median {_ratio_cell(median(list(co_vs_twin.values())))}.",
+        + (", ".join(f"seed {s} {ratio_cell(v)}" for s, v in co_vs_twin.items()) or "(runs missing)")
+        + f"; median {ratio_cell(median(list(co_vs_twin.values())))}.",
         "",
         "| goal | measured | status |",
         "|---|---|---|",
-        *[f"| {g['goal']} | {_ratio_cell(g['value']) if k == 'ratio' else _fmt(g['value'], '.2f') + 'x'} | "
+        *[f"| {g['goal']} | {ratio_cell(g['value']) if k == 'ratio' else _fmt(g['value'], '.2f') + 'x'} | "
           f"{status(g)} |" for k, g in goals.items()],
         "",
         f"**Decision** (stated before the runs: {DECISION}): **{dec['verdict']}** (median "
-        f"{_ratio_cell(dec['median'])}; at least as accurate on "
+        f"{ratio_cell(dec['median'])}; at least as accurate on "
         + ", ".join(f"{w} of {len(seeds)} at {int(b):,}" for b, w in dec["at_least_as_accurate"].items())
         + f"). In short: {advice(dec['verdict'], PC_SMALL_BEST)}.",
     ]
@@ -587,7 +571,7 @@ def validation_section(store: Store, seeds: Sequence[int] = STUDY_SEEDS) -> tupl
             cells += ["", "", ""]
         else:
             err = (pr[a] / mr[a] - 1) if pr[a] and mr[a] and math.isfinite(pr[a]) and math.isfinite(mr[a]) else None
-            cells += [_ratio_cell(pr[a]), _ratio_cell(mr[a]), "-" if err is None else f"{err:+.0%}"]
+            cells += [ratio_cell(pr[a]), ratio_cell(mr[a]), "-" if err is None else f"{err:+.0%}"]
         cells += [_fmt(med(a, b2, "predicted"), ".3f"), _fmt(med(a, b2, "measured"), ".3f"),
                   _fmt(med(a, "sampled_per_trained", "predicted"), ".2f"),
                   _fmt(med(a, "sampled_per_trained", "measured"), ".2f")]

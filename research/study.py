@@ -559,6 +559,24 @@ def plain_json(v: Any) -> Any:
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
+def ratio(base: int | None, run: int | None) -> float | None:
+    """``base`` / ``run`` of rollouts to the fixed target: a run that never reaches it costs infinity (0 when only it
+    never does, infinity when only the base never does, None when neither does)."""
+    if run is None and base is None:
+        return None
+    if run is None:
+        return 0.0
+    if base is None:
+        return math.inf
+    return base / run
+
+
+def ratio_cell(v: float | None) -> str:
+    """A ratio's table cell: ``inf`` when only the base never reached the target, else ``format_ratio``'s."""
+    from pc_pipelines.reports.tables import format_ratio
+    return "inf" if v is not None and math.isinf(v) else format_ratio(v)
+
+
 # ---- tables ----------------------------------------------------------------------------------------------------
 def seed_ratio_table(seeds: Sequence[int], columns: Mapping[str, tuple[Any, Any]],
                      curve: Callable[[Any, int], RunCurves | None], window: int = 1,

@@ -106,12 +106,6 @@ def test_cost_row_reads_the_smoothed_curve_at_the_fixed_target_and_budgets():
     assert row["rollouts"] is None and row["peak"] == pytest.approx(0.70)
 
 
-def test_ratio_counts_a_run_that_never_reaches_the_target_as_infinitely_costly():
-    sg = load()
-    assert sg.ratio(20_000, 10_000) == 2.0
-    assert sg.ratio(20_000, None) == 0.0 and sg.ratio(None, 10_000) == math.inf and sg.ratio(None, None) is None
-
-
 def test_the_decision_needs_the_ratio_and_the_accuracy_at_both_budgets_on_four_seeds():
     sg = load()
     seeds = sg.STUDY_SEEDS

@@ -2,6 +2,7 @@
 store written by the simulator, the tables, and the job runner's failure path."""
 
 import json
+import math
 import sys
 
 import pytest
@@ -253,3 +254,14 @@ def test_recent_rate_is_the_mean_of_the_last_steps_in_the_store(tmp_path):
     per_step = [r["sampled_rollouts"] for r in st.query("SELECT sampled_rollouts FROM steps ORDER BY step")]
     assert study.recent_rate(st, "pc", last=4) == pytest.approx(sum(per_step[-4:]) / 4)
     assert study.recent_rate(st, "other") is None
+
+
+def test_ratio_counts_a_run_that_never_reaches_the_target_as_infinitely_costly():
+    assert study.ratio(20_000, 10_000) == 2.0
+    assert study.ratio(20_000, None) == 0.0 and study.ratio(None, 10_000) == math.inf and study.ratio(None, None) is None
+
+
+def test_a_ratio_cell_says_inf_when_only_the_base_never_reached_the_target():
+    assert study.ratio_cell(math.inf) == "inf"
+    assert study.ratio_cell(study.ratio(30_000, 20_000)) == "1.50x"
+    assert study.ratio_cell(None) == "-"
