@@ -151,3 +151,38 @@ def test_the_study_report_on_a_store_without_the_runs_leaves_every_cell_open(tmp
                                   f"GRPO64 / our PC {pr.PC_BEST}": None, f"DAPO / our PC {pr.PC_BEST}": None,
                                   f"GRPO{pr.GRPO_BEST_N} / paper PC": None}
     assert results["target"] == pr.TARGET and results["seeds"] == list(pr.STUDY_SEEDS) and "advice" not in results
+
+
+def test_kernel_comparison_counts_identical_steps_and_names_the_first_that_differs(tmp_path):
+    """Two stores holding the same seed's run agree on every ledger row and evaluation; a run of another seed under
+    the same id parts at some step, which the comparison names (the other-kernels row of the study)."""
+    pr = load()
+    from dataclasses import replace
+
+    from pc_pipelines.store import Store
+    from research import study
+    job = study.StudyJob("r", "grpo", 0, 12, "simulator", "fam",
+                         ("sim.num_prompts=2000", "allocator.train_batch=8", "training.eval_every=4"))
+    paths = {x: tmp_path / f"{x}.duckdb" for x in ("study", "same", "other")}
+    for name, j in (("study", job), ("same", job), ("other", replace(job, seed=1))):
+        study.simulate_jobs([j], Store(paths[name]), show_progress=False)
+    same = pr.compare_kernels(str(paths["study"]), str(paths["same"]), ["r", "not-run"])
+    assert set(same) == {"r"}  # a run the other store lacks is left out, not counted as different
+    s = same["r"]
+    assert (s["steps"], s["compared"], s["identical"], s["first_different"], s["evals_identical"]) == (12, 12, 12, None, True)
+    assert s["evals"] >= 3 and s["to_target"]["study"] == s["to_target"]["other"]
+    o = pr.compare_kernels(str(paths["study"]), str(paths["other"]), ["r"])["r"]
+    rows = {k: Store(paths[k]).query(f"SELECT {', '.join(pr.LEDGER)} FROM steps ORDER BY step") for k in ("study", "other")}
+    first = next(a["step"] for a, b in zip(*rows.values()) if a != b)
+    assert o["identical"] < 12 and o["first_different"] == first
+    lines = pr.kernels_section({"seeds": [24], "machine_kernels": "AVX512", "kernels": {"avx2": same, "default": {"r": o}}})
+    assert "| `ATEN_CPU_CAPABILITY=avx2` | 1 | 12 of 12 | 1 of 1 | 1 of 1 |" in lines
+    assert f"| `ATEN_CPU_CAPABILITY=default` | 1 | {o['identical']} of 12 | {int(o['evals_identical'])} of 1 |" in lines[-2]
+    assert pr.kernels_section({}) == []
+
+
+def test_kernel_runs_need_the_study_runs_to_compare_with(tmp_path):
+    pr = load()
+    with pytest.raises(SystemExit, match="paper-study-grpo-n8-s24 is not in .*Fix: run `research/paper_regime.py study`"):
+        pr.kernel_jobs(str(tmp_path / "none.duckdb"), "avx2")
+    assert pr.kernels_store("/x/pr57.duckdb", "default") == "/x/pr57-kernels-default.duckdb"
