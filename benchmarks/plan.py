@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/plan.py --store runs/pc.duckdb --write docs/BENCHMARKS.md
 
 Times the plan's parts in process, with the command's defaults (the first 20 steps of every run with them, 10 budgets,
-120 simulated steps on 3 seeds, 8 refits on resampled steps): reading the runs, the fit, the ranking on the full fit,
-and the refits (each a fit of the chosen law and a ranking on one seed); then the whole command as a user runs it (a
+120 simulated steps on plan's seeds, its refits on resampled steps): reading the runs, the fit, the ranking on the
+full fit, and the refits (each a fit of the chosen law and a ranking on one seed); then the whole command as a user runs it (a
 process of the installed script, its start-up included). Target: the command under 60 s.
 """
 
@@ -21,7 +21,7 @@ from _report import machine, write_section
 
 from pc_pipelines.errors import shell_command
 from pc_pipelines.simulator.fit import fit_simulator, read_runs
-from pc_pipelines.simulator.plan import default_candidates, first_steps, plan, plannable_runs, rank
+from pc_pipelines.simulator.plan import RESAMPLES, SEEDS, default_candidates, first_steps, plan, plannable_runs, rank
 from pc_pipelines.store import Store
 
 
@@ -43,12 +43,12 @@ def main() -> int:
     fit = fit_simulator([first_steps(r, args.fit_steps) for r in runs], mix_steps=args.fit_steps)
     t_fit = time.perf_counter() - t0
     t0 = time.perf_counter()
-    rank(preset, fit.sim, default_candidates(), [1000, 1001, 1002], 120)
+    rank(preset, fit.sim, default_candidates(), SEEDS, 120)
     t_rank = time.perf_counter() - t0
     t0 = time.perf_counter()
-    result = plan(runs, preset, args.fit_steps, 120, [1000, 1001, 1002], resamples=8)
+    result = plan(runs, preset, args.fit_steps, 120, SEEDS, resamples=RESAMPLES)
     t_plan = time.perf_counter() - t0
-    t_refits = t_plan - t_fit - t_rank  # the plan's fit and ranking as timed above, the rest is its 8 refits
+    t_refits = t_plan - t_fit - t_rank  # the plan's fit and ranking as timed above, the rest is its refits
 
     exe = str(Path(sys.executable).parent / "pilot-commit")
     cmd = [exe, "plan", "--store", args.store, "--runs", *run_ids]
@@ -68,15 +68,15 @@ def main() -> int:
         f"Measured: {time.strftime('%Y-%m-%d')}",
         "",
         f"`pilot-commit plan` with its defaults on the demo's store: {len(runs)} runs ({', '.join(run_ids)}), their "
-        f"first {args.fit_steps} steps, 10 budgets x 120 simulated steps x 3 seeds, 8 refits on resampled steps. "
+        f"first {args.fit_steps} steps, 10 budgets x 120 simulated steps x {len(SEEDS)} seeds, {RESAMPLES} refits on resampled steps. "
         "Target: the command under 60 s on 2 cores.",
         "",
         "| part | seconds |",
         "|---|---:|",
         f"| read the runs from the store | {t_read:.1f} |",
         f"| fit (mix, held-out mix, 3 law forms; chose {fit.chosen}) | {t_fit:.1f} |",
-        f"| rank 10 budgets on 3 seeds | {t_rank:.1f} |",
-        f"| 8 refits (chosen law) + rankings on one seed each | {t_refits:.1f} |",
+        f"| rank 10 budgets on {len(SEEDS)} seeds | {t_rank:.1f} |",
+        f"| {RESAMPLES} refits (chosen law) + rankings on one seed each | {t_refits:.1f} |",
         f"| the command, as a process (`{shown}`) | {t_cmd:.1f} |",
         "",
         f"Target met: {'yes' if t_cmd < 60 else 'NO'}. Its pick: {result.best.name} "

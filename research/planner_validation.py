@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pc_pipelines.config.run import from_dict
 from pc_pipelines.simulator.fit import RunObservations, fit_simulator, law_sim_fields, read_runs
 from pc_pipelines.simulator.model import Simulation
+from pc_pipelines.simulator.plan import SEEDS as PLAN_SEEDS
 from pc_pipelines.simulator.plan import first_steps, resample_steps
 from pc_pipelines.store import Store
 from pc_pipelines.store.rollouts_to_target import first_reaching
@@ -491,7 +492,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--store", help="the data set's store (default: the registry's)")
     ap.add_argument("--which", default="loo,fresh,early")
     ap.add_argument("--resamples", type=int, default=8)
-    ap.add_argument("--sim-seeds", type=int, default=3)
+    ap.add_argument("--sim-seeds", type=int, default=len(PLAN_SEEDS),
+                    help=f"simulator seeds of each point prediction (default {len(PLAN_SEEDS)}, plan's count)")
     ap.add_argument("--json", help="write the results as JSON here")
     ap.add_argument("--from-json", nargs="*", default=(), help="render the section from these results files")
     ap.add_argument("--write", help="docs/STUDIES.md: write the section there")

@@ -313,6 +313,8 @@ def cmd_demo_deprecated(args: argparse.Namespace) -> int:
 
 def add_parsers(sub) -> None:
     """``simulate``, ``sim-fit``, ``plan``, ``simulate-demo`` and ``demo``."""
+    from ..simulator import plan as plan_module
+
     p = sub.add_parser("simulate", help="run one allocation method against the scale simulator")
     add_config_args(p)
     _add_sim_args(p, steps=200)
@@ -338,12 +340,13 @@ def add_parsers(sub) -> None:
     p.add_argument("--runs", nargs="+", required=True, metavar="RUN_ID", help="the run ids whose first steps are fitted")
     p.add_argument("--fit-steps", type=int_arg, default=20, help="fit on each run's first this many steps (default 20)")
     p.add_argument("--horizon", type=int_arg, default=120, help="simulated steps per candidate (default 120)")
-    p.add_argument("--seeds", type=int_arg, nargs="+", default=[1000, 1001, 1002],
-                   help="simulated seeds (default 1000 1001 1002)")
+    p.add_argument("--seeds", type=int_arg, nargs="+", default=list(plan_module.SEEDS),
+                   help=f"simulated seeds of the point predictions (default the {len(plan_module.SEEDS)} seeds "
+                        f"{plan_module.SEEDS[0]}-{plan_module.SEEDS[-1]})")
     p.add_argument("--preset", default=None, help="the preset the candidates train with (default: the first run's)")
-    p.add_argument("--resamples", type=int_arg, default=8,
-                   help="refits on resampled steps for each budget's 10-90%% interval and 'first in k' (default 8; "
-                   "0: none)")
+    p.add_argument("--resamples", type=int_arg, default=plan_module.RESAMPLES,
+                   help="refits on resampled steps for each budget's 10-90%% interval and 'first in k' (default "
+                        f"{plan_module.RESAMPLES}; 0: none)")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the ranked budgets with their intervals as a PNG")
     p.set_defaults(func=cmd_plan)
 

@@ -37,6 +37,8 @@ from pc_pipelines.reports import ReportError, build_report, method_label
 from pc_pipelines.reports.compare import CompareError, compare_runs
 from pc_pipelines.reports.tables import family_smoke_test, significant, target_rows
 from pc_pipelines.reports.timeline import DEFAULT_TOP, RECENT_RUNS, TimelineError, recent_runs, write_timeline
+from pc_pipelines.simulator.plan import RESAMPLES as PLAN_RESAMPLES
+from pc_pipelines.simulator.plan import SEEDS as PLAN_SEEDS
 from pc_pipelines.simulator.plan import TRUST, plan_store_runs, plannable_runs, write_plan_plot
 from pc_pipelines.store import StoreError
 from pc_pipelines.store.schema import COMPARED_RUN_RULE
@@ -284,8 +286,9 @@ class PlanConfig(Config):
     family: str | None = Field(default=None, description="Without `run_ids`: fit this family's runs only.")
     fit_steps: int = Field(default=20, ge=1, description="Fit on each run's first this many steps.")
     horizon: int = Field(default=120, ge=1, description="Simulated steps per candidate budget.")
-    seeds: list[int] = Field(default=[1000, 1001, 1002], min_length=1, description="Simulated seeds.")
-    resamples: int = Field(default=8, ge=0, description="Refits on resampled steps for each budget's 10-90% "
+    seeds: list[int] = Field(default=list(PLAN_SEEDS), min_length=1,
+                             description="Simulated seeds of the point predictions (plan's default: 16).")
+    resamples: int = Field(default=PLAN_RESAMPLES, ge=0, description="Refits on resampled steps for each budget's 10-90% "
                                                         "interval and 'first in k' (0: none).")
     preset: str | None = Field(default=None, description="The preset the candidates train with (default: the first "
                                                          "run's).")
