@@ -219,6 +219,9 @@ def test_budget_plan_ranks_budgets_from_the_runs_first_steps(sim, tmp_path):
     """Fitted on every run with 10 steps (the six of seeds 0 and 1; the 5-step run and the empty one are left out):
     ten budgets ranked by predicted rollouts to target, each with its refits' interval, the plot inline, and the
     train command of the first; asking for more steps than any run has is a Failure with the fix."""
+    from pc_pipelines.simulator.plan import RESAMPLES, SEEDS
+    from pc_pipelines_dagster.assets.reports import PlanConfig
+    assert (PlanConfig().seeds, PlanConfig().resamples) == (list(SEEDS), RESAMPLES)  # plan's defaults, one copy
     res = materialized(budget_plan, sim, tmp_path, fit_steps=10, horizon=20, seeds=[1], resamples=2)
     md = metadata(res, budget_plan)
     ten = [r["run_id"] for r in sim["store"].query(
