@@ -159,6 +159,8 @@ def test_kernel_comparison_counts_identical_steps_and_names_the_first_that_diffe
     pr = load()
     from dataclasses import replace
 
+    import duckdb
+
     from pc_pipelines.store import Store
     from research import study
     job = study.StudyJob("r", "grpo", 0, 12, "simulator", "fam",
@@ -166,6 +168,10 @@ def test_kernel_comparison_counts_identical_steps_and_names_the_first_that_diffe
     paths = {x: tmp_path / f"{x}.duckdb" for x in ("study", "same", "other")}
     for name, j in (("study", job), ("same", job), ("other", replace(job, seed=1))):
         study.simulate_jobs([j], Store(paths[name]), show_progress=False)
+    for name, bump in (("study", 0.0), ("same", 1e-12)):  # the simulator trains nothing: losses planted (its finished
+        # run is compacted into the catalog), one apart
+        with duckdb.connect(str(paths[name])) as con:
+            con.execute("UPDATE compacted_steps SET loss = 0.5 + (CASE WHEN step = 3 THEN ? ELSE 0 END)", [bump])
     same = pr.compare_kernels(str(paths["study"]), str(paths["same"]), ["r", "not-run"])
     assert set(same) == {"r"}  # a run the other store lacks is left out, not counted as different
     s = same["r"]
@@ -175,9 +181,11 @@ def test_kernel_comparison_counts_identical_steps_and_names_the_first_that_diffe
     rows = {k: Store(paths[k]).query(f"SELECT {', '.join(pr.LEDGER)} FROM steps ORDER BY step") for k in ("study", "other")}
     first = next(a["step"] for a, b in zip(*rows.values()) if a != b)
     assert o["identical"] < 12 and o["first_different"] == first
+    assert s["loss_max_diff"] == pytest.approx(1e-12, rel=1e-3)  # a loss apart in its last bits: the rest identical
     lines = pr.kernels_section({"seeds": [24], "machine_kernels": "AVX512", "kernels": {"avx2": same, "default": {"r": o}}})
-    assert "| `ATEN_CPU_CAPABILITY=avx2` | 1 | 12 of 12 | 1 of 1 | 1 of 1 |" in lines
-    assert f"| `ATEN_CPU_CAPABILITY=default` | 1 | {o['identical']} of 12 | {int(o['evals_identical'])} of 1 |" in lines[-2]
+    assert "| `ATEN_CPU_CAPABILITY=avx2` | 1 | 12 of 12 | 1.0e-12 | 1 of 1 | 1 of 1 |" in lines
+    assert (f"| `ATEN_CPU_CAPABILITY=default` | 1 | {o['identical']} of 12 | {o['loss_max_diff']:.1e} | "
+            f"{int(o['evals_identical'])} of 1 |") in lines[-2]
     assert pr.kernels_section({}) == []
 
 
