@@ -28,6 +28,27 @@ def test_regret_is_the_picks_measured_cost_over_the_best():
     assert math.isnan(pv.regret({"a": math.inf, "b": math.inf}, measured))
 
 
+def test_per_seed_regret_is_the_median_of_each_fresh_seeds_pick_over_its_best():
+    """Beside the ratio of medians: seed by seed, the pick's cost over the cheapest configuration's on that seed."""
+    pv = load()
+
+    def row(c, point, per):
+        return {"config": c, "measured": pv.median_cost(per), "after": {"point": point}, "per_seed": per}
+    rows = [row("g", 2.0, [100.0, 300.0, 100.0]), row("p", 1.0, [150.0, 200.0, 130.0])]  # picks p
+    # seed by seed: 150/100, 200/200, 130/100 -> median 1.3; the ratio of medians is 150/100 = 1.5
+    assert pv.per_seed_regret(rows, "after") == pytest.approx(1.3)
+    assert pv.regret({"g": 2.0, "p": 1.0}, {"g": 100.0, "p": 150.0}) == pytest.approx(1.5)
+    never = [row("g", 2.0, [100.0, math.inf]), row("p", 1.0, [math.inf, math.inf])]
+    assert math.isinf(pv.per_seed_regret(never, "after"))  # the pick never reached it where g did: median of 1 inf
+    assert math.isnan(pv.per_seed_regret([row("g", math.inf, [1.0])], "after"))  # no pick
+    assert math.isnan(pv.per_seed_regret([{**rows[0], "per_seed": None}, rows[1]], "after"))  # not recorded
+    scored = pv.scores(rows, "after")
+    assert scored["regret"] == pytest.approx(1.5) and scored["regret_per_seed"] == pytest.approx(1.3)
+    goals = pv._goals({"fresh": {"rows": rows, "after": scored}})
+    assert "regret on fresh seeds 1.50x: missed by 20% (the median over the seeds of each seed's regret" in goals
+    assert "median ratio: 1.30x)" in goals
+
+
 def test_a_stored_result_is_rescored_by_the_current_rules():
     pv = load()
     rows = [{"config": c, "measured": m, "before": {"point": math.inf, "low": math.inf, "high": math.inf},
