@@ -581,7 +581,8 @@ LEDGER = ("step", "rounds", "sampled_rollouts", "trained_rollouts", "kept", "ski
           "mean_reward_std", "mean_reward")
 """The ``steps`` columns compared bit for bit: what was sampled, kept and rewarded. The loss is compared apart (its
 largest difference): float64 reductions in another order part in the last bits of a loss from about step 5-17 on,
-while every sampled token (hence every count and reward) stays the same."""
+and over hundreds of steps training can amplify that (GRPO-8 under avx2: 5e-12 at step 151, about 1e-7 from step
+160 to 640), while every sampled token, hence every count, reward and evaluation, stayed the same."""
 
 
 def kernels_store(store_path: str, isa: str) -> str:

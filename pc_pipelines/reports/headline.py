@@ -56,4 +56,19 @@ def _regime_sentence(name: str, r: dict) -> str:
     advice = r.get("advice")
     return (f" Regime `{name}` (seeds {seeds}" + (f"; tuned on other seeds: {tuned}" if tuned else "") + "): "
             + "; ".join(f"{pc} {', '.join(v)}" for pc, v in by_pc.items()) + "."
+            + _kernels_sentence(r.get("reproducibility"))
             + (f" In short: {advice}." if isinstance(advice, str) and advice else ""))
+
+
+def _kernels_sentence(rep: object) -> str:
+    """A regime's re-run under other CPU kernels (``reproducibility``: kernel set -> runs, steps, identical steps,
+    runs with the same rollouts to target), in one sentence; nothing when it has none."""
+    if not isinstance(rep, dict) or not rep or not all(isinstance(v, dict) for v in rep.values()):
+        return ""
+    same = all(v.get("identical_steps") == v.get("steps") and v.get("same_rollouts_to_target") == v.get("runs")
+               for v in rep.values())
+    steps = {v.get("steps", 0) for v in rep.values()}
+    each = f"{steps.pop():,} steps" + (" each" if len(rep) > 1 else "") if len(steps) == 1 else "their steps"
+    return (f" Re-run under the {' and '.join(rep)} CPU kernels ({each}): "
+            + ("every sampled rollout and rollouts to target the same." if same else
+               "some steps sampled differently (docs/STUDIES.md)."))

@@ -59,6 +59,14 @@ def test_study_headline_adds_each_regime_of_the_results_file(tmp_path):
     path.write_text(json.dumps({**res, "regimes": {"bench-paper": paper}}))
     assert ("our PC p2c2 GRPO8 1.19x, GRPO64 never reached the target, DAPO -; paper PC GRPO8 0.00x (PC never "
             "reached the target).") in study_headline(path)
+    same = {"runs": 6, "steps": 1144, "identical_steps": 1144, "same_rollouts_to_target": 6}
+    path.write_text(json.dumps({**res, "regimes": {"bench-paper": {**paper, "reproducibility": {
+        "avx2": same, "default": {**same, "identical_steps": 1000}}}}}))
+    assert ("reached the target). Re-run under the avx2 and default CPU kernels (1,144 steps each): some steps sampled "
+            "differently") in study_headline(path)
+    path.write_text(json.dumps({**res, "regimes": {"bench-paper": {**paper, "reproducibility": {"avx2": same}}}}))
+    assert ("Re-run under the avx2 CPU kernels (1,144 steps): every sampled rollout and rollouts to target the "
+            "same.") in study_headline(path)
 
 
 def test_one_rule_says_when_a_ratio_is_a_smoke_test(tmp_path):
