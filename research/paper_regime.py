@@ -5,6 +5,7 @@ float64), its prompt mix chosen by a rule fixed here before any PC run, from the
     .venv/bin/python research/paper_regime.py choose       # the rule's table and choice, from the probe's file
     .venv/bin/python research/paper_regime.py tune-grpo [--workers N]   # GRPO n 2-64 on seeds 100, 101 (resumable)
     .venv/bin/python research/paper_regime.py status       # where each run stands
+    .venv/bin/python research/paper_regime.py kernels      # seed 24's arms under the other CPU kernels (~1 h)
 
 **What the paper's regime is, in numbers this pool can match** (paper section 6.3, the 1.5B DeepMath run, n = 128 as
 32 pilots + 96 commits, b_t 128, b_g = 3 b_t): one pilot round fills the batch on most steps; a second round is
