@@ -207,7 +207,7 @@ class Plan:
 
     def header(self) -> str:
         return (f"plan: fitted on the first {self.fit_steps} steps of {len(self.runs)} run(s) ({self.fit['chosen_form']} "
-                f"law); preset {self.preset}, {self.horizon} steps, seeds {' '.join(map(str, self.seeds))}; target = "
+                f"law); preset {self.preset}, {self.horizon} steps, {_seed_list(self.seeds)}; target = "
                 f"the lowest smoothed peak; interval: 10-90% over {self.resamples} refits on resampled steps")
 
     def verdict(self, row: PlanRow) -> str:
@@ -260,6 +260,14 @@ class Plan:
                  "low": r.low, "high": r.high, "first": r.first, "resamples": self.resamples,
                  "reached": r.reached, "seeds": len(self.seeds), "vs_best": self.verdict(r)}
                 for i, r in enumerate(self.rows, 1)]
+
+
+def _seed_list(seeds: Sequence[int]) -> str:
+    """``seeds 1000-1015 (16)`` for a run of consecutive seeds, else every seed."""
+    s = list(seeds)
+    if len(s) > 2 and s == list(range(s[0], s[0] + len(s))):
+        return f"seeds {s[0]}-{s[-1]} ({len(s)})"
+    return f"seed{'s' if len(s) > 1 else ''} {' '.join(map(str, s))}"
 
 
 def _num(v: float | None) -> str:

@@ -145,3 +145,9 @@ def test_plan_defaults_are_one_copy_in_the_cli():
     args = build_parser().parse_args(["plan", "--store", "s.duckdb", "--runs", "r"])
     assert args.seeds == list(plan_module.SEEDS) and len(set(args.seeds)) == 16
     assert args.resamples == plan_module.RESAMPLES == 8
+
+
+def test_plan_header_names_a_run_of_seeds_by_its_ends():
+    from pc_pipelines.simulator.plan import SEEDS, _seed_list
+    assert _seed_list(SEEDS) == "seeds 1000-1015 (16)"
+    assert _seed_list([1]) == "seed 1" and _seed_list([3, 1, 2]) == "seeds 3 1 2" and _seed_list([4, 5]) == "seeds 4 5"
