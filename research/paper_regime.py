@@ -642,9 +642,10 @@ def kernels_section(data: dict) -> list[str]:
     """The study section's lines on the runs under the other kernels (from :data:`KERNELS_FILE`)."""
     if not data:
         return []
-    lines = [f"Under the CPU kernels this machine ({data['machine_kernels']}) did not pick, seed "
-             f"{', '.join(map(str, data['seeds']))}'s arms re-run uninterrupted to their steps (`research/"
-             "paper_regime.py kernels`; the study trained them in resumed chunks):", "",
+    seeds = data["seeds"]
+    lines = [f"Under the CPU kernels this machine ({data['machine_kernels']}) did not pick, the six arms of seed"
+             f"{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} re-run uninterrupted to their steps "
+             "(`research/paper_regime.py kernels`; the study trained them in resumed chunks):", "",
              "| kernels | runs | steps identical (sampled, kept, rewards) | largest loss difference | evaluations "
              "identical | rollouts to target the same |", "|---|---:|---:|---:|---:|---:|"]
     for isa, runs in data["kernels"].items():
@@ -698,6 +699,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", default=STORE)
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seed", action="append", type=int, choices=STUDY_SEEDS,
+                    help=f"kernels: the fresh seed whose arms to re-run (repeat; default {KERNEL_SEEDS[0]}); results "
+                         "add to the file's")
     ap.add_argument("--isa", action="append", choices=KERNEL_SETS,
                     help="kernels: the ATEN_CPU_CAPABILITY to re-run under (repeat; default: each of "
                          f"{', '.join(KERNEL_SETS)})")
@@ -725,8 +729,9 @@ def main(argv: list[str] | None = None) -> int:
         from pc_pipelines.store import Store
         from research.study import plain_json, run_jobs
         found = {}
+        seeds = tuple(args.seed or KERNEL_SEEDS)
         for isa in args.isa or KERNEL_SETS:
-            jobs = kernel_jobs(args.store, isa)
+            jobs = kernel_jobs(args.store, isa, seeds)
             other = kernels_store(args.store, isa)
             t0 = time.perf_counter()
             run_jobs(jobs, Store(other), f"{args.out}-kernels-{isa}", workers=args.workers)
@@ -734,8 +739,10 @@ def main(argv: list[str] | None = None) -> int:
             found[isa] = compare_kernels(args.store, other, [j.run_id for j in jobs])
         old = json.loads(KERNELS_FILE.read_text()) if KERNELS_FILE.exists() else {}
         import torch
-        data = {"seeds": list(KERNEL_SEEDS), "machine_kernels": torch.backends.cpu.get_cpu_capability(), "ledger": list(LEDGER),
-                "kernels": {**old.get("kernels", {}), **found}}
+        runs = {isa: {**old.get("kernels", {}).get(isa, {}), **got} for isa, got in found.items()}  # by run id
+        data = {"seeds": sorted({*old.get("seeds", []), *seeds}), "machine_kernels":
+                torch.backends.cpu.get_cpu_capability(), "ledger": list(LEDGER),
+                "kernels": {**old.get("kernels", {}), **runs}}
         KERNELS_FILE.write_text(json.dumps(plain_json(data), indent=1) + "\n")
         print("\n".join(kernels_section(data)))
     elif args.cmd == "tuning":
