@@ -642,15 +642,16 @@ def kernels_section(data: dict) -> list[str]:
     """The study section's lines on the runs under the other kernels (from :data:`KERNELS_FILE`)."""
     if not data:
         return []
-    seeds = data["seeds"]
-    lines = [f"Under the CPU kernels this machine ({data['machine_kernels']}) did not pick, the six arms of seed"
-             f"{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} re-run uninterrupted to their steps "
-             "(`research/paper_regime.py kernels`; the study trained them in resumed chunks):", "",
-             "| kernels | runs | steps identical (sampled, kept, rewards) | largest loss difference | evaluations "
-             "identical | rollouts to target the same |", "|---|---:|---:|---:|---:|---:|"]
+    lines = [f"Under the CPU kernels this machine ({data['machine_kernels']}) did not pick, fresh seeds' arms re-run "
+             "uninterrupted to their steps (`research/paper_regime.py kernels`; the study trained them in resumed "
+             "chunks):", "",
+             "| kernels | seeds | runs | steps identical (sampled, kept, rewards) | largest loss difference | "
+             "evaluations identical | rollouts to target the same |", "|---|---|---:|---:|---:|---:|---:|"]
     for isa, runs in data["kernels"].items():
         rows = list(runs.values())
-        lines.append(f"| `ATEN_CPU_CAPABILITY={isa}` | {len(rows)} | {sum(r['identical'] for r in rows):,} of "
+        seeds = sorted({int(r.rsplit("-s", 1)[1]) for r in runs})
+        lines.append(f"| `ATEN_CPU_CAPABILITY={isa}` | {', '.join(map(str, seeds))} | {len(rows)} | "
+                     f"{sum(r['identical'] for r in rows):,} of "
                      f"{sum(r['steps'] for r in rows):,} | {max(r['loss_max_diff'] for r in rows):.1e} | "
                      f"{sum(r['evals_identical'] for r in rows)} of {len(rows)} | "
                      f"{sum(r['to_target']['study'] == r['to_target']['other'] for r in rows)} of {len(rows)} |")

@@ -182,10 +182,11 @@ def test_kernel_comparison_counts_identical_steps_and_names_the_first_that_diffe
     first = next(a["step"] for a, b in zip(*rows.values()) if a != b)
     assert o["identical"] < 12 and o["first_different"] == first
     assert s["loss_max_diff"] == pytest.approx(1e-12, rel=1e-3)  # a loss apart in its last bits: the rest identical
-    lines = pr.kernels_section({"seeds": [24], "machine_kernels": "AVX512", "kernels": {"avx2": same, "default": {"r": o}}})
-    assert "| `ATEN_CPU_CAPABILITY=avx2` | 1 | 12 of 12 | 1.0e-12 | 1 of 1 | 1 of 1 |" in lines
-    assert (f"| `ATEN_CPU_CAPABILITY=default` | 1 | {o['identical']} of 12 | {o['loss_max_diff']:.1e} | "
-            f"{int(o['evals_identical'])} of 1 |") in lines[-2]
+    lines = pr.kernels_section({"seeds": [24, 25], "machine_kernels": "AVX512",
+                                "kernels": {"avx2": {"x-s24": same["r"]}, "default": {"x-s24": o, "x-s25": o}}})
+    assert "| `ATEN_CPU_CAPABILITY=avx2` | 24 | 1 | 12 of 12 | 1.0e-12 | 1 of 1 | 1 of 1 |" in lines
+    assert (f"| `ATEN_CPU_CAPABILITY=default` | 24, 25 | 2 | {2 * o['identical']} of 24 | {o['loss_max_diff']:.1e} | "
+            f"{2 * int(o['evals_identical'])} of 2 |") in lines[-2]
     assert pr.kernels_section({}) == []
 
 
