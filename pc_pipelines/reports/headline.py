@@ -68,7 +68,8 @@ def _kernels_sentence(rep: object) -> str:
     same = all(v.get("identical_steps") == v.get("steps") and v.get("same_rollouts_to_target") == v.get("runs")
                for v in rep.values())
     steps = {v.get("steps", 0) for v in rep.values()}
-    each = f"{steps.pop():,} steps" + (" each" if len(rep) > 1 else "") if len(steps) == 1 else "their steps"
+    each = (f"{steps.pop():,} steps" + (" each" if len(rep) > 1 else "") if len(steps) == 1 else
+            ", ".join(f"{isa} {v.get('steps', 0):,} steps" for isa, v in rep.items()))
     return (f" Re-run under the {' and '.join(rep)} CPU kernels ({each}): "
             + ("every sampled rollout and rollouts to target the same." if same else
                "some steps sampled differently (docs/STUDIES.md)."))

@@ -64,6 +64,11 @@ def test_study_headline_adds_each_regime_of_the_results_file(tmp_path):
         "avx2": same, "default": {**same, "identical_steps": 1000}}}}}))
     assert ("reached the target). Re-run under the avx2 and default CPU kernels (1,144 steps each): some steps sampled "
             "differently") in study_headline(path)
+    path.write_text(json.dumps({**res, "regimes": {"bench-paper": {**paper, "reproducibility": {
+        "avx2": same, "default": {**same, "runs": 12, "steps": 2259, "identical_steps": 2259,
+                                  "same_rollouts_to_target": 12}}}}}))
+    assert ("Re-run under the avx2 and default CPU kernels (avx2 1,144 steps, default 2,259 steps): every sampled "
+            "rollout and rollouts to target the same.") in study_headline(path)
     path.write_text(json.dumps({**res, "regimes": {"bench-paper": {**paper, "reproducibility": {"avx2": same}}}}))
     assert ("Re-run under the avx2 CPU kernels (1,144 steps): every sampled rollout and rollouts to target the "
             "same.") in study_headline(path)
