@@ -4,8 +4,8 @@
 
 Times the plan's parts in process, with the command's defaults (the first 20 steps of every run with them, 10 budgets,
 120 simulated steps on plan's seeds, its refits on resampled steps): reading the runs, the fit, the ranking on the
-full fit, and the refits (each a fit of the chosen law and a ranking on one seed); then the whole command as a user runs it (a
-process of the installed script, its start-up included). Target: the command under 60 s.
+full fit, and the refits (each a fit of the chosen law and a ranking on one seed); then the whole command as a user
+runs it (a process of the installed script, its start-up included). Target: the command under 60 s.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ def main() -> int:
         f"Measured: {time.strftime('%Y-%m-%d')}",
         "",
         f"`pilot-commit plan` with its defaults on the demo's store: {len(runs)} runs ({', '.join(run_ids)}), their "
-        f"first {args.fit_steps} steps, 10 budgets x 120 simulated steps x {len(SEEDS)} seeds, {RESAMPLES} refits on resampled steps. "
+        f"first {args.fit_steps} steps, 10 budgets x 120 simulated steps x {len(SEEDS)} seeds, {RESAMPLES} refits on "
+        "resampled steps. "
         "Target: the command under 60 s on 2 cores.",
         "",
         "| part | seconds |",

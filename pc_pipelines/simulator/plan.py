@@ -45,7 +45,9 @@ SEEDS: tuple[int, ...] = tuple(range(1000, 1016))
 """Simulated seeds of the point predictions (``plan --seeds``, the budget_plan asset's ``seeds``). Sixteen: one
 seed's simulated rollouts to target spread by +-30% or more around the median, so with three (the default until
 2026-11-30) the median's Monte Carlo error was as large as the gaps being ranked, and the pick flipped between seed
-sets on both validated pools (research/planner_validation.py); with 16 it is about a third of one seed's spread."""
+sets on both validated pools (research/planner_validation.py); with 16 it is about a third of one seed's spread.
+Budgets closer than that (the small-groups study's fresh pair, 3% apart over 48 seeds) still trade places between
+seed sets: their intervals overlap, and the verdict says they are indistinguishable."""
 
 RESAMPLES = 8
 """Refits on resampled steps for the 10-90% intervals (``plan --resamples``, the asset's ``resamples``)."""
