@@ -616,7 +616,7 @@ def compare_kernels(store_path: str, other_path: str, run_ids: list[str]) -> dic
     from pc_pipelines.store import Store
     from research import study
     a, b = Store(store_path), Store(other_path)
-    cols = ", ".join(LEDGER)
+    cols = ", ".join((*LEDGER, "loss"))
     curves_a = study.curves_by_run(a, run_ids)
     curves_b = study.curves_by_run(b, run_ids) if b.path.exists() else {}
     out = {}
@@ -625,9 +625,12 @@ def compare_kernels(store_path: str, other_path: str, run_ids: list[str]) -> dic
         rb = b.query(f"SELECT {cols} FROM steps WHERE run_id = ? ORDER BY step", [r]) if b.path.exists() else []
         if not rb:
             continue
+        loss = []  # compared apart (LEDGER); popped so the rows compare what was sampled, kept and rewarded
+        for x, y in zip(ra, rb):
+            lx, ly = x.pop("loss"), y.pop("loss")
+            if lx is not None and ly is not None:
+                loss.append(abs(lx - ly))
         same = [x == y for x, y in zip(ra, rb)]
-        la, lb = (st.query("SELECT loss FROM steps WHERE run_id = ? ORDER BY step", [r]) for st in (a, b))
-        loss = [abs(x["loss"] - y["loss"]) for x, y in zip(la, lb) if x["loss"] is not None and y["loss"] is not None]
         ea = a.query("SELECT step, benchmark, accuracy FROM eval_results WHERE run_id = ? ORDER BY ALL", [r])
         eb = b.query("SELECT step, benchmark, accuracy FROM eval_results WHERE run_id = ? ORDER BY ALL", [r])
         hit = {k: (cost(c[r], TARGET)["rollouts"] if r in c else None) for k, c in (("study", curves_a),

@@ -112,13 +112,19 @@ runs are not all finished (``budget`` sampled rollouts) is left out of the valid
 
 
 # ---- the scores -------------------------------------------------------------------------------------------------
-def regret(predicted: dict[str, float], measured: dict[str, float]) -> float:
-    """Measured cost of the planner's pick (lowest prediction; ties: the first in order) / the best measured cost;
-    nan when there is no pick (every prediction never reaches the target: ranking ties is no decision) or nothing
-    measured reaches it."""
+def planner_pick(predicted: dict[str, float]) -> str | None:
+    """The configuration with the lowest prediction (ties: the first in order); None when every prediction never
+    reaches the target (ranking ties is no decision)."""
     pick = min(predicted, key=lambda c: predicted[c])
+    return None if math.isinf(predicted[pick]) else pick
+
+
+def regret(predicted: dict[str, float], measured: dict[str, float]) -> float:
+    """Measured cost of the planner's pick (:func:`planner_pick`) / the best measured cost; nan when there is no
+    pick or nothing measured reaches it."""
+    pick = planner_pick(predicted)
     best = min(measured.values())
-    if math.isinf(best) or math.isinf(predicted[pick]):
+    if math.isinf(best) or pick is None:
         return math.nan
     return measured[pick] / best
 
@@ -132,8 +138,8 @@ def per_seed_regret(rows: Sequence[dict], variant: str) -> float:
     per = {r["config"]: r.get("per_seed") for r in rows}
     if not pred or any(v is None for v in per.values()) or len({len(v) for v in per.values()}) != 1:
         return math.nan
-    pick = min(pred, key=lambda c: pred[c])
-    if math.isinf(pred[pick]):
+    pick = planner_pick(pred)
+    if pick is None:
         return math.nan
     ratios = []
     for i in range(len(per[pick])):
