@@ -69,46 +69,97 @@ class Dataset:
     smooth: int
     tune: dict[str, tuple[str, ...]]  # configuration -> its tuning runs
     fresh: dict[str, tuple[str, ...]]  # configuration -> its fresh-seed runs
+    fresh_seeds: tuple[int, ...] = ()  # the fresh runs' seeds, in their order
+    fresh_jobs: Callable[[Sequence[int]], dict[str, list]] | None = None  # seeds -> configuration -> its StudyJobs
 
 
-def _s52(store: str | None = None) -> Dataset:
+def _s52(store: str | None = None, tuning: bool = True) -> Dataset:
     from research import small_groups as sg
     tune = {f"grpo-n{sg.GRPO_N}": tuple(sg.grpo_job(s).run_id for s in sg.TUNE_SEEDS)}
     tune |= {c: tuple(sg.pc_job(c, s).run_id for s in sg.TUNE_SEEDS) for c in sg.CANDIDATES}
-    fresh = {f"grpo-n{sg.GRPO_N}": tuple(sg.grpo_job(s, sg.STUDY_FAMILY).run_id for s in sg.STUDY_SEEDS)}
-    fresh |= {c: tuple(sg.pc_job(c, s, sg.STUDY_FAMILY).run_id for s in sg.STUDY_SEEDS)
-              for c in sg.study_arms().values()}
+
+    def fresh_jobs(seeds: Sequence[int]) -> dict[str, list]:
+        jobs = {f"grpo-n{sg.GRPO_N}": [sg.grpo_job(s, sg.STUDY_FAMILY) for s in seeds]}
+        return jobs | {c: [sg.pc_job(c, s, sg.STUDY_FAMILY) for s in seeds] for c in sg.study_arms().values()}
+
     return Dataset("s52", store or "/work/data57/s52.duckdb", sg.TARGET, sg.BUDGET, sg.EVAL_EVERY, sg.SMOOTH, tune,
-                   fresh)
+                   _run_ids(fresh_jobs(sg.STUDY_SEEDS)), tuple(sg.STUDY_SEEDS), fresh_jobs)
 
 
-def _pr57(store: str | None = None) -> Dataset:
+def _run_ids(jobs: dict[str, list]) -> dict[str, tuple[str, ...]]:
+    return {c: tuple(j.run_id for j in js) for c, js in jobs.items()}
+
+
+def _pr57(store: str | None = None, tuning: bool = True) -> Dataset:
     """The ``bench-paper`` study (research/paper_regime.py): GRPO n 2-64 and PC's 7 budgets on the tuning seeds; its
     target comes from GRPO's tuning runs (the study's TARGET_RULE), so they must be in the store. Fresh seeds: the
     study's arms that are tuning configurations (GRPO at its best n, GRPO-64, the paper's PC, our PC's best), each
     under its tuning name; DAPO and the paper's PC without eviction were never tuned, so predicting them would
-    score an extrapolation, not the pick."""
+    score an extrapolation, not the pick. ``tuning=False`` (a store of fresh runs only, :func:`extend_fresh`): the
+    study's frozen target (``paper_regime.TARGET``, the same rule's value)."""
     from research import paper_regime as pr
     path = store or "/work/data57/pr57.duckdb"
     tune = {f"grpo-n{n}": tuple(pr.grpo_job(n, s).run_id for s in pr.TUNE_SEEDS) for n in pr.GRPO_SIZES}
     tune |= {c: tuple(pr.pc_job(c, s).run_id for s in pr.TUNE_SEEDS) for c in pr.PC_CANDIDATES}
-    got = pr.target_from_grpo(pr._curves(path, pr.grpo_tune_jobs()))
+    got = pr.target_from_grpo(pr._curves(path, pr.grpo_tune_jobs())) if tuning else (pr.TARGET,)
     if got is None:
         raise SystemExit(f"planner_validation: data set pr57: GRPO's tuning runs are not all in {path} with "
                          f"{pr.BUDGET:,} sampled rollouts (the study's target comes from them). Fix: finish them "
                          "(research/paper_regime.py tune-grpo), or pass --store with the study's store.")
     arms = {f"grpo-n{pr.GRPO_BEST_N}": f"grpo-n{pr.GRPO_BEST_N}", "grpo-n64": "grpo-n64", "paper": "pc-paper",
             pr.PC_BEST: f"pc-{pr.PC_BEST}"}
-    by_arm: dict[str, list[str]] = {}
-    for j in pr.study_jobs():  # run ids "<family>-<arm>-s<seed>"
-        by_arm.setdefault(j.run_id.removeprefix(f"{pr.STUDY_FAMILY}-").rsplit("-s", 1)[0], []).append(j.run_id)
-    fresh = {c: tuple(by_arm[label]) for c, label in arms.items()}
-    return Dataset("pr57", path, got[0], pr.BUDGET, pr.EVAL_EVERY, pr.SMOOTH, tune, fresh)
+
+    def fresh_jobs(seeds: Sequence[int]) -> dict[str, list]:
+        by_arm: dict[str, list] = {}
+        for j in pr.study_jobs(seeds):  # run ids "<family>-<arm>-s<seed>"
+            by_arm.setdefault(j.run_id.removeprefix(f"{pr.STUDY_FAMILY}-").rsplit("-s", 1)[0], []).append(j)
+        return {c: by_arm[label] for c, label in arms.items()}
+
+    return Dataset("pr57", path, got[0], pr.BUDGET, pr.EVAL_EVERY, pr.SMOOTH, tune,
+                   _run_ids(fresh_jobs(pr.STUDY_SEEDS)), tuple(pr.STUDY_SEEDS), fresh_jobs)
 
 
-DATASETS: dict[str, Callable[[str | None], Dataset]] = {"s52": _s52, "pr57": _pr57}
-"""Registry: data set name -> its protocol, given the store (None: the data set's default). A configuration whose
-runs are not all finished (``budget`` sampled rollouts) is left out of the validation, and named."""
+DATASETS: dict[str, Callable[..., Dataset]] = {"s52": _s52, "pr57": _pr57}
+"""Registry: data set name -> its protocol, given the store (None: the data set's default; ``tuning=False``: a store
+without the tuning runs). A configuration whose runs are not all finished (``budget`` sampled rollouts) is left out
+of the validation, and named."""
+
+EXTRA_FRESH_SEEDS = (29, 30, 31)
+"""The fresh-seed validation extended (fixed 2026-11-30, before any of these runs): each pool's five fresh seeds gave
+a noisy ground truth (on ``s52`` p2c2-prior / GRPO-4 seed by seed 0.69x-1.63x, and the fresh regret missed its goal
+by 2%), so three seeds no study has used run each pool's fresh configurations, on both pools alike. Rules fixed with
+them: the planner's picks stay as committed (fitted on the tuning runs, which fresh seeds never touch); the fresh
+goal is judged on all eight seeds by the same rule (the ratio of medians), the five-seed result stays beside it."""
+
+
+def extend_fresh(res: dict, ds: Dataset, store: Store) -> dict:
+    """``res`` (a committed results file's data set) with ``fresh_ext``: its fresh rows, each configuration's
+    per-seed costs extended by the :data:`EXTRA_FRESH_SEEDS` runs in ``store`` (the same measurement), its median
+    over all of them, the predictions unchanged; scored by :func:`scores`. Raises naming what is missing."""
+    if "fresh" not in res or any("per_seed" not in r for r in res["fresh"]["rows"]):
+        raise SystemExit(f"planner_validation: data set {ds.name}: the results file has no fresh rows with per-seed "
+                         "costs. Fix: pass --json with the data set's committed results (research/planner_validation_"
+                         f"{ds.name}.json).")
+    if ds.fresh_jobs is None:
+        raise SystemExit(f"planner_validation: data set {ds.name} names no fresh jobs to extend. Fix: give its "
+                         "Dataset a fresh_jobs (seeds -> configuration -> StudyJobs), as s52 and pr57 do.")
+    runs = _run_ids(ds.fresh_jobs(EXTRA_FRESH_SEEDS))
+    missing = sorted(set(r for c in res["fresh"]["rows"] for r in runs.get(c["config"], ("?",)))
+                     - {r["run_id"] for r in store.query("SELECT run_id FROM steps GROUP BY run_id HAVING "
+                                                        "sum(sampled_rollouts) >= ?", [ds.budget])})
+    if missing:
+        raise SystemExit(f"planner_validation: data set {ds.name}: {len(missing)} extension runs are not finished in "
+                         f"{ds.store} ({', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}). Fix: run the "
+                         "same command again without --no-run (it resumes them).")
+    costs = measured_costs(store, ds, [r for ids in runs.values() for r in ids])
+    rows = []
+    for r in res["fresh"]["rows"]:
+        per_seed = [*r["per_seed"], *(costs[x] for x in runs[r["config"]])]
+        rows.append({**r, "measured": median_cost(per_seed), "per_seed": per_seed})
+    seeds = [*res["fresh"].get("seeds", ds.fresh_seeds), *EXTRA_FRESH_SEEDS]
+    res["fresh_ext"] = {"rows": rows, "kept": res["fresh"]["kept"], "seeds": seeds,
+                        **{v: scores(rows, v) for v in ("before", "after")}}
+    return res
 
 
 # ---- the scores -------------------------------------------------------------------------------------------------
@@ -368,7 +419,7 @@ def tuning_pick(res: dict) -> tuple[str, float] | None:
 def rescore(res: dict) -> dict:
     """A stored result's scores recomputed from its rows (and each fold's regret) by the rules above, so a results file
     written before a rule changed renders by the current one."""
-    for v in ("loo", "fresh", "early"):
+    for v in ("loo", "fresh", "fresh_ext", "early"):
         if v in res:
             picks = res[v].get("picks")
             res[v].update({k: scores(res[v]["rows"], k, picks[k] if picks else None) for k in ("before", "after")})
@@ -539,9 +590,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help=f"simulator seeds of each point prediction (default {len(PLAN_SEEDS)}, plan's count)")
     ap.add_argument("--json", help="write the results as JSON here")
     ap.add_argument("--from-json", nargs="*", default=(), help="render the section from these results files")
+    ap.add_argument("--extend", metavar="STORE",
+                    help=f"run the fresh configurations on seeds {', '.join(map(str, EXTRA_FRESH_SEEDS))} into STORE "
+                         "(resumable) and add them to --json's fresh rows as `fresh_ext` (EXTRA_FRESH_SEEDS)")
+    ap.add_argument("--workers", type=int, default=2, help="--extend: runs at a time (one core each)")
+    ap.add_argument("--no-run", action="store_true", help="--extend: only score the runs already in STORE")
     ap.add_argument("--write", help="docs/STUDIES.md: write the section there")
     args = ap.parse_args(argv)
-    if args.from_json:
+    if args.extend:
+        if not args.json:
+            ap.error("--extend needs --json: the data set's committed results file, which gains `fresh_ext`")
+        ds = DATASETS[args.dataset](args.extend, tuning=False)
+        store = Store(args.extend)
+        if not args.no_run:
+            from research.study import run_to_budget
+            Path(args.extend).parent.mkdir(parents=True, exist_ok=True)
+            jobs = [j for js in ds.fresh_jobs(EXTRA_FRESH_SEEDS).values() for j in js]
+            run_to_budget(jobs, store, Path(args.extend).parent / f"{ds.name}-ext-runs", args.workers, ds.budget,
+                          label=f"planner-validation {ds.name} extension")
+        res = extend_fresh(json.loads(Path(args.json).read_text()), ds, store)
+        Path(args.json).write_text(json.dumps(res, indent=1, default=str) + "\n")
+        results = [rescore(res)]
+    elif args.from_json:
         merged: dict[str, dict] = {}  # one data set's validations may come from several files (runs in parallel)
         for p in args.from_json:
             res = rescore(json.loads(Path(p).read_text()))
