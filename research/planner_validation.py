@@ -402,14 +402,15 @@ def validate(ds: Dataset, store: Store, which: Sequence[str], resamples: int, si
     return out
 
 
-def tuning_pick(res: dict) -> tuple[str, float] | None:
+def tuning_pick(res: dict, part: str = "fresh") -> tuple[str, float] | None:
     """The reference for the fresh seeds' regret: the configuration the tuning runs measured cheapest (among the
-    fresh seeds' configurations; the held-out rows hold each one's tuning median) and its regret on the fresh seeds:
-    what measuring the tuning seeds, instead of planning from them, would have picked. None without both parts."""
-    if "loo" not in res or "fresh" not in res:
+    fresh seeds' configurations; the held-out rows hold each one's tuning median) and its regret on the fresh seeds
+    (``part``: ``fresh`` or ``fresh_ext``): what measuring the tuning seeds, instead of planning from them, would have
+    picked. None without both parts."""
+    if "loo" not in res or part not in res:
         return None
     tuned = {r["config"]: r["measured"] for r in res["loo"]["rows"]}
-    fresh = {r["config"]: r["measured"] for r in res["fresh"]["rows"] if r["config"] in tuned}
+    fresh = {r["config"]: r["measured"] for r in res[part]["rows"] if r["config"] in tuned}
     if not fresh:
         return None
     measured_tune = {c: tuned[c] for c in fresh}
@@ -419,7 +420,7 @@ def tuning_pick(res: dict) -> tuple[str, float] | None:
 def rescore(res: dict) -> dict:
     """A stored result's scores recomputed from its rows (and each fold's regret) by the rules above, so a results file
     written before a rule changed renders by the current one."""
-    for v in ("loo", "fresh", "fresh_ext", "early"):
+    for v in PARTS:
         if v in res:
             picks = res[v].get("picks")
             res[v].update({k: scores(res[v]["rows"], k, picks[k] if picks else None) for k in ("before", "after")})
@@ -428,7 +429,34 @@ def rescore(res: dict) -> dict:
 
 # ---- the report ---------------------------------------------------------------------------------------------------
 NAMES = {"loo": "held-out configuration (leave one out)", "fresh": "fresh seeds",
-         "early": f"first 1/{EARLY_SHARE} of the budget -> full runs"}
+         "fresh_ext": "fresh seeds, extended", "early": f"first 1/{EARLY_SHARE} of the budget -> full runs"}
+PARTS = ("loo", "fresh", "fresh_ext", "early")
+
+
+def _name(res: dict, v: str) -> str:
+    """NAMES[v], the fresh parts with their seeds."""
+    if v == "fresh_ext":
+        return f"{NAMES[v]} (all {len(res[v]['seeds'])}: {_seeds(res[v]['seeds'])})"
+    if v == "fresh" and "fresh_ext" in res:
+        n = len(res["fresh_ext"]["seeds"]) - len(EXTRA_FRESH_SEEDS)
+        return f"{NAMES[v]} (the first {n}: {_seeds(res['fresh_ext']['seeds'][:n])})"
+    return NAMES[v]
+
+
+def _seeds(seeds: Sequence[int]) -> str:
+    """Seeds as runs of consecutive numbers: 19-23, 29-31."""
+    out: list[list[int]] = []
+    for x in seeds:
+        if out and x == out[-1][-1] + 1:
+            out[-1].append(x)
+        else:
+            out.append([x])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in out)
+
+
+def judged_fresh(res: dict) -> str:
+    """The fresh part the goal is judged on: the extended seeds where they ran (:data:`EXTRA_FRESH_SEEDS`' rule)."""
+    return "fresh_ext" if "fresh_ext" in res else "fresh"
 
 
 def _n(v: float | None) -> str:
@@ -507,21 +535,25 @@ READING: dict[str, str] = {"s52": (
 def _goals(res: dict) -> str:
     """The issue's goals against the ``after`` numbers, met or missed and by how much."""
     out = []
-    for v in ("loo", "fresh"):
+    judged = ("loo", judged_fresh(res))
+    for v in judged:
         if v in res:
             r = res[v]["after"]["regret"]
-            out.append(f"regret on {NAMES[v]} {_x(r)}: " + (
+            out.append(f"regret on {_name(res, v)} {_x(r)}: " + (
                 "missed (every prediction never reaches the target)" if math.isnan(r) else
                 "met" if r <= GOAL_REGRET else f"missed by {r / GOAL_REGRET - 1:.0%}"))
             ps = res[v]["after"].get("regret_per_seed")
             if ps is not None and not math.isnan(ps):
                 out[-1] += (f" (the median over the seeds of each seed's regret, the studies' convention for a median "
                             f"ratio: {_x(ps)})")
-    covered = sum(res[v]["after"]["covered"] for v in ("loo", "fresh") if v in res)
-    total = sum(res[v]["after"]["intervals"] for v in ("loo", "fresh") if v in res)
+            if v == "fresh_ext":
+                first = len(res[v]["seeds"]) - len(EXTRA_FRESH_SEEDS)
+                out[-1] += f"; on the first {first} alone {_x(res['fresh']['after']['regret'])}"
+    covered = sum(res[v]["after"]["covered"] for v in judged if v in res)
+    total = sum(res[v]["after"]["intervals"] for v in judged if v in res)
     if total:
         share = covered / total
-        open_ended = sum(1 for v in ("loo", "fresh") if v in res for r in res[v]["rows"]
+        open_ended = sum(1 for v in judged if v in res for r in res[v]["rows"]
                          if r["after"]["high"] is not None and math.isinf(r["after"]["high"]))
         out.append(f"coverage (held-out and fresh) {covered} of {total} ({share:.0%}): "
                    + ("met" if share >= GOAL_COVERAGE else f"missed by {100 * (GOAL_COVERAGE - share):.1f} points")
@@ -547,29 +579,30 @@ def section(results: Sequence[dict]) -> str:
                   f"median of {res['sim_seeds']} simulator seeds)", "",
                   "| validation | terms kept (after) | regret before | after | tau before | after | "
                   "coverage before | after |", "|---|---|---:|---:|---:|---:|---:|---:|"]
-        for v in ("loo", "fresh", "early"):
+        for v in PARTS:
             if v not in res:
                 continue
             r = res[v]
             kept = r["kept"]
             if v == "loo":
                 kept = sorted({t for k in kept for t in k})
-            lines.append(f"| {NAMES[v]} | {', '.join(kept) or 'none'} | {_x(r['before']['regret'])} | "
+            lines.append(f"| {_name(res, v)} | {', '.join(kept) or 'none'} | {_x(r['before']['regret'])} | "
                          f"{_x(r['after']['regret'])} | {_tau(r['before']['tau'])} | {_tau(r['after']['tau'])} | "
                          f"{r['before']['covered']} of {r['before']['intervals']} | "
                          f"{r['after']['covered']} of {r['after']['intervals']} |")
         lines += ["", f"Goals (after): {_goals(res)}.", ""]
-        ref = tuning_pick(res)
+        part = judged_fresh(res)
+        ref = tuning_pick(res, part)
         if ref is not None:
             lines += [f"Reference for the fresh seeds: the tuning seeds' own measured pick (`{ref[0]}`, the lowest "
-                      f"tuning median) scores {_x(ref[1])} on them: what measuring the tuning seeds, instead of "
-                      "planning from them, would have chosen.", ""]
+                      f"tuning median) scores {_x(ref[1])} on {_name(res, part)}: what measuring the tuning seeds, "
+                      "instead of planning from them, would have chosen.", ""]
         if res["dataset"] in READING:
             lines += [READING[res["dataset"]], ""]
-        for v in ("loo", "fresh", "early"):
+        for v in PARTS:
             if v not in res:
                 continue
-            lines += [f"**{NAMES[v]}**: each prediction beside its measurement (sampled rollouts to the target; "
+            lines += [f"**{_name(res, v)}**: each prediction beside its measurement (sampled rollouts to the target; "
                       "median over seeds)", "",
                       "| configuration | measured | before | 10-90% | after | 10-90% |", "|---|---:|---:|---:|---:|---:|"]
             for r in res[v]["rows"]:
@@ -577,6 +610,15 @@ def section(results: Sequence[dict]) -> str:
                 lines.append(f"| {r['config']} | {_n(r['measured'])} | {_n(b['point'])} | "
                              f"{_n(b['low'])}-{_n(b['high'])} | {_n(a['point'])} | {_n(a['low'])}-{_n(a['high'])} |")
             lines.append("")
+            if v == "fresh_ext":
+                seeds = res[v]["seeds"]
+                lines += ["Seed by seed (sampled rollouts to the target; the cheapest of each seed in bold):", "", "| configuration | " + " | ".join(f"seed {x}" for x in seeds) + " |",
+                          "|---|" + "---:|" * len(seeds)]
+                best = [min(r["per_seed"][i] for r in res[v]["rows"]) for i in range(len(seeds))]
+                for r in res[v]["rows"]:
+                    cells = [f"**{_n(c)}**" if c == best[i] else _n(c) for i, c in enumerate(r["per_seed"])]
+                    lines.append(f"| {r['config']} | " + " | ".join(cells) + " |")
+                lines.append("")
     return "\n".join(lines)
 
 

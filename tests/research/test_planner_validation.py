@@ -204,4 +204,63 @@ def test_the_fresh_seeds_reference_is_the_tuning_runs_own_pick():
     assert pv.tuning_pick(res) == ("g", pytest.approx(1.5))
     assert pv.tuning_pick({k: v for k, v in res.items() if k != "loo"}) is None
     text = pv.section([pv.rescore(res)])
-    assert "the tuning seeds' own measured pick (`g`, the lowest tuning median) scores 1.50x on them" in text
+    assert "the tuning seeds' own measured pick (`g`, the lowest tuning median) scores 1.50x on fresh seeds:" in text
+
+
+def test_the_fresh_seeds_extension_adds_each_configurations_extra_runs_and_rescores(tmp_path):
+    """--extend: the extra seeds' runs, measured by the same rule, join each fresh row's per-seed costs; the
+    predictions stay; the goal is judged on all the seeds, the first ones shown beside; a run not finished is named."""
+    from types import SimpleNamespace
+
+    from pc_pipelines.config import resolve
+    from pc_pipelines.simulator import record_simulation
+    from pc_pipelines.store import Store
+
+    pv = load()
+    st = Store(tmp_path / "ext.duckdb").init()
+    extra = pv.EXTRA_FRESH_SEEDS
+    for c, n in (("a", 8), ("b", 4)):
+        for s in extra:
+            cfg = resolve("simulator", {"allocator.train_batch": 16, "allocator.n": n, "sim.num_prompts": 600,
+                                        "training.eval_every": 2}, method="grpo", seed=s)
+            assert len(list(record_simulation(cfg, st, 12, run_id=f"{c}-s{s}", compact_every=None))) == 12
+    budget = min(r["n"] for r in st.query("SELECT sum(sampled_rollouts) AS n FROM steps GROUP BY run_id"))
+
+    def jobs(seeds):
+        return {c: [SimpleNamespace(run_id=f"{c}-s{s}") for s in seeds] for c in ("a", "b")}
+
+    # a target above every run's first evaluation that some run reaches within the budget: non-zero costs
+    first = max(r["a"] for r in st.query("SELECT arg_min(accuracy, step) AS a FROM eval_curve GROUP BY run_id"))
+    target = min(r["accuracy"] for r in st.query("SELECT accuracy FROM eval_curve WHERE cumulative_sampled <= ?",
+                                                 [budget]) if r["accuracy"] > first)
+    ds = pv.Dataset("t", str(st.path), target, budget, 1, 1, {}, {}, (1, 2), jobs)
+    costs = pv.measured_costs(st, ds, [j.run_id for js in jobs(extra).values() for j in js])
+    assert any(0 < v < math.inf for v in costs.values())
+
+    def pred(point):
+        return {"point": point, "low": 1.0, "high": 1e9}
+    res = {"dataset": "t", "resamples": 2, "sim_seeds": 1,
+           "fresh": {"rows": [{"config": "a", "measured": 150.0, "before": pred(2.0), "after": pred(1.0),
+                               "per_seed": [100.0, 200.0]},
+                              {"config": "b", "measured": 120.0, "before": pred(1.0), "after": pred(2.0),
+                               "per_seed": [120.0, 120.0]}], "kept": ["law_cap_pc"]}}
+    out = pv.rescore(pv.extend_fresh(res, ds, st))
+    ext = out["fresh_ext"]
+    assert ext["seeds"] == [1, 2, *extra] and ext["kept"] == ["law_cap_pc"]
+    for row, first in zip(ext["rows"], ([100.0, 200.0], [120.0, 120.0]), strict=True):
+        per_seed = [*first, *(costs[f"{row['config']}-s{s}"] for s in extra)]
+        assert row["per_seed"] == per_seed and row["measured"] == pv.median_cost(per_seed)
+        assert row["after"] == res["fresh"]["rows"][[r["config"] for r in res["fresh"]["rows"]].index(row["config"])][
+            "after"]
+    meas = {r["config"]: r["measured"] for r in ext["rows"]}
+    assert ext["after"]["regret"] == pytest.approx(pv.regret({"a": 1.0, "b": 2.0}, meas), nan_ok=True)
+    assert ext["before"]["regret"] == pytest.approx(pv.regret({"a": 2.0, "b": 1.0}, meas), nan_ok=True)
+    assert out["fresh"]["rows"][0]["per_seed"] == [100.0, 200.0]  # the first seeds' part is kept as it was
+    text = pv.section([out])
+    assert f"fresh seeds, extended (all 5: 1-2, {extra[0]}-{extra[-1]})" in text
+    assert f"regret on fresh seeds, extended (all 5: 1-2, {extra[0]}-{extra[-1]}) " in text
+    assert "on the first 2 alone " in text and "| configuration | seed 1 | seed 2 |" in text
+    # a run not finished: named, with how to resume; nothing written
+    short = pv.Dataset("t", str(st.path), target, budget * 10, 1, 1, {}, {}, (1, 2), jobs)
+    with pytest.raises(SystemExit, match=r"6 extension runs are not finished .*Fix: run the same command again"):
+        pv.extend_fresh({"fresh": res["fresh"]}, short, st)
