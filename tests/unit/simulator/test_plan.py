@@ -133,6 +133,8 @@ def test_trust_line_says_how_far_the_plan_was_validated():
     assert "Where intervals overlap, the candidates are indistinguishable" in line
     # the shipped numbers are measured ones, not placeholders
     assert TRUST == trust_line() and all(v.intervals > 0 and v.held_out_regret >= 1.0 for v in VALIDATIONS)
+    counted = trust_line(Validation("X", 1.0, 1.16, 1, 2, fresh_seeds=8))
+    assert "1.00x on held-out configurations and 1.16x on 8 fresh seeds, 10-90%" in counted
     both = trust_line([Validation("A", 1.0, 1.0, 1, 2), Validation("B", 1.2, 1.1, 3, 4)])
     assert "on A: median regret 1.00x" in both and "; and on B: median regret 1.20x" in both
 
