@@ -3,12 +3,14 @@ runs, three ways, before (the law as it was: the form chosen by AIC, no other te
 selection keeps, pc_pipelines/simulator/fit.py):
 
     .venv/bin/python research/planner_validation.py [--dataset s52] [--store S] [--write docs/STUDIES.md]
-        [--which loo,fresh,early] [--resamples 8] [--sim-seeds 3] [--json FILE]
+        [--which loo,fresh,early] [--resamples 8] [--sim-seeds 16] [--json FILE]
+    .venv/bin/python research/planner_validation.py --dataset s52 --extend STORE --json FILE   # seeds 29-31
 
 * **loo** (leave one configuration out): fit on every tuning configuration's runs but one, predict every
   configuration; the held-out one's prediction is scored, and the pick (the lowest prediction among all) is the
   fold's pick;
-* **fresh** (fresh seeds): fit on the tuning seeds' runs, predict the fresh seeds' configurations;
+* **fresh** (fresh seeds): fit on the tuning seeds' runs, predict the fresh seeds' configurations; ``--extend``
+  measures the same configurations on :data:`EXTRA_FRESH_SEEDS` too (the goal is judged on all the seeds);
 * **early** (fit on the first 1/6 of the budget, the issue's "20 steps of 120"): every run cut at the step where its
   sampled rollouts pass BUDGET / 6 (steps differ per configuration: a GRPO-4 step samples 64 rollouts, a PC step
   400-800), predict the full runs.
@@ -74,6 +76,7 @@ class Dataset:
 
 
 def _s52(store: str | None = None, tuning: bool = True) -> Dataset:
+    """The small-groups study (research/small_groups.py); its target is a constant, so ``tuning`` changes nothing."""
     from research import small_groups as sg
     tune = {f"grpo-n{sg.GRPO_N}": tuple(sg.grpo_job(s).run_id for s in sg.TUNE_SEEDS)}
     tune |= {c: tuple(sg.pc_job(c, s).run_id for s in sg.TUNE_SEEDS) for c in sg.CANDIDATES}
@@ -144,9 +147,8 @@ def extend_fresh(res: dict, ds: Dataset, store: Store) -> dict:
         raise SystemExit(f"planner_validation: data set {ds.name} names no fresh jobs to extend. Fix: give its "
                          "Dataset a fresh_jobs (seeds -> configuration -> StudyJobs), as s52 and pr57 do.")
     runs = _run_ids(ds.fresh_jobs(EXTRA_FRESH_SEEDS))
-    missing = sorted(set(r for c in res["fresh"]["rows"] for r in runs.get(c["config"], ("?",)))
-                     - {r["run_id"] for r in store.query("SELECT run_id FROM steps GROUP BY run_id HAVING "
-                                                        "sum(sampled_rollouts) >= ?", [ds.budget])})
+    missing = sorted({r for c in res["fresh"]["rows"] for r in runs.get(c["config"], ("?",))}
+                     - finished_runs(store, ds.budget))
     if missing:
         raise SystemExit(f"planner_validation: data set {ds.name}: {len(missing)} extension runs are not finished in "
                          f"{ds.store} ({', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}). Fix: run the "
@@ -231,6 +233,12 @@ def coverage(rows: Sequence[dict]) -> tuple[int, int]:
     """(measured medians inside their 10-90% interval, rows with an interval)."""
     scored = [r for r in rows if r.get("low") is not None]
     return sum(inside(r["measured"], r["low"], r["high"]) for r in scored), len(scored)
+
+
+def finished_runs(store: Store, budget: int) -> set[str]:
+    """Run ids in ``store`` that sampled at least ``budget`` rollouts (the studies' finished runs)."""
+    return {r["run_id"] for r in store.query("SELECT run_id FROM steps GROUP BY run_id HAVING sum(sampled_rollouts) "
+                                             ">= ?", [budget])}
 
 
 def median_cost(costs: Sequence[float]) -> float:
@@ -349,8 +357,7 @@ def scores(rows: list[dict], variant: str, picks: list[float] | None = None) -> 
 
 def validate(ds: Dataset, store: Store, which: Sequence[str], resamples: int, sim_seeds: int,
              say: Callable[[str], None]) -> dict:
-    done = {r["run_id"] for r in store.query("SELECT run_id FROM steps GROUP BY run_id HAVING sum(sampled_rollouts) "
-                                             ">= ?", [ds.budget])}
+    done = finished_runs(store, ds.budget)
     missing = sorted(c for part in (ds.tune, ds.fresh) for c, ids in part.items() if not set(ids) <= done)
     if missing:
         say(f"left out (runs not finished in {ds.store}): {', '.join(missing)}")
