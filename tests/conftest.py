@@ -29,7 +29,8 @@ def procs():
     """The /proc helpers and bounded waits of ``tests/support/proc_waits.py``, as a fixture."""
     return SimpleNamespace(descendants=proc_waits.descendants, wait_gone=proc_waits.wait_gone,
                            wait_started=proc_waits.wait_started, assert_none_left=proc_waits.assert_none_left,
-                           wait_count=proc_waits.wait_count, wait_until=proc_waits.wait_until)
+                           wait_count=proc_waits.wait_count, wait_until=proc_waits.wait_until,
+                           alive=proc_waits.alive, with_cmdline=proc_waits.with_cmdline, DEADLINE_S=proc_waits.DEADLINE_S)
 
 
 @pytest.fixture(scope="session")

