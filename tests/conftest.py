@@ -30,7 +30,7 @@ def procs():
     return SimpleNamespace(descendants=proc_waits.descendants, wait_gone=proc_waits.wait_gone,
                            wait_started=proc_waits.wait_started, assert_none_left=proc_waits.assert_none_left,
                            wait_count=proc_waits.wait_count, wait_until=proc_waits.wait_until,
-                           alive=proc_waits.alive, with_cmdline=proc_waits.with_cmdline, DEADLINE_S=proc_waits.DEADLINE_S)
+                           alive=proc_waits.alive, start_time=proc_waits.start_time, with_cmdline=proc_waits.with_cmdline)
 
 
 @pytest.fixture(scope="session")

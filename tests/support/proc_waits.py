@@ -138,12 +138,14 @@ def wait_gone(pids: Iterable[int], timeout: float = 30.0) -> set[int]:
         time.sleep(0.2)
 
 
-def assert_none_left(before: set[int], what: str, pid: int | None = None, timeout: float = DEADLINE_S) -> None:
+def assert_none_left(before: set[int], what: str, pid: int | None = None, timeout: float = DEADLINE_S,
+                     also: Iterable[tuple[int, int]] = ()) -> None:
     """Nothing left running: wait until every process that is, or becomes while waiting, a descendant of ``pid``
-    (default: this process) and is not in ``before`` has exited. A process seen once is followed by (pid, start time)
-    even after it leaves the tree (an orphan re-parented to init still counts as left running). On timeout an
-    AssertionError names ``what`` and lists what is left, pid and command line."""
-    watched: set[tuple[int, int]] = set()
+    (default: this process) and is not in ``before`` has exited, and every (pid, start time) in ``also`` (processes
+    found another way, taken while they ran: they need not be descendants). A process seen once is followed by (pid,
+    start time) even after it leaves the tree (an orphan re-parented to init still counts as left running). On
+    timeout an AssertionError names ``what`` and lists what is left, pid and command line."""
+    watched: set[tuple[int, int]] = set(also)
     deadline = time.monotonic() + timeout
     while True:
         for p in descendants(pid) - before:

@@ -1,6 +1,6 @@
 """The bounded waits of ``tests/support/proc_waits.py`` on real processes: a count that is reached late is waited
 for, one that never is fails with what was seen, and "nothing left running" waits for processes that exit late,
-orphans included."""
+orphans included, and processes found another way (by pid and start time)."""
 
 import subprocess
 import sys
@@ -129,3 +129,28 @@ def test_none_left_keeps_waiting_for_an_orphan_and_names_it(files, monkeypatch):
     finally:
         stop.touch()
     assert proc_waits.wait_gone({grandchild}, timeout=120) == set()
+
+
+def test_none_left_follows_processes_found_another_way(files):
+    """A process never seen in this process's tree (a Ray actor's engine core, found by asking the actor for its pid)
+    is waited for when named in ``also`` by (pid, start time); a pid since given to another process is not."""
+    go, stop, pid_file = files
+    release = pid_file.with_name("release")
+    before = proc_waits.descendants()
+    child = _spawn(files, release)
+    go.touch()
+    grandchild = _grandchild(pid_file)
+    release.touch()
+    child.wait(timeout=60)  # the grandchild is re-parented before the wait starts: no tree walk finds it
+    try:
+        assert proc_waits.alive(grandchild) and grandchild not in proc_waits.descendants()
+        followed = {(grandchild, proc_waits.start_time(grandchild))}
+        proc_waits.assert_none_left(before, "nothing of ours", timeout=1)  # unnamed, it is missed
+        with pytest.raises(AssertionError) as failed:
+            proc_waits.assert_none_left(before, "the grandchild", timeout=1, also=followed)
+        assert str(failed.value) == (f"the grandchild: 1 process(es) still running after 1 s: "
+                                     f"{{{grandchild}: {proc_waits.cmdline(grandchild)!r}}}")
+        proc_waits.assert_none_left(before, "a reused pid", timeout=1, also={(grandchild, -1)})  # not that process
+    finally:
+        stop.touch()
+    proc_waits.assert_none_left(before, "the grandchild", timeout=120, also=followed)  # it exits: the wait ends

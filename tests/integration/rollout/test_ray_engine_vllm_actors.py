@@ -45,10 +45,6 @@ def _core_pids(procs, root: int | None = None) -> set[int]:
     return cores
 
 
-def _engine_cores(procs) -> int:
-    return len(_core_pids(procs))
-
-
 def _actor_pids(engine) -> list[int]:
     """Each Ray actor's process id, asked of the actor itself (not found by walking this process's tree)."""
     return engine._ray.get([a.__ray_call__.remote(lambda _self: os.getpid()) for a in engine._actors], timeout=600)
@@ -89,7 +85,7 @@ def test_vllm_actors_equal_one_vllm_engine_call_and_get_new_weights(tmp_path, pr
 
     before = procs.descendants()
     single = VLLMEngine.for_policy(model, tok)  # the whole round in one call, before and after an update
-    procs.wait_count(lambda: _engine_cores(procs), 1, "vLLM engine cores of the single engine")
+    procs.wait_count(lambda: len(_core_pids(procs)), 1, "vLLM engine cores of the single engine")
     try:
         want_first = single.generate(REQS, PARAMS)
         _nudge(model)
@@ -113,7 +109,8 @@ def test_vllm_actors_equal_one_vllm_engine_call_and_get_new_weights(tmp_path, pr
                                     lambda c: all(len(c[a]) == 1 for a in actors), "one vLLM engine core per actor")
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{_tree(procs, actors)}") from None
-        cores = {c for a in actors for c in seen[a]}
+        # followed by (pid, start time) until gone after close(), also if they were not under this process
+        followed = {(p, t) for p in {*actors, *(c for a in actors for c in seen[a])} if (t := procs.start_time(p))}
         assert engine.sampling_plan() == single.sampling_plan() == {"engine": "vllm", "dtype": "float32"}
         first = engine.generate(REQS, PARAMS)
         assert [len(o.rollouts) for o in first] == [r.n for r in REQS]
@@ -129,6 +126,5 @@ def test_vllm_actors_equal_one_vllm_engine_call_and_get_new_weights(tmp_path, pr
         assert _tokens(shifted) != _tokens(second) and engine.pushes == 1  # the seed matters; no push without a change
     finally:
         engine.close()
-    procs.assert_none_left(before, "processes of Ray, its actors or their vLLM engine cores outlived close()")
-    left = procs.wait_gone(set(actors) | cores, timeout=procs.DEADLINE_S)  # also if they were not under this process
-    assert not left, f"the actors or their vLLM engine cores outlived close(): {procs.with_cmdline(left)}"
+    procs.assert_none_left(before, "processes of Ray, its actors or their vLLM engine cores outlived close()",
+                           also=followed)
